@@ -1,0 +1,65 @@
+"""ipy_ctxrecovery — keeps long LLM conversations in Jupyter notebooks alive.
+
+``%load_ext ipy_ctxrecovery`` registers the ``%%chat`` and ``%chat`` magics. The recovery
+core (settings, classification, compaction, the recovery ladder) is plain Python and can
+be used from a script through :class:`ChatSession`.
+
+Public names are imported lazily, so importing the package does not import IPython,
+ipywidgets or an SDK until they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "ChatError": "errors",
+    "ConfigError": "errors",
+    "CtxRecoveryError": "errors",
+    "Failure": "errors",
+    "FailureKind": "errors",
+    "classify": "errors",
+    "Settings": "config",
+    "parse_size": "config",
+    "Message": "history",
+    "ChatSession": "session",
+    "Reply": "session",
+    "chat_tool": "tools",
+    "Emulator": "emulator",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__", "load_ipython_extension", "unload_ipython_extension"])
+
+if TYPE_CHECKING:
+    from .config import Settings, parse_size
+    from .emulator import Emulator
+    from .errors import ChatError, ConfigError, CtxRecoveryError, Failure, FailureKind, classify
+    from .history import Message
+    from .session import ChatSession, Reply
+    from .tools import chat_tool
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ipy_ctxrecovery' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext ipy_ctxrecovery``: register the magics."""
+    from .magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext ipy_ctxrecovery``: unregister the magics and stop the embedded emulator."""
+    from .magics import unload
+
+    unload(ipython)

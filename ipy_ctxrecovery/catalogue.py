@@ -1,0 +1,109 @@
+"""Model catalogue: context window and maximum output tokens per model family.
+
+Lookup is by exact id or by family prefix at a ``-`` boundary (dated ids, ``-latest``
+aliases); the longest matching family wins, so ``gpt-4o-mini-2024-07-18`` is gpt-4o-mini
+and ``gpt-4o`` is never taken for ``gpt-4``. Unknown models get a stated conservative
+default and ``guessed=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "ModelInfo", "lookup"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the recovery core needs to know about a model."""
+
+    name: str
+    context_window: int
+    max_output_tokens: int
+    guessed: bool = False
+    window_overridden: bool = False
+
+
+# family -> (context window tokens, max output tokens), from the providers' model pages.
+MODELS: Mapping[str, tuple[int, int]] = {
+    # OpenAI
+    "gpt-3.5-turbo": (16_385, 4_096),
+    "gpt-4": (8_192, 8_192),
+    "gpt-4-32k": (32_768, 8_192),
+    "gpt-4-turbo": (128_000, 4_096),
+    "gpt-4o": (128_000, 16_384),
+    "gpt-4o-mini": (128_000, 16_384),
+    "chatgpt-4o": (128_000, 16_384),
+    "gpt-4.1": (1_047_576, 32_768),
+    "gpt-4.1-mini": (1_047_576, 32_768),
+    "gpt-4.1-nano": (1_047_576, 32_768),
+    "gpt-4.5-preview": (128_000, 16_384),
+    "gpt-5": (400_000, 128_000),
+    "gpt-5-mini": (400_000, 128_000),
+    "gpt-5-nano": (400_000, 128_000),
+    "gpt-5-chat": (128_000, 16_384),
+    "gpt-5.1": (400_000, 128_000),
+    "gpt-5.2": (400_000, 128_000),
+    "o1": (200_000, 100_000),
+    "o1-mini": (128_000, 65_536),
+    "o1-preview": (128_000, 32_768),
+    "o3": (200_000, 100_000),
+    "o3-mini": (200_000, 100_000),
+    "o3-pro": (200_000, 100_000),
+    "o4-mini": (200_000, 100_000),
+    # Anthropic
+    "claude-3-haiku": (200_000, 4_096),
+    "claude-3-opus": (200_000, 4_096),
+    "claude-3-sonnet": (200_000, 4_096),
+    "claude-3-5-haiku": (200_000, 8_192),
+    "claude-3-5-sonnet": (200_000, 8_192),
+    "claude-3-7-sonnet": (200_000, 64_000),
+    "claude-sonnet-4": (200_000, 64_000),
+    "claude-sonnet-4-5": (200_000, 64_000),
+    "claude-opus-4": (200_000, 32_000),
+    "claude-opus-4-1": (200_000, 32_000),
+    "claude-opus-4-5": (200_000, 64_000),
+    "claude-haiku-4-5": (200_000, 64_000),
+    # The built-in emulator's defaults (an Emulator instance reports its own limits).
+    "emulator": (8_192, 4_096),
+}
+
+DEFAULT_MODEL_INFO = ModelInfo("unknown", 8_192, 4_096, guessed=True)
+"""Conservative guess for a model the catalogue does not know (e.g. a local vLLM model)."""
+
+
+def _bare(model: str) -> str:
+    """Strip our ``provider:`` prefix and router/cloud prefixes (``openai/``, ``anthropic.``)."""
+    name = model.strip().lower()
+    if ":" in name and name.split(":", 1)[0] in {"openai", "anthropic", "emulator"}:
+        prefix, rest = name.split(":", 1)
+        name = rest if prefix != "emulator" else "emulator"
+    name = name.rsplit("/", 1)[-1]
+    for cloud_prefix in ("us.", "eu.", "apac.", "global."):
+        if name.startswith(cloud_prefix):
+            name = name[len(cloud_prefix):]
+    if name.startswith("anthropic."):
+        name = name[len("anthropic."):]
+    return name
+
+
+def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
+    """Return the model's limits; ``context_window`` (CHATCLI_CONTEXT_WINDOW) overrides the window."""
+    name = _bare(model)
+    best: str | None = None
+    for family in MODELS:
+        if (name == family or name.startswith(family + "-") or name.startswith(family + "@")) and (
+            best is None or len(family) > len(best)
+        ):
+            best = family
+    if best is None:
+        info = ModelInfo(model, DEFAULT_MODEL_INFO.context_window,
+                         DEFAULT_MODEL_INFO.max_output_tokens, guessed=True)
+    else:
+        window, output = MODELS[best]
+        info = ModelInfo(model, window, output)
+    if context_window is not None:
+        info = ModelInfo(info.name, context_window, min(info.max_output_tokens, context_window),
+                         guessed=False, window_overridden=True)
+    return info

@@ -1,0 +1,252 @@
+"""Settings: every number the recovery core uses, read from CHATCLI_* variables or set directly.
+
+A :class:`Settings` is a frozen value that belongs to one session; nothing here is global.
+Sizes parse with :func:`parse_size` (humanfriendly, binary units, a bare number means MB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import humanfriendly
+
+from .errors import ConfigError
+
+__all__ = ["ENV_VARS", "ConfigError", "Settings", "format_size", "parse_size"]
+
+MiB = 1024 * 1024
+KiB = 1024
+
+SIZE_FORMS = "a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number means MB; 0 means no cap)"
+
+
+def parse_size(text: str, *, name: str = "size") -> int:
+    """Parse a human-friendly size into bytes, binary units, a bare number meaning MB.
+
+    >>> parse_size("5MB"), parse_size("512KB"), parse_size("5"), parse_size("0")
+    (5242880, 524288, 5242880, 0)
+    """
+    raw = text if isinstance(text, str) else str(text)
+    stripped = raw.strip()
+    if not stripped:
+        raise ConfigError(f"{name} is empty; expected {SIZE_FORMS}.")
+    try:
+        number = float(stripped)
+    except ValueError:
+        number = None
+    if number is not None:
+        if not math.isfinite(number) or number < 0:
+            raise ConfigError(f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}.")
+        return int(number * MiB)
+    try:
+        value = humanfriendly.parse_size(stripped, binary=True)
+    except humanfriendly.InvalidSize:
+        raise ConfigError(
+            f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}."
+        ) from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}.")
+    return int(value)
+
+
+def format_size(num_bytes: int | float) -> str:
+    """Format a byte count the way the SPEC's messages do: ``4.2 MB``, ``512 KB``."""
+    value = float(num_bytes)
+    for unit, scale in (("GB", MiB * 1024), ("MB", MiB), ("KB", KiB)):
+        if value >= scale:
+            shown = value / scale
+            return f"{shown:.1f} {unit}" if shown < 100 and shown != int(shown) else f"{shown:.0f} {unit}"
+    return f"{int(value)} B"
+
+
+# Environment variable -> Settings field (SPEC §8).
+ENV_VARS: Mapping[str, str] = {
+    "CHATCLI_CONTEXT_WINDOW": "context_window",
+    "CHATCLI_MAX_RECOVERY_ATTEMPTS": "max_recovery_attempts",
+    "CHATCLI_MAX_TOKEN_ESCALATIONS": "max_token_escalations",
+    "CHATCLI_EMERGENCY_KEEP_MESSAGES": "emergency_keep_messages",
+    "CHATCLI_MAX_PAYLOAD": "max_payload",
+    "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "microcompact_truncate_turns",
+    "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
+}
+
+_SIZE_FIELDS = frozenset(
+    {"max_payload", "no_cap_warn_bytes", "likely_payload_min_bytes", "assumed_cap_bytes"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every threshold of SPEC §2–§8 as a named field; defaults are the SPEC's."""
+
+    # --- SPEC §8 (environment variables) ---
+    context_window: int | None = None
+    """Context window in tokens; None = from the model catalogue."""
+    max_recovery_attempts: int = 3
+    max_token_escalations: int = 2
+    emergency_keep_messages: int = 10
+    max_payload: int | None = None
+    """POST body cap in bytes; None = no cap configured."""
+    microcompact_truncate_turns: int = 2
+    microcompact_summarize_turns: int = 4
+
+    # --- tool-result budget (SPEC §5) ---
+    turn_budget_chars: int = 200_000
+    per_result_max_chars: int = 20_000
+    budget_head_chars: int = 4_000
+    budget_tail_chars: int = 1_000
+
+    # --- microcompact (SPEC §6) ---
+    microcompact_min_chars: int = 3_000
+    microcompact_head_chars: int = 2_000
+    microcompact_tail_chars: int = 500
+
+    # --- pre-flight (SPEC §2) ---
+    preflight_cap_fraction: float = 0.85
+    preflight_budget_ratio: float = 0.40
+    no_cap_warn_bytes: int = int(2.5 * MiB)
+    assumed_cap_bytes: int = 4 * MiB
+    likely_payload_min_bytes: int = 500 * KiB
+
+    # --- compaction budget (ANCHORS: min(window × ratio × chars/token, 0.7 × cap)) ---
+    chat_budget_ratio: float = 0.75
+    manual_compact_ratio: float = 0.50
+    cap_budget_fraction: float = 0.70
+    compaction_target_fraction: float = 0.60
+    """Hysteresis: compaction aims at this fraction of the trigger, not at the trigger."""
+    chars_per_token: float = 4.0
+    summarizer_input_max_chars: int = 120_000
+    summary_max_chars: int = 16_000
+
+    # --- recovery ladder (SPEC §3) ---
+    aggressive_factor: float = 0.5
+    aggressive_assistant_max_chars: int = 5_000
+    nuclear_keep_messages: int = 4
+    exact_fit_margin: float = 0.10
+    learned_cap_fraction: float = 0.75
+
+    # --- session loop ---
+    max_tool_rounds: int = 8
+    transient_retries: int = 2
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied and validated."""
+        updated = dataclasses.replace(self, **changes)
+        updated.validate()
+        return updated
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` when a value or a relation between values is wrong."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{_label(f.name)}={value!r} is not a number.")
+            if value < 0:
+                raise ConfigError(f"{_label(f.name)}={value!r} must not be negative.")
+        for name in ("max_recovery_attempts", "emergency_keep_messages", "context_window",
+                     "microcompact_truncate_turns", "microcompact_summarize_turns",
+                     "turn_budget_chars", "per_result_max_chars", "nuclear_keep_messages"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{_label(name)}={value!r} must be at least 1.")
+        if self.microcompact_summarize_turns < self.microcompact_truncate_turns:
+            raise ConfigError(
+                f"{_label('microcompact_summarize_turns')}={self.microcompact_summarize_turns} "
+                f"is below {_label('microcompact_truncate_turns')}="
+                f"{self.microcompact_truncate_turns}; results must be truncated before they "
+                "are summarized, so set it to at least the truncate age."
+            )
+        if self.per_result_max_chars > self.turn_budget_chars:
+            raise ConfigError(
+                f"per_result_max_chars={self.per_result_max_chars} exceeds "
+                f"turn_budget_chars={self.turn_budget_chars}; lower it to the turn budget or less."
+            )
+        for name in ("preflight_cap_fraction", "preflight_budget_ratio", "chat_budget_ratio",
+                     "manual_compact_ratio", "cap_budget_fraction", "compaction_target_fraction",
+                     "aggressive_factor", "learned_cap_fraction"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ConfigError(f"{name}={value!r} must be a fraction in (0, 1].")
+
+    def updated(self, values: Mapping[str, str | int | float | None], *,
+                source: str = "setting") -> Settings:
+        """Apply textual values keyed by env-var name or field name (``%chat config``).
+
+        Unknown keys, bad values and bad relations raise :class:`ConfigError` naming the key.
+        """
+        changes: dict[str, Any] = {}
+        names = {f.name for f in fields(self)}
+        for key, raw in values.items():
+            name = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+            if name not in names:
+                known = ", ".join(sorted(ENV_VARS))
+                raise ConfigError(
+                    f"{key} is not a known {source}; use one of {known} "
+                    "or a Settings field name."
+                )
+            changes[name] = _coerce(name, key, raw)
+        result = dataclasses.replace(self, **changes)
+        try:
+            result.validate()
+        except ConfigError as e:
+            keys = ", ".join(values)
+            raise ConfigError(f"{e} (from {keys})") from None
+        return result
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the CHATCLI_* variables of SPEC §8; unset or empty keeps the default."""
+        source = os.environ if env is None else env
+        present = {k: source[k] for k in ENV_VARS if source.get(k, "").strip()}
+        return cls().updated(present, source="environment variable")
+
+
+def _label(name: str) -> str:
+    for env, field_name in ENV_VARS.items():
+        if field_name == name:
+            return env
+    return name
+
+
+def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
+    """Turn one textual value into the field's type, or raise a ConfigError naming ``key``."""
+    if raw is None:
+        return None
+    if name in _SIZE_FIELDS:
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            value = int(raw)
+        else:
+            value = parse_size(str(raw), name=key)
+        if name == "max_payload" and value == 0:
+            return None
+        return value
+    text = str(raw).strip()
+    default = getattr(Settings(), name)
+    if name == "context_window" and text.lower() in {"", "none", "auto", "0"}:
+        return None
+    if isinstance(default, float):
+        try:
+            value_f = float(text)
+        except ValueError:
+            raise ConfigError(
+                f"{key}={raw!r} is not a number; expected a decimal such as 0.5."
+            ) from None
+        if not math.isfinite(value_f):
+            raise ConfigError(f"{key}={raw!r} is not a finite number; expected e.g. 0.5.")
+        return value_f
+    try:
+        value_i = int(text.replace("_", ""))
+    except ValueError:
+        hint = "a whole number of tokens such as 128000" if name == "context_window" \
+            else "a whole number such as 3"
+        raise ConfigError(f"{key}={raw!r} is not a whole number; expected {hint}.") from None
+    if value_i < 0:
+        raise ConfigError(f"{key}={raw!r} must not be negative; expected a whole number ≥ 1.")
+    return value_i

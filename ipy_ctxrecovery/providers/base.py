@@ -1,0 +1,80 @@
+"""The provider seam: one ``send`` method, plus ``encode`` for the exact request bytes.
+
+A provider hides a wire format. ``encode(request)`` returns the exact serialized body
+bytes the SDK will put on the wire (pre-flight measures these); ``send`` performs the
+request and either returns a :class:`Response` or raises :class:`ChatError` whose
+``failure`` was classified with ``request_bytes`` attached. SDK exceptions never cross
+this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from ..catalogue import ModelInfo
+from ..history import History, Message
+
+__all__ = ["Provider", "Request", "Response", "StopReason", "TextCallback", "ToolSpec", "Usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model: name, description, JSON-schema ``parameters``."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    messages: History
+    max_tokens: int | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = True
+
+
+class StopReason(StrEnum):
+    """Why the model stopped, neutral across wire formats."""
+
+    END = "end"                 # openai "stop", anthropic "end_turn"/"stop_sequence"
+    LENGTH = "length"           # openai "length", anthropic "max_tokens"
+    TOOL_CALLS = "tool_calls"   # openai "tool_calls", anthropic "tool_use"
+    FILTERED = "content_filter"  # openai "content_filter", anthropic "refusal"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    message: Message            # the assistant message (text, reasoning, tool calls)
+    stop: StopReason
+    usage: Usage
+    body_bytes: int             # size of the request body that produced it
+    raw_stop: str | None = None
+
+
+TextCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    model: str                  # full spec, e.g. "openai:gpt-4o-mini", "emulator"
+    info: ModelInfo
+
+    def encode(self, request: Request) -> bytes:
+        """The exact request body bytes ``send`` would put on the wire."""
+        ...
+
+    def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        """Send; stream text deltas to ``on_text``; raise ChatError on failure."""
+        ...
