@@ -31,7 +31,24 @@ _EXPORTS = {
     "Emulator": "emulator",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__", "load_ipython_extension", "unload_ipython_extension"])
+__all__ = [
+    "ChatError",
+    "ChatSession",
+    "ConfigError",
+    "CtxRecoveryError",
+    "Emulator",
+    "Failure",
+    "FailureKind",
+    "Message",
+    "Reply",
+    "Settings",
+    "__version__",
+    "chat_tool",
+    "classify",
+    "load_ipython_extension",
+    "parse_size",
+    "unload_ipython_extension",
+]
 
 if TYPE_CHECKING:
     from .config import Settings, parse_size

@@ -1,0 +1,160 @@
+"""Settings, parse_size and CHATCLI_* parsing (SPEC §8, issue 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipy_ctxrecovery.config import ENV_VARS, Settings, format_size, parse_size
+from ipy_ctxrecovery.errors import ConfigError, CtxRecoveryError
+
+MB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("5MB", 5 * MB),
+        ("5", 5 * MB),
+        ("2.5", int(2.5 * MB)),
+        ("512KB", 512 * 1024),
+        ("512K", 512 * 1024),
+        ("2.5MB", int(2.5 * MB)),
+        ("1GB", 1024 * MB),
+        ("1024B", 1024),
+        ("5 mb", 5 * MB),
+        ("5MiB", 5 * MB),
+        (" 5MB ", 5 * MB),
+        ("0", 0),
+    ],
+)
+def test_parse_size_accepts_the_documented_forms(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "   ", "abc", "-5MB", "-1", "5XB", "1,5MB", "nan", "inf", "MB"])
+def test_parse_size_rejects_garbage_with_config_error(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_size(text, name="CHATCLI_MAX_PAYLOAD")
+    message = str(info.value)
+    assert "CHATCLI_MAX_PAYLOAD" in message
+    assert "5MB" in message and "512KB" in message  # the accepted forms
+
+
+def test_defaults_are_the_specs() -> None:
+    s = Settings()
+    assert (s.max_recovery_attempts, s.max_token_escalations, s.emergency_keep_messages) == (3, 2, 10)
+    assert s.max_payload is None and s.context_window is None
+    assert (s.microcompact_truncate_turns, s.microcompact_summarize_turns) == (2, 4)
+    assert (s.turn_budget_chars, s.per_result_max_chars) == (200_000, 20_000)
+    assert s.preflight_cap_fraction == 0.85 and s.preflight_budget_ratio == 0.40
+    assert s.no_cap_warn_bytes == int(2.5 * MB)
+    assert s.likely_payload_min_bytes == 500 * 1024
+    assert s.assumed_cap_bytes == 4 * MB
+    assert s.aggressive_assistant_max_chars == 5_000
+    assert s.nuclear_keep_messages == 4
+    s.validate()
+
+
+def test_from_env_reads_every_variable() -> None:
+    env = {
+        "CHATCLI_CONTEXT_WINDOW": "32000",
+        "CHATCLI_MAX_RECOVERY_ATTEMPTS": "5",
+        "CHATCLI_MAX_TOKEN_ESCALATIONS": "1",
+        "CHATCLI_EMERGENCY_KEEP_MESSAGES": "6",
+        "CHATCLI_MAX_PAYLOAD": "512KB",
+        "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "3",
+        "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "6",
+        "UNRELATED": "x",
+    }
+    s = Settings.from_env(env)
+    assert s.context_window == 32000
+    assert s.max_recovery_attempts == 5
+    assert s.max_token_escalations == 1
+    assert s.emergency_keep_messages == 6
+    assert s.max_payload == 512 * 1024
+    assert (s.microcompact_truncate_turns, s.microcompact_summarize_turns) == (3, 6)
+    assert set(ENV_VARS) == {k for k in env if k.startswith("CHATCLI_")}
+
+
+def test_unset_or_empty_keeps_defaults_and_zero_payload_means_no_cap() -> None:
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({name: "" for name in ENV_VARS}) == Settings()
+    assert Settings.from_env({"CHATCLI_MAX_PAYLOAD": "0"}).max_payload is None
+    assert Settings.from_env({"CHATCLI_MAX_PAYLOAD": "5"}).max_payload == 5 * MB
+
+
+def test_from_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "2MB")
+    assert Settings.from_env().max_payload == 2 * MB
+
+
+BAD_VALUES = {
+    "CHATCLI_CONTEXT_WINDOW": ["abc", "-5", "1.5", "12k"],
+    "CHATCLI_MAX_RECOVERY_ATTEMPTS": ["three", "-1", "0", "2.5"],
+    "CHATCLI_MAX_TOKEN_ESCALATIONS": ["x", "-2", "1e3"],
+    "CHATCLI_EMERGENCY_KEEP_MESSAGES": ["ten", "0", "-3"],
+    "CHATCLI_MAX_PAYLOAD": ["abc", "-5MB", "5XB", "1,5MB"],
+    "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": ["two", "0", "-1", "9"],
+    "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": ["four", "1", "-4"],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(n, v) for n, values in BAD_VALUES.items() for v in values]
+)
+def test_each_bad_value_names_its_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: value})
+    assert name in str(info.value)
+    assert "\n" not in str(info.value).strip()
+
+
+def test_relation_error_names_both_variables() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(
+            {"CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "5", "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "3"}
+        )
+    assert "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS" in str(info.value)
+    assert "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS" in str(info.value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(sorted(ENV_VARS)),
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
+    )
+)
+def test_from_env_never_raises_anything_but_config_error(env: dict[str, str]) -> None:
+    try:
+        result = Settings.from_env(env)
+    except ConfigError as e:
+        assert isinstance(e, CtxRecoveryError) and isinstance(e, ValueError)
+    else:
+        result.validate()
+
+
+def test_updated_accepts_field_and_env_names_and_rejects_unknown_keys() -> None:
+    s = Settings().updated({"max_payload": "64KB", "CHATCLI_MAX_RECOVERY_ATTEMPTS": "4"})
+    assert s.max_payload == 64 * 1024 and s.max_recovery_attempts == 4
+    with pytest.raises(ConfigError, match="CHATCLI_NOPE is not a known"):
+        Settings().updated({"CHATCLI_NOPE": "1"})
+
+
+def test_settings_are_frozen_values() -> None:
+    s = Settings()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.max_payload = 5  # type: ignore[misc]
+    assert s.replace(max_payload=10).max_payload == 10
+    assert s.max_payload is None
+
+
+def test_format_size_matches_the_spec_wording() -> None:
+    assert format_size(int(4.2 * MB)) == "4.2 MB"
+    assert format_size(5 * MB) == "5 MB"
+    assert format_size(512 * 1024) == "512 KB"
+    assert format_size(900) == "900 B"
