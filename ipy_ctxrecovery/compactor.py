@@ -1,18 +1,63 @@
 """History compactor (SPEC §7): trim → summarize → apply, with status phases and cancellation.
 
-STUB — contract for the implementer; keep these signatures (or update every caller).
+Three public steps, all pure (the only calls out are ``measure``, ``summarize`` and
+``on_event``):
+
+- :func:`compaction_budget` is the *trigger* (ANCHORS: ``min(window × ratio × bytes/token,
+  0.7 × cap)``) and :func:`compaction_target` the level compaction aims at, a fraction of
+  the trigger, so one compaction buys several turns before the next (ANCHORS weakness 6).
+- :func:`trim` removes reasoning blocks and duplicate content without an LLM.
+- :func:`compact` trims, and if that is not enough replaces the oldest non-system messages
+  with one ``[STRUCTURED SUMMARY — covering N earlier messages]`` user message written by
+  the ``summarize`` callable. The summarizer's input is bounded and its output checked
+  (ANCHORS weakness 7); an unusable summary leaves the history exactly as it was.
+
+Summarizer input bound (``settings.summarizer_input_max_chars``): every message is
+rendered as a short labelled section; a message longer than a quarter of the bound keeps
+its head (¾) and tail (¼) around a ``[… N chars omitted …]`` marker. If the sections still
+exceed the bound, an earlier summary (if any) is always kept, then the most recent
+sections that fit, and a note says how many older messages were omitted. The user's
+``instructions`` (a manual compact) are appended after the bounded part.
+
+The summary's ``N`` counts original conversation messages: a summary that absorbs an
+earlier summary adds the N that one covered, so the header stays true over repeated
+compactions (there is only ever one summary message; earlier ones are summarized again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from .config import Settings
-from .events import EventCallback
-from .history import History
+from .config import Settings, format_size
+from .errors import redact
+from .events import CompactionPhase, EventCallback
+from .history import (
+    TAG_SUMMARY,
+    History,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+    latest_user_index,
+)
 
-__all__ = ["CompactionReport", "Summarizer", "compact", "compaction_budget", "trim"]
+__all__ = [
+    "SUMMARIZE_SYSTEM_PROMPT",
+    "SUMMARY_HEADER",
+    "CompactionReport",
+    "Measure",
+    "Summarizer",
+    "compact",
+    "compaction_budget",
+    "compaction_target",
+    "summary_header",
+    "trim",
+]
 
 Summarizer = Callable[[str], str]
 """Given the bounded text of the messages to summarize (with instructions), return a summary."""
@@ -20,9 +65,63 @@ Summarizer = Callable[[str], str]
 Measure = Callable[[History], int]
 """Size of a history in request-body bytes (the provider's exact encoding)."""
 
+_Phase = Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
+
+SUMMARY_HEADER = "[STRUCTURED SUMMARY — covering {n} earlier messages]"
+
+SUMMARIZE_SYSTEM_PROMPT = """\
+You compress the earlier part of a conversation between a user and an AI assistant that \
+uses tools, so that the conversation can continue within its context limit. You will be \
+given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
+
+Start with the line "[STRUCTURED SUMMARY — covering N earlier messages]", then write these \
+sections, each a heading followed by short bullet points ("none" when there is nothing):
+
+## Files read
+## Files modified
+## Commands run
+## Key decisions
+## Errors and resolutions
+## Current task state
+
+Rules: keep exact file paths, names, identifiers, numbers and error messages; record what \
+was done and what is still pending, not how the conversation went; do not invent anything \
+that is not in the messages; do not answer or continue the conversation; be as short as \
+the facts allow. Write in the language of the conversation."""
+
+# Markers and limits of the summarizer input; see the module docstring for the policy.
+_MESSAGE_SHARE = 4          # one message may use at most 1/4 of the input bound
+_HEAD_SHARE = 0.75          # of a cut message, ¾ head and ¼ tail
+_OMITTED_NOTE = "[{k} older messages ({chars} chars) omitted from this input to bound its size]"
+_NOTE_ROOM = 120            # chars kept free for the omitted note
+
+_PHASE_START = "📦 Compacting history ({n} msgs, {before} → target {target})"
+_PHASE_TRIM = "🧹 Trim: removing reasoning/dedup (no LLM)…"
+_PHASE_SUMMARIZE = "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…"
+_PHASE_APPLIED = "✓ Summary applied ({n0} → {n1} msgs, {b0} → {b1})"
+_PHASE_TRIM_APPLIED = "✓ Trim applied, no LLM needed ({n0} → {n1} msgs, {b0} → {b1})"
+_PHASE_NOTHING = "✓ History already within target ({n0} msgs, {b0}) — nothing to compact"
+_PHASE_REJECTED = "✗ Compaction rejected: {reason} — history kept as it was"
+_PHASE_CANCELLED = "✗ Compaction cancelled — history left exactly as it was"
+
+_HEADER_RE = re.compile(
+    r"\[\s*STRUCTURED SUMMARY\s*[—–-]+\s*covering\s+(\d+)\s+earlier\s+messages?\s*\]",
+    re.IGNORECASE,
+)
+# A header line the summarizer may have written itself (possibly as a markdown heading).
+_LEADING_HEADER_RE = re.compile(r"\A[\s#*_>`]*\[?\s*STRUCTURED SUMMARY\b[^\n]*(\n|\Z)",
+                                re.IGNORECASE)
+_REFUSALS = (
+    "i can't", "i cannot", "i can not", "i'm sorry", "i am sorry", "sorry,", "sorry ",
+    "i apologize", "i'm unable", "i am unable", "i won't", "i will not", "i'm not able",
+    "i am not able", "as an ai",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionReport:
+    """What :func:`compact` did. ``applied`` is False exactly when the history is unchanged."""
+
     applied: bool
     before_messages: int
     after_messages: int
@@ -33,19 +132,359 @@ class CompactionReport:
     rejected_reason: str | None = None
 
 
+# -- budget ---------------------------------------------------------------------------------
+
 def compaction_budget(settings: Settings, *, window_tokens: int, bytes_per_token: float,
                       cap: int | None, ratio: float) -> int:
-    """Trigger in bytes: ``min(window × ratio × bytes/token, cap_budget_fraction × cap)``."""
-    raise NotImplementedError
+    """Trigger in bytes: ``min(window × ratio × bytes/token, cap_budget_fraction × cap)``.
 
+    ``ratio`` is ``settings.chat_budget_ratio`` in chat, ``manual_compact_ratio`` for a
+    manual compact, ``preflight_budget_ratio`` after a pre-flight hit. ``cap`` None means
+    no payload cap, so only the window term applies.
+    """
+    budget = window_tokens * ratio * bytes_per_token
+    if cap is not None:
+        budget = min(budget, settings.cap_budget_fraction * cap)
+    return max(0, int(budget))
+
+
+def compaction_target(trigger: int, settings: Settings) -> int:
+    """Where compaction aims: ``compaction_target_fraction × trigger`` (hysteresis)."""
+    return max(0, int(trigger * settings.compaction_target_fraction))
+
+
+def summary_header(covered: int) -> str:
+    """``[STRUCTURED SUMMARY — covering N earlier messages]``."""
+    return SUMMARY_HEADER.format(n=covered)
+
+
+# -- trim -----------------------------------------------------------------------------------
 
 def trim(history: History) -> tuple[History, int]:
-    """Remove reasoning blocks and duplicate content without an LLM; returns blocks removed."""
-    raise NotImplementedError
+    """Remove reasoning blocks and duplicate content without an LLM; returns blocks removed.
 
+    - Reasoning blocks go from assistant messages *before* the latest user request; those
+      of the turn in progress stay (Anthropic requires the thinking block of an unfinished
+      tool loop to be sent back). An assistant message left with no block is dropped; one
+      with tool calls always keeps them.
+    - A tool result identical to a later one becomes a one-line pointer to the later copy
+      (only when the pointer is shorter); the tool message itself stays, so pairing holds.
+    - Of two adjacent identical user messages (a re-sent request) the earlier is dropped.
+
+    System messages, tagged messages' content and the latest user request are never
+    touched; the input is not modified.
+    """
+    latest = latest_user_index(history)
+    removed = 0
+
+    stripped: list[Message] = []
+    for i, m in enumerate(history):
+        if m.role is Role.ASSISTANT and (latest is None or i < latest) \
+                and any(isinstance(b, Reasoning) for b in m.blocks):
+            kept = tuple(b for b in m.blocks if not isinstance(b, Reasoning))
+            removed += len(m.blocks) - len(kept)
+            if not kept:
+                continue        # reasoning was all it held: nothing left to send
+            m = m.with_blocks(kept)
+        stripped.append(m)
+
+    # Tool results: newest first, so the latest copy of a content is the one kept.
+    latest_copy: dict[str, ToolResult] = {}
+    for i in range(len(stripped) - 1, -1, -1):
+        m = stripped[i]
+        result = m.tool_result
+        if m.role is not Role.TOOL or m.tag is not None or result is None or not result.content:
+            continue
+        later = latest_copy.get(result.content)
+        if later is None:
+            latest_copy[result.content] = result
+            continue
+        pointer = _duplicate_pointer(later, len(result.content))
+        if len(pointer) < len(result.content) and \
+                len(pointer.encode("utf-8")) < len(result.content.encode("utf-8")):
+            stripped[i] = m.with_blocks(
+                ToolResult(result.call_id, pointer, result.is_error, result.name)
+                if isinstance(b, ToolResult) else b
+                for b in m.blocks
+            )
+            removed += 1
+
+    out: list[Message] = []
+    for i, m in enumerate(stripped):
+        nxt = stripped[i + 1] if i + 1 < len(stripped) else None
+        if m.role is Role.USER and nxt is not None and nxt == m:
+            removed += len(m.blocks)
+            continue            # the later identical copy stays (it may be the latest request)
+        out.append(m)
+
+    return (history if not removed else tuple(out)), removed
+
+
+def _duplicate_pointer(later: ToolResult, chars: int) -> str:
+    tool = f"{later.name} " if later.name else ""
+    return (f"[Duplicate tool result omitted ({chars} chars): identical to the later "
+            f"{tool}result of call {later.call_id}]")
+
+
+# -- compact --------------------------------------------------------------------------------
 
 def compact(history: History, *, target_bytes: int, measure: Measure, summarize: Summarizer,
             settings: Settings, on_event: EventCallback | None = None,
-            instructions: str | None = None) -> tuple[History, CompactionReport]:
-    """Compact ``history`` to at most ``target_bytes``; on KeyboardInterrupt re-raise, untouched."""
-    raise NotImplementedError
+            instructions: str | None = None, force_summary: bool = False,
+            should_cancel: Callable[[], bool] | None = None,
+            ) -> tuple[History, CompactionReport]:
+    """Compact ``history`` to at most ``target_bytes``; on KeyboardInterrupt re-raise, untouched.
+
+    Phases (each an :class:`~.events.CompactionPhase` through ``on_event``): ``start``,
+    ``trim``; then, when trim alone does not reach the target (or ``force_summary``, for
+    a manual compact), ``summarize`` and ``applied`` — or ``rejected`` (the history is
+    returned unchanged, ``applied=False``) or ``cancelled`` (``KeyboardInterrupt`` from
+    ``summarize``, or ``should_cancel()`` true before or after it: the interrupt is
+    re-raised and nothing is returned). A summary that fits nowhere below the target is
+    still applied when it shrinks the history; ``after_bytes`` tells the caller.
+    """
+    emit = on_event or _ignore
+    n0 = len(history)
+    b0 = measure(history)
+
+    def phase(kind: _Phase, message: str, *, n1: int | None = None,
+              b1: int | None = None) -> None:
+        emit(CompactionPhase(message=message, phase=kind,
+                             before_messages=n0, after_messages=n1, before_bytes=b0,
+                             after_bytes=b1, target_bytes=target_bytes))
+
+    def unchanged(reason: str, trimmed_blocks: int = 0) -> tuple[History, CompactionReport]:
+        phase("rejected", _PHASE_REJECTED.format(reason=reason), n1=n0, b1=b0)
+        return history, CompactionReport(False, n0, n0, b0, b0, 0, trimmed_blocks, reason)
+
+    phase("start", _PHASE_START.format(n=n0, before=format_size(b0),
+                                       target=format_size(target_bytes)))
+    phase("trim", _PHASE_TRIM)
+    base, trimmed_blocks = trim(history)
+    base_bytes = measure(base) if trimmed_blocks else b0
+    if base_bytes > b0:         # an encoding quirk made the trim larger: do without it
+        base, trimmed_blocks, base_bytes = history, 0, b0
+
+    if base_bytes <= target_bytes and not force_summary:
+        if not trimmed_blocks:
+            phase("applied", _PHASE_NOTHING.format(n0=n0, b0=format_size(b0)), n1=n0, b1=b0)
+            return history, CompactionReport(False, n0, n0, b0, b0)
+        phase("applied", _PHASE_TRIM_APPLIED.format(
+            n0=n0, n1=len(base), b0=format_size(b0), b1=format_size(base_bytes)),
+            n1=len(base), b1=base_bytes)
+        return base, CompactionReport(True, n0, len(base), b0, base_bytes, 0, trimmed_blocks)
+
+    units = _summarizable_units(base)
+    if not units:
+        return unchanged("nothing older than the latest request to summarize", trimmed_blocks)
+    k = _choose_split(base, units, target_bytes, measure, settings)
+    chosen = [i for unit in units[:k] for i in unit]
+    old = [base[i] for i in chosen]
+    replaced_chars = sum(m.char_size() for m in old)
+    covered = sum(_covered(m) for m in old)
+
+    phase("summarize", _PHASE_SUMMARIZE)
+    request = _summarizer_input(old, settings, instructions)
+    try:
+        _check_cancel(should_cancel)
+        raw = summarize(request)
+        _check_cancel(should_cancel)
+    except KeyboardInterrupt:
+        phase("cancelled", _PHASE_CANCELLED, n1=n0, b1=b0)
+        raise
+    except Exception as e:  # a provider failure rejects the summary; the turn goes on
+        return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})",
+                         trimmed_blocks)
+
+    text, reason = _normalize_summary(raw, covered, settings, replaced_chars)
+    if text is None:
+        return unchanged(reason or "unusable summary", trimmed_blocks)
+    summary = Message(Role.USER, (Text(text),), tag=TAG_SUMMARY,
+                      meta={"covered_messages": covered})
+    result = _replace(base, set(chosen), summary)
+    b1 = measure(result)
+    if b1 >= base_bytes:
+        return unchanged("the summary does not make the history smaller", trimmed_blocks)
+    phase("applied", _PHASE_APPLIED.format(n0=n0, n1=len(result), b0=format_size(b0),
+                                           b1=format_size(b1)), n1=len(result), b1=b1)
+    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)
+
+
+def _ignore(_event: object) -> None:
+    return None
+
+
+def _check_cancel(should_cancel: Callable[[], bool] | None) -> None:
+    if should_cancel is not None and should_cancel():
+        raise KeyboardInterrupt("compaction cancelled")
+
+
+def _summarizable_units(history: History) -> list[list[int]]:
+    """Non-system messages before the latest user request, in units never split apart.
+
+    A unit is one message, or an assistant message with tool calls plus the tool messages
+    right after it: a call and its results are summarized together or kept together.
+    """
+    latest = latest_user_index(history)
+    end = len(history) if latest is None else latest
+    units: list[list[int]] = []
+    i = 0
+    while i < end:
+        m = history[i]
+        if m.role is Role.SYSTEM:
+            i += 1
+            continue
+        unit = [i]
+        i += 1
+        if m.role is Role.ASSISTANT and m.tool_calls:
+            while i < end and history[i].role is Role.TOOL:
+                unit.append(i)
+                i += 1
+        units.append(unit)
+    return units
+
+
+def _replace(history: History, chosen: set[int], summary: Message) -> History:
+    """``history`` with the ``chosen`` messages replaced by ``summary`` at the first one's place.
+
+    System messages are never chosen, so they all stay, in order.
+    """
+    first = min(chosen)
+    out: list[Message] = []
+    for i, m in enumerate(history):
+        if i == first:
+            out.append(summary)
+        elif i not in chosen:
+            out.append(m)
+    return tuple(out)
+
+
+def _choose_split(history: History, units: list[list[int]], target: int, measure: Measure,
+                  settings: Settings) -> int:
+    """Fewest oldest units whose replacement by a summary brings the history to ``target``.
+
+    The summary's size is not known before the LLM writes it, so it is reserved at its
+    maximum (``summary_max_chars``, or the replaced text if that is smaller). Size falls as
+    more units are replaced, so a binary search needs few ``measure`` calls. When nothing
+    fits, everything summarizable is summarized.
+    """
+    prefix_chars: list[int] = []
+    total = 0
+    for unit in units:
+        total += sum(history[i].char_size() for i in unit)
+        prefix_chars.append(total)
+
+    def fits(k: int) -> bool:
+        chosen = {i for unit in units[:k] for i in unit}
+        reserve = min(settings.summary_max_chars, prefix_chars[k - 1])
+        placeholder = Message(Role.USER, (Text(summary_header(0) + "x" * reserve),),
+                              tag=TAG_SUMMARY)
+        return measure(_replace(history, chosen, placeholder)) <= target
+
+    lo, hi = 1, len(units)
+    if not fits(hi):
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _covered(message: Message) -> int:
+    """How many original messages ``message`` stands for (an earlier summary: its N)."""
+    if message.tag == TAG_SUMMARY:
+        meta_n = message.meta.get("covered_messages") if message.meta else None
+        if isinstance(meta_n, int) and meta_n > 0:
+            return meta_n
+        found = _HEADER_RE.search(message.text)
+        if found:
+            return max(1, int(found.group(1)))
+    return 1
+
+
+# -- the summarizer's input and output ------------------------------------------------------
+
+def _render(message: Message) -> str:
+    if message.tag == TAG_SUMMARY:
+        label = "earlier summary"
+    elif message.role is Role.TOOL:
+        r = message.tool_result
+        who = (r.name or r.call_id) if r else "?"
+        label = f"tool result ({who}{', error' if r is not None and r.is_error else ''})"
+    else:
+        label = message.role.value + (f" ({message.tag})" if message.tag else "")
+    parts = [message.text]
+    for b in message.blocks:
+        if isinstance(b, ToolCall):
+            parts.append(f"[tool call {b.name} {b.arguments}]")
+    body = "\n".join(p for p in parts if p)
+    return f"--- {label} ---\n{body}"
+
+
+def _cut_middle(text: str, limit: int) -> str:
+    """Head and tail of ``text`` within about ``limit`` chars (str slices never split a char)."""
+    if len(text) <= limit:
+        return text
+    head = int(limit * _HEAD_SHARE)
+    tail = max(0, limit - head)
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[… {omitted} chars omitted …]\n{text[len(text) - tail:]}"
+
+
+def _summarizer_input(messages: Sequence[Message], settings: Settings,
+                      instructions: str | None) -> str:
+    """The bounded text sent to the summarizer (policy in the module docstring)."""
+    bound = settings.summarizer_input_max_chars
+    preamble = (f"Summarize these {len(messages)} earlier messages of the conversation "
+                "(oldest first).\n\n")
+    per_message = max(1, bound // _MESSAGE_SHARE)
+    pieces = [_cut_middle(_render(m), per_message) for m in messages]
+    sep = "\n\n"
+    room = bound - len(preamble)
+
+    pinned: list[str] = []
+    rest = pieces
+    if messages and messages[0].tag == TAG_SUMMARY:
+        pinned, rest = pieces[:1], pieces[1:]
+    body = sep.join(pinned + rest)
+    if len(body) > room:
+        used = sum(len(p) + len(sep) for p in pinned) + _NOTE_ROOM
+        kept: list[str] = []
+        for piece in reversed(rest):
+            if used + len(piece) + len(sep) > room:
+                break
+            kept.append(piece)
+            used += len(piece) + len(sep)
+        kept.reverse()
+        omitted = rest[:len(rest) - len(kept)]
+        note = _OMITTED_NOTE.format(k=len(omitted), chars=sum(len(p) for p in omitted))
+        body = sep.join([*pinned, note, *kept])
+        if len(body) > room:    # only with a tiny bound: keep the most recent text
+            body = body[len(body) - max(0, room):] if room > 0 else ""
+    text = (preamble + body)[:bound]
+    if instructions and instructions.strip():
+        text += f"\n\nAdditional instructions for this summary: {instructions.strip()}"
+    return text
+
+
+def _normalize_summary(raw: str, covered: int, settings: Settings,
+                       replaced_chars: int) -> tuple[str | None, str | None]:
+    """The summary with the correct header, or (None, why it is unusable)."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None, "the summary is empty"
+    body = _LEADING_HEADER_RE.sub("", raw.strip(), count=1).strip()
+    if not body:
+        return None, "the summary is empty"
+    opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()
+    if opening.startswith(_REFUSALS):
+        return None, "the summarizer refused"
+    text = f"{summary_header(covered)}\n{body}"
+    if len(text) > settings.summary_max_chars:
+        return None, (f"the summary is too long ({len(text)} chars > "
+                      f"{settings.summary_max_chars})")
+    if len(text) >= replaced_chars:
+        return None, "the summary is not smaller than the messages it replaces"
+    return text, None
