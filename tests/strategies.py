@@ -29,6 +29,7 @@ never drawn character by character.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -62,10 +63,16 @@ RESULT_KINDS: tuple[str, ...] = ("text", "json", "traceback", "diff", "csv", "ht
 _TOOL_NAMES = ("read_file", "run_shell", "grep", "list_dir", "python")
 
 
+_PIECE = st.sampled_from(_ASCII_PIECES + MULTIBYTE_PIECES)
+
+
+@functools.cache
 def multibyte_text(*, min_pieces: int = 0, max_pieces: int = 12) -> st.SearchStrategy[str]:
-    """Short text from ASCII and multibyte pieces (never lone surrogates)."""
-    piece = st.one_of(st.sampled_from(_ASCII_PIECES), st.sampled_from(MULTIBYTE_PIECES))
-    return st.lists(piece, min_size=min_pieces, max_size=max_pieces).map("".join)
+    """Short text from ASCII and multibyte pieces (never lone surrogates).
+
+    Cached: building strategies afresh on every draw dominated generation time.
+    """
+    return st.lists(_PIECE, min_size=min_pieces, max_size=max_pieces).map("".join)
 
 
 def _build_content(kind: str, seed: str, size: int) -> str:
