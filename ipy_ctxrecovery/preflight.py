@@ -1,41 +1,110 @@
 """Pre-flight (SPEC §2): measure the request before it leaves; caps and the token estimate.
 
-``Caps`` and ``TokenEstimator`` are small mutable objects owned by one session.
-STUB — contract for the implementer; keep these signatures (or update every caller).
+``Caps`` and ``TokenEstimator`` are small mutable objects owned by one session (never
+module globals, never the environment — ANCHORS 4). :func:`check` is pure: it reads them
+and says what to do with a request of ``body_bytes`` serialized bytes (ANCHORS 5: the
+wire body, not a character count).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import Settings
+from .config import Settings, format_size
 
-__all__ = ["Caps", "PreflightResult", "TokenEstimator", "check"]
+__all__ = [
+    "CALIBRATION_RECENT_WEIGHT",
+    "MAX_BYTES_PER_TOKEN",
+    "MIN_BYTES_PER_TOKEN",
+    "MIN_WINDOW_BUDGET_RATIO",
+    "Caps",
+    "PreflightResult",
+    "TokenEstimator",
+    "check",
+    "warning_line",
+]
+
+CapSource = Literal["configured", "learned", "assumed"]
+
+MIN_BYTES_PER_TOKEN = 1.0
+MAX_BYTES_PER_TOKEN = 10.0
+"""Sane range for a calibrated bytes/token ratio; a sample outside it is clamped."""
+
+CALIBRATION_RECENT_WEIGHT = 0.3
+"""Weight of the newest sample once several are known (an exponential moving average),
+so the estimate follows a conversation whose content changes (code, prose, CJK)."""
+
+MIN_WINDOW_BUDGET_RATIO = 0.1
+"""A window hit never asks for a compaction budget below this share of the window (a
+``max_tokens`` close to the window is the thing to lower then, not the history)."""
 
 
 @dataclass
 class Caps:
-    """The payload cap of one session: configured, learned between ok/rejected, or assumed."""
+    """The payload cap of one session: configured, learned between ok/rejected, or assumed.
+
+    The learned cap lies between the largest body that succeeded and the smallest that
+    was rejected: ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
+    strictly below ``smallest_rejected``. A rejection below a configured cap proves the
+    configured value too high, so the learned cap then wins (source "learned").
+    """
 
     configured: int | None = None
     assumed: int | None = None
     largest_ok: int = 0
     smallest_rejected: int | None = None
+    learned_fraction: float = 0.75
 
-    def effective(self) -> int | None:
-        raise NotImplementedError
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Caps:
+        return cls(configured=settings.max_payload,
+                   learned_fraction=settings.learned_cap_fraction)
 
     @property
-    def source(self) -> Literal["configured", "learned", "assumed"] | None:
-        raise NotImplementedError
+    def learned(self) -> int | None:
+        """The cap learned from a rejection, or None when nothing was rejected."""
+        rejected = self.smallest_rejected
+        if rejected is None:
+            return None
+        value = max(self.largest_ok, int(rejected * self.learned_fraction))
+        return max(0, min(value, rejected - 1))
+
+    def effective(self) -> int | None:
+        learned = self.learned
+        if self.configured is not None:
+            if learned is not None and learned < self.configured:
+                return learned
+            return self.configured
+        if learned is not None:
+            return learned
+        return self.assumed
+
+    @property
+    def source(self) -> CapSource | None:
+        learned = self.learned
+        if self.configured is not None:
+            return "learned" if learned is not None and learned < self.configured \
+                else "configured"
+        if learned is not None:
+            return "learned"
+        return "assumed" if self.assumed is not None else None
 
     def record_success(self, body_bytes: int) -> None:
-        raise NotImplementedError
+        """A body of this size went through. A success at or above the smallest rejected
+        size contradicts that rejection (it was not about size), so it is forgotten."""
+        self.largest_ok = max(self.largest_ok, body_bytes)
+        if self.smallest_rejected is not None and body_bytes >= self.smallest_rejected:
+            self.smallest_rejected = None
 
     def record_rejection(self, body_bytes: int | None) -> int | None:
         """Remember a rejected size; return the newly learned cap (or None)."""
-        raise NotImplementedError
+        if body_bytes is None or body_bytes <= 0:
+            return None
+        if self.smallest_rejected is None or body_bytes < self.smallest_rejected:
+            self.smallest_rejected = body_bytes
+        return self.learned
 
 
 @dataclass
@@ -45,14 +114,30 @@ class TokenEstimator:
     bytes_per_token: float = 4.0
     samples: int = 0
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenEstimator:
+        return cls(bytes_per_token=settings.chars_per_token)
+
     def estimate(self, body_bytes: int) -> int:
-        raise NotImplementedError
+        """Tokens for ``body_bytes``, rounded up (an overflow is caught, not missed)."""
+        if body_bytes <= 0:
+            return 0
+        return math.ceil(body_bytes / self.bytes_per_token)
 
     def bytes_for(self, tokens: int) -> int:
-        raise NotImplementedError
+        """Bytes that ``tokens`` tokens are expected to take, rounded down."""
+        return max(0, math.floor(tokens * self.bytes_per_token))
 
     def calibrate(self, body_bytes: int, prompt_tokens: int) -> None:
-        raise NotImplementedError
+        """Fold in one (request body bytes, reported prompt tokens) sample."""
+        if body_bytes <= 0 or prompt_tokens <= 0:
+            return
+        sample = min(MAX_BYTES_PER_TOKEN, max(MIN_BYTES_PER_TOKEN, body_bytes / prompt_tokens))
+        # The first sample replaces the heuristic outright; later ones are averaged with
+        # more weight on recent requests (1/n until that drops below the recent weight).
+        weight = max(1.0 / (self.samples + 1), CALIBRATION_RECENT_WEIGHT)
+        self.bytes_per_token += weight * (sample - self.bytes_per_token)
+        self.samples += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +149,53 @@ class PreflightResult:
     action: Literal["ok", "compact", "warn"]
     budget_ratio: float | None = None     # 0.40 after a cap hit
     message: str | None = None            # the SPEC's ℹ line, when there is one
+    warned: bool = False                  # the one-shot no-cap warning is in ``message``
+
+
+def warning_line(body_bytes: int) -> str:
+    """SPEC §2's one-shot warning when no cap is configured."""
+    return (f"ℹ history {format_size(body_bytes)} — if your network has a proxy/gateway, "
+            "export CHATCLI_MAX_PAYLOAD=5MB (set it to the proxy's limit)")
 
 
 def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEstimator,
           window_tokens: int, max_tokens: int | None, warned: bool) -> PreflightResult:
-    """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check."""
-    raise NotImplementedError
+    """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check.
+
+    ``warned``: the session already showed the no-cap warning (it is shown once per
+    session; the result's ``warned`` tells the session to remember it).
+    Window hit: the estimated prompt plus ``max_tokens`` would not fit; the suggested
+    ``budget_ratio`` leaves room for ``max_tokens``.
+    """
+    cap = caps.effective()
+    est = estimator.estimate(body_bytes)
+    reserve = max_tokens or 0
+    lines: list[str] = []
+    ratio: float | None = None
+    action: Literal["ok", "compact", "warn"] = "ok"
+
+    if cap is not None and body_bytes > settings.preflight_cap_fraction * cap:
+        percent = round(100 * body_bytes / cap)
+        lines.append(f"ℹ pre-flight: history {format_size(body_bytes)} ≈ {percent}% of "
+                     f"{caps.source} cap ({format_size(cap)}) — compacting")
+        action, ratio = "compact", settings.preflight_budget_ratio
+
+    if est + reserve > window_tokens:
+        room = (window_tokens - reserve) / window_tokens if window_tokens > 0 else 0.0
+        # Compaction must leave room for the answer.
+        window_ratio = min(settings.chat_budget_ratio, max(room, MIN_WINDOW_BUDGET_RATIO))
+        what = f"≈{est:,} tokens" + (f" + max_tokens {reserve:,}" if reserve else "")
+        lines.append(f"ℹ pre-flight: {what} > context window {window_tokens:,} tokens — "
+                     "compacting")
+        action = "compact"
+        ratio = window_ratio if ratio is None else min(ratio, window_ratio)
+
+    give_warning = cap is None and body_bytes > settings.no_cap_warn_bytes and not warned
+    if give_warning:
+        lines.append(warning_line(body_bytes))
+        if action == "ok":
+            action = "warn"
+
+    return PreflightResult(body_bytes=body_bytes, est_tokens=est, cap=cap, window=window_tokens,
+                           action=action, budget_ratio=ratio,
+                           message="\n".join(lines) if lines else None, warned=give_warning)
