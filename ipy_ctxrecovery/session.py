@@ -1,0 +1,694 @@
+"""ChatSession: the turn loop that ties the recovery core, the tools and a provider together.
+
+One :meth:`ChatSession.send` is one user turn::
+
+    pre-flight (exact body bytes) → microcompact → tool-result budget → compaction if over
+    budget → send → on failure: auth → refresh once; transient → retry with backoff;
+    output_limit → clamp max_tokens; recoverable → ladder (exact fit first), resend
+    → on a max_tokens stop: escalate, continue, stitch → on tool calls: run the tools,
+    append their results, go round again (at most ``settings.max_tool_rounds``).
+
+Every step is a pure function of the history; the session swaps the new history in only
+when the whole turn succeeded, so a failed turn leaves :attr:`ChatSession.history` exactly
+as it was (the user's message stays in the transcript, on disk).
+
+What the transcript records (``transcript.py``): the user's messages, each assistant
+message as the user sees it — an answer cut by ``max_tokens`` and continued is **one**
+stitched message; the partial answers and the continuation prompts are not recorded —
+the assistant's tool calls and the **full** tool results (before any budget preview).
+Messages the package writes for the model (SYSTEM NOTICE, summaries) live only in the
+working history and its snapshot.
+
+All learned state (caps, token calibration, the one-shot warnings, the payload notice)
+belongs to the session object: two sessions in one process never affect each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import budget, compactor, escalation, ladder, microcompact, preflight
+from .catalogue import ModelInfo
+from .config import Settings, format_size
+from .errors import ChatError, CtxRecoveryError, Failure, FailureKind, redact
+from .events import (
+    BudgetApplied,
+    CapChanged,
+    Escalation,
+    Event,
+    EventCallback,
+    Failed,
+    LadderStep,
+    MicrocompactApplied,
+    NoticeInjected,
+    Preflight,
+    Recovered,
+    Retrying,
+    ToolRun,
+    TurnFinished,
+)
+from .history import TAG_CONTINUATION, History, Message, Role, ToolCall
+from .providers.base import Provider, Request, Response, StopReason, TextCallback, Usage
+from .tools import Tool, as_tool, make_read_file
+from .transcript import Transcript
+
+__all__ = ["ChatSession", "Reply", "SessionStatus"]
+
+_BACKOFF_BASE_SECONDS = 1.0
+"""First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
+_BACKOFF_MAX_SECONDS = 30.0
+_PARTIAL = "partial_answer"
+"""``meta`` key marking the partial assistant answer inside a continuation request."""
+_TOOL_LIMIT_RESULT = (
+    "[Tool call not run: this turn reached its limit of {n} tool rounds. "
+    "Answer with what you have so far.]"
+)
+_session_counter = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The assistant's answer to one :meth:`ChatSession.send`."""
+
+    text: str
+    finish_reason: str
+    usage: Usage
+    actions: tuple[str, ...] = ()
+    model: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """Where a session stands: sizes against window and cap, counts, totals."""
+
+    name: str
+    model: str
+    history_bytes: int
+    est_tokens: int
+    window: int
+    window_guessed: bool
+    cap: int | None
+    cap_source: str | None
+    messages: int
+    transcript_messages: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    compactions: int = 0
+    recoveries: int = 0
+
+    def __str__(self) -> str:
+        window = f"{self.window:,} tokens" + (" (guessed — set CHATCLI_CONTEXT_WINDOW)"
+                                              if self.window_guessed else "")
+        share = f"{100 * self.est_tokens / self.window:.0f}%" if self.window else "?"
+        if self.cap is None:
+            cap = "no payload cap configured"
+        else:
+            cap = (f"{format_size(self.cap)} ({self.cap_source}); history is "
+                   f"{100 * self.history_bytes / self.cap:.0f}% of it")
+        return "\n".join([
+            f"session {self.name} · model {self.model}",
+            f"history: {self.messages} messages, {format_size(self.history_bytes)} "
+            f"≈ {self.est_tokens:,} tokens ({share} of the {window} window)",
+            f"payload cap: {cap}",
+            f"transcript: {self.transcript_messages} messages",
+            f"usage: {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens",
+            f"compactions: {self.compactions} · recoveries: {self.recoveries}",
+        ])
+
+
+@dataclass
+class _Turn:
+    """Mutable bookkeeping of one send (never shared between turns)."""
+
+    actions: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatSession:
+    """A conversation with one model, kept alive through every failure the core can recover."""
+
+    def __init__(self, model: str = "emulator", *, client: Any = None,
+                 settings: Settings | None = None, system: str | None = None,
+                 tools: Iterable[Tool | Callable[..., Any]] = (), max_tokens: int | None = None,
+                 name: str | None = None, emulator: Any = None,
+                 on_event: EventCallback | None = None, provider: Provider | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 files_root: str | os.PathLike[str] | None = None,
+                 builtin_tools: bool = True) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
+        self._client = client
+        self._emulator = emulator
+        self._provider = provider if provider is not None else self._make_provider(model)
+        self.model = self._provider.model
+        self.max_tokens = max_tokens
+        self.system = system
+        self._sleep = sleep
+        self.name = name or _auto_name()
+        self._files = Transcript(self.name)
+        self._store = budget.ResultStore(self._files.results_dir)
+        self._files_root = Path(files_root) if files_root is not None else Path.cwd()
+        self._tools: dict[str, Tool] = {}
+        if builtin_tools:
+            builtin = make_read_file(self._files_root, self._files.results_dir)
+            self._tools[builtin.name] = builtin
+        for t in tools:
+            tool = as_tool(t)
+            self._tools[tool.name] = tool
+        self._subscribers: list[EventCallback] = []
+        if on_event is not None:
+            self._subscribers.append(on_event)
+
+        # Learned state: this session's only.
+        self.caps = preflight.Caps.from_settings(self.settings)
+        self.estimator = preflight.TokenEstimator.from_settings(self.settings)
+        self._warned = False
+        self._payload_notice_sent = False
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self._compactions = 0
+        self._recoveries = 0
+        self._undo: tuple[History, int] | None = None
+        self._encoded: tuple[Request, bytes] | None = None
+        self._last_compaction: compactor.CompactionReport | None = None
+
+        self._history: History = (Message.system(system),) if system else ()
+        self._transcript: list[Message] = list(self._files.messages())
+        if system and not any(m.role is Role.SYSTEM and m.text == system
+                              for m in self._transcript):
+            self._record(Message.system(system))
+        self._files.save_meta({"model": self.model, "system": system})
+        self._files.save_history(self._history)
+
+    # -- construction helpers -------------------------------------------------------------
+    def _make_provider(self, model: str) -> Provider:
+        from . import providers
+
+        factory: Callable[..., Provider] = providers.make_provider  # type: ignore[attr-defined]
+        return factory(model, client=self._client, settings=self.settings,
+                       emulator=self._emulator)
+
+    @classmethod
+    def resume(cls, name: str, **kwargs: Any) -> ChatSession:
+        """Reopen the named session from disk: its transcript and its working history.
+
+        ``kwargs`` are the constructor's (a new ``emulator``/``client``/``provider``...);
+        the model and system prompt default to the stored ones.
+        """
+        if not Transcript.exists(name):
+            raise CtxRecoveryError(
+                f"there is no saved session named {name!r}; start one with "
+                f"ChatSession(name={name!r}).")
+        files = Transcript(name)
+        meta = files.load_meta()
+        if "provider" not in kwargs and meta.get("model"):
+            kwargs.setdefault("model", meta["model"])
+        kwargs.setdefault("system", meta.get("system"))
+        snapshot = files.load_history()
+        session = cls(name=name, **kwargs)
+        if snapshot is not None:
+            session._history = snapshot
+            session._files.save_history(snapshot)
+        return session
+
+    # -- public views ---------------------------------------------------------------------
+    @property
+    def history(self) -> History:
+        """The working history: what the model sees (compacted as needed)."""
+        return self._history
+
+    @property
+    def transcript(self) -> History:
+        """Everything said in this session, never compacted."""
+        return tuple(self._transcript)
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        return tuple(self._tools.values())
+
+    @property
+    def provider(self) -> Provider:
+        return self._provider
+
+    @property
+    def directory(self) -> Path:
+        """The session's private data directory."""
+        return self._files.directory
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._provider.info
+
+    @property
+    def window(self) -> int:
+        return self.settings.context_window or self._provider.info.context_window
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def status(self) -> SessionStatus:
+        body = self._measure(self._history, self.max_tokens)
+        info = self._provider.info
+        return SessionStatus(
+            name=self.name, model=self.model, history_bytes=body,
+            est_tokens=self.estimator.estimate(body), window=self.window,
+            window_guessed=info.guessed and self.settings.context_window is None,
+            cap=self.caps.effective(), cap_source=self.caps.source,
+            messages=len(self._history), transcript_messages=len(self._transcript),
+            prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
+            compactions=self._compactions, recoveries=self._recoveries)
+
+    # -- events ---------------------------------------------------------------------------
+    def _emit(self, event: Event, turn: _Turn | None = None) -> None:
+        if turn is not None and not isinstance(event, TurnFinished) and event.message:
+            turn.actions.append(event.message)
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception as e:  # a display bug must not end the turn, nor go unnoticed
+                warnings.warn(f"event subscriber {callback!r} raised {type(e).__name__}: {e}",
+                              RuntimeWarning, stacklevel=2)
+
+    # -- transcript -----------------------------------------------------------------------
+    def _record(self, message: Message) -> None:
+        self._transcript.append(message)
+        self._files.append(message)
+
+    # -- measuring ------------------------------------------------------------------------
+    def _request(self, history: History, max_tokens: int | None, *, stream: bool = False,
+                 options: Mapping[str, Any] | None = None) -> Request:
+        return Request(messages=history, max_tokens=max_tokens,
+                       tools=tuple(t.spec for t in self._tools.values()),
+                       options=dict(options or {}), stream=stream)
+
+    def _encode(self, request: Request) -> bytes:
+        """The request's body, encoded once (the last encoding is kept for the send)."""
+        if self._encoded is not None and self._encoded[0] is request:
+            return self._encoded[1]
+        body = self._provider.encode(request)
+        self._encoded = (request, body)
+        return body
+
+    def _measure(self, history: History, max_tokens: int | None,
+                 options: Mapping[str, Any] | None = None) -> int:
+        return len(self._provider.encode(self._request(history, max_tokens, options=options)))
+
+    # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
+    def _summarize(self, text: str) -> str:
+        max_tokens = min(self._provider.info.max_output_tokens,
+                         max(1, int(self.settings.summary_max_chars
+                                    / self.settings.chars_per_token)))
+        request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
+                                    Message.user(text)), max_tokens=max_tokens, stream=False)
+        return self._provider.send(request).message.text
+
+    # -- the turn -------------------------------------------------------------------------
+    def send(self, text: str, *, max_tokens: int | None = None, stream: bool = True,
+             on_text: TextCallback | None = None, record: bool = True,
+             options: Mapping[str, Any] | None = None) -> Reply:
+        """Send ``text`` as the user's message and return the assistant's answer.
+
+        Raises :class:`ChatError` (one sentence, secrets redacted) when the request failed
+        for good; the working history is then exactly as before. ``record=False`` sends
+        the exchange without keeping it (history and transcript untouched).
+        """
+        turn = _Turn()
+        user = Message.user(text)
+        if record:
+            self._record(user)
+        working = self._history + (user,)
+        limit = max_tokens if max_tokens is not None else self.max_tokens
+        try:
+            final, answer, stop = self._run_turn(working, limit, turn, stream=stream,
+                                                 on_text=on_text, options=options,
+                                                 record=record)
+        except ChatError as e:
+            self._emit(Failed(message=f"✗ {e}", failure_kind=e.failure.kind.value), turn)
+            raise
+        if record:
+            self._history = final
+            self._files.save_history(final)
+        body = self._measure(final, limit, options)
+        self._emit(TurnFinished(message="", history_bytes=body,
+                                est_tokens=self.estimator.estimate(body), window=self.window,
+                                cap=self.caps.effective()), turn)
+        return Reply(text=answer.text, finish_reason=stop.value,
+                     usage=Usage(turn.prompt_tokens, turn.completion_tokens),
+                     actions=tuple(turn.actions), model=self.model)
+
+    def _run_turn(self, history: History, max_tokens: int | None, turn: _Turn, *,
+                  stream: bool, on_text: TextCallback | None,
+                  options: Mapping[str, Any] | None,
+                  record: bool) -> tuple[History, Message, StopReason]:
+        """Round trips until the model answers without tool calls (or a bound is reached)."""
+        rounds = 0
+        while True:
+            history, answer, stop, max_tokens = self._answer(
+                history, max_tokens, turn, stream=stream, on_text=on_text, options=options)
+            if record:
+                self._record(answer)
+            history = history + (answer,)
+            if not answer.tool_calls:
+                return history, answer, stop
+            rounds += 1
+            results = []
+            for call in answer.tool_calls:
+                if rounds > self.settings.max_tool_rounds:
+                    content = _TOOL_LIMIT_RESULT.format(n=self.settings.max_tool_rounds)
+                    result = Message.tool(call.id, content, is_error=True, name=call.name)
+                else:
+                    result = self._run_tool(call, turn)
+                if record:
+                    self._record(result)
+                results.append(result)
+            history = history + tuple(results)
+            if rounds > self.settings.max_tool_rounds:
+                # The history stays valid (every call answered); the turn ends here.
+                return history, answer, StopReason.TOOL_CALLS
+
+    def _run_tool(self, call: ToolCall, turn: _Turn) -> Message:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            content, is_error = f"Error: there is no tool named {call.name!r} (tools: {known}).", True
+        else:
+            content, is_error = tool.run(call.arguments)
+        self._emit(ToolRun(message=f"🔧 {call.name}: {'ok' if not is_error else 'error'}"
+                           f" ({len(content):,} chars)", name=call.name, ok=not is_error), turn)
+        return Message.tool(call.id, content, is_error=is_error, name=call.name)
+
+    def _answer(self, history: History, max_tokens: int | None, turn: _Turn, *,
+                stream: bool, on_text: TextCallback | None,
+                options: Mapping[str, Any] | None,
+                ) -> tuple[History, Message, StopReason, int | None]:
+        """One answer from the model, continued past ``max_tokens`` stops and stitched.
+
+        Returns the history that was sent (compacted as needed, without the partial answers
+        and continuation prompts), the stitched assistant message, its stop reason and the
+        max_tokens in force afterwards.
+        """
+        parts: list[str] = []
+        escalations = 0
+        while True:
+            request_history = history
+            if parts:
+                partial = Message.assistant(escalation.stitch(parts))
+                partial = Message(partial.role, partial.blocks, meta={_PARTIAL: True})
+                request_history = history + (partial, escalation.continuation_message())
+            sent, response, max_tokens = self._send_recovering(
+                request_history, max_tokens, turn, stream=stream, on_text=on_text,
+                options=options)
+            history = tuple(m for m in sent
+                            if not m.meta.get(_PARTIAL) and m.tag != TAG_CONTINUATION)
+            message = response.message
+            if response.stop is not StopReason.LENGTH:
+                break
+            current = max_tokens or getattr(self._provider, "default_max_tokens", None) \
+                or self._provider.info.max_output_tokens
+            nxt = escalation.next_max_tokens(
+                current, escalations, model_cap=self._provider.info.max_output_tokens,
+                max_escalations=self.settings.max_token_escalations)
+            if nxt is None:
+                break
+            escalations += 1
+            self._emit(Escalation(
+                message=f"↗ answer cut at max_tokens={current:,} — continuing with "
+                        f"max_tokens={nxt:,} (escalation {escalations}/"
+                        f"{self.settings.max_token_escalations})",
+                attempt=escalations, max_tokens=nxt), turn)
+            max_tokens = nxt
+            if message.tool_calls:
+                continue        # a cut tool call cannot be continued: ask again, larger
+            parts.append(message.text)
+        if parts:
+            text = escalation.stitch([*parts, message.text])
+            message = Message.assistant(text, message.tool_calls)
+        return history, message, response.stop, max_tokens
+
+    # -- one request, with recovery ---------------------------------------------------------
+    def _prepare(self, history: History, max_tokens: int | None, turn: _Turn,
+                 options: Mapping[str, Any] | None) -> History:
+        """Pre-flight: microcompact, budget, measure, compact when over budget."""
+        settings = self.settings
+        compacted, mc = microcompact.microcompact(history, settings=settings, store=self._store)
+        if mc.truncated or mc.summarized:
+            history = compacted
+            self._emit(MicrocompactApplied(message=mc.message, truncated=mc.truncated,
+                                           summarized=mc.summarized,
+                                           bytes_freed=mc.bytes_freed), turn)
+        budgeted, br = budget.enforce_budget(
+            history, store=self._store, turn_budget_chars=settings.turn_budget_chars,
+            per_result_max_chars=settings.per_result_max_chars,
+            head_chars=settings.budget_head_chars, tail_chars=settings.budget_tail_chars)
+        if br.replaced:
+            history = budgeted
+            paths = tuple(str(p) for p in br.persisted)
+            self._emit(BudgetApplied(
+                message=f"✂ tool-result budget: {br.replaced} result(s) replaced by previews; "
+                        f"full content saved ({', '.join(paths) or 'already saved'})",
+                replaced=br.replaced, persisted=paths), turn)
+
+        request = self._request(history, max_tokens, options=options)
+        body = len(self._encode(request))
+        pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
+                             window_tokens=self.window, max_tokens=max_tokens,
+                             warned=self._warned)
+        if pf.warned:
+            self._warned = True
+        if pf.message:
+            self._emit(Preflight(message=pf.message, body_bytes=pf.body_bytes,
+                                 est_tokens=pf.est_tokens, cap=pf.cap, window=pf.window,
+                                 action=pf.action), turn)
+        trigger = compactor.compaction_budget(
+            settings, window_tokens=self.window,
+            bytes_per_token=self.estimator.bytes_per_token, cap=self.caps.effective(),
+            ratio=pf.budget_ratio or settings.chat_budget_ratio)
+        if pf.action == "compact" or body > trigger:
+            history = self._compact(history, compactor.compaction_target(trigger, settings),
+                                    max_tokens, turn, options=options)
+        return history
+
+    def _compact(self, history: History, target: int, max_tokens: int | None, turn: _Turn, *,
+                 options: Mapping[str, Any] | None = None, instructions: str | None = None,
+                 force: bool = False) -> History:
+        new, report = compactor.compact(
+            history, target_bytes=target,
+            measure=lambda h: self._measure(h, max_tokens, options),
+            summarize=self._summarize, settings=self.settings,
+            on_event=lambda e: self._emit(e, turn), instructions=instructions,
+            force_summary=force)
+        if report.applied:
+            self._compactions += 1
+        self._last_compaction = report
+        return new
+
+    def _send_recovering(self, history: History, max_tokens: int | None, turn: _Turn, *,
+                         stream: bool, on_text: TextCallback | None,
+                         options: Mapping[str, Any] | None,
+                         ) -> tuple[History, Response, int | None]:
+        """Send one request; recover from failures (SPEC §1 and §3) until it succeeds."""
+        settings = self.settings
+        history = self._prepare(history, max_tokens, turn, options)
+        state = ladder.LadderState(payload_notice_sent=self._payload_notice_sent)
+        auth_retried = False
+        clamped = False
+        transient = 0
+        steps = 0
+        while True:
+            request = self._request(history, max_tokens, stream=stream, options=options)
+            body = len(self._encode(request))
+            try:
+                response = self._provider.send(request, on_text=on_text if stream else None)
+            except ChatError as e:
+                failure = e.failure
+                if failure.request_bytes is None:
+                    failure = _with_bytes(failure, body)
+                kind = failure.kind
+                if kind is FailureKind.AUTH and not auth_retried:
+                    auth_retried = True
+                    self._refresh_provider()
+                    self._emit(Retrying(message="↻ authentication failed — re-reading the "
+                                                "credentials and retrying once",
+                                        attempt=1, wait=0.0, failure_kind=kind.value), turn)
+                    continue
+                if kind is FailureKind.TRANSIENT and transient < settings.transient_retries:
+                    transient += 1
+                    wait = failure.retry_after if failure.retry_after is not None else min(
+                        _BACKOFF_MAX_SECONDS, _BACKOFF_BASE_SECONDS * 2 ** (transient - 1))
+                    self._emit(Retrying(
+                        message=f"↻ {failure.label} — retrying in {wait:.1f}s "
+                                f"({transient}/{settings.transient_retries})",
+                        attempt=transient, wait=wait, failure_kind=kind.value), turn)
+                    self._sleep(wait)
+                    continue
+                if kind is FailureKind.OUTPUT_LIMIT and not clamped and failure.limit_tokens \
+                        and (max_tokens is None or failure.limit_tokens < max_tokens):
+                    clamped = True
+                    self._emit(Retrying(
+                        message=f"↻ max_tokens above the model's output limit — retrying "
+                                f"with max_tokens={failure.limit_tokens:,}",
+                        attempt=1, wait=0.0, failure_kind=kind.value), turn)
+                    max_tokens = failure.limit_tokens
+                    continue
+                if not failure.recoverable:
+                    raise ChatError(failure, _sentence(failure)) from e
+                history, state, max_tokens = self._climb(
+                    history, state, failure, body, max_tokens, turn, e)
+                steps += 1
+                continue
+            # Success: learn from it.
+            self.caps.record_success(body)
+            if response.usage.prompt_tokens:
+                self.estimator.calibrate(body, response.usage.prompt_tokens)
+            turn.prompt_tokens += response.usage.prompt_tokens or 0
+            turn.completion_tokens += response.usage.completion_tokens or 0
+            self._prompt_tokens += response.usage.prompt_tokens or 0
+            self._completion_tokens += response.usage.completion_tokens or 0
+            if steps:
+                self._recoveries += 1
+                self._emit(Recovered(message=f"✓ Recovered after {steps} recovery "
+                                             f"step{'s' if steps > 1 else ''}",
+                                     attempts=steps), turn)
+            return history, response, max_tokens
+
+    def _climb(self, history: History, state: ladder.LadderState, failure: Failure, body: int,
+               max_tokens: int | None, turn: _Turn, error: ChatError,
+               ) -> tuple[History, ladder.LadderState, int | None]:
+        """One ladder step for a recoverable failure; raise ChatError when it gives up."""
+        settings = self.settings
+        if failure.payload_related:
+            learned = self.caps.record_rejection(failure.request_bytes or body)
+            if learned is not None:
+                self._emit(CapChanged(message=f"ℹ Learned a payload limit of about "
+                                              f"{format_size(learned)} (a "
+                                              f"{format_size(failure.request_bytes or body)} "
+                                              "request was rejected)",
+                                      cap=learned, source="learned"), turn)
+        decision = ladder.decide(settings, state, failure, history_bytes=body,
+                                 max_tokens=max_tokens, cap=self.caps.effective(),
+                                 cap_configured=self.caps.configured is not None)
+        if decision.level is ladder.Level.GIVE_UP:
+            raise ChatError(failure, decision.message or _sentence(failure)) from error
+        if decision.assume_cap is not None and self.caps.assumed is None \
+                and self.caps.configured is None:
+            self.caps.assumed = decision.assume_cap
+            self._emit(CapChanged(message=f"ℹ Assuming a {format_size(decision.assume_cap)}"
+                                          "/payload limit — export CHATCLI_MAX_PAYLOAD "
+                                          "(e.g. 5MB, 512KB) to adjust",
+                                  cap=decision.assume_cap, source="assumed"), turn)
+        before = len(history)
+        if decision.level is ladder.Level.LOWER_MAX_TOKENS:
+            max_tokens = decision.max_tokens
+        result = ladder.apply(decision, history, settings=settings, store=self._store,
+                              measure=lambda h: self._measure(h, max_tokens))
+        history = result.history
+        if decision.inject_payload_notice:
+            self._payload_notice_sent = True
+            self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) added "
+                                              "for the model", notice="payload"), turn)
+        self._emit(LadderStep(message=decision.message or f"⚠ recovery: {decision.level.value}",
+                              level=decision.level.value, attempt=decision.attempt,
+                              failure_kind=failure.kind.value, before_messages=before,
+                              after_messages=len(history)), turn)
+        return history, decision.state, max_tokens
+
+    def _refresh_provider(self) -> None:
+        """Re-create the provider (and so its client) so a changed key is re-read."""
+        refresh = getattr(self._provider, "refresh", None)
+        if callable(refresh):
+            refresh()
+        elif self._client is None:
+            try:
+                self._provider = self._make_provider(self.model)
+            except Exception as e:  # keep the old provider; the retry will report the failure
+                warnings.warn(f"could not re-create the provider: {redact(str(e))}",
+                              RuntimeWarning, stacklevel=2)
+
+    # -- history management -----------------------------------------------------------------
+    def compact(self, instructions: str | None = None) -> compactor.CompactionReport:
+        """Compact the working history now (the SPEC's ``/compact``)."""
+        turn = _Turn()
+        before = self._history
+        current = self._measure(before, self.max_tokens)
+        trigger = compactor.compaction_budget(
+            self.settings, window_tokens=self.window,
+            bytes_per_token=self.estimator.bytes_per_token, cap=self.caps.effective(),
+            ratio=self.settings.manual_compact_ratio)
+        target = min(compactor.compaction_target(trigger, self.settings),
+                     int(current * self.settings.manual_compact_ratio))
+        new = self._compact(before, target, self.max_tokens, turn, instructions=instructions,
+                            force=True)
+        report = self._last_compaction
+        assert report is not None
+        if report.applied:
+            self._undo = (before, len(new))
+            self._history = new
+            self._files.save_history(new)
+        return report
+
+    def undo_compact(self) -> None:
+        """Restore the history from before the last compaction (later messages are kept)."""
+        if self._undo is None:
+            raise CtxRecoveryError("there is no compaction to undo in this session.")
+        before, length_after = self._undo
+        later = self._history[length_after:] if len(self._history) >= length_after else ()
+        self._history = before + later
+        self._undo = None
+        self._files.save_history(self._history)
+
+    def reset(self) -> None:
+        """Start the working history afresh (the transcript keeps everything)."""
+        self._history = (Message.system(self.system),) if self.system else ()
+        self._undo = None
+        self._files.mark("reset")
+        self._files.save_history(self._history)
+
+    def close(self) -> None:
+        """Save the history snapshot and release the provider's client when it has one."""
+        self._files.save_history(self._history)
+        closer = getattr(self._provider, "close", None)
+        if callable(closer) and self._client is None:
+            closer()
+
+    def __enter__(self) -> ChatSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ChatSession(model={self.model!r}, name={self.name!r}, "
+                f"messages={len(self._history)})")
+
+
+def _auto_name() -> str:
+    return f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_session_counter)}"
+
+
+def _with_bytes(failure: Failure, body: int) -> Failure:
+    import dataclasses
+
+    return dataclasses.replace(failure, request_bytes=body)
+
+
+def _sentence(failure: Failure) -> str:
+    """One clear sentence for a failure recovery could not save (secrets redacted)."""
+    reason = failure.reason.strip().rstrip(".")
+    return redact(f"{reason}.") if reason else redact(f"The request failed: {failure.label}.")

@@ -1,0 +1,36 @@
+"""Shared fixtures: every test gets a private data directory; ``emulator`` starts emulators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """IPY_CTXRECOVERY_DIR points at a fresh tmp directory, so no test touches ~/.local."""
+    path = tmp_path_factory.mktemp("ctxstate")
+    monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(path))
+    for var in ("CHATCLI_MAX_PAYLOAD", "CHATCLI_CONTEXT_WINDOW"):
+        monkeypatch.delenv(var, raising=False)
+    return path
+
+
+@pytest.fixture
+def emulator() -> Iterator[Callable[..., Any]]:
+    """Factory: ``emu = emulator(context_window=2048, max_body="32KB")``, stopped at teardown."""
+    from ipy_ctxrecovery.emulator import Emulator
+
+    started: list[Any] = []
+
+    def start(**kwargs: Any) -> Any:
+        emu = Emulator(**kwargs)
+        emu.__enter__()
+        started.append(emu)
+        return emu
+
+    yield start
+    for emu in reversed(started):
+        emu.__exit__(None, None, None)
