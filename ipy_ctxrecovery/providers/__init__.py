@@ -1,12 +1,24 @@
 """Provider adapters on the official SDKs, and ``make_provider`` for model strings.
 
 Model strings: ``openai:MODEL``, ``anthropic:MODEL``, ``emulator`` (the emulator through
-the OpenAI wire format), ``emulator:anthropic`` (through the Anthropic wire format).
+the OpenAI wire format), ``emulator:anthropic`` (through the Anthropic wire format). A
+bare model name starting with ``claude`` means Anthropic; any other bare name means
+OpenAI (or whatever a given ``client=`` speaks).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..catalogue import ModelInfo, lookup
+from ..errors import ConfigError
 from .base import Provider, Request, Response, StopReason, TextCallback, ToolSpec, Usage
 
+if TYPE_CHECKING:
+    from ..config import Settings
+
 __all__ = [
+    "MODEL_FORMS",
     "Provider",
     "Request",
     "Response",
@@ -14,4 +26,124 @@ __all__ = [
     "TextCallback",
     "ToolSpec",
     "Usage",
+    "make_provider",
 ]
+
+MODEL_FORMS = ("openai:MODEL, anthropic:MODEL, emulator, emulator:anthropic, "
+               "or a bare model name (claude… → Anthropic, anything else → OpenAI)")
+
+EMULATOR_API_KEY = "emulator-key"
+"""The dummy key SDK clients send to an emulator that does not announce its own."""
+
+# Prefixes people try that this package does not take as providers; each gets a hint.
+_FOREIGN_PREFIXES = {
+    "azure": "pass client=openai.AzureOpenAI(...) with the model (deployment) name",
+    "bedrock": "pass client=anthropic.AnthropicBedrock(...) with the model id",
+    "vertex": "pass client=anthropic.AnthropicVertex(...) with the model id",
+    "ollama": "set OPENAI_BASE_URL to the server's /v1 URL and use openai:MODEL",
+    "vllm": "set OPENAI_BASE_URL to the server's /v1 URL and use openai:MODEL",
+    "lmstudio": "set OPENAI_BASE_URL to the server's /v1 URL and use openai:MODEL",
+}
+
+
+def _bad_spec(spec: str, why: str) -> ConfigError:
+    return ConfigError(f"Model {spec!r} is not valid: {why}; use {MODEL_FORMS}.")
+
+
+def _speaks_anthropic(client: Any) -> bool:
+    return hasattr(client, "messages") and not hasattr(client, "chat")
+
+
+def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
+                  settings: Settings | None = None, max_retries: int | None = None) -> Provider:
+    """Build the provider for a model string (see the module docstring for the forms).
+
+    ``client`` is used as is (base URL, headers, proxies untouched). For ``emulator*``
+    the given ``emulator`` is used, or one is started that ``provider.close()`` stops.
+    ``settings.context_window`` overrides the catalogue's (or the emulator's) window.
+    """
+    from .anthropic import AnthropicProvider
+    from .openai import OpenAIProvider
+
+    text = spec.strip() if isinstance(spec, str) else ""
+    if not text or any(ch.isspace() for ch in text):
+        raise _bad_spec(str(spec), "it is empty or contains spaces")
+    window = settings.context_window if settings is not None else None
+    prefix, sep, rest = text.partition(":")
+    prefix = prefix.lower()
+
+    if prefix == "emulator":
+        wire = rest.lower() if sep else "openai"
+        if wire not in ("openai", "anthropic"):
+            raise _bad_spec(text, "the emulator speaks 'openai' or 'anthropic'")
+        if client is not None:
+            raise ConfigError(
+                f"client= cannot be combined with {text!r}; the emulator builds its own client."
+            )
+        return _emulator_provider(text, wire, emulator, window, max_retries)
+
+    if emulator is not None:
+        raise ConfigError(f"emulator= only applies to 'emulator' models, not {text!r}.")
+    if sep and prefix in ("openai", "anthropic"):
+        if not rest.strip():
+            raise _bad_spec(text, f"no model name after '{prefix}:'")
+        model_id, wire, full = rest, prefix, text
+    elif sep and prefix in _FOREIGN_PREFIXES:
+        raise _bad_spec(text, _FOREIGN_PREFIXES[prefix])
+    else:
+        # Bare names may contain ':' themselves (Ollama tags such as llama3:8b).
+        model_id = text
+        if client is not None:
+            wire = "anthropic" if _speaks_anthropic(client) else "openai"
+        else:
+            wire = "anthropic" if text.lower().startswith("claude") else "openai"
+        full = f"{wire}:{model_id}"
+    info = lookup(model_id, context_window=window)
+    if wire == "anthropic":
+        return AnthropicProvider(model_id, client=client, info=info, spec=full,
+                                 max_retries=max_retries)
+    return OpenAIProvider(model_id, client=client, info=info, spec=full, max_retries=max_retries)
+
+
+def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
+                       max_retries: int | None) -> Provider:
+    import anthropic
+    import openai
+
+    from .anthropic import AnthropicProvider
+    from .openai import OpenAIProvider
+
+    on_close = None
+    if emulator is None:
+        from ..emulator import Emulator
+
+        emulator = Emulator() if window is None else Emulator(context_window=window)
+        emulator.__enter__()
+
+        def on_close() -> None:
+            emulator.__exit__(None, None, None)
+
+    info = _emulator_info(emulator, window)
+    key = getattr(emulator, "api_key", None) or EMULATOR_API_KEY
+    try:
+        if wire == "anthropic":
+            a_client = anthropic.Anthropic(base_url=emulator.anthropic_base_url, api_key=key)
+            return AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
+                                     max_retries=max_retries, on_close=on_close)
+        o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key)
+        return OpenAIProvider("emulator", client=o_client, info=info, spec=spec,
+                              max_retries=max_retries, on_close=on_close)
+    except BaseException:
+        if on_close is not None:
+            on_close()
+        raise
+
+
+def _emulator_info(emulator: Any, window: int | None) -> ModelInfo:
+    default = lookup("emulator")
+    emu_window = getattr(emulator, "context_window", None) or default.context_window
+    output = getattr(emulator, "max_output_tokens", None) or min(default.max_output_tokens, emu_window)
+    info = ModelInfo("emulator", emu_window, output)
+    if window is not None and window != emu_window:
+        info = ModelInfo("emulator", window, min(output, window), window_overridden=True)
+    return info

@@ -1,0 +1,171 @@
+"""What both SDK adapters share: body capture, option splitting, error conversion, reprs.
+
+``BodyCapture`` is how ``encode()`` gets the exact bytes: it runs the adapter's real SDK
+call on a private copy of the user's client, made with the SDKs' public
+``with_options(http_client=…, max_retries=0)``. The copy's in-memory transport records
+the body of the first API request and sends nothing. So the bytes come out of the SDK's
+own request pipeline — parameter transforms, Azure/Bedrock/Vertex body rewrites,
+middleware, ``extra_body`` merging, JSON encoding — and not from a re-implementation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx2
+
+from ..errors import ChatError, Failure, FailureKind, classify
+
+__all__ = [
+    "BodyCapture",
+    "chat_error",
+    "incomplete_reply",
+    "malformed_reply",
+    "plain",
+    "safe_url",
+    "split_options",
+]
+
+
+class _Captured(Exception):
+    """Raised by the capture transport: carries the body, stops the request."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("request body captured")
+        self.body = body
+
+
+class BodyCapture:
+    """Runs an SDK call on a private client copy whose transport records the body.
+
+    ``endpoint`` is the path suffix of the API call (``/chat/completions``,
+    ``/messages``). Any other request the copy makes — e.g. a credential provider fetching
+    a token through the SDK's HTTP client — is forwarded to the user's own HTTP client, so
+    it keeps its proxies and CA settings.
+    """
+
+    def __init__(self, client: Any, endpoint: str, connection_error: type[BaseException]) -> None:
+        self._source = client
+        self._endpoint = endpoint
+        self._connection_error = connection_error
+        self._http: httpx2.Client | None = None
+        self._copy: Any = None
+
+    def _client(self) -> Any:
+        if self._copy is None:
+            # trust_env=False: the capture transport never touches the network, so proxy
+            # variables must not make httpx2 build real proxy transports for it.
+            self._http = httpx2.Client(transport=httpx2.MockTransport(self._handle), trust_env=False)
+            self._copy = self._source.with_options(http_client=self._http, max_retries=0)
+        return self._copy
+
+    def _handle(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and request.url.path.endswith(self._endpoint):
+            raise _Captured(request.read())
+        forward = getattr(self._source, "_client", None)
+        if isinstance(forward, httpx2.Client):
+            return forward.send(request)
+        raise RuntimeError(f"encode() cannot forward a side request to {request.url.path}")
+
+    def capture(self, call: Callable[[Any], object]) -> bytes:
+        """Run ``call(client_copy)`` and return the body bytes it would have sent."""
+        try:
+            call(self._client())
+        except _Captured as captured:
+            return captured.body
+        except self._connection_error as exc:
+            # The Anthropic SDK wraps any transport exception in APIConnectionError.
+            cause = exc.__cause__
+            if isinstance(cause, _Captured):
+                return cause.body
+            raise
+        raise RuntimeError("the SDK call returned without sending a request")
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+            self._copy = None
+
+
+def split_options(create: Callable[..., Any], options: Mapping[str, Any],
+                  reserved: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``Request.options`` into named SDK kwargs and ``extra_body`` entries.
+
+    Options the SDK's ``create`` names (temperature, thinking, …) go as kwargs; others
+    (``top_k`` for vLLM, new fields an older SDK lacks) go in ``extra_body`` so they reach
+    the server instead of raising ``TypeError``. ``reserved`` keys are the adapter's own.
+    """
+    named = set(inspect.signature(create).parameters)
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in reserved:
+            continue
+        if key == "extra_body" and isinstance(value, Mapping):
+            extra.update(value)
+        elif key in named:
+            kwargs[key] = value
+        else:
+            extra[key] = value
+    return kwargs, extra
+
+
+def plain(value: Any) -> Any:
+    """Mappings → dicts and tuples → lists, recursively (JSON-ready copies of tool schemas)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def chat_error(exc: BaseException, body_bytes: int) -> ChatError:
+    """The ChatError for an SDK/transport exception, classified with the request size."""
+    return ChatError(classify(exc, request_bytes=body_bytes))
+
+
+def malformed_reply(exc: BaseException, body_bytes: int, api: str) -> ChatError:
+    """A reply that was cut off or is not the JSON the API promises."""
+    failure = classify(exc, request_bytes=body_bytes)
+    return ChatError(failure, (
+        f"The {api} reply was cut off or is not valid JSON ({type(exc).__name__}); "
+        "retry, and if it repeats check the server or any proxy in between."
+    ))
+
+
+def incomplete_reply(body_bytes: int, api: str, detail: str) -> ChatError:
+    """A stream that ended before the API said why the model stopped."""
+    reason = (
+        f"The {api} reply stream ended early ({detail}); retry, and if it repeats "
+        "check the server or any proxy in between."
+    )
+    return ChatError(Failure(FailureKind.TRANSIENT, reason, request_bytes=body_bytes))
+
+
+def parse_arguments(arguments: str) -> dict[str, Any]:
+    """Tool-call arguments as a JSON object for wire formats that need one (Anthropic).
+
+    Blank → ``{}``. Text that is not a JSON object (e.g. cut off at max_tokens) is kept
+    whole under ``_raw_arguments``, so the model still sees what it produced; the
+    history itself is never changed.
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"_raw_arguments": arguments}
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
+
+
+def safe_url(url: object) -> str:
+    """A base URL for reprs: any ``user:password@`` part masked."""
+    return _USERINFO.sub("//[REDACTED]@", str(url))

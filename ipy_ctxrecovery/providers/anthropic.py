@@ -1,0 +1,289 @@
+"""The Anthropic Messages adapter, on the official ``anthropic`` SDK.
+
+History conversion (our blocks → Messages API):
+
+- every system message, wherever it stands, goes into the ``system`` parameter, joined
+  with a blank line in history order (the API has no mid-conversation system role);
+- tool results become ``tool_result`` blocks (``is_error`` kept) in a user message, tool
+  calls become ``tool_use`` blocks whose ``input`` is the parsed JSON arguments (blank →
+  ``{}``; not a JSON object → ``{"_raw_arguments": "<text>"}``, see
+  ``_common.parse_arguments``);
+- reasoning goes back as a ``thinking`` block only when it carries Anthropic's
+  signature (the API rejects unsigned thinking); other reasoning is dropped;
+- consecutive messages of the same role are merged into one (the API wants alternating
+  roles), and empty text blocks are left out (the API rejects them).
+
+``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
+``min(4096, info.max_output_tokens)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anthropic
+import httpx2
+
+from ..catalogue import ModelInfo, lookup
+from ..errors import ConfigError
+from ..history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from ._common import (
+    BodyCapture,
+    chat_error,
+    incomplete_reply,
+    malformed_reply,
+    parse_arguments,
+    plain,
+    safe_url,
+    split_options,
+)
+from .base import Request, Response, StopReason, TextCallback, Usage
+
+__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_anthropic"]
+
+DEFAULT_MAX_TOKENS = 4096
+"""Sent when a request sets no max_tokens (capped by the model's output limit)."""
+
+STOP_REASONS = {
+    "end_turn": StopReason.END,
+    "stop_sequence": StopReason.END,
+    "max_tokens": StopReason.LENGTH,
+    # The answer was cut because the context window filled up: truncated like max_tokens.
+    "model_context_window_exceeded": StopReason.LENGTH,
+    "tool_use": StopReason.TOOL_CALLS,
+    "refusal": StopReason.FILTERED,
+    # pause_turn (a server tool paused a long turn) and anything new: the caller decides.
+}
+
+_RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "max_tokens"})
+
+_SDK_ERRORS: tuple[type[BaseException], ...] = (anthropic.AnthropicError, httpx2.HTTPError)
+
+NO_KEY_MESSAGE = (
+    "No Anthropic key found — set ANTHROPIC_API_KEY, pass client=…, or use the emulator."
+)
+
+
+def to_anthropic(history: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """``(system, messages)`` for the Messages API; see the module docstring for the rules."""
+    system_parts: list[str] = []
+    out: list[dict[str, Any]] = []
+    for m in history:
+        if m.role is Role.SYSTEM:
+            if m.text:
+                system_parts.append(m.text)
+            continue
+        role = "assistant" if m.role is Role.ASSISTANT else "user"
+        blocks = [b for b in (_block(x) for x in m.blocks) if b is not None]
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return ("\n\n".join(system_parts) or None), out
+
+
+def _block(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, Text):
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, Reasoning):
+        if not block.signature:
+            return None
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    if isinstance(block, ToolCall):
+        return {"type": "tool_use", "id": block.id, "name": block.name,
+                "input": parse_arguments(block.arguments)}
+    if isinstance(block, ToolResult):
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.call_id,
+                                  "content": block.content}
+        if block.is_error:
+            result["is_error"] = True
+        return result
+    return None
+
+
+class AnthropicProvider:
+    """Messages through ``client.messages.create``."""
+
+    api = "Anthropic"
+
+    def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
+                 spec: str | None = None, max_retries: int | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
+        if client is None:
+            client = anthropic.Anthropic() if max_retries is None else anthropic.Anthropic(max_retries=max_retries)
+            if not (client.api_key or client.auth_token or getattr(client, "credentials", None)):
+                client.close()
+                raise ConfigError(NO_KEY_MESSAGE)
+        else:
+            if not hasattr(client, "messages") or isinstance(client, anthropic.AsyncAnthropic):
+                raise ConfigError(
+                    f"client={type(client).__name__} is not a synchronous Anthropic client; "
+                    "pass anthropic.Anthropic(...), AnthropicBedrock(...) or AnthropicVertex(...)."
+                )
+            if max_retries is not None:
+                client = client.with_options(max_retries=max_retries)
+        self.model_id = model_id
+        self.model = spec or f"anthropic:{model_id}"
+        self.info = info or lookup(model_id)
+        self.client = client
+        self._capture = BodyCapture(client, "/messages", anthropic.APIConnectionError)
+        self._on_close = on_close
+
+    def __repr__(self) -> str:
+        return (f"AnthropicProvider(model={self.model!r}, "
+                f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
+
+    # -- request building ---------------------------------------------------------------
+    def _kwargs(self, request: Request) -> dict[str, Any]:
+        create = self.client.messages.create
+        kwargs, extra = split_options(create, request.options, _RESERVED)
+        system, messages = to_anthropic(request.messages)
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            max_tokens = min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens)
+        kwargs["model"] = self.model_id
+        kwargs["max_tokens"] = max_tokens
+        kwargs["messages"] = messages
+        if system is not None:
+            kwargs["system"] = system
+        if request.tools:
+            kwargs["tools"] = [{"name": t.name, "description": t.description,
+                                "input_schema": plain(t.parameters)} for t in request.tools]
+        kwargs["stream"] = request.stream
+        if not request.stream and "timeout" not in kwargs:
+            # The SDK refuses non-streaming calls with a large max_tokens unless a timeout
+            # is given; passing the client's own timeout keeps its behaviour and settings.
+            kwargs["timeout"] = self.client.timeout
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    def encode(self, request: Request) -> bytes:
+        """The exact body bytes ``send`` puts on the wire (see ``_common.BodyCapture``)."""
+        kwargs = self._kwargs(request)
+        return self._capture.capture(lambda c: c.messages.create(**kwargs))
+
+    # -- sending ------------------------------------------------------------------------
+    def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        kwargs = self._kwargs(request)
+        size = len(self._capture.capture(lambda c: c.messages.create(**kwargs)))
+        try:
+            result = self.client.messages.create(**kwargs)
+            if request.stream:
+                with result as stream:
+                    return _read_stream(stream, on_text, size, self.api)
+            return _read_message(result, size, self.api)
+        except _SDK_ERRORS as exc:
+            raise chat_error(exc, size) from exc
+        except json.JSONDecodeError as exc:
+            raise malformed_reply(exc, size, self.api) from exc
+
+    def close(self) -> None:
+        """Release the capture client; stop an emulator this provider started."""
+        self._capture.close()
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close()
+
+
+# -- reading replies ------------------------------------------------------------------------
+
+def _usage(usage: Any, prompt: int | None = None) -> Usage:
+    if usage is None:
+        return Usage(prompt, None)
+    parts = [getattr(usage, name, None) for name in
+             ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    # Cached prompt tokens are prompt tokens too; the window holds all of them.
+    known = [p for p in parts if isinstance(p, int)]
+    total = sum(known) if known else prompt
+    return Usage(total, getattr(usage, "output_tokens", None))
+
+
+def _stop(raw: str | None) -> StopReason:
+    return STOP_REASONS.get(raw or "", StopReason.OTHER)
+
+
+def _reply_block(block: Any) -> Block | None:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return Text(block.text)
+    if kind == "thinking":
+        return Reasoning(block.thinking, getattr(block, "signature", None) or None)
+    if kind == "tool_use":
+        return ToolCall(block.id, block.name, json.dumps(block.input, ensure_ascii=False))
+    return None  # redacted_thinking, server tool blocks: not representable in our history
+
+
+def _read_message(message: Any, size: int, api: str) -> Response:
+    content = getattr(message, "content", None)
+    if content is None:
+        raise incomplete_reply(size, api, "the reply has no content")
+    blocks = [b for b in (_reply_block(x) for x in content) if b is not None]
+    raw = message.stop_reason
+    return Response(Message(Role.ASSISTANT, tuple(blocks)), _stop(raw), _usage(message.usage),
+                    size, raw)
+
+
+class _BlockParts:
+    __slots__ = ("id", "kind", "name", "parts", "signature")
+
+    def __init__(self, start: Any) -> None:
+        self.kind: str = getattr(start, "type", "")
+        self.id: str = getattr(start, "id", "") or ""
+        self.name: str = getattr(start, "name", "") or ""
+        self.signature: str = getattr(start, "signature", "") or ""
+        initial = getattr(start, "text", None) or getattr(start, "thinking", None) or ""
+        self.parts: list[str] = [initial] if initial else []
+
+    def block(self) -> Block | None:
+        joined = "".join(self.parts)
+        if self.kind == "text":
+            return Text(joined)
+        if self.kind == "thinking":
+            return Reasoning(joined, self.signature or None)
+        if self.kind == "tool_use":
+            return ToolCall(self.id, self.name, joined or "{}")
+        return None
+
+
+def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str) -> Response:
+    blocks: dict[int, _BlockParts] = {}
+    stop: str | None = None
+    prompt: int | None = None
+    usage = Usage()
+    for event in stream:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            usage = _usage(event.message.usage)
+            prompt = usage.prompt_tokens
+        elif kind == "content_block_start":
+            blocks[event.index] = _BlockParts(event.content_block)
+        elif kind == "content_block_delta":
+            parts = blocks.get(event.index)
+            if parts is None:
+                continue
+            delta = event.delta
+            dkind = getattr(delta, "type", None)
+            if dkind == "text_delta":
+                parts.parts.append(delta.text)
+                if on_text is not None and delta.text:
+                    on_text(delta.text)
+            elif dkind == "thinking_delta":
+                parts.parts.append(delta.thinking)
+            elif dkind == "signature_delta":
+                parts.signature += delta.signature
+            elif dkind == "input_json_delta":
+                parts.parts.append(delta.partial_json)
+        elif kind == "message_delta":
+            stop = event.delta.stop_reason or stop
+            final = _usage(event.usage, prompt)
+            usage = Usage(final.prompt_tokens if final.prompt_tokens is not None else prompt,
+                          final.completion_tokens)
+    if stop is None:
+        raise incomplete_reply(size, api, "no stop_reason arrived")
+    result = [b for b in (blocks[i].block() for i in sorted(blocks)) if b is not None]
+    return Response(Message(Role.ASSISTANT, tuple(result)), _stop(stop), usage, size, stop)
