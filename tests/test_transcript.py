@@ -1,0 +1,117 @@
+"""Transcript files: where they go, their modes, append-only JSONL, snapshots, resume data."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ipy_ctxrecovery.errors import ConfigError
+from ipy_ctxrecovery.history import Message, ToolCall
+from ipy_ctxrecovery.transcript import (
+    Transcript,
+    data_root,
+    list_sessions,
+    session_dir,
+    validate_name,
+)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_data_root_follows_conventions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(tmp_path / "explicit"))
+    assert data_root() == tmp_path / "explicit"
+    monkeypatch.delenv("IPY_CTXRECOVERY_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert data_root() == tmp_path / "xdg" / "ipy_ctxrecovery"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert data_root() == tmp_path / "home" / ".local" / "state" / "ipy_ctxrecovery"
+
+
+def test_conftest_points_the_root_at_a_tmp_dir(data_dir: Path) -> None:
+    assert data_root() == data_dir
+    assert session_dir("s1") == data_dir / "sessions" / "s1"
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a/b", ".hidden", "x" * 101, "sp ace", "é"])
+def test_bad_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="session name"):
+        validate_name(name)
+
+
+def test_files_and_dirs_are_private(data_dir: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        t = Transcript("private")
+        t.append(Message.user("hi"))
+        t.save_history((Message.user("hi"),))
+        t.save_meta({"model": "emulator"})
+    finally:
+        os.umask(old)
+    for d in (data_dir, data_dir / "sessions", t.directory, t.results_dir):
+        assert mode(d) == 0o700, d
+    for f in (t.path, t.history_path, t.meta_path):
+        assert mode(f) == 0o600, f
+    assert not [p for p in t.directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_append_only_jsonl_round_trip() -> None:
+    t = Transcript("log")
+    messages = [
+        Message.system("be brief"),
+        Message.user("héllo ✓"),
+        Message.assistant("calling", [ToolCall("c1", "read_file", '{"path": "a"}')]),
+        Message.tool("c1", "x" * 10_000, name="read_file"),
+        Message.assistant("done"),
+    ]
+    for m in messages[:3]:
+        t.append(m)
+    prefix = t.path.read_bytes()
+    t.mark("reset")
+    for m in messages[3:]:
+        t.append(m)
+    assert t.path.read_bytes().startswith(prefix)  # earlier lines untouched
+    assert t.messages() == tuple(messages)
+    records = list(t.records())
+    assert [r["type"] for r in records] == ["message"] * 3 + ["reset"] + ["message"] * 2
+    assert all(isinstance(r["ts"], float) for r in records)
+    # A second Transcript on the same name appends; it never truncates.
+    again = Transcript("log")
+    again.append(Message.user("more"))
+    assert len(Transcript("log").messages()) == len(messages) + 1
+
+
+def test_torn_last_line_is_skipped() -> None:
+    t = Transcript("torn")
+    t.append(Message.user("kept"))
+    with open(t.path, "a", encoding="utf-8") as f:
+        f.write('{"type": "message", "ts": 1, "mess')
+    assert [m.text for m in t.messages()] == ["kept"]
+
+
+def test_history_snapshot_and_meta() -> None:
+    t = Transcript("snap")
+    assert t.load_history() is None and t.load_meta() == {}
+    history = (Message.system("s"), Message.user("u"), Message.assistant("a"))
+    t.save_history(history)
+    assert t.load_history() == history
+    t.save_history(history[:1])
+    assert t.load_history() == history[:1]
+    t.save_meta({"model": "emulator", "system": None})
+    assert t.load_meta() == {"model": "emulator", "system": None}
+    assert json.loads(t.history_path.read_text())["version"] == 1
+
+
+def test_list_sessions() -> None:
+    assert list_sessions() == []
+    Transcript("b")
+    Transcript("a")
+    assert list_sessions() == ["a", "b"]
+    assert Transcript.exists("a") and not Transcript.exists("c")
