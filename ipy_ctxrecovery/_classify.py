@@ -1,0 +1,728 @@
+"""Failure classification rules behind :func:`errors.classify` (SPEC §1, ANCHORS weakness 3).
+
+Order of evidence: the HTTP status, then the structured error body (``error.code``,
+``error.type``, ``param``, llama.cpp's ``n_prompt_tokens``), then the text. Bare substrings
+never decide on their own where a status says otherwise: a "413" inside a request id is
+not a 413, "Request-URI Too Long" (414) is not an overflow, and a 403 JSON error from the
+provider is ``auth`` even when the provider sits behind Cloudflare.
+
+SDK exceptions are read by duck typing only (``status_code``, ``body``, ``response.headers``,
+``response.text``, ``message``, the ``__cause__``/``__context__`` chain and class names);
+no SDK is imported here.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import html
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import Failure, FailureKind, redact
+
+__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify_failure"]
+
+#: A dropped connection on a body larger than this is ``likely_payload``, smaller is
+#: ``transient``. Equals ``Settings().likely_payload_min_bytes`` (asserted by a test); it
+#: lives here because config imports errors, and classify takes no settings.
+LIKELY_PAYLOAD_MIN_BYTES = 500 * 1024
+
+#: How much of a provider message goes into ``Failure.reason``.
+_REASON_MAX_CHARS = 300
+
+# --------------------------------------------------------------------------- patterns
+_I = re.IGNORECASE
+_S = re.IGNORECASE | re.DOTALL
+
+# Output limit: the max_tokens parameter itself is above the model's output cap.
+# (requested, model max) groups named.
+_OUTPUT_LIMIT_PATTERNS = [
+    # OpenAI: "max_tokens is too large: 200000. This model supports at most 16384
+    # completion tokens, whereas you provided 200000."
+    re.compile(r"(?:max_tokens|max_completion_tokens|max_output_tokens)'?\s+is too large:\s*"
+               r"(?P<req>\d+)\.\s*This model supports at most (?P<max>\d+)", _I),
+    # Anthropic: "max_tokens: 100000 > 64000, which is the maximum allowed number of output
+    # tokens for claude-…"
+    re.compile(r"max_tokens:\s*(?P<req>\d+)\s*>\s*(?P<max>\d+),\s*which is the maximum "
+               r"allowed number of output tokens", _I),
+]
+
+# Context overflow with numbers. Named groups: p = prompt, o = output, lim = window.
+_OVERFLOW_NUMERIC = [
+    # Anthropic: "input length and `max_tokens` exceed context limit: 143653 + 64000 > 200000"
+    re.compile(r"exceed context limit:\s*(?P<p>\d+)\s*\+\s*(?P<o>\d+)\s*>\s*(?P<lim>\d+)", _I),
+    # Anthropic: "prompt is too long: 219898 tokens > 200000 maximum"
+    re.compile(r"prompt is too long:\s*(?P<p>\d+)\s*tokens\s*>\s*(?P<lim>\d+)", _I),
+    # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum
+    # context length is 4096 tokens and your request has 3500 input tokens (…)"
+    re.compile(r"is too large:\s*(?P<o>\d+)\.\s*This model's maximum context length is "
+               r"(?P<lim>\d+) tokens and your request has (?P<p>\d+) input tokens", _I),
+    # OpenAI/vLLM/DeepSeek/OpenRouter/Azure: "maximum context length is 4097 tokens, however
+    # you requested 4927 tokens (3927 in your prompt; 1000 for the completion)" and
+    # "(677 in the messages, 8000 in the completion)", "(10535 of text input, 131072 in the
+    # output)".
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?:about )?\d+ tokens\s*\((?P<p>\d+) (?:in the messages|in your prompt|of text "
+               r"input)[;,]\s*(?P<o>\d+) (?:in the completion|for the completion|in the output)",
+               _I),
+    # OpenAI: "maximum context length is 128000 tokens. However, your messages resulted in
+    # 192041 tokens."
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? your messages "
+               r"resulted in (?P<p>\d+) tokens", _I),
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?:about )?(?P<p>\d+) tokens", _I),
+    # Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed
+    # (1048576)."
+    re.compile(r"input token count \((?P<p>\d+)\) exceeds the maximum number of tokens "
+               r"allowed \((?P<lim>\d+)\)", _I),
+    # xAI: "This model's maximum prompt length is 131072 but the request contains 136973
+    # tokens."
+    re.compile(r"maximum prompt length is (?P<lim>\d+) but the request contains (?P<p>\d+)", _I),
+    # Mistral: "Prompt contains 40005 tokens and 0 draft tokens, too large for model with
+    # 32768 maximum context length"
+    re.compile(r"prompt contains (?P<p>\d+) tokens.{0,80}?too large for model with "
+               r"(?P<lim>\d+) maximum context length", _S),
+    # llama.cpp (text form): "request (5000 tokens) exceeds the available context size
+    # (4096 tokens)"
+    re.compile(r"request \((?P<p>\d+) tokens\) exceeds the available context size "
+               r"\((?P<lim>\d+) tokens\)", _I),
+    # Hugging Face TGI: "`inputs` tokens + `max_new_tokens` must be <= 8192. Given: 6204
+    # `inputs` tokens and 2047 `max_new_tokens`"
+    re.compile(r"`inputs` tokens \+ `max_new_tokens` must be <= (?P<lim>\d+)\.\s*Given: "
+               r"(?P<p>\d+) `inputs` tokens and (?P<o>\d+) `max_new_tokens`", _I),
+    # Bedrock Titan: "Too many input tokens. Max input tokens: 8192, request input token
+    # count: 9279"
+    re.compile(r"max input tokens:\s*(?P<lim>\d+),\s*request input token count:\s*(?P<p>\d+)", _I),
+    # vLLM (offline/older): "The prompt (total length 25938) is too long to fit into the model
+    # (context length 4096)"
+    re.compile(r"prompt \(total length (?P<p>\d+)\) is too long to fit into the model "
+               r"\(context length (?P<lim>\d+)\)", _I),
+]
+
+# OpenAI/Groq per-request TPM rejection: the single request is bigger than the per-minute
+# token budget, so waiting never helps; shrinking the prompt does. "Request too large for
+# gpt-4o in organization org-… on tokens per min (TPM): Limit 30000, Requested 50000."
+_REQUEST_TOO_LARGE_TPM = re.compile(
+    r"request too large for .{0,200}?limit (?P<lim>\d+),\s*requested (?P<p>\d+)", _S)
+
+# Overflow wordings without numbers (lower-case substrings). These are "weak": a rate
+# limit marker in the same text vetoes them ("Too many tokens, please wait" is Bedrock
+# throttling, not an overflow).
+_OVERFLOW_WORDS = (
+    "context_length_exceeded",
+    "context length exceeded",
+    "exceed_context_size_error",
+    "exceeds the available context size",
+    "maximum context length",
+    "exceeds the context window",
+    "exceeds the maximum number of tokens",
+    "input token count",
+    "maximum prompt length",
+    "prompt is too long",
+    "input is too long",
+    "input too long",
+    "exceed context limit",
+    "max_tokens exceed",
+    "input length exceeds the context length",
+    "input length exceeds context length",
+    "reduce the length of the messages",
+    "too many input tokens",
+    "too many tokens",
+    "token limit",
+    "context length of only",
+    "model_context_window_exceeded",
+    "context size has been exceeded",
+    "context window exceeded",
+)
+_OVERFLOW_CODES = frozenset({
+    "context_length_exceeded", "exceed_context_size_error", "model_context_window_exceeded",
+    "string_above_max_length_tokens",
+})
+_RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", "please wait",
+                 "try again in", "tokens per day", "(tpm)", "(rpm)", "quota")
+
+# Payload size in the text (status not 413/431, e.g. a proxy page relayed as 400/502).
+_PAYLOAD_WORDS = (
+    "413 payload too large",
+    "413 request entity too large",
+    "request entity too large",
+    "payload too large",
+    "payloadtoolargeerror",
+    "body too large",
+    "request body too large",
+    "maximum request size",
+    "request_too_large",
+    "431 request header fields too large",
+    "request header fields too large",
+    "failed to buffer the request body",
+)
+# OpenAI per-field byte limit: "Invalid 'messages[1].content': string too long. Expected a
+# string with maximum length 10485760, but got a string with length 12000000 instead."
+_STRING_TOO_LONG = re.compile(r"string too long\. expected a string with maximum length", _I)
+
+# 403 proxy/WAF signals in the body text.
+_WAF_WORDS = (
+    "firewall", "waf", "security policy", "blocked by", "cloudflare", "cf-ray", "ray id",
+    "mod_security", "modsecurity", "akamai", "proxy denied", "policy violation",
+    "request blocked", "you have been blocked", "attention required", "incapsula",
+    "imperva", "sucuri", "the request could not be satisfied", "access denied",
+    "zscaler", "barracuda", "fortiguard", "blocked url", "web filter",
+)
+_WAF_WORD_RE = re.compile(
+    r"(?<![a-z0-9_])(?:" + "|".join(re.escape(w) for w in _WAF_WORDS) + r")(?![a-z0-9_])", _I)
+# 403 proxy signals in the headers: header names and Server values.
+_WAF_HEADER_NAMES = ("cf-ray", "cf-mitigated", "x-amzn-waf-action", "x-iinfo", "x-sucuri-id",
+                     "x-akamai-request-id", "akamai-grn", "x-azure-ref", "x-cdn")
+_WAF_SERVER_WORDS = ("cloudflare", "akamaighost", "akamai", "awselb", "cloudfront",
+                     "incapsula", "imperva", "sucuri", "bigip", "big-ip", "barracuda",
+                     "microsoft-azure-application-gateway", "zscaler", "fortiweb",
+                     "mod_security")
+
+_AUTH_TYPES = frozenset({"authentication_error", "permission_error", "invalid_api_key",
+                         "unauthenticated", "permission_denied", "forbidden",
+                         "request_forbidden", "oauth_error"})
+_AUTH_CODES = frozenset({"invalid_api_key", "api_key_invalid", "unauthenticated",
+                         "permission_denied", "invalid_authentication", "401", "403",
+                         "unsupported_country_region_territory", "missing_api_key"})
+_AUTH_WORDS = ("incorrect api key", "invalid api key", "api key not valid", "invalid x-api-key",
+               "no auth credentials", "invalid authentication", "invalid subscription key",
+               "authentication_error", "permission_error", "unauthorized")
+
+# Non-retryable 429: out of money, not out of time.
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached",
+                          "billing_not_active"})
+
+# Connection-level failures, by exception class name anywhere in the MRO of any exception
+# in the cause chain.
+_TIMEOUT_NAMES = frozenset({"TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout",
+                            "PoolTimeout", "TimeoutError", "APITimeoutError", "timeout",
+                            "DeadlineExceeded"})
+_CONNECT_NAMES = frozenset({"ConnectError", "ConnectionRefusedError", "gaierror",
+                            "UnsupportedProtocol", "InvalidURL", "ProxyError"})
+_DROP_NAMES = frozenset({"RemoteProtocolError", "ReadError", "WriteError", "NetworkError",
+                         "CloseError", "ProtocolError", "ConnectionResetError",
+                         "BrokenPipeError", "ConnectionAbortedError", "ConnectionError",
+                         "EndOfStream", "BrokenResourceError", "ClosedResourceError",
+                         "IncompleteRead", "SSLEOFError", "RemoteDisconnected",
+                         "ServerDisconnectedError", "ClientPayloadError",
+                         "APIConnectionError", "StreamError", "LocalProtocolError"})
+_DROP_WORDS = ("server disconnected", "unexpected eof", "connection reset", "broken pipe",
+               "stream error", "peer closed connection", "connection aborted",
+               "incomplete chunked read", "eof occurred in violation of protocol",
+               "connection closed", "remote end closed connection", "connection was closed")
+_TIMEOUT_WORDS = ("timed out", "timeout")
+
+# Class-name fallbacks for SDK exceptions that carry no status (or for a class whose name
+# says more than its status).
+_NAME_KINDS: tuple[tuple[str, FailureKind], ...] = (
+    ("ContentTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
+    ("RequestTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
+    ("RequestHeaderFieldsTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
+    ("Authentication", FailureKind.AUTH),
+    ("PermissionDenied", FailureKind.AUTH),
+    ("Credentials", FailureKind.AUTH),
+    ("OAuth", FailureKind.AUTH),
+    ("IdentityToken", FailureKind.AUTH),
+    ("WorkloadIdentity", FailureKind.AUTH),
+    ("SubjectTokenProvider", FailureKind.AUTH),
+    ("RateLimit", FailureKind.TRANSIENT),
+    ("Overloaded", FailureKind.TRANSIENT),
+    ("ServiceUnavailable", FailureKind.TRANSIENT),
+    ("InternalServer", FailureKind.TRANSIENT),
+    ("GatewayTimeout", FailureKind.TRANSIENT),
+    ("RequestTimeout", FailureKind.TRANSIENT),
+    ("Retryable", FailureKind.TRANSIENT),
+)
+
+
+# --------------------------------------------------------------------------- evidence
+@dataclass
+class _Evidence:
+    """Everything known about one failure, normalised from an exception or a triple."""
+
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+    """The raw response body as text ('' when there was none)."""
+    err: dict[str, Any] = field(default_factory=dict)
+    """The structured error object (the ``error`` member, or the body itself)."""
+    message: str = ""
+    """The best human message: structured ``message`` or the exception's message."""
+    exc_message: str = ""
+    chain: list[BaseException] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    """Class names in the MRO of every exception in the cause chain."""
+
+    @property
+    def is_html(self) -> bool:
+        ctype = self.headers.get("content-type", "").lower()
+        if "html" in ctype:
+            return True
+        return bool(re.search(r"<\s*(?:!doctype\s+html|html|head|body|title)\b", self.text[:4000], _I))
+
+    def field_str(self, name: str) -> str:
+        value = self.err.get(name)
+        return str(value) if value is not None and not isinstance(value, dict | list) else ""
+
+    @property
+    def haystack(self) -> str:
+        """All text that may carry a wording, lower-cased (body, structured message, exc)."""
+        parts = [self.message, self.text, self.exc_message]
+        return "\n".join(p for p in parts if p).lower()
+
+
+def _as_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo = [error] if error is not None else []
+    while todo and len(seen) < 12:
+        exc = todo.pop(0)
+        if exc is None or any(exc is s for s in seen):
+            continue
+        seen.append(exc)
+        todo.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+    return seen
+
+
+def _error_object(parsed: object) -> tuple[dict[str, Any], str]:
+    """Find the error object in a parsed body; return it and any bare string error."""
+    if isinstance(parsed, list) and parsed:
+        parsed = parsed[0]  # Gemini's OpenAI-compatible endpoint answers with a list
+    if not isinstance(parsed, dict):
+        return {}, parsed if isinstance(parsed, str) else ""
+    inner = parsed.get("error")
+    if isinstance(inner, dict):
+        merged = dict(inner)
+        # llama.cpp puts counts inside "error"; keep outer fields that the inner lacks.
+        for key, value in parsed.items():
+            if key != "error":
+                merged.setdefault(key, value)
+        return merged, ""
+    if isinstance(inner, str):
+        merged = dict(parsed)
+        merged.setdefault("message", inner)
+        return merged, inner
+    return dict(parsed), ""
+
+
+def _gather(error: BaseException | None, status: int | None, body: str | bytes | None,
+            headers: Mapping[str, str] | None) -> _Evidence:
+    ev = _Evidence()
+    ev.chain = _chain(error)
+    for exc in ev.chain:
+        ev.names.update(cls.__name__ for cls in type(exc).__mro__)
+
+    response = getattr(error, "response", None) if error is not None else None
+
+    # Status: explicit, else the exception's, else its response's.
+    if status is None and error is not None:
+        for candidate in (getattr(error, "status_code", None),
+                          getattr(response, "status_code", None)):
+            if isinstance(candidate, int) and not isinstance(candidate, bool):
+                status = candidate
+                break
+    ev.status = status
+
+    # Headers: explicit, else the response's (httpx2.Headers is a case-insensitive Mapping).
+    raw_headers: Any = headers if headers is not None else getattr(response, "headers", None)
+    if raw_headers is not None:
+        try:
+            ev.headers = {str(k).lower(): str(v) for k, v in raw_headers.items()}
+        except (AttributeError, TypeError):
+            ev.headers = {}
+
+    # Body: explicit, else the raw response text (it keeps the outer "error" wrapper the
+    # openai SDK strips from exc.body), else exc.body.
+    text = _as_text(body) if body is not None else ""
+    structured: object = None
+    if body is None and error is not None:
+        try:
+            text = _as_text(getattr(response, "text", None)) if response is not None else ""
+        except Exception:  # noqa: BLE001 - a streamed, unread response raises on .text
+            text = ""
+        exc_body = getattr(error, "body", None)
+        if isinstance(exc_body, dict | list):
+            structured = exc_body
+        elif not text and isinstance(exc_body, str | bytes):
+            text = _as_text(exc_body)
+    ev.text = text.strip()
+
+    parsed: object = None
+    if ev.text[:1] in ("{", "["):
+        try:
+            parsed = json.loads(ev.text)
+        except ValueError:
+            parsed = None
+    ev.err, bare = _error_object(parsed if parsed is not None else structured)
+    if not ev.err and structured is not None and parsed is not None:
+        ev.err, bare = _error_object(structured)
+
+    if error is not None:
+        msg = getattr(error, "message", None)
+        ev.exc_message = msg if isinstance(msg, str) and msg else str(error)
+        if not ev.exc_message:
+            ev.exc_message = type(error).__name__
+    structured_msg = ev.err.get("message") or bare
+    if isinstance(structured_msg, str) and structured_msg:
+        ev.message = structured_msg
+    elif ev.text and not ev.is_html:
+        ev.message = ev.text
+    else:
+        ev.message = ev.exc_message
+    return ev
+
+
+# --------------------------------------------------------------------------- helpers
+def _clean(text: str, limit: int = _REASON_MAX_CHARS) -> str:
+    one_line = " ".join(text.split())
+    if len(one_line) > limit:
+        one_line = one_line[: limit - 1].rstrip() + "…"
+    return redact(one_line)
+
+
+def _html_summary(ev: _Evidence) -> str:
+    """Describe an HTML page without dumping it: title/h1, vendor, ray/reference id."""
+    title = ""
+    for tag in ("title", "h1"):
+        m = re.search(rf"<{tag}[^>]*>(.*?)</{tag}>", ev.text, _S)
+        if m:
+            title = html.unescape(re.sub(r"<[^>]+>", " ", m.group(1)))
+            title = " ".join(title.split())
+            if title:
+                break
+    vendor = _proxy_vendor(ev)
+    bits = [b for b in (vendor, f'"{title}"' if title else "") if b]
+    ray = ev.headers.get("cf-ray", "")
+    cf_id = ev.headers.get("x-amz-cf-id", "")
+    ref = re.search(r"Reference\s*(?:&#32;|\s)?(?:#|&#35;)\s*([0-9a-f.]+|[0-9a-f&#;]+)", ev.text, _I)
+    if ray:
+        bits.append(f"ray {ray}")
+    elif cf_id:
+        bits.append(f"request id {cf_id}")
+    elif ref:
+        bits.append(f"reference {ref.group(1)}")
+    return ", ".join(bits)
+
+
+def _proxy_vendor(ev: _Evidence) -> str:
+    server = ev.headers.get("server", "").lower()
+    low = ev.text[:20000].lower()
+    checks = (
+        ("Cloudflare", "cloudflare" in server or "cf-ray" in ev.headers or "cloudflare" in low),
+        ("AWS CloudFront", "cloudfront" in server or "x-amz-cf-id" in ev.headers
+         or "cloudfront" in low),
+        ("AWS WAF", any(k.startswith("x-amzn-waf") for k in ev.headers)),
+        ("AWS ELB", "awselb" in server),
+        ("Akamai", "akamai" in server or "akamai" in low or "edgesuite" in low),
+        ("Imperva Incapsula", "incapsula" in low or "x-iinfo" in ev.headers),
+        ("Azure Application Gateway", "azure-application-gateway" in server
+         or "azure-application-gateway" in low),
+        ("openresty", "openresty" in server or "openresty" in low),
+        ("nginx", "nginx" in server or "<center>nginx" in low),
+        ("Envoy", "envoy" in server),
+    )
+    return next((name for name, hit in checks if hit), "")
+
+
+def _has_proxy_signal(ev: _Evidence) -> bool:
+    if any(name in ev.headers for name in _WAF_HEADER_NAMES):
+        return True
+    if any(k.startswith("x-amzn-waf") for k in ev.headers):
+        return True
+    server = ev.headers.get("server", "").lower()
+    return any(word in server for word in _WAF_SERVER_WORDS)
+
+
+def _structured_provider_error(ev: _Evidence) -> bool:
+    """A JSON error object with a message: what real providers send (not a block page)."""
+    return bool(ev.err) and bool(ev.err.get("message") or ev.err.get("type")
+                                 or ev.err.get("code"))
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _overflow_numbers(text: str, err: Mapping[str, Any]) -> tuple[bool, int | None, int | None,
+                                                                  int | None]:
+    """(matched, prompt, limit, output) from the strong numeric overflow wordings."""
+    n_prompt, n_ctx = _int(err.get("n_prompt_tokens")), _int(err.get("n_ctx"))
+    if n_prompt is not None or n_ctx is not None:
+        return True, n_prompt, n_ctx, None
+    for pattern in _OVERFLOW_NUMERIC:
+        m = pattern.search(text)
+        if m:
+            groups = m.groupdict()
+            return (True, _int(groups.get("p")), _int(groups.get("lim")), _int(groups.get("o")))
+    return False, None, None, None
+
+
+# --------------------------------------------------------------------------- decision
+def classify_failure(
+    error: BaseException | None = None,
+    *,
+    status: int | None = None,
+    body: str | bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    request_bytes: int | None = None,
+) -> Failure:
+    """Classify one failure into exactly one :class:`FailureKind`; see the module docstring."""
+    failure = getattr(error, "failure", None)
+    if isinstance(failure, Failure) and status is None and body is None:
+        # An already-classified ChatError: keep the verdict, add the size if now known.
+        if failure.request_bytes is None and request_bytes is not None:
+            return replace(failure, request_bytes=request_bytes)
+        return failure
+    try:
+        ev = _gather(error, status, body, headers)
+    except Exception as exc:  # noqa: BLE001 - classification must never raise
+        return Failure(FailureKind.OTHER, _clean(f"Request failed ({type(exc).__name__})."),
+                       status=status, request_bytes=request_bytes)
+    return _decide(ev, request_bytes)
+
+
+def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
+    status = ev.status
+    if status is None:
+        connection = _connection_failure(ev, request_bytes)
+        if connection is not None:
+            return connection
+
+    def make(kind: FailureKind, reason: str, **numbers: Any) -> Failure:
+        retry = _retry_after(ev.headers) if kind is FailureKind.TRANSIENT else None
+        return Failure(kind, redact(reason), status=status, request_bytes=request_bytes,
+                       retry_after=retry, **numbers)
+
+    where = f"HTTP {status}" if status is not None else "The request"
+    detail = _html_summary(ev) if ev.is_html else _clean(ev.message)
+    detail = detail.rstrip(" .")
+    said = f": {detail}" if detail else ""
+
+    # 1. Statuses whose meaning no body text can change.
+    if status == 414:
+        return make(FailureKind.OTHER, f"{where} (URI too long) — the request URL is too long; "
+                    f"this is not a payload or context problem{said}.")
+    if status in (413, 431):
+        what = "request headers" if status == 431 else "request body"
+        return make(FailureKind.PAYLOAD_TOO_LARGE,
+                    f"{where}: the server or a proxy refused the {what} as too large{said}.")
+    if status == 401:
+        return make(FailureKind.AUTH, f"{where}: authentication failed — check the API key"
+                    f"{said}.")
+    if status == 403:
+        return _classify_403(ev, make, where)
+
+    text = ev.haystack
+    code = ev.field_str("code").lower()
+    etype = ev.field_str("type").lower()
+    param = ev.field_str("param").lower()
+
+    # 2. Output limit: the max_tokens parameter itself is over the model's cap.
+    for pattern in _OUTPUT_LIMIT_PATTERNS:
+        m = pattern.search(text)
+        if m:
+            requested, model_max = int(m.group("req")), int(m.group("max"))
+            return make(FailureKind.OUTPUT_LIMIT,
+                        f"{where}: max_tokens={requested} is above this model's output limit "
+                        f"of {model_max} tokens{said}.",
+                        limit_tokens=model_max, output_tokens=requested)
+
+    # 3. Context overflow, strongest evidence first.
+    matched, prompt, limit, output = _overflow_numbers(text, ev.err)
+    if not matched:
+        tpm = _REQUEST_TOO_LARGE_TPM.search(text)
+        if tpm:
+            matched, prompt, limit = True, int(tpm.group("p")), int(tpm.group("lim"))
+    if not matched and (code in _OVERFLOW_CODES or etype in _OVERFLOW_CODES):
+        matched = True
+    if not matched and param in ("max_tokens", "max_completion_tokens") and "too large" in text \
+            and code in ("invalid_value", ""):
+        return make(FailureKind.OUTPUT_LIMIT,
+                    f"{where}: max_tokens is above this model's output limit{said}.")
+    rate_limited = status == 429 or any(marker in text for marker in _RATE_MARKERS)
+    if not matched and not rate_limited and any(word in text for word in _OVERFLOW_WORDS):
+        matched = True
+    if matched:
+        numbers = ""
+        if prompt is not None and limit is not None and output is not None:
+            numbers = f" ({prompt} + {output} max_tokens > {limit} tokens)"
+        elif prompt is not None and limit is not None:
+            numbers = f" ({prompt} tokens > {limit} limit)"
+        return make(FailureKind.CONTEXT_OVERFLOW,
+                    f"{where}: the request does not fit the model's context window{numbers}"
+                    f"{said}.",
+                    prompt_tokens=prompt, limit_tokens=limit, output_tokens=output)
+
+    # 4. Payload size named in the text (a relayed proxy page, a per-field byte limit).
+    if any(word in text for word in _PAYLOAD_WORDS) or _STRING_TOO_LONG.search(text):
+        return make(FailureKind.PAYLOAD_TOO_LARGE,
+                    f"{where}: the request body is too large for the server or a proxy{said}.")
+
+    # 5. Credentials named in a structured body on another status (Gemini answers a bad
+    # key with 400 API_KEY_INVALID).
+    reasons = {str(d.get("reason", "")).lower() for d in ev.err.get("details", []) or []
+               if isinstance(d, dict)}
+    if (etype in _AUTH_TYPES or code in _AUTH_CODES - {"401", "403"}
+            or "api_key_invalid" in reasons
+            or any(word in text for word in _AUTH_WORDS[:6])):
+        return make(FailureKind.AUTH, f"{where}: the provider rejected the credentials{said}.")
+
+    # 6. Out of quota/billing: retrying does not help.
+    if code in _QUOTA_CODES or etype in _QUOTA_CODES:
+        return make(FailureKind.OTHER, f"{where}: the account is out of quota or credit{said}.")
+
+    # 7. Retryable statuses.
+    if status is not None and (status in (408, 409, 425, 429, 499) or 500 <= status <= 599):
+        kind_word = {429: "rate limited", 529: "overloaded", 503: "unavailable",
+                     408: "request timeout"}.get(status, "server error")
+        return make(FailureKind.TRANSIENT, f"{where} ({kind_word}), worth retrying{said}.")
+
+    # 8. No status: the exception type and message decide.
+    if status is None:
+        for fragment, kind in _NAME_KINDS:
+            if any(fragment in name for name in ev.names):
+                return make(kind, f"{where} failed ({_first_sdk_name(ev)}){said}.")
+        if any(word in text for word in ("overloaded", "rate limit", "temporarily unavailable")):
+            return make(FailureKind.TRANSIENT, f"{where} failed, worth retrying{said}.")
+    return make(FailureKind.OTHER, f"{where} failed{said}.")
+
+
+def _first_sdk_name(ev: _Evidence) -> str:
+    return type(ev.chain[0]).__name__ if ev.chain else "error"
+
+
+def _classify_403(ev: _Evidence, make: Any, where: str) -> Failure:
+    """403: WAF/proxy when the page is HTML or carries proxy signals, else auth.
+
+    Conservative on purpose: a structured JSON error from the provider is auth even when
+    the provider itself sits behind Cloudflare (OpenAI and Anthropic both answer with
+    ``server: cloudflare`` and ``cf-ray`` on every response), unless its own words say a
+    firewall or policy blocked it.
+    """
+    if ev.is_html:
+        return make(FailureKind.WAF_REJECTION,
+                    f"A proxy returned {where} with an HTML block page"
+                    f"{' (' + _html_summary(ev) + ')' if _html_summary(ev) else ''}; "
+                    "the request body likely tripped a firewall rule.")
+    words = _WAF_WORD_RE.search(ev.haystack)
+    if _structured_provider_error(ev):
+        etype = ev.field_str("type").lower()
+        strong = any(k.startswith(("x-amzn-waf", "cf-mitigated", "x-iinfo", "x-sucuri"))
+                     for k in ev.headers)
+        if strong and etype not in _AUTH_TYPES:
+            return make(FailureKind.WAF_REJECTION,
+                        f"A firewall ({_proxy_vendor(ev) or 'proxy'}) blocked the request with "
+                        f"{where} ({_clean(ev.message, 200)}).")
+        if words and etype not in _AUTH_TYPES and not any(
+                w in ev.haystack for w in ("api key", "permission", "not allowed", "access to")):
+            return make(FailureKind.WAF_REJECTION,
+                        f"{where}: a proxy or firewall blocked the request "
+                        f"({_clean(ev.message, 200)}).")
+        return make(FailureKind.AUTH, f"{where}: permission denied — check the API key and its "
+                    f"access{': ' + _clean(ev.message).rstrip(' .') if ev.message else ''}.")
+    if words or _has_proxy_signal(ev):
+        vendor = _proxy_vendor(ev)
+        shown = _clean(ev.message, 200) if ev.message and not ev.is_html else ""
+        extra = ", ".join(b for b in (vendor, shown) if b)
+        return make(FailureKind.WAF_REJECTION,
+                    f"A proxy or firewall returned {where}{' (' + extra + ')' if extra else ''}; "
+                    "the request body likely tripped a security rule.")
+    return make(FailureKind.AUTH, f"{where}: permission denied — check the API key and its access"
+                f"{': ' + _clean(ev.message).rstrip(' .') if ev.message else ''}.")
+
+
+def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | None:
+    """Timeouts, refused connections and mid-request drops (no HTTP status at all)."""
+    names = ev.names
+    messages = " ".join(str(e) for e in ev.chain).lower()
+    culprit = _root_cause(ev)
+
+    def make(kind: FailureKind, reason: str) -> Failure:
+        return Failure(kind, redact(reason), request_bytes=request_bytes)
+
+    if names & _TIMEOUT_NAMES:
+        return make(FailureKind.TRANSIENT, f"The request timed out ({culprit}); worth retrying.")
+    if names & _CONNECT_NAMES and not names & {"RemoteProtocolError", "ReadError", "WriteError"}:
+        return make(FailureKind.TRANSIENT,
+                    f"Could not connect to the server ({culprit}); worth retrying.")
+    dropped = bool(names & _DROP_NAMES) or any(word in messages for word in _DROP_WORDS)
+    if not dropped and not ev.chain:
+        # A bare text triple (no exception, no status): the words alone decide.
+        low = ev.haystack
+        dropped = any(word in low for word in _DROP_WORDS)
+        if not dropped and any(word in low for word in _TIMEOUT_WORDS):
+            return make(FailureKind.TRANSIENT, f"The request timed out ({_clean(low, 120)}).")
+        culprit = _clean(ev.text or ev.message, 160)
+    if not dropped:
+        return None
+    if request_bytes is not None and request_bytes > LIKELY_PAYLOAD_MIN_BYTES:
+        size = _size(request_bytes)
+        return make(FailureKind.LIKELY_PAYLOAD,
+                    f"The connection dropped while sending a {size} request ({culprit}); a "
+                    "proxy body-size limit is the likely cause.")
+    return make(FailureKind.TRANSIENT,
+                f"The connection dropped ({culprit}); the request was small, so this is "
+                "treated as a network blip and retried.")
+
+
+def _root_cause(ev: _Evidence) -> str:
+    """The most specific exception in the chain: 'RemoteProtocolError: Server disconnected …'."""
+    if not ev.chain:
+        return "no response"
+    best = ev.chain[-1]
+    for exc in ev.chain:
+        if type(exc).__name__ in _DROP_NAMES - {"APIConnectionError"} or \
+                type(exc).__name__ in _TIMEOUT_NAMES | _CONNECT_NAMES:
+            best = exc
+    text = str(best).strip()
+    name = type(best).__name__
+    return _clean(f"{name}: {text}" if text else name, 200)
+
+
+def _size(num_bytes: int) -> str:
+    if num_bytes >= 1024 * 1024:
+        return f"{num_bytes / (1024 * 1024):.1f} MB"
+    return f"{num_bytes / 1024:.0f} KB"
