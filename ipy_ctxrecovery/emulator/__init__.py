@@ -1,0 +1,83 @@
+"""A local OpenAI/Anthropic API server with deterministic replies and real-world faults.
+
+The embedded default model and the test bench: a real HTTP server on 127.0.0.1 that
+speaks ``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST /v1/messages``
+(Anthropic Messages), streamed (SSE) or not, so the official SDKs talk to it unmodified::
+
+    from ipy_ctxrecovery.emulator import Emulator
+
+    with Emulator(context_window=8192, max_body="256KB", body_limit_style="nginx") as emu:
+        client = openai.OpenAI(base_url=emu.openai_base_url, api_key="sk-x", max_retries=0)
+        client.chat.completions.create(model="emulator", messages=[...])
+        emu.requests[-1].status, emu.requests[-1].body_bytes
+
+Standalone: ``python -m ipy_ctxrecovery.emulator --port 8765 --max-body 256KB``.
+
+Token rule
+----------
+``tokens(text) = ceil(len(text.encode("utf-8")) / 4)``. A request's prompt tokens are
+``Σ over messages (tokens(message text) + 4) + 3``, plus ``tokens(json.dumps(tools))`` when
+tools are offered. A message's text is the concatenation of its text, reasoning/thinking,
+tool-call names and arguments (Anthropic ``tool_use`` input as ``json.dumps(input)``) and
+tool-result contents. Anthropic's top-level ``system`` counts as one message. Completion
+tokens are ``tokens(reply text + tool-call arguments)``.
+
+Replies (deterministic)
+-----------------------
+The *latest real user message* is the last user message with text that is not a
+continuation prompt and not a notice the recovery machinery wrote (starting with
+``[SYSTEM NOTICE``, ``[Context was automatically compacted`` or ``[STRUCTURED SUMMARY``).
+
+* Default: ``Emulator reply: you said "<first 60 chars of it>" (<k> messages, <p> prompt
+  tokens).`` — ``k`` counts every message (system included), ``p`` is the prompt tokens.
+* ``[[words N]]`` in it: the reply is ``w1 w2 … wN``.
+* ``[[tool NAME {"json": "args"}]]`` in it (several allowed), with no tool result after it:
+  the reply is a tool call to NAME with those arguments — ids ``call_<n>`` / ``toolu_<n>``
+  (``n`` = tool calls already in the history + 1), ``finish_reason="tool_calls"`` /
+  ``stop_reason="tool_use"``. Once results arrive: ``Tool NAME returned <c> chars.`` per
+  result, then the default (or ``[[words N]]``) reply.
+* Summarization: any system message containing ``STRUCTURED SUMMARY``. The reply is an
+  extractive summary of the user-supplied text: a ``[STRUCTURED SUMMARY — covering N
+  earlier messages]`` line, then ``## Files`` / ``## Commands`` / ``## Errors and
+  resolutions`` / ``## Key decisions`` / ``## Key points`` / ``## Current task state``
+  sections of lines copied from the input, at most min(len(input)/4, 2000) chars.
+* Output limit: the reply is cut (on a character boundary) at the completion budget —
+  ``max_tokens``/``max_completion_tokens``, ``max_output_tokens`` and the room left in the
+  window, whichever is smallest — with ``finish_reason="length"`` /
+  ``stop_reason="max_tokens"``.
+* Continuation: when the latest user message starts with ``Your response was cut off at
+  the token limit.`` the emulator recomputes the original answer from the request that
+  produced the first partial and resumes exactly after the assistant text already
+  produced since (no repetition; their longest common prefix is skipped).
+
+Faults
+------
+In order: the scripted queue (``emu.script("429")``, ``emu.fail_next(529)``, one per
+request), ``drop_over`` (connection reset mid-request, no response), ``max_body`` (413 as
+``nginx`` / ``cloudflare`` / ``aws`` / ``envoy``), ``waf_over`` (403: Cloudflare's block
+page with ``cf-ray``, or a ``bare`` HTML 403 with no signal words), the API key (401 in
+each provider's format, when ``api_key`` is set), then the provider's own 400s:
+``max_tokens`` above ``max_output_tokens``, and the context window (OpenAI
+``context_length_exceeded``; Anthropic "prompt is too long: M tokens > N maximum" and
+"input length and `max_tokens` exceed context limit: A + B > C, …").
+
+Provider answers carry no Cloudflare headers (the real APIs sit behind Cloudflare, but
+only the WAF fault should show its signals here). Request headers are never logged.
+"""
+
+from __future__ import annotations
+
+from .faults import Fault, body_too_large, drop, http_error, waf_block
+from .replies import count_tokens
+from .server import Emulator, RequestRecord
+
+__all__ = [
+    "Emulator",
+    "Fault",
+    "RequestRecord",
+    "body_too_large",
+    "count_tokens",
+    "drop",
+    "http_error",
+    "waf_block",
+]

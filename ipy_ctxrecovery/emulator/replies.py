@@ -1,0 +1,383 @@
+"""The emulator's deterministic reply script and token rule (no I/O, no HTTP).
+
+Both wire formats are first normalized to a list of :class:`Turn` (one per wire message;
+Anthropic's top-level ``system`` becomes a leading system turn), then :func:`plan` decides
+the whole answer: text or tool calls, the stop reason and the usage numbers. The rules are
+documented in the package docstring (``ipy_ctxrecovery.emulator``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..escalation import CONTINUATION_PROMPT
+
+__all__ = [
+    "Plan",
+    "ToolCall",
+    "Turn",
+    "anthropic_turns",
+    "count_tokens",
+    "openai_turns",
+    "plan",
+    "prompt_tokens",
+    "summarize",
+]
+
+#: Per-message overhead and per-request priming of the token rule.
+TOKENS_PER_MESSAGE = 4
+TOKENS_PER_REQUEST = 3
+BYTES_PER_TOKEN = 4
+#: Characters of the latest user text quoted by the default reply.
+QUOTE_CHARS = 60
+#: ``[[words N]]`` larger than this is clamped, so a typo cannot allocate gigabytes.
+MAX_WORDS = 200_000
+#: Summary bound: a quarter of the input, at most this many characters.
+SUMMARY_MAX_CHARS = 2_000
+SUMMARY_FRACTION = 4
+SUMMARY_ITEM_CHARS = 160
+
+CONTINUATION_MARK = CONTINUATION_PROMPT.split("\n", 1)[0]
+SUMMARY_MARK = "STRUCTURED SUMMARY"
+#: User messages the recovery machinery writes; they are not the user's request.
+_MACHINE_PREFIXES = (
+    "[SYSTEM NOTICE",
+    "[Context was automatically compacted",
+    "[STRUCTURED SUMMARY",
+)
+
+_WORDS_RE = re.compile(r"\[\[words\s+(\d+)\s*\]\]")
+_TOOL_RE = re.compile(r"\[\[tool\s+([A-Za-z0-9_.:-]+)\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the emulator emits (``number`` gives ``call_<n>`` / ``toolu_<n>``)."""
+
+    number: int
+    name: str
+    arguments: str
+
+    def input(self) -> Any:
+        return json.loads(self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One wire message, normalized: its visible text, everything countable, tool parts."""
+
+    role: str
+    text: str = ""
+    counted: str = ""
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    """(name, arguments) of each tool call an assistant turn made."""
+    tool_results: tuple[str, ...] = ()
+    """Content of each tool result the turn carries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The full answer to one request, before wire formatting."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish: str
+    """``stop`` | ``length`` | ``tool_calls`` (mapped to each format's names)."""
+    prompt_tokens: int
+    completion_tokens: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def count_tokens(text: str) -> int:
+    """The token rule: ``ceil(len(text.encode("utf-8")) / 4)``."""
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+
+
+def prompt_tokens(turns: Sequence[Turn], tools: Any = None) -> int:
+    """Σ (tokens(countable text of the message) + 4) + 3, plus tokens(json.dumps(tools))."""
+    total = TOKENS_PER_REQUEST + sum(count_tokens(t.counted) + TOKENS_PER_MESSAGE for t in turns)
+    if tools:
+        total += count_tokens(json.dumps(tools))
+    return total
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def _text_of(content: Any) -> str:
+    """Text of a content value: a string, or a list of parts/blocks with text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") in (None, "text", "input_text"):
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    return str(content)
+
+
+def openai_turns(body: Mapping[str, Any]) -> list[Turn]:
+    """Normalize an OpenAI Chat Completions request's ``messages``."""
+    turns: list[Turn] = []
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, Mapping):
+            continue
+        role = str(msg.get("role", "user"))
+        if role == "developer":
+            role = "system"
+        text = _text_of(msg.get("content"))
+        counted = [text]
+        refusal = msg.get("refusal")
+        if isinstance(refusal, str):
+            counted.append(refusal)
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(msg.get(key), str):
+                counted.append(msg[key])
+        calls: list[tuple[str, str]] = []
+        for call in msg.get("tool_calls") or []:
+            if not isinstance(call, Mapping):
+                continue
+            fn = call.get("function") or {}
+            name, args = str(fn.get("name", "")), str(fn.get("arguments", ""))
+            calls.append((name, args))
+            counted += [name, args]
+        if role in ("tool", "function"):
+            turns.append(Turn("tool", "", text, tool_results=(text,)))
+        else:
+            turns.append(Turn(role, text, "".join(counted), tuple(calls)))
+    return turns
+
+
+def anthropic_turns(body: Mapping[str, Any]) -> list[Turn]:
+    """Normalize an Anthropic Messages request's ``system`` and ``messages``."""
+    turns: list[Turn] = []
+    system = _text_of(body.get("system"))
+    if system:
+        turns.append(Turn("system", system, system))
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, Mapping):
+            continue
+        role = str(msg.get("role", "user"))
+        content = msg.get("content")
+        if isinstance(content, str) or content is None:
+            text = content or ""
+            turns.append(Turn(role, text, text))
+            continue
+        texts: list[str] = []
+        counted: list[str] = []
+        calls: list[tuple[str, str]] = []
+        results: list[str] = []
+        for block in content:
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(str(block.get("text", "")))
+                counted.append(texts[-1])
+            elif kind == "thinking":
+                counted.append(str(block.get("thinking", "")))
+            elif kind == "redacted_thinking":
+                counted.append(str(block.get("data", "")))
+            elif kind in ("tool_use", "server_tool_use"):
+                name, args = str(block.get("name", "")), json.dumps(block.get("input", {}))
+                calls.append((name, args))
+                counted += [name, args]
+            elif kind == "tool_result":
+                result = _text_of(block.get("content"))
+                results.append(result)
+                counted.append(result)
+        text = "".join(texts)
+        if role == "user" and results and not text.strip():
+            turns.append(Turn("tool", "", "".join(counted), tool_results=tuple(results)))
+        else:
+            turns.append(Turn(role, text, "".join(counted), tuple(calls), tuple(results)))
+    return turns
+
+
+# --------------------------------------------------------------------------- the script
+
+
+def _is_continuation(turn: Turn) -> bool:
+    return turn.role == "user" and turn.text.lstrip().startswith(CONTINUATION_MARK)
+
+
+def _is_real_user(turn: Turn) -> bool:
+    if turn.role != "user" or not turn.text.strip():
+        return False
+    stripped = turn.text.lstrip()
+    return not stripped.startswith(CONTINUATION_MARK) and not stripped.startswith(_MACHINE_PREFIXES)
+
+
+def _last_real_user(turns: Sequence[Turn]) -> int | None:
+    for i in range(len(turns) - 1, -1, -1):
+        if _is_real_user(turns[i]):
+            return i
+    return None
+
+
+def _parse_tools(text: str) -> list[tuple[str, str]]:
+    """``[[tool NAME {json}]]`` directives, in order; bad JSON becomes ``{}``."""
+    found: list[tuple[str, str]] = []
+    decoder = json.JSONDecoder()
+    for match in _TOOL_RE.finditer(text):
+        rest = text[match.end():]
+        args: Any = {}
+        end = 0
+        if rest.startswith("{"):
+            try:
+                args, end = decoder.raw_decode(rest)
+            except ValueError:
+                args, end = {}, 0
+        if not rest[end:].lstrip().startswith("]]"):
+            continue
+        if not isinstance(args, dict):
+            args = {}
+        found.append((match.group(1), json.dumps(args)))
+    return found
+
+
+def _words(text: str) -> str | None:
+    match = _WORDS_RE.search(text)
+    if not match:
+        return None
+    n = min(int(match.group(1)), MAX_WORDS)
+    return " ".join(f"w{i}" for i in range(1, n + 1))
+
+
+def _default_reply(turns: Sequence[Turn], user_text: str, tools: Any) -> str:
+    quoted = user_text[:QUOTE_CHARS]
+    p = prompt_tokens(turns, tools)
+    return f'Emulator reply: you said "{quoted}" ({len(turns)} messages, {p} prompt tokens).'
+
+
+def _compose(turns: Sequence[Turn], tools: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The complete (uncut) answer to a request that is not a continuation."""
+    if any(t.role == "system" and SUMMARY_MARK in t.text for t in turns):
+        supplied = "\n\n".join(t.text for t in turns if t.role == "user" and t.text.strip())
+        return summarize(supplied), ()
+    u = _last_real_user(turns)
+    user_text = turns[u].text if u is not None else ""
+    after = turns[u + 1:] if u is not None else turns
+    results = [r for t in after for r in t.tool_results]
+    directives = _parse_tools(user_text)
+    if directives and not results:
+        return "", tuple(directives)
+    body = _words(user_text)
+    if body is None:
+        body = _default_reply(turns, user_text, tools)
+    if directives and results:
+        names = [name for name, _ in directives]
+        lines = [f"Tool {names[i] if i < len(names) else names[-1]} returned {len(r)} chars."
+                 for i, r in enumerate(results)]
+        body = " ".join([*lines, body])
+    return body, ()
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None) -> Plan:
+    """Decide the answer to ``turns``; ``limit`` is the completion-token budget (None = none).
+
+    A continuation (latest user message starts with the continuation prompt) recomputes
+    the original answer from the request that produced the first partial, and resumes it
+    after the text already produced (their longest common prefix), without repetition.
+    """
+    notes: dict[str, Any] = {}
+    p = prompt_tokens(turns, tools)
+    if turns and _is_continuation(turns[-1]):
+        u = _last_real_user(turns)
+        start = 0 if u is None else u + 1
+        # The original request ends before the first assistant text after the last
+        # real user message or tool result.
+        j = start
+        for k in range(start, len(turns)):
+            if turns[k].role == "tool" or turns[k].tool_results:
+                j = k + 1
+        first = next((k for k in range(j, len(turns)) if turns[k].role == "assistant"), j)
+        produced = "".join(t.text for t in turns[first:] if t.role == "assistant")
+        full, calls = _compose(turns[:first], tools)
+        text = full[_common_prefix(full, produced):] if not calls else ""
+        notes["continuation"] = {"produced_chars": len(produced), "total_chars": len(full)}
+    else:
+        text, calls = _compose(turns, tools)
+    earlier = sum(len(t.tool_calls) for t in turns)
+    tool_calls = tuple(ToolCall(earlier + i + 1, name, args) for i, (name, args) in enumerate(calls))
+    if tool_calls:
+        completion = count_tokens("".join(c.arguments for c in tool_calls))
+        return Plan("", tool_calls, "tool_calls", p, completion, notes)
+    finish = "stop"
+    if limit is not None and count_tokens(text) > limit:
+        text = _cut(text, limit * BYTES_PER_TOKEN)
+        finish = "length"
+    return Plan(text, (), finish, p, count_tokens(text), notes)
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    """The longest prefix of ``text`` within ``max_bytes`` UTF-8 bytes (never splits a char)."""
+    raw = text.encode("utf-8")[:max(max_bytes, 0)]
+    return raw.decode("utf-8", errors="ignore")
+
+
+# --------------------------------------------------------------------------- summaries
+
+_MESSAGE_MARK_RE = re.compile(r"^\s*[\[#*]*\s*(user|assistant|tool|system)\b", re.I | re.M)
+_PATH_RE = re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|md|txt|json|csv|ipynb|toml|yaml|"
+                      r"yml|cfg|ini|sh|js|ts|go|rs|c|h|html|log)\b")
+_COMMAND_RE = re.compile(r"^\s*(?:\$|>>>|%|!)\s*\S|`[^`]+`")
+_ERROR_RE = re.compile(r"error|exception|traceback|failed|failure", re.I)
+_DECISION_RE = re.compile(r"\b(decid|chose|choose|agreed|plan|will|should|must)\w*", re.I)
+
+
+def summarize(text: str) -> str:
+    """Extractive summary: a ``[STRUCTURED SUMMARY — covering N earlier messages]`` header
+    and sections of lines copied from ``text``, at most min(len(text)/4, 2000) chars."""
+    n = len(_MESSAGE_MARK_RE.findall(text)) or 1
+    header = f"[STRUCTURED SUMMARY — covering {n} earlier messages]"
+    bound = max(min(len(text) // SUMMARY_FRACTION, SUMMARY_MAX_CHARS), len(header))
+    lines: list[str] = []
+    seen: set[str] = set()
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        if line and line not in seen:
+            seen.add(line)
+            lines.append(line)
+    sections = [
+        ("Files", [ln for ln in lines if _PATH_RE.search(ln)]),
+        ("Commands", [ln for ln in lines if _COMMAND_RE.search(ln)]),
+        ("Errors and resolutions", [ln for ln in lines if _ERROR_RE.search(ln)]),
+        ("Key decisions", [ln for ln in lines if _DECISION_RE.search(ln)]),
+        ("Key points", lines[:8]),
+        ("Current task state", lines[-2:]),
+    ]
+    out = header
+    used: set[str] = set()
+    for title, items in sections:
+        picked = [i for i in items if i not in used][:4]
+        if not picked:
+            continue
+        block = f"\n## {title}"
+        for item in picked:
+            short = item if len(item) <= SUMMARY_ITEM_CHARS else item[:SUMMARY_ITEM_CHARS - 1] + "…"
+            if len(out) + len(block) + len(short) + 3 > bound:
+                break
+            block += f"\n- {short}"
+            used.add(item)
+        if block.count("\n- "):
+            out += block
+    return out

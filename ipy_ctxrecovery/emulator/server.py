@@ -1,0 +1,572 @@
+"""The emulator's HTTP server: :class:`Emulator`, its request records and fault queue.
+
+A stdlib ``ThreadingHTTPServer`` in a daemon thread, HTTP/1.1 with keep-alive, chunked
+transfer encoding for SSE. Each request goes, in order, through: the scripted fault queue,
+``drop_over``, ``max_body`` (413), ``waf_over`` (403), the API key, ``latency``, request
+validation (output limit, context window), then the deterministic reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ..config import parse_size
+from ..errors import ConfigError
+from . import faults, replies, wire
+from .faults import Answer, Fault
+
+__all__ = ["Emulator", "RequestRecord"]
+
+OPENAI_PATH = "/v1/chat/completions"
+ANTHROPIC_PATH = "/v1/messages"
+MODELS_PATH = "/v1/models"
+#: Seconds a connection may sit idle (or a client may stall mid-body) before it is closed.
+SOCKET_TIMEOUT = 30.0
+#: Bytes read per chunk while receiving or draining a body.
+READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request the emulator received.
+
+    ``status`` is None when the connection was dropped; ``body_bytes`` is the body size
+    (the declared Content-Length when the body was not read); ``raw`` the body as received
+    (None when not read); ``body`` its parsed JSON (None when not read or not JSON);
+    ``fault`` the fault that answered it (``"413:nginx"``, ``"waf:cloudflare"``,
+    ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``, ``"auth"``) or None.
+    """
+
+    path: str
+    status: int | None
+    body_bytes: int
+    body: Any
+    fault: str | None
+    stream: bool = False
+    raw: bytes | None = None
+    method: str = "POST"
+
+
+def _size(value: int | str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} is not a size.")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{name}={value!r} must not be negative.")
+        return value or None
+    return parse_size(value, name=name) or None
+
+
+def _positive_int(value: Any, name: str, *, allow_none: bool) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be a whole number of tokens ≥ 1.")
+    return value
+
+
+class Emulator:
+    """A local OpenAI + Anthropic API with deterministic replies and real-world faults.
+
+    >>> with Emulator(context_window=8192, max_body="256KB") as emu:  # doctest: +SKIP
+    ...     client = openai.OpenAI(base_url=emu.openai_base_url, api_key="sk-x")
+    """
+
+    def __init__(self, *, context_window: int = 8192, max_output_tokens: int | None = None,
+                 max_body: int | str | None = None, body_limit_style: str = "nginx",
+                 waf_over: int | str | None = None, drop_over: int | str | None = None,
+                 latency: float = 0.0, waf_style: str = "cloudflare",
+                 api_key: str | None = None, host: str = "127.0.0.1", port: int = 0,
+                 log: Callable[[str], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._faults: deque[Fault] = deque()
+        self._records: list[RequestRecord] = []
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.host = host
+        self._port = port
+        self.log = log
+        self.configure(context_window=context_window, max_output_tokens=max_output_tokens,
+                       max_body=max_body, body_limit_style=body_limit_style,
+                       waf_over=waf_over, drop_over=drop_over, latency=latency,
+                       waf_style=waf_style, api_key=api_key)
+
+    # ------------------------------------------------------------------ configuration
+
+    def configure(self, **changes: Any) -> None:
+        """Change limits while running (validated; sizes accept ``parse_size`` strings)."""
+        checked: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name == "context_window":
+                checked[name] = _positive_int(value, name, allow_none=False)
+            elif name == "max_output_tokens":
+                checked[name] = _positive_int(value, name, allow_none=True)
+            elif name in ("max_body", "waf_over", "drop_over"):
+                checked[name] = _size(value, name)
+            elif name == "body_limit_style":
+                checked[name] = faults._check(value, faults.BODY_LIMIT_STYLES, name)
+            elif name == "waf_style":
+                checked[name] = faults._check(value, faults.WAF_STYLES, name)
+            elif name == "latency":
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ConfigError(f"latency={value!r} must be a number of seconds ≥ 0.")
+                checked[name] = float(value)
+            elif name == "api_key":
+                checked[name] = value or None
+            else:
+                raise ConfigError(f"{name} is not an emulator setting.")
+        with self._lock:
+            for name, value in checked.items():
+                setattr(self, name, value)
+
+    context_window: int
+    max_output_tokens: int | None
+    max_body: int | None
+    waf_over: int | None
+    drop_over: int | None
+    body_limit_style: str
+    waf_style: str
+    latency: float
+    api_key: str | None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Emulator:
+        """Bind and serve in a daemon thread; returns self. Idempotent."""
+        if self._server is not None:
+            return self
+        handler = type("_BoundHandler", (_Handler,), {"emulator": self})
+        server = _Server((self.host, self._port), handler)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name=f"ipy_ctxrecovery-emulator-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and release the port. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def port(self) -> int:
+        if self._server is not None:
+            return int(self._server.server_address[1])
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """Root URL, e.g. ``http://127.0.0.1:8765``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL for ``openai.OpenAI(base_url=...)`` (ends in ``/v1``)."""
+        return self.url + "/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """Base URL for ``anthropic.Anthropic(base_url=...)`` (the SDK appends /v1/messages)."""
+        return self.url
+
+    def openai_client(self, **kwargs: Any) -> Any:
+        """A real ``openai.OpenAI`` pointed here (api_key defaults to the emulator's)."""
+        import openai
+
+        kwargs.setdefault("api_key", self.api_key or "sk-emulator")
+        return openai.OpenAI(base_url=self.openai_base_url, **kwargs)
+
+    def anthropic_client(self, **kwargs: Any) -> Any:
+        """A real ``anthropic.Anthropic`` pointed here (api_key defaults to the emulator's)."""
+        import anthropic
+
+        kwargs.setdefault("api_key", self.api_key or "sk-ant-emulator")
+        return anthropic.Anthropic(base_url=self.anthropic_base_url, **kwargs)
+
+    # ------------------------------------------------------------------ faults and records
+
+    def script(self, *specs: Fault | int | str) -> None:
+        """Queue one-off faults, consumed one per request in order (see faults.parse_fault)."""
+        parsed = [faults.parse_fault(s) for s in specs]
+        with self._lock:
+            self._faults.extend(parsed)
+
+    def fail_next(self, status: int, *, retry_after: float | None = None,
+                  message: str | None = None, times: int = 1) -> None:
+        """Queue ``times`` provider errors with ``status`` (429 may carry ``retry_after``)."""
+        fault = faults.http_error(status, retry_after=retry_after, message=message)
+        with self._lock:
+            self._faults.extend([fault] * times)
+
+    @property
+    def pending_faults(self) -> tuple[Fault, ...]:
+        with self._lock:
+            return tuple(self._faults)
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """A snapshot of every request received so far, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def reset(self) -> None:
+        """Forget the recorded requests and drop queued faults."""
+        with self._lock:
+            self._records.clear()
+            self._faults.clear()
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            return self._faults.popleft() if self._faults else None
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+        if self.log is not None:
+            status = "dropped" if record.status is None else str(record.status)
+            fault = f" [{record.fault}]" if record.fault else ""
+            self.log(f"{record.method} {record.path} {status} {record.body_bytes} B{fault}")
+
+    def _new_id(self, prefix: str) -> str:
+        with self._lock:
+            n = next(self._ids)
+        return f"{prefix}{n:024d}"
+
+    def __repr__(self) -> str:
+        state = self.url if self.running else "stopped"
+        return (f"Emulator({state}, context_window={self.context_window}, "
+                f"max_body={self.max_body}, waf_over={self.waf_over}, "
+                f"drop_over={self.drop_over})")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer is normal here (tests close streams early).
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection; ``emulator`` is bound by :meth:`Emulator.start`."""
+
+    emulator: Emulator
+    protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT
+    server_version = "ipy_ctxrecovery-emulator"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Silence the stdlib access log (it goes to stderr); Emulator.log reports requests.
+        return
+
+    # ------------------------------------------------------------------ entry points
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path.rstrip("/") == MODELS_PATH:
+            body = {"object": "list", "data": [
+                {"id": "emulator", "object": "model", "created": 0, "owned_by": "emulator"}]}
+            answer = Answer(200, (json.dumps(body, indent=2) + "\n").encode(),
+                            (("Content-Type", "application/json"),))
+        else:
+            answer = faults.not_found(_wire_of(path) or "openai", "GET", path)
+        self.emulator._record(RequestRecord(path, answer.status, 0, None, None, method="GET"))
+        self._send(answer)
+
+    def do_POST(self) -> None:
+        emu = self.emulator
+        path = self.path.split("?", 1)[0]
+        wire_name = _wire_of(path)
+        declared = self._declared_length()
+        fault = emu._next_fault()
+
+        def record(status: int | None, fault_label: str | None, raw: bytes | None = None,
+                   body: Any = None, stream: bool = False) -> None:
+            size = len(raw) if raw is not None else (declared or 0)
+            emu._record(RequestRecord(path, status, size, body, fault_label, stream, raw))
+
+        # 1. Middleboxes: they act on the size before the provider sees anything.
+        if fault is not None and fault.kind != "status":
+            self._middlebox(fault, declared, record)
+            return
+        size = declared
+        raw: bytes | None = None
+        if size is None:  # chunked upload: the size is known only after reading it
+            raw = self._read_body(None)
+            size = len(raw)
+        if emu.drop_over is not None and size > emu.drop_over:
+            self._middlebox(faults.drop(), declared, record, raw_read=raw)
+            return
+        if emu.max_body is not None and size > emu.max_body:
+            self._middlebox(faults.body_too_large(emu.body_limit_style), declared, record,
+                            raw_read=raw)
+            return
+        if raw is None:
+            raw = self._read_body(size)
+        if emu.waf_over is not None and len(raw) > emu.waf_over:
+            answer = faults.waf_answer(emu.waf_style, host=self._host(), client=self._client())
+            record(answer.status, f"waf:{emu.waf_style}", raw)
+            self._send(answer)
+            return
+
+        # 2. The provider.
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        stream = bool(isinstance(body, dict) and body.get("stream"))
+        if emu.latency:
+            time.sleep(emu.latency)
+        if fault is not None:
+            answer = faults.provider_error(wire_name or "openai", fault.status,
+                                           message=fault.message, retry_after=fault.retry_after)
+            record(answer.status, fault.label, raw, body, stream)
+            self._send(answer)
+            return
+        if wire_name is None:
+            answer = faults.not_found("openai", "POST", path)
+            record(answer.status, None, raw, body, stream)
+            self._send(answer)
+            return
+        label, answer_or_stream = self._provider(wire_name, body)
+        if isinstance(answer_or_stream, Answer):
+            record(answer_or_stream.status, label, raw, body, stream)
+            self._send(answer_or_stream)
+        else:
+            headers, events = answer_or_stream
+            record(200, None, raw, body, stream)
+            self._send_stream(headers, events)
+
+    # ------------------------------------------------------------------ middleboxes
+
+    def _middlebox(self, fault: Fault, declared: int | None,
+                   record: Callable[..., None], raw_read: bytes | None = None) -> None:
+        if fault.kind == "drop":
+            # Take part of the body, then reset the connection with no response at all.
+            if raw_read is None and declared:
+                self._read_some(min(declared, READ_CHUNK))
+            record(None, "drop")
+            self._abort()
+            return
+        if fault.kind == "body_limit":
+            answer = faults.body_limit_answer(fault.style)
+            record(answer.status, fault.label, raw_read)
+            self._send(answer)
+            if raw_read is None and declared:
+                self._drain(declared)
+            return
+        raw = raw_read if raw_read is not None else self._read_body(declared or 0)
+        answer = faults.waf_answer(fault.style, host=self._host(), client=self._client())
+        record(answer.status, fault.label, raw)
+        self._send(answer)
+
+    # ------------------------------------------------------------------ the provider
+
+    def _provider(self, wire_name: str, body: Any) -> tuple[
+            str | None, Answer | tuple[tuple[tuple[str, str], ...], Iterable[bytes]]]:
+        emu = self.emulator
+        if not isinstance(body, dict):
+            return None, faults.bad_request(
+                wire_name, "We could not parse the JSON body of your request. (HINT: This "
+                "likely means you aren't using your HTTP library correctly.)")
+        presented = self._presented_key(wire_name)
+        if emu.api_key is not None and presented != emu.api_key:
+            return "auth", faults.auth_error(wire_name, presented)
+        model = str(body.get("model") or "emulator")
+        if wire_name == "anthropic":
+            turns = replies.anthropic_turns(body)
+            param = "max_tokens"
+            max_tokens = body.get("max_tokens")
+            if max_tokens is None:
+                return None, faults.bad_request(wire_name, "max_tokens: Field required")
+        else:
+            turns = replies.openai_turns(body)
+            param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+                else "max_tokens"
+            max_tokens = body.get(param)
+        if max_tokens is not None and (isinstance(max_tokens, bool)
+                                       or not isinstance(max_tokens, int) or max_tokens < 1):
+            return None, faults.bad_request(
+                wire_name, f"Invalid '{param}': integer below minimum value. Expected a value "
+                f">= 1, but got {max_tokens} instead.", param=param)
+        tools = body.get("tools") or None
+        prompt = replies.prompt_tokens(turns, tools)
+        cap = emu.max_output_tokens
+        if max_tokens is not None and cap is not None and max_tokens > cap:
+            return "output_limit", faults.output_limit_error(
+                wire_name, requested=max_tokens, cap=cap, model=model, param=param)
+        context = faults.context_error(wire_name, window=emu.context_window, prompt=prompt,
+                                       max_tokens=max_tokens, max_tokens_param=param)
+        if context is not None:
+            return "context", context
+        limits = [emu.context_window - prompt]
+        if max_tokens is not None:
+            limits.append(max_tokens)
+        if cap is not None:
+            limits.append(cap)
+        plan = replies.plan(turns, tools=tools, limit=min(limits))
+        stream = bool(body.get("stream"))
+        if wire_name == "anthropic":
+            ident = emu._new_id("msg_emu")
+            headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
+            if stream:
+                return None, (headers, wire.anthropic_events(plan, model=model, ident=ident))
+            return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident),
+                                (("Content-Type", "application/json"), *headers))
+        ident = emu._new_id("chatcmpl-emu")
+        headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
+        if stream:
+            options = body.get("stream_options") or {}
+            include = bool(isinstance(options, dict) and options.get("include_usage"))
+            return None, (headers, wire.openai_chunks(plan, model=model, ident=ident,
+                                                      include_usage=include))
+        return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),
+                            (("Content-Type", "application/json"), *headers))
+
+    def _presented_key(self, wire_name: str) -> str | None:
+        auth = self.headers.get("Authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        if wire_name == "anthropic":
+            return self.headers.get("x-api-key") or bearer
+        return bearer
+
+    # ------------------------------------------------------------------ I/O
+
+    def _declared_length(self) -> int | None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return None
+        try:
+            return max(int(self.headers.get("Content-Length", "0")), 0)
+        except ValueError:
+            return 0
+
+    def _read_body(self, length: int | None) -> bytes:
+        if length is None:
+            return b"".join(self._read_chunked())
+        return self.rfile.read(length) if length else b""
+
+    def _read_chunked(self) -> Iterator[bytes]:
+        while True:
+            line = self.rfile.readline(1024)
+            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass
+                return
+            yield self.rfile.read(size)
+            self.rfile.readline(1024)
+
+    def _read_some(self, n: int) -> None:
+        with contextlib.suppress(OSError):
+            self.rfile.read(n)
+
+    def _drain(self, remaining: int) -> None:
+        """Read and discard the rest of a body after an early answer (nginx lingering close)."""
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                got = self.rfile.read(min(remaining, READ_CHUNK))
+                if not got:
+                    break
+                remaining -= len(got)
+
+    def _abort(self) -> None:
+        """Reset the connection (RST): the client sees a dropped connection, never a hang."""
+        self.close_connection = True
+        sock = self.connection
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for stream in (self.wfile, self.rfile):
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
+        with contextlib.suppress(OSError):
+            sock.close()
+        # The stdlib flushes and closes these after the handler returns.
+        self.wfile = io.BytesIO()
+        self.rfile = io.BytesIO()
+
+    def _host(self) -> str:
+        return (self.headers.get("Host") or "127.0.0.1").split(":", 1)[0]
+
+    def _client(self) -> str:
+        return str(self.client_address[0])
+
+    def _head(self, status: int, reason: str, headers: Iterable[tuple[str, str]]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {reason}"]
+        lines += [f"{k}: {v}" for k, v in headers]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _send(self, answer: Answer) -> None:
+        headers = list(answer.headers)
+        names = {k.lower() for k, _ in headers}
+        if "date" not in names:
+            headers.insert(0, ("Date", faults._date()))
+        headers.append(("Content-Length", str(len(answer.body))))
+        if answer.close:
+            headers.append(("Connection", "close"))
+            self.close_connection = True
+        else:
+            headers.append(("Connection", "keep-alive"))
+        self.wfile.write(self._head(answer.status, answer.status_line_reason, headers)
+                         + answer.body)
+        self.wfile.flush()
+
+    def _send_stream(self, headers: Iterable[tuple[str, str]], events: Iterable[bytes]) -> None:
+        head = [("Date", faults._date()), ("Content-Type", "text/event-stream; charset=utf-8"),
+                ("Transfer-Encoding", "chunked"), ("Connection", "keep-alive"),
+                ("Cache-Control", "no-cache"), *headers]
+        try:
+            self.wfile.write(self._head(200, "OK", head))
+            for event in events:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # The client stopped reading (closed the stream early): nothing left to do.
+            self.close_connection = True
+
+
+def _wire_of(path: str) -> str | None:
+    trimmed = path.rstrip("/")
+    if trimmed.endswith(OPENAI_PATH):
+        return "openai"
+    if trimmed.endswith(ANTHROPIC_PATH):
+        return "anthropic"
+    return None
