@@ -194,7 +194,7 @@ class ChatSession:
     def _make_provider(self, model: str) -> Provider:
         from . import providers
 
-        factory: Callable[..., Provider] = providers.make_provider  # type: ignore[attr-defined]
+        factory: Callable[..., Provider] = providers.make_provider
         return factory(model, client=self._client, settings=self.settings,
                        emulator=self._emulator)
 
@@ -300,7 +300,7 @@ class ChatSession:
 
     def _encode(self, request: Request) -> bytes:
         """The request's body, encoded once (the last encoding is kept for the send)."""
-        if self._encoded is not None and self._encoded[0] is request:
+        if self._encoded is not None and self._encoded[0] == request:
             return self._encoded[1]
         body = self._provider.encode(request)
         self._encoded = (request, body)
@@ -311,10 +311,7 @@ class ChatSession:
         return len(self._provider.encode(self._request(history, max_tokens, options=options)))
 
     # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
-    def _summarize(self, text: str) -> str:
-        max_tokens = min(self._provider.info.max_output_tokens,
-                         max(1, int(self.settings.summary_max_chars
-                                    / self.settings.chars_per_token)))
+    def _summarize(self, text: str, *, max_tokens: int) -> str:
         request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
         return self._provider.send(request).message.text
@@ -359,6 +356,7 @@ class ChatSession:
                   record: bool) -> tuple[History, Message, StopReason]:
         """Round trips until the model answers without tool calls (or a bound is reached)."""
         rounds = 0
+        limit_told = False
         while True:
             history, answer, stop, max_tokens = self._answer(
                 history, max_tokens, turn, stream=stream, on_text=on_text, options=options)
@@ -368,9 +366,11 @@ class ChatSession:
             if not answer.tool_calls:
                 return history, answer, stop
             rounds += 1
+            over = rounds > self.settings.max_tool_rounds
             results = []
             for call in answer.tool_calls:
-                if rounds > self.settings.max_tool_rounds:
+                if over:
+                    # Every call gets an answer, so the history stays valid.
                     content = _TOOL_LIMIT_RESULT.format(n=self.settings.max_tool_rounds)
                     result = Message.tool(call.id, content, is_error=True, name=call.name)
                 else:
@@ -379,9 +379,14 @@ class ChatSession:
                     self._record(result)
                 results.append(result)
             history = history + tuple(results)
-            if rounds > self.settings.max_tool_rounds:
-                # The history stays valid (every call answered); the turn ends here.
-                return history, answer, StopReason.TOOL_CALLS
+            if over:
+                if limit_told:
+                    return history, answer, StopReason.TOOL_CALLS
+                limit_told = True
+                self._emit(ToolRun(
+                    message=f"🔧 tool round limit ({self.settings.max_tool_rounds}) reached — "
+                            "asking the model to answer with what it has",
+                    name=answer.tool_calls[0].name, ok=False), turn)
 
     def _run_tool(self, call: ToolCall, turn: _Turn) -> Message:
         tool = self._tools.get(call.name)
@@ -420,7 +425,8 @@ class ChatSession:
             message = response.message
             if response.stop is not StopReason.LENGTH:
                 break
-            current = max_tokens or getattr(self._provider, "default_max_tokens", None) \
+            # With no explicit max_tokens, where the answer was cut is the limit in force.
+            current = max_tokens or response.usage.completion_tokens \
                 or self._provider.info.max_output_tokens
             nxt = escalation.next_max_tokens(
                 current, escalations, model_cap=self._provider.info.max_output_tokens,
@@ -444,7 +450,7 @@ class ChatSession:
 
     # -- one request, with recovery ---------------------------------------------------------
     def _prepare(self, history: History, max_tokens: int | None, turn: _Turn,
-                 options: Mapping[str, Any] | None) -> History:
+                 options: Mapping[str, Any] | None, stream: bool) -> History:
         """Pre-flight: microcompact, budget, measure, compact when over budget."""
         settings = self.settings
         compacted, mc = microcompact.microcompact(history, settings=settings, store=self._store)
@@ -465,7 +471,7 @@ class ChatSession:
                         f"full content saved ({', '.join(paths) or 'already saved'})",
                 replaced=br.replaced, persisted=paths), turn)
 
-        request = self._request(history, max_tokens, options=options)
+        request = self._request(history, max_tokens, stream=stream, options=options)
         body = len(self._encode(request))
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
                              window_tokens=self.window, max_tokens=max_tokens,
@@ -488,10 +494,23 @@ class ChatSession:
     def _compact(self, history: History, target: int, max_tokens: int | None, turn: _Turn, *,
                  options: Mapping[str, Any] | None = None, instructions: str | None = None,
                  force: bool = False) -> History:
+        # The summarizer's request must fit the model too: its input at most half the
+        # window, its answer at most a quarter (a small window is where compaction matters).
+        window_chars = int(self.window * self.estimator.bytes_per_token)
+        settings = self.settings
+        input_bound = max(1, min(settings.summarizer_input_max_chars, window_chars // 2))
+        summary_bound = max(1, min(settings.summary_max_chars, window_chars // 4))
+        if (input_bound, summary_bound) != (settings.summarizer_input_max_chars,
+                                            settings.summary_max_chars):
+            settings = settings.replace(summarizer_input_max_chars=input_bound,
+                                        summary_max_chars=summary_bound)
+        summary_tokens = max(1, min(self._provider.info.max_output_tokens,
+                                    int(summary_bound / self.estimator.bytes_per_token)))
         new, report = compactor.compact(
             history, target_bytes=target,
             measure=lambda h: self._measure(h, max_tokens, options),
-            summarize=self._summarize, settings=self.settings,
+            summarize=lambda text: self._summarize(text, max_tokens=summary_tokens),
+            settings=settings,
             on_event=lambda e: self._emit(e, turn), instructions=instructions,
             force_summary=force)
         if report.applied:
@@ -505,7 +524,7 @@ class ChatSession:
                          ) -> tuple[History, Response, int | None]:
         """Send one request; recover from failures (SPEC §1 and §3) until it succeeds."""
         settings = self.settings
-        history = self._prepare(history, max_tokens, turn, options)
+        history = self._prepare(history, max_tokens, turn, options, stream)
         state = ladder.LadderState(payload_notice_sent=self._payload_notice_sent)
         auth_retried = False
         clamped = False

@@ -1,0 +1,64 @@
+"""The public surface is pinned, and importing it pulls in no UI or SDK module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import ipy_ctxrecovery
+
+HEAVY = ("IPython", "ipywidgets", "openai", "anthropic")
+CORE = ("config", "errors", "history", "events", "catalogue", "budget", "pairing",
+        "microcompact", "compactor", "ladder", "preflight", "escalation")
+
+
+def test_all_is_pinned() -> None:
+    assert ipy_ctxrecovery.__all__ == [
+        "ChatError",
+        "ChatSession",
+        "ConfigError",
+        "CtxRecoveryError",
+        "Emulator",
+        "Failure",
+        "FailureKind",
+        "Message",
+        "Reply",
+        "Settings",
+        "__version__",
+        "chat_tool",
+        "classify",
+        "load_ipython_extension",
+        "parse_size",
+        "unload_ipython_extension",
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n in ipy_ctxrecovery.__all__ if n != "Emulator"])
+def test_every_public_name_resolves(name: str) -> None:
+    assert getattr(ipy_ctxrecovery, name) is not None
+
+
+def _loaded_after(statement: str) -> list[str]:
+    code = (f"import sys, json\n{statement}\n"
+            f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_package_imports_no_ui_or_sdk() -> None:
+    assert _loaded_after("import ipy_ctxrecovery") == []
+
+
+def test_core_modules_import_no_ui_or_sdk() -> None:
+    imports = "\n".join(f"import ipy_ctxrecovery.{m}" for m in CORE)
+    assert _loaded_after(imports) == []
+
+
+def test_session_layer_imports_no_sdk_until_a_provider_is_made() -> None:
+    statement = ("from ipy_ctxrecovery import ChatSession, Reply, chat_tool\n"
+                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools")
+    assert _loaded_after(statement) == []

@@ -1,0 +1,307 @@
+"""ChatSession with a scripted fake provider: the turn loop, retries, tools, events, files."""
+
+from __future__ import annotations
+
+import json
+import stat
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeProvider, cut_reply, failure, tool_call_reply
+
+from ipy_ctxrecovery import ChatSession, Reply, Settings
+from ipy_ctxrecovery.errors import ChatError, CtxRecoveryError, FailureKind
+from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.events import Escalation, Event, Failed, Retrying, ToolRun, TurnFinished
+from ipy_ctxrecovery.history import Role, problems
+from ipy_ctxrecovery.providers.base import StopReason
+
+SETTINGS = Settings()
+
+
+def session(*script: Any, **kwargs: Any) -> tuple[ChatSession, FakeProvider, list[float]]:
+    provider = kwargs.pop("provider", None) or FakeProvider(script)
+    sleeps: list[float] = []
+    kwargs.setdefault("settings", SETTINGS)
+    s = ChatSession(provider=provider, sleep=sleeps.append, **kwargs)
+    return s, provider, sleeps
+
+
+def roles(history: Any) -> list[str]:
+    return [m.role.value for m in history]
+
+
+def test_a_turn_updates_history_transcript_and_files() -> None:
+    s, fake, _ = session("Hi there.", name="basic", system="Be brief.")
+    reply = s.send("Hello")
+    assert isinstance(reply, Reply)
+    assert reply.text == str(reply) == "Hi there."
+    assert reply.finish_reason == StopReason.END.value == "end"
+    assert reply.model == "fake"
+    assert reply.usage.prompt_tokens and reply.usage.completion_tokens is not None
+    assert roles(s.history) == ["system", "user", "assistant"]
+    assert [m.text for m in s.transcript] == ["Be brief.", "Hello", "Hi there."]
+    # What the provider got: the system prompt, the user message, and the built-in tool.
+    sent = fake.requests[0]
+    assert roles(sent.messages) == ["system", "user"]
+    assert [t.name for t in sent.tools] == ["read_file"]
+    lines = (s.directory / "transcript.jsonl").read_text().splitlines()
+    assert [json.loads(line)["message"]["role"] for line in lines] == ["system", "user", "assistant"]
+    snapshot = json.loads((s.directory / "history.json").read_text())
+    assert len(snapshot["messages"]) == 3
+    assert stat.S_IMODE(s.directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE((s.directory / "history.json").stat().st_mode) == 0o600
+
+
+def test_streaming_text_goes_to_on_text_only_when_streaming() -> None:
+    s, fake, _ = session("streamed", "not streamed")
+    chunks: list[str] = []
+    s.send("one", on_text=chunks.append)
+    s.send("two", on_text=chunks.append, stream=False)
+    assert chunks == ["streamed"]
+    assert [r.stream for r in fake.requests] == [True, False]
+
+
+def test_options_and_max_tokens_reach_the_request() -> None:
+    s, fake, _ = session("a", "b", max_tokens=100)
+    s.send("x", options={"temperature": 0.2})
+    s.send("y", max_tokens=7)
+    assert fake.requests[0].max_tokens == 100
+    assert fake.requests[0].options == {"temperature": 0.2}
+    assert fake.requests[1].max_tokens == 7
+
+
+def test_unrecoverable_failure_raises_one_sentence_and_keeps_history() -> None:
+    key = "sk-proj-abcdefghijklmnop1234567890"
+    s, _, _ = session("first answer", failure(FailureKind.OTHER, f"bad request with key {key}"),
+                      name="fails")
+    events: list[Event] = []
+    s.subscribe(events.append)
+    s.send("first")
+    before = s.history
+    with pytest.raises(ChatError) as info:
+        s.send("second")
+    assert key not in str(info.value) and "REDACTED" in str(info.value)
+    assert "\n" not in str(info.value)
+    assert info.value.failure.kind is FailureKind.OTHER
+    assert s.history == before
+    assert [m.text for m in s.transcript][-1] == "second"
+    on_disk = (s.directory / "transcript.jsonl").read_text()
+    assert "second" in on_disk and key not in on_disk
+    assert any(isinstance(e, Failed) for e in events)
+
+
+def test_auth_failure_refreshes_once_then_gives_up() -> None:
+    s, fake, _ = session(failure(FailureKind.AUTH, "bad key"), "ok after refresh")
+    assert s.send("x").text == "ok after refresh"
+    assert fake.refreshed == 1
+    s2, fake2, _ = session(failure(FailureKind.AUTH, "bad key"), failure(FailureKind.AUTH, "bad key"))
+    with pytest.raises(ChatError, match="bad key"):
+        s2.send("x")
+    assert fake2.refreshed == 1 and len(fake2.requests) == 2
+
+
+def test_transient_failures_retry_with_backoff_through_injected_sleep() -> None:
+    s, fake, sleeps = session(failure(FailureKind.TRANSIENT, "503"),
+                              failure(FailureKind.TRANSIENT, "429", retry_after=7.0), "finally")
+    events: list[Event] = []
+    s.subscribe(events.append)
+    assert s.send("x").text == "finally"
+    assert sleeps == [1.0, 7.0]
+    assert [e.attempt for e in events if isinstance(e, Retrying)] == [1, 2]
+    retries = SETTINGS.transient_retries
+    s2, fake2, sleeps2 = session(*[failure(FailureKind.TRANSIENT, "503")] * (retries + 1))
+    with pytest.raises(ChatError):
+        s2.send("x")
+    assert len(fake2.requests) == retries + 1 and len(sleeps2) == retries
+
+
+def test_output_limit_clamps_max_tokens_and_resends() -> None:
+    s, fake, _ = session(failure(FailureKind.OUTPUT_LIMIT, "max_tokens too large",
+                                 limit_tokens=4096), "fits now", max_tokens=100_000)
+    assert s.send("x").text == "fits now"
+    assert [r.max_tokens for r in fake.requests] == [100_000, 4096]
+
+
+def test_max_tokens_cut_is_escalated_and_stitched_into_one_message() -> None:
+    s, fake, _ = session(cut_reply("The answer is forty"), cut_reply("-two, and"),
+                         " that is all.", max_tokens=50, name="cut")
+    events: list[Event] = []
+    s.subscribe(events.append)
+    reply = s.send("question")
+    assert reply.text == "The answer is forty-two, and that is all."
+    assert reply.finish_reason == "end"
+    assert [r.max_tokens for r in fake.requests] == [50, 100, 200]
+    second = fake.requests[1].messages
+    assert second[-1].text == CONTINUATION_PROMPT
+    assert second[-2].role is Role.ASSISTANT and second[-2].text == "The answer is forty"
+    third = fake.requests[2].messages
+    assert [m.text for m in third[-3:]] == ["question", "The answer is forty-two, and",
+                                           CONTINUATION_PROMPT]
+    # One stitched assistant message; no partials or continuation prompts kept.
+    assert [m.text for m in s.history] == ["question", reply.text]
+    assert [m.text for m in s.transcript] == ["question", reply.text]
+    assert [e.max_tokens for e in events if isinstance(e, Escalation)] == [100, 200]
+    assert any("escalation" in a for a in reply.actions)
+
+
+def test_escalation_stops_after_the_configured_number() -> None:
+    s, fake, _ = session(cut_reply("a "), cut_reply("b "), cut_reply("c "), "never",
+                         max_tokens=10)
+    reply = s.send("q")
+    assert reply.text == "a b c "
+    assert reply.finish_reason == "length"
+    assert len(fake.requests) == SETTINGS.max_token_escalations + 1
+
+
+def test_tools_run_with_validated_arguments_and_errors_become_results() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def lookup(key: str, times: int = 1) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key.
+            times: repeat count.
+        """
+        calls.append((key, times))
+        if key == "boom":
+            raise RuntimeError("exploded")
+        return key * times
+
+    s, fake, _ = session(
+        tool_call_reply("lookup", {"key": "ab", "times": 2}, "c1"),
+        tool_call_reply("lookup", {"key": 5}, "c2"),
+        tool_call_reply("lookup", {"key": "boom"}, "c3"),
+        tool_call_reply("nonexistent", {}, "c4"),
+        "all done", tools=[lookup], name="tools")
+    events: list[Event] = []
+    s.subscribe(events.append)
+    reply = s.send("use the tool")
+    assert reply.text == "all done"
+    assert calls == [("ab", 2), ("boom", 1)]
+    results = [m.tool_result for m in s.history if m.role is Role.TOOL]
+    assert [(r.content, r.is_error) for r in results if r] == [
+        ("abab", False),
+        ("Error: argument 'key' must be a string, not a number (tool lookup).", True),
+        ("Error: lookup raised RuntimeError: exploded", True),
+        ("Error: there is no tool named 'nonexistent' (tools: lookup, read_file).", True),
+    ]
+    assert problems(s.history) == []
+    for request in fake.requests:
+        assert problems(request.messages) == []
+    assert {t.name for t in fake.requests[0].tools} == {"lookup", "read_file"}
+    assert [e.ok for e in events if isinstance(e, ToolRun)] == [True, False, False, False]
+    # The transcript holds the calls and the full results too.
+    assert sum(1 for m in s.transcript if m.role is Role.TOOL) == 4
+
+
+def test_tool_rounds_are_bounded() -> None:
+    settings = SETTINGS.replace(max_tool_rounds=2)
+
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    script = [tool_call_reply("ping", {}, f"c{i}") for i in range(10)]
+    s, fake, _ = session(*script, tools=[ping], settings=settings)
+    reply = s.send("loop forever")
+    assert reply.finish_reason == "tool_calls"
+    # Two rounds run, a third answered "limit reached", one last chance, then stop.
+    assert len(fake.requests) == 4
+    contents = [m.text for m in s.history if m.role is Role.TOOL]
+    assert contents[:2] == ["pong", "pong"]
+    assert all("limit of 2 tool rounds" in c for c in contents[2:])
+    assert problems(s.history) == []
+
+
+def test_read_file_tool_reads_under_the_chosen_root(tmp_path: Path) -> None:
+    (tmp_path / "data.txt").write_text("alpha\nbeta\n")
+    s, _, _ = session(tool_call_reply("read_file", {"path": "data.txt", "offset": 1}),
+                      "read it", files_root=tmp_path)
+    s.send("read data.txt")
+    result = next(m for m in s.history if m.role is Role.TOOL)
+    assert result.text.endswith("beta\n") and "alpha" not in result.text
+    s2, fake2, _ = session("x", builtin_tools=False)
+    s2.send("hi")
+    assert fake2.requests[0].tools == ()
+
+
+def test_subscriber_errors_warn_but_do_not_kill_the_turn() -> None:
+    s, _, _ = session("fine", "fine again")
+    seen: list[Event] = []
+
+    def broken(event: Event) -> None:
+        raise ValueError("display bug")
+
+    s.subscribe(broken)
+    unsubscribe = s.subscribe(seen.append)
+    with pytest.warns(RuntimeWarning, match="display bug"):
+        assert s.send("x").text == "fine"
+    assert any(isinstance(e, TurnFinished) for e in seen)
+    unsubscribe()
+    count = len(seen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s.send("y")
+    assert len(seen) == count
+
+
+def test_record_false_keeps_nothing() -> None:
+    s, fake, _ = session("kept", "not kept")
+    s.send("one")
+    history, transcript = s.history, s.transcript
+    assert s.send("two", record=False).text == "not kept"
+    assert s.history == history and s.transcript == transcript
+    assert fake.requests[1].messages[-1].text == "two"
+
+
+def test_resume_restores_history_and_transcript() -> None:
+    s, _, _ = session("first", "second", name="resumable", system="sys")
+    s.send("a")
+    s.send("b")
+    s.close()
+    again = ChatSession.resume("resumable", provider=FakeProvider(["third"]), settings=SETTINGS)
+    assert again.history == s.history
+    assert again.transcript == s.transcript
+    assert again.system == "sys"
+    again.send("c")
+    assert [m.text for m in again.transcript] == ["sys", "a", "first", "b", "second", "c", "third"]
+    with pytest.raises(CtxRecoveryError, match="no saved session"):
+        ChatSession.resume("never-existed", provider=FakeProvider())
+
+
+def test_reset_keeps_the_system_prompt_and_the_transcript() -> None:
+    s, _, _ = session("a", "b", system="sys", name="resetme")
+    s.send("x")
+    s.reset()
+    assert [m.text for m in s.history] == ["sys"]
+    assert len(s.transcript) == 3
+    records = [json.loads(line) for line in
+               (s.directory / "transcript.jsonl").read_text().splitlines()]
+    assert records[-1]["type"] == "reset"
+
+
+def test_status_reports_sizes_and_counts() -> None:
+    s, _, _ = session("answer", settings=SETTINGS.replace(max_payload=1024 * 1024))
+    s.send("question")
+    st = s.status()
+    assert st.messages == 2 and st.transcript_messages == 2
+    assert st.window == 8192 and not st.window_guessed
+    assert st.cap == 1024 * 1024 and st.cap_source == "configured"
+    assert st.history_bytes > 0 and st.est_tokens > 0
+    text = str(st)
+    assert "8,192 tokens" in text and "1 MB (configured)" in text and "2 messages" in text
+
+
+def test_two_sessions_never_share_learned_state() -> None:
+    a, _, _ = session("ok")
+    b, _, _ = session("ok")
+    a.caps.record_rejection(100_000)
+    a.estimator.calibrate(1000, 100)
+    assert b.caps.effective() is None
+    assert b.estimator.samples == 0
+    assert a.caps is not b.caps and a.estimator is not b.estimator
+    assert a.name != b.name
