@@ -1,0 +1,378 @@
+"""The ``%chat SUBCOMMAND`` line magic: one small function per subcommand.
+
+Each subcommand takes the ChatMagics instance and its parsed arguments, prints a short
+summary and may return a value (``%chat status`` returns the session's status object).
+User mistakes raise ``UsageError`` with one sentence; nothing here talks to a model
+except ``compact`` (through the session).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import MagicArgumentParser
+
+from . import errors
+from .config import ENV_VARS, ConfigError, format_size, parse_size
+from .display import EventPrinter
+
+if TYPE_CHECKING:
+    from .magics import ChatMagics
+
+__all__ = ["SUBCOMMANDS", "run_subcommand"]
+
+Handler = Callable[["ChatMagics", Any], Any]
+SUBCOMMANDS: dict[str, tuple[Handler, MagicArgumentParser, str]] = {}
+
+
+def _subcommand(name: str, summary: str, *arguments: tuple[tuple[str, ...], dict[str, Any]],
+                session_flag: bool = True) -> Callable[[Handler], Handler]:
+    parser = MagicArgumentParser(prog=f"%chat {name}", description=summary)
+    if session_flag:
+        parser.add_argument("-S", "--session", default="default", help="Session name.")
+    for flags, options in arguments:
+        parser.add_argument(*flags, **options)
+
+    def register(fn: Handler) -> Handler:
+        SUBCOMMANDS[name] = (fn, parser, summary)
+        return fn
+
+    return register
+
+
+def _arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return flags, options
+
+
+def run_subcommand(magics: ChatMagics, line: str) -> Any:
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise UsageError(f"%chat: cannot parse the line ({e}); check the quotes.") from e
+    if not words:
+        return _help(magics, None)
+    name, rest = words[0], words[1:]
+    if name not in SUBCOMMANDS:
+        raise UsageError(f"%chat: unknown subcommand {name!r}; use one of "
+                         f"{', '.join(SUBCOMMANDS)} (%chat help explains them).")
+    handler, parser, _ = SUBCOMMANDS[name]
+    try:
+        args = parser.parse_args(rest)
+    except UsageError as e:
+        raise UsageError(f"%chat {name}: {e}; see %chat help {name}.") from e
+    return handler(magics, args)
+
+
+def _session(magics: ChatMagics, args: Any) -> Any:
+    return magics.session(args.session)
+
+
+@_subcommand("help", "Show what each subcommand does.",
+             _arg("topic", nargs="?", default=None), session_flag=False)
+def _help(magics: ChatMagics, args: Any) -> None:
+    topic = getattr(args, "topic", None)
+    if topic:
+        if topic not in SUBCOMMANDS:
+            raise UsageError(f"%chat help: no subcommand {topic!r}; %chat help lists them.")
+        print(SUBCOMMANDS[topic][1].format_help().rstrip())
+        return
+    print("%%chat [MODEL] [options]   send the cell as a message (%%chat? lists the options)")
+    for _handler, parser, summary in SUBCOMMANDS.values():
+        usage = parser.format_usage().replace("usage: ", "").strip()
+        print(f"{usage}\n    {summary}")
+
+
+@_subcommand("status", "Sizes against the cap and the window, learned or assumed cap, counts.")
+def _status(magics: ChatMagics, args: Any) -> Any:
+    session = _session(magics, args)
+    status = session.status()
+    print(status)
+    if session.model.startswith("emulator") and magics.emulator is not None:
+        print(f"emulator: {_emulator_limits(magics)}")
+    return None
+
+
+@_subcommand("history", "The working history (what the model sees), or --full: the transcript.",
+             _arg("--full", action="store_true", help="Show the full transcript."),
+             _arg("--width", type=int, default=100, help="Characters shown per message."))
+def _history(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    messages = session.transcript if args.full else session.history
+    label = "transcript" if args.full else "working history"
+    print(f"{label} of session {args.session}: {len(messages)} messages")
+    for i, message in enumerate(messages):
+        text = " ".join(message.text.split()) or _describe_blocks(message)
+        cut = text if len(text) <= args.width else text[: args.width - 1] + "…"
+        tag = f" [{message.tag}]" if message.tag else ""
+        print(f"{i:>3} {message.role.value:<9}{tag} {cut}")
+
+
+def _describe_blocks(message: Any) -> str:
+    calls = getattr(message, "tool_calls", ())
+    if calls:
+        return "calls " + ", ".join(f"{c.name}({c.arguments})" for c in calls)
+    return "(empty)"
+
+
+@_subcommand("compact", "Compact the working history now; optional instructions for the summary.",
+             _arg("instructions", nargs="*", help="What the summary should keep."))
+def _compact(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    instructions = " ".join(args.instructions) or None
+    unsubscribe = session.subscribe(EventPrinter(verbose=magics.verbose))
+    try:
+        report = session.compact(instructions)
+    except errors.ChatError as e:
+        magics._failed(str(e), e)
+        return
+    finally:
+        unsubscribe()
+    if report.applied:
+        print(f"compacted: {report.before_messages} → {report.after_messages} messages, "
+              f"{format_size(report.before_bytes)} → {format_size(report.after_bytes)} "
+              "(%chat undo-compact restores)")
+    else:
+        why = report.rejected_reason or "nothing to compact"
+        print(f"history unchanged: {why}")
+
+
+@_subcommand("undo-compact", "Restore the history from before the last compaction.")
+def _undo_compact(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    try:
+        session.undo_compact()
+    except errors.CtxRecoveryError as e:
+        raise UsageError(str(e)) from e
+    print(f"history restored: {len(session.history)} messages")
+
+
+@_subcommand("reset", "Start the working history afresh (the transcript keeps everything).")
+def _reset(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    session.reset()
+    print(f"session {args.session} reset: the next %%chat starts a new conversation")
+
+
+@_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",
+             session_flag=False)
+def _sessions(magics: ChatMagics, args: Any) -> None:
+    from .transcript import list_sessions
+
+    if not magics.sessions:
+        print("no session in this kernel yet")
+    for key, session in magics.sessions.items():
+        print(f"{key:<12} {session.model:<28} {len(session.history):>4} msgs "
+              f"(saved as {session.name})")
+    live = {s.name for s in magics.sessions.values()}
+    saved = [name for name in list_sessions() if name not in live]
+    if saved:
+        print("saved (%chat resume NAME): " + ", ".join(saved))
+
+
+@_subcommand("resume", "Reopen a saved session (e.g. after a kernel restart) as -S NAME.",
+             _arg("name", help="The saved session's name."), session_flag=False)
+def _resume(magics: ChatMagics, args: Any) -> None:
+    session = magics.resume_session(args.name)
+    magics.replace_session(args.name, session)
+    print(f"resumed {args.name}: {len(session.history)} messages on {session.model}; "
+          f"use %%chat -S {args.name}")
+
+
+@_subcommand("usage", "Tokens used by this session (as reported by the provider).")
+def _usage(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    status = session.status()
+    totals = {"prompt_tokens": status.prompt_tokens,
+              "completion_tokens": status.completion_tokens,
+              "turns": magics.usage_totals.get(args.session, {}).get("turns", 0)}
+    print(f"session {args.session}: {totals['prompt_tokens']:,} prompt + "
+          f"{totals['completion_tokens']:,} completion tokens over {totals['turns']} cells")
+
+
+@_subcommand("models", "Known models, their context windows and output limits.",
+             session_flag=False)
+def _models(magics: ChatMagics, args: Any) -> None:
+    from .catalogue import MODELS
+
+    keys = [v for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY") if os.environ.get(v)]
+    print(f"default: {magics.model()}; keys set: {', '.join(keys) or 'none (emulator)'}")
+    for family, (window, output) in MODELS.items():
+        provider = ("emulator" if family == "emulator"
+                    else "anthropic" if family.startswith("claude") else "openai")
+        print(f"  {provider}:{family:<22} window {window:>9,}  max output {output:>7,}"
+              if provider != "emulator" else
+              f"  {'emulator, emulator:anthropic':<31} window {window:>9,}  max output "
+              f"{output:>7,} (the embedded emulator; %chat emulator changes it)")
+
+
+@_subcommand("tools", "Tools registered with @chat_tool (offer them with %%chat --tools).",
+             session_flag=False)
+def _tools(magics: ChatMagics, args: Any) -> None:
+    from .tools import registered_tools
+
+    registry = registered_tools()
+    if not registry:
+        print("no tools registered; decorate a function with "
+              "@chat_tool (from ipy_ctxrecovery import chat_tool)")
+    for name, tool in registry.items():
+        first = (tool.description or "").strip().splitlines()
+        print(f"{name}: {first[0] if first else ''}")
+
+
+@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names.",
+             _arg("assignments", nargs="*", metavar="KEY=VALUE"), session_flag=False)
+def _config(magics: ChatMagics, args: Any) -> None:
+    if not args.assignments:
+        _show_config(magics)
+        return
+    traits = magics.class_traits(config=True)
+    settings_values: dict[str, str] = {}
+    trait_values: dict[str, Any] = {}
+    for item in args.assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"%chat config: {item!r} is not KEY=VALUE, e.g. "
+                             "CHATCLI_MAX_PAYLOAD=5MB or raise_on_error=False.")
+        field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+        if field in {"max_payload", "context_window"} or field not in traits:
+            settings_values[field] = value
+        else:
+            try:
+                trait_values[field] = traits[field].from_string(value)
+            except Exception as e:
+                raise UsageError(f"%chat config: {key}={value!r} is not valid: {e}.") from e
+    try:
+        magics.settings().updated(settings_values, source="setting")
+    except ConfigError as e:
+        raise UsageError(f"%chat config: {e}") from e
+    with magics.hold_trait_notifications():
+        for field, value in settings_values.items():
+            if field in ("max_payload", "context_window"):
+                setattr(magics, field, value)
+        others = {k: v for k, v in settings_values.items()
+                  if k not in ("max_payload", "context_window")}
+        if others:
+            magics.settings_overrides = {**magics.settings_overrides, **others}
+        for field, value in trait_values.items():
+            setattr(magics, field, value)
+    print("set " + ", ".join(args.assignments))
+
+
+def _show_config(magics: ChatMagics) -> None:
+    settings = magics.settings()
+    overrides = dict(magics.settings_overrides)
+    for trait in ("max_payload", "context_window"):
+        if getattr(magics, trait) is not None:
+            overrides[trait] = getattr(magics, trait)
+    for var, field in ENV_VARS.items():
+        value = getattr(settings, field)
+        source = ("%chat config" if field in overrides
+                  else "environment" if os.environ.get(var, "").strip() else "default")
+        shown = format_size(value) if field == "max_payload" and value else value
+        print(f"{var:<38} {field:<30} {shown!s:<10} ({source})")
+    for name in sorted(magics.class_traits(config=True)):
+        if name not in {"max_payload", "context_window", "settings_overrides"}:
+            print(f"ChatMagics.{name:<27} {getattr(magics, name)!r}")
+
+
+_EMULATOR_FLAGS = (
+    _arg("--context-window", type=int, default=None, help="Context window in tokens."),
+    _arg("--max-body", default=None, help="413 above this body size, e.g. 32KB (0 = none)."),
+    _arg("--body-limit-style", default=None, help="nginx, cloudflare, aws or envoy."),
+    _arg("--waf-over", default=None, help="WAF 403 block page above this size."),
+    _arg("--drop-over", default=None, help="Drop the connection above this size."),
+    _arg("--max-output-tokens", type=int, default=None, help="Output token limit."),
+    _arg("--latency", type=float, default=None, help="Seconds of delay per response."),
+)
+
+
+@_subcommand("emulator", "Restart the embedded emulator with these limits (none: show them).",
+             *_EMULATOR_FLAGS, session_flag=False)
+def _emulator(magics: ChatMagics, args: Any) -> None:
+    limits: dict[str, Any] = {}
+    for key in ("context_window", "max_output_tokens", "latency", "body_limit_style"):
+        value = getattr(args, key)
+        if value is not None:
+            limits[key] = value
+    for key in ("max_body", "waf_over", "drop_over"):
+        raw = getattr(args, key)
+        if raw is None:
+            continue
+        try:
+            size = parse_size(raw, name="--" + key.replace("_", "-"))
+        except ConfigError as e:
+            raise UsageError(f"%chat emulator: {e}") from e
+        if size:
+            limits[key] = size
+    if not any(getattr(args, k) is not None for k in vars(args)):
+        magics.ensure_emulator()
+        print(f"emulator at {magics.emulator.openai_base_url}: {_emulator_limits(magics)}")
+        return
+    try:
+        emulator = magics.restart_emulator(limits)
+    except (ConfigError, ValueError, TypeError) as e:
+        raise UsageError(f"%chat emulator: {e}") from e
+    print(f"emulator restarted at {emulator.openai_base_url}: {_emulator_limits(magics)}")
+
+
+def _emulator_limits(magics: ChatMagics) -> str:
+    limits = magics.emulator_limits
+    if not limits:
+        return "default limits (context window 8,192 tokens, no body limit)"
+    parts = []
+    for key, value in limits.items():
+        shown = format_size(value) if key in ("max_body", "waf_over", "drop_over") else value
+        parts.append(f"{key.replace('_', '-')} {shown}")
+    return ", ".join(parts)
+
+
+@_subcommand("export", "Write the transcript to PATH (.json or .md), private to you (0600).",
+             _arg("path", help="Where to write: a .json or .md file."))
+def _export(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    path = Path(args.path).expanduser()
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".md"):
+        raise UsageError(f"%chat export: {args.path!r} must end in .json or .md.")
+    messages = session.transcript
+    if suffix == ".json":
+        text = json.dumps({"session": session.name, "model": session.model,
+                           "messages": [m.to_dict() for m in messages]},
+                          ensure_ascii=False, indent=1)
+    else:
+        text = _markdown(session, messages)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(errors.redact(text))
+    except OSError as e:
+        raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
+    print(f"exported {len(messages)} messages to {path}")
+
+
+def _markdown(session: Any, messages: Any) -> str:
+    lines = [f"# Chat transcript: {session.name}", "", f"Model: `{session.model}`", ""]
+    for message in messages:
+        lines += [f"## {message.role.value}", "", message.text or _describe_blocks(message), ""]
+    return "\n".join(lines)
+
+
+@_subcommand("panel", "Show the live context panel of a session (notebooks).")
+def _panel(magics: ChatMagics, args: Any) -> Any:
+    from .panel import ContextPanel
+
+    session = _session(magics, args)
+    panel = magics.panels.get(args.session)
+    if panel is None:
+        panel = ContextPanel(title=f"%%chat session: {args.session}", settings=magics.settings())
+        panel.attach(session)
+        magics.panels[args.session] = panel
+    return panel
+

@@ -1,0 +1,509 @@
+"""The notebook layer: ``%%chat`` and ``%chat`` magics, configured through traitlets.
+
+A thin layer (STYLE: IPython's autoreload): :class:`~ipy_ctxrecovery.session.ChatSession`
+does the work; ``ChatMagics`` parses flags, picks the session, shows what happens, and
+owns the embedded emulator (started on first use, stopped by ``%unload_ext``).
+The ``%chat`` subcommands live in :mod:`ipy_ctxrecovery._subcommands`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
+from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
+
+from . import errors
+from .config import ENV_VARS, ConfigError, Settings, format_size
+from .display import FORMATS, Answer, EventPrinter, Streamer, extract_code, parse_json_answer
+
+__all__ = ["ChatMagics", "get_magics", "load", "unload"]
+
+DEFAULT_SESSION = "default"
+_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def auto_model(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[str, str]:
+    """The model used when none is configured, and why: a key in the environment, else the emulator."""
+    source = os.environ if env is None else env
+    if source.get("OPENAI_API_KEY", "").strip():
+        return "openai:gpt-4o-mini", "OPENAI_API_KEY is set"
+    if source.get("ANTHROPIC_API_KEY", "").strip():
+        return "anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY is set"
+    return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
+
+
+def env_settings(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[Settings, list[str]]:
+    """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each."""
+    source = os.environ if env is None else env
+    settings, warnings = Settings(), []
+    for var, field_name in ENV_VARS.items():
+        raw = source.get(var, "")
+        if not raw.strip():
+            continue
+        try:
+            settings = settings.updated({var: raw}, source="environment variable")
+        except ConfigError as e:
+            default = getattr(Settings(), field_name)
+            shown = "none" if default is None else default
+            warnings.append(f"⚠ ignoring {var}: {e} Using the default ({shown}).")
+    return settings, warnings
+
+
+@magics_class
+class ChatMagics(Magics):
+    """Chat with an LLM from notebook cells; long conversations survive their limits.
+
+    ``ChatMagics`` is a traitlets ``Configurable``: set its traits with
+    ``%config ChatMagics.<name> = value``, in ``ipython_config.py``
+    (``c.ChatMagics.<name> = value``) or with ``%chat config name=value``.
+
+    Precedence, highest first: a flag on the ``%%chat`` line (``-m``, ``--max-tokens``,
+    ``-f``, ``--no-stream``, ``--system``) > ``%chat config`` / ``%config`` (the two write the
+    same values) > environment variables (``CHATCLI_*`` of the SPEC; an API key picks the
+    default model) > built-in defaults.
+    """
+
+    default_model = Unicode(
+        "", help="Model for %%chat cells without one ('' = emulator unless an API key is set)."
+    ).tag(config=True)
+    max_payload = Unicode(
+        None, allow_none=True,
+        help="Proxy/gateway body cap such as 5MB or 512KB (overrides CHATCLI_MAX_PAYLOAD; 0 = none).",
+    ).tag(config=True)
+    context_window = Union(
+        [Int(), Unicode()], default_value=None, allow_none=True,
+        help="Context window in tokens (overrides CHATCLI_CONTEXT_WINDOW and the catalogue).",
+    ).tag(config=True)
+    max_tokens = Int(None, allow_none=True, help="Default max_tokens for answers.").tag(config=True)
+    system = Unicode(None, allow_none=True, help="System prompt for new sessions.").tag(config=True)
+    raise_on_error = Bool(
+        True, help="A failed chat fails the cell (Run-All stops); False prints the sentence instead."
+    ).tag(config=True)
+    stream = Bool(True, help="Stream answers as they arrive.").tag(config=True)
+    default_format = Enum(FORMATS, "markdown", help="Answer format: " + ", ".join(FORMATS)).tag(
+        config=True)
+    show_panel = Bool(True, help="Show the live context panel (notebook front ends).").tag(
+        config=True)
+    show_events = Bool(True, help="Print one status line per recovery action.").tag(config=True)
+    verbose = Bool(False, help="Also print routine pre-flight and end-of-turn lines.").tag(
+        config=True)
+    live_display = Enum(
+        ("auto", "always", "never"), "auto",
+        help="Live display handles: 'auto' uses them under a Jupyter kernel, not in a terminal.",
+    ).tag(config=True)
+    stream_interval = Float(0.1, help="Seconds between streamed display updates.").tag(config=True)
+    settings_overrides = Dict(
+        help="Other Settings fields set with %chat config (field name -> text value)."
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.sessions: dict[str, Any] = {}
+        self.panels: dict[str, Any] = {}
+        self.usage_totals: dict[str, dict[str, int]] = {}
+        self.emulator: Any = None
+        self.emulator_limits: dict[str, Any] = {}
+        self._warned: set[str] = set()
+
+    # -- configuration ------------------------------------------------------------------
+    @validate("max_payload")
+    def _check_max_payload(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if value is not None:
+            try:
+                Settings().updated({"max_payload": value}, source="ChatMagics.max_payload")
+            except ConfigError as e:
+                raise TraitError(f"ChatMagics.max_payload: {e}") from None
+        return value
+
+    @validate("context_window")
+    def _check_context_window(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if value is None:
+            return None
+        try:
+            return Settings().updated({"context_window": value}).context_window
+        except ConfigError as e:
+            raise TraitError(f"ChatMagics.context_window: {e}") from None
+
+    @observe("max_payload", "context_window", "settings_overrides")
+    def _settings_changed(self, change: Any) -> None:
+        # A session's Settings are frozen: reopen each session with the new ones.
+        for name in list(self.sessions):
+            self.rebuild_session(name)
+
+    @observe("max_tokens")
+    def _max_tokens_changed(self, change: Any) -> None:
+        for session in self.sessions.values():
+            session.max_tokens = change["new"]
+
+    def settings(self) -> Settings:
+        """The effective Settings: env vars, then %config/%chat config values on top."""
+        base, warnings = env_settings()
+        for line in warnings:
+            self.warn_once(line)
+        values: dict[str, Any] = dict(self.settings_overrides)
+        if self.max_payload is not None:
+            values["max_payload"] = self.max_payload
+        if self.context_window is not None:
+            values["context_window"] = self.context_window
+        try:
+            return base.updated(values, source="setting")
+        except ConfigError as e:
+            self.warn_once(f"⚠ ignoring %chat config values: {e}")
+            return base
+
+    def model(self) -> str:
+        return self.default_model.strip() or auto_model()[0]
+
+    def warn_once(self, line: str) -> None:
+        if line not in self._warned:
+            self._warned.add(line)
+            print(line, file=sys.stderr)
+
+    def is_live(self) -> bool:
+        if self.live_display == "always":
+            return True
+        if self.live_display == "never":
+            return False
+        return getattr(self.shell, "kernel", None) is not None
+
+    # -- the embedded emulator and the sessions ------------------------------------------
+    def ensure_emulator(self) -> Any:
+        """The embedded emulator, started on first use with the current limits."""
+        if self.emulator is None:
+            from .emulator import Emulator
+
+            emulator = Emulator(**self.emulator_limits)
+            emulator.start()
+            self.emulator = emulator
+        return self.emulator
+
+    def restart_emulator(self, limits: dict[str, Any]) -> Any:
+        """Replace the embedded emulator with one using ``limits``; sessions on it move over."""
+        from .emulator import Emulator
+
+        new = Emulator(**limits)
+        new.start()
+        old, self.emulator, self.emulator_limits = self.emulator, new, dict(limits)
+        for name, session in list(self.sessions.items()):
+            if is_emulator(session.model):
+                self.rebuild_session(name)
+        if old is not None:
+            old.close()
+        return new
+
+    def session(self, name: str = DEFAULT_SESSION) -> Any:
+        """The session called ``name``, created with the current configuration when new."""
+        if name not in self.sessions:
+            self.replace_session(name, self.new_session(name, self.model()))
+        return self.sessions[name]
+
+    def _session_kwargs(self, model: str, tools: tuple[Any, ...]) -> dict[str, Any]:
+        return {"settings": self.settings(), "tools": tools, "max_tokens": self.max_tokens,
+                "emulator": self.ensure_emulator() if is_emulator(model) else None}
+
+    def new_session(self, name: str, model: str, *, system: str | None = None,
+                    tools: tuple[Any, ...] = ()) -> Any:
+        """A new ChatSession; ``name`` is kept on disk unless it is the kernel's default."""
+        from .session import ChatSession
+
+        with _as_usage_error():
+            return ChatSession(model, system=system or self.system,
+                               name=None if name == DEFAULT_SESSION else name,
+                               **self._session_kwargs(model, tools))
+
+    def resume_session(self, stored_name: str, *, model: str | None = None,
+                       tools: tuple[Any, ...] = ()) -> Any:
+        """Reopen a session from disk (history, transcript) with the current configuration."""
+        from .session import ChatSession
+        from .transcript import Transcript
+
+        with _as_usage_error():
+            if not Transcript.exists(stored_name):
+                raise UsageError(f"there is no saved session named {stored_name!r}; "
+                                 "%chat sessions lists the saved ones.")
+            model = model or str(Transcript(stored_name).load_meta().get("model") or "")
+            return ChatSession.resume(stored_name, model=model,
+                                      **self._session_kwargs(model, tools))
+
+    def rebuild_session(self, name: str, *, model: str | None = None,
+                        tools: tuple[Any, ...] = ()) -> Any:
+        """Reopen session ``name`` (same history) on a new model, emulator, settings or tools.
+
+        Every turn saves the working history, so the reopened session continues exactly
+        where the old one stopped; learned state (a learned or assumed cap) starts afresh,
+        which is right for a new limit.
+        """
+        old = self.sessions[name]
+        keep = tuple(old.tools) + tuple(t for t in tools if t not in old.tools)
+        session = self.resume_session(old.name, model=model or old.model, tools=keep)
+        self.replace_session(name, session, keep_usage=True)
+        return session
+
+    def replace_session(self, name: str, session: Any, *, keep_usage: bool = False) -> None:
+        old = self.sessions.get(name)
+        self.sessions[name] = session
+        if not keep_usage:
+            self.usage_totals.pop(name, None)
+        if old is not None and old is not session:
+            old.close()
+        panel = self.panels.get(name)
+        if panel is not None:
+            panel.attach(session)
+
+    def show_panel_for(self, name: str, session: Any) -> None:
+        if not (self.show_panel and self.is_live()) or name in self.panels:
+            return
+        from IPython.display import display
+
+        from .panel import ContextPanel
+
+        panel = ContextPanel(title=f"%%chat session: {name}", settings=self.settings())
+        panel.attach(session)
+        self.panels[name] = panel
+        display(panel)
+
+    def close(self) -> None:
+        """Close panels, sessions and the emulator (``%unload_ext``)."""
+        for panel in self.panels.values():
+            panel.close()
+        for session in self.sessions.values():
+            session.close()
+        self.panels.clear()
+        self.sessions.clear()
+        if self.emulator is not None:
+            self.emulator.close()
+            self.emulator = None
+
+    # -- %%chat ----------------------------------------------------------------------------
+    @no_var_expand
+    @magic_arguments()
+    @argument("MODEL", nargs="?", default=None,
+              help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic.")
+    @argument("-m", "--model", dest="model_flag", default=None, help="Model (same as MODEL).")
+    @argument("-S", "--session", default=DEFAULT_SESSION,
+              help="Named conversation (default: one per kernel).")
+    @argument("-f", "--format", choices=FORMATS, default=None,
+              help="markdown (default), text, code (answer goes to a new cell) or json.")
+    @argument("--system", default=None, help="System prompt for this session.")
+    @argument("--max-tokens", type=int, default=None, help="Output token limit for this answer.")
+    @argument("--new", action="store_true", help="Start this session afresh.")
+    @argument("--no-history", action="store_true", help="Don't record this exchange.")
+    @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
+    @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
+              help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
+    @argument("--tools", default=None, help="Comma-separated registered tool names to offer.")
+    @cell_magic("chat")
+    def chat_cell(self, line: str, cell: str) -> Answer | None:
+        """Send the cell body, as written, as the user message of a conversation.
+
+        The answer streams into the cell and is returned (``Out[n]``, ``_``); end the
+        ``%%chat`` line or the body with ``;`` to silence it. When recovery is exhausted
+        the cell fails with one sentence (``%config ChatMagics.raise_on_error = False`` to
+        print it instead). Recovery actions are shown one line each.
+        """
+        line = line.strip()
+        silent = line.endswith(";") or cell.rstrip().endswith(";")
+        args = self._parse(self.chat_cell.parser, line.rstrip(";"), "%%chat")
+        model = self._pick_model(args)
+        fmt = args.format or self.default_format
+        max_tokens = args.max_tokens if args.max_tokens is not None else self.max_tokens
+        if max_tokens is not None and max_tokens < 1:
+            raise UsageError(f"--max-tokens {max_tokens} is too small; give a positive number.")
+        options = _parse_options(args.option or [])
+        tools = _lookup_tools(args.tools)
+        session = self._session_for_cell(args.session, model, args, tools)
+        self.show_panel_for(args.session, session)
+
+        stream = self.stream and not args.no_stream
+        streamer = Streamer(live=stream and self.is_live(), fmt=fmt,
+                            interval=self.stream_interval)
+        printer = EventPrinter(verbose=self.verbose) if self.show_events else None
+        unsubscribe = session.subscribe(printer) if printer else None
+        try:
+            reply = session.send(cell, max_tokens=max_tokens, stream=stream,
+                                 on_text=streamer if stream else None,
+                                 record=not args.no_history, options=options or None)
+            streamer.flush()
+        except errors.ChatError as e:
+            self._failed(str(e), e)
+            return None
+        finally:
+            streamer.finish()
+            if unsubscribe:
+                unsubscribe()
+        answer = self._answer(reply, fmt, args.session)
+        if fmt == "code":
+            assert self.shell is not None
+            self.shell.set_next_input(extract_code(answer), replace=False)
+        return None if silent else answer
+
+    def _parse(self, parser: Any, line: str, prog: str) -> Any:
+        try:
+            return parser.parse_args(shlex.split(line))
+        except ValueError as e:  # shlex: an unbalanced quote
+            raise UsageError(f"{prog}: cannot parse the line ({e}); check the quotes.") from e
+        except UsageError as e:
+            raise UsageError(f"{prog}: {e}; see {prog}? for the options.") from e
+
+    def _pick_model(self, args: Any) -> str | None:
+        if args.MODEL and args.model_flag and args.model_flag != args.MODEL:
+            raise UsageError(f"two models given ({args.MODEL} and -m {args.model_flag}); "
+                             "give only one.")
+        return args.MODEL or args.model_flag
+
+    def _session_for_cell(self, name: str, model: str | None, args: Any,
+                          tools: tuple[Any, ...]) -> Any:
+        existing = self.sessions.get(name)
+        if existing is None or args.new:
+            session = self.new_session(name, model or self.model(), system=args.system,
+                                       tools=tools)
+            self.replace_session(name, session)
+            return session
+        if args.system is not None and args.system != existing.system:
+            raise UsageError(f"--system applies when a session starts; add --new to restart "
+                             f"session {name!r} with it.")
+        names = {t.name for t in existing.tools}
+        if (model and model != existing.model) or any(t.name not in names for t in tools):
+            # Same conversation, new model or more tools: reopen it from its saved history.
+            return self.rebuild_session(name, model=model, tools=tools)
+        return existing
+
+    def _failed(self, sentence: str, error: BaseException) -> None:
+        if self.raise_on_error:
+            # IPython prints a UsageError as one line, without a traceback, and the cell
+            # fails, so Run-All stops.
+            raise UsageError(sentence) from error
+        print(sentence, file=sys.stderr)
+        return None
+
+    def _answer(self, reply: Any, fmt: str, name: str) -> Answer:
+        usage = _usage_dict(getattr(reply, "usage", None))
+        totals = self.usage_totals.setdefault(name, {"prompt_tokens": 0, "completion_tokens": 0,
+                                                     "turns": 0})
+        totals["turns"] += 1
+        for key in ("prompt_tokens", "completion_tokens"):
+            totals[key] += int(usage.get(key) or 0)
+        actions = [getattr(a, "message", str(a)) for a in getattr(reply, "actions", ()) or ()]
+        answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
+                        actions=actions, finish_reason=_str(getattr(reply, "finish_reason", None)),
+                        answer_format=fmt, session=name)
+        if fmt == "json":
+            try:
+                parse_json_answer(answer)
+            except ValueError:
+                print("ℹ the answer is not valid JSON; returned as text", file=sys.stderr)
+        return answer
+
+    # -- %chat -----------------------------------------------------------------------------
+    @line_magic("chat")
+    def chat_line(self, line: str) -> Any:
+        """Manage conversations: ``%chat SUBCOMMAND [args]``; ``%chat help`` lists them."""
+        from ._subcommands import run_subcommand
+
+        return run_subcommand(self, line)
+
+
+def is_emulator(model: str) -> bool:
+    return str(model).split(":", 1)[0] == "emulator"
+
+
+@contextlib.contextmanager
+def _as_usage_error() -> Iterator[None]:
+    """A bad model string, session name or setting becomes a one-sentence UsageError."""
+    try:
+        yield
+    except (errors.CtxRecoveryError, ValueError) as e:
+        raise UsageError(str(e)) from e
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def _usage_dict(usage: Any) -> dict[str, int | None]:
+    if usage is None:
+        return {}
+    return {"prompt_tokens": getattr(usage, "prompt_tokens", None),
+            "completion_tokens": getattr(usage, "completion_tokens", None)}
+
+
+def _parse_options(pairs: list[list[str]]) -> dict[str, Any]:
+    """``-o KEY VALUE`` pairs; a VALUE that parses as JSON (0.2, true, [1]) is used as such."""
+    options: dict[str, Any] = {}
+    for key, raw in pairs:
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw
+    return options
+
+
+def _lookup_tools(names: str | None) -> tuple[Any, ...]:
+    if not names:
+        return ()
+    from . import tools as tools_module
+
+    registry = tools_module.registered_tools()
+    chosen = []
+    for name in (n.strip() for n in names.split(",")):
+        if not name:
+            continue
+        if name not in registry:
+            known = ", ".join(sorted(registry)) or "none registered yet — use @chat_tool"
+            raise UsageError(f"--tools: no tool named {name!r}; known tools: {known}.")
+        chosen.append(registry[name])
+    return tuple(chosen)
+
+
+# -- IPython connectivity -------------------------------------------------------------------
+
+def get_magics(shell: Any = None) -> ChatMagics | None:
+    """The loaded ChatMagics of ``shell`` (default: the running one), or None."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        return None
+    found = shell.magics_manager.registry.get("ChatMagics")
+    return found if isinstance(found, ChatMagics) else None
+
+
+def load(ipython: Any) -> None:
+    """Register the magics and print one line: the default model and the active cap."""
+    magics = ChatMagics(shell=ipython, config=ipython.config)
+    ipython.register_magics(magics)
+    ipython.configurables.append(magics)
+    settings = magics.settings()
+    model = magics.model()
+    reason = "" if magics.default_model.strip() else f" ({auto_model()[1]})"
+    cap = (f"payload cap {format_size(settings.max_payload)}" if settings.max_payload
+           else "no payload cap configured")
+    print(f"ipy_ctxrecovery: %%chat uses {model}{reason}; {cap}. %chat help lists commands.")
+
+
+def unload(ipython: Any) -> None:
+    """Unregister the magics, close sessions and stop the embedded emulator."""
+    magics = get_magics(ipython)
+    if magics is None:
+        return
+    magics.close()
+    manager = ipython.magics_manager
+    for kind in ("line", "cell"):
+        if manager.magics[kind].get("chat") is not None:
+            del manager.magics[kind]["chat"]
+    manager.registry.pop("ChatMagics", None)
+    if magics in ipython.configurables:
+        ipython.configurables.remove(magics)
+

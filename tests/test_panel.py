@@ -1,0 +1,150 @@
+"""The context panel: events set widget traits; the tree is built once; text fallback."""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as widgets
+
+from ipy_ctxrecovery import events as ev
+from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.panel import LADDER_LEVELS, ContextPanel
+
+KB = 1024
+
+
+def preflight(body: int, *, cap: int | None = 64 * KB, tokens: int = 1000,
+              window: int = 8192, action: str = "ok", message: str = "") -> ev.Preflight:
+    return ev.Preflight(message=message, body_bytes=body, est_tokens=tokens, cap=cap,
+                        window=window, action=action)  # type: ignore[arg-type]
+
+
+def test_widget_tree_is_built_once_and_events_only_change_values() -> None:
+    panel = ContextPanel(title="s")
+    children = panel.widget.children
+    bars = (panel.size_bar, panel.token_bar, panel.ladder_bar)
+    panel.handle(preflight(32 * KB))
+    panel.handle(ev.LadderStep(message="⚠ level 2", level="emergency_truncate", attempt=2,
+                               failure_kind="payload_too_large", before_messages=30,
+                               after_messages=11))
+    assert panel.widget.children == children
+    assert (panel.size_bar, panel.token_bar, panel.ladder_bar) == bars
+    assert isinstance(panel.widget, widgets.VBox)
+
+
+def test_sizes_against_cap_and_window() -> None:
+    panel = ContextPanel(settings=Settings(max_payload=64 * KB))
+    panel.handle(preflight(56 * KB, cap=64 * KB, tokens=4096, window=8192))
+    assert panel.size_bar.value == 56 / 64
+    assert panel.size_bar.bar_style == "warning"  # above the 85% pre-flight fraction
+    assert panel.size_label.value == "56 KB of cap 64 KB (configured)"
+    assert panel.token_bar.value == 0.5
+    assert panel.token_bar.bar_style == "success"
+    assert panel.token_label.value == "≈4,096 of 8,192 tokens"
+
+
+def test_no_cap_measures_against_the_warning_threshold() -> None:
+    settings = Settings()
+    panel = ContextPanel(settings=settings)
+    panel.handle(preflight(settings.no_cap_warn_bytes // 2, cap=None))
+    assert panel.size_bar.value == 0.5
+    assert "no cap configured" in panel.size_label.value
+
+
+def test_ladder_rungs_and_recovery() -> None:
+    panel = ContextPanel()
+    panel.handle(preflight(10 * KB, action="compact", message="ℹ pre-flight: compacting"))
+    assert panel.ladder_bar.value == 0
+    assert panel.action_label.value == "last: ℹ pre-flight: compacting"
+    for attempt, level in enumerate(("aggressive_budget", "emergency_truncate"), start=1):
+        panel.handle(ev.LadderStep(message=f"⚠ {level}", level=level, attempt=attempt,
+                                   failure_kind="payload_too_large", before_messages=20,
+                                   after_messages=12))
+        assert panel.ladder_bar.value == LADDER_LEVELS[level] == attempt
+    assert panel.ladder_bar.bar_style == "warning"
+    assert "emergency truncate (20 → 12 msgs)" in panel.ladder_label.value
+    panel.handle(ev.Recovered(message="✓ recovered", attempts=2))
+    assert panel.ladder_label.value == "recovered after 2 attempt(s)"
+    assert panel.ladder_bar.value == 2  # the turn's highest rung stays visible
+    panel.handle(preflight(10 * KB))  # the next turn starts at the bottom again
+    assert panel.ladder_bar.value == 0
+    assert panel.action_label.value == "last: ✓ recovered"  # a routine check is not an action
+
+
+def test_nuclear_level_is_danger() -> None:
+    panel = ContextPanel()
+    panel.handle(ev.LadderStep(message="⚠ nuclear", level="nuclear_truncate", attempt=3,
+                               failure_kind="context_overflow", before_messages=9,
+                               after_messages=5))
+    assert panel.ladder_bar.value == 3
+    assert panel.ladder_bar.bar_style == "danger"
+
+
+def test_summarization_status_and_cap_changes() -> None:
+    panel = ContextPanel()
+    panel.handle(ev.CompactionPhase(message="🧠 Summarizing old messages via LLM…",
+                                    phase="summarize", before_messages=23))
+    assert panel.summary_label.value == "🧠 Summarizing old messages via LLM…"
+    panel.handle(ev.CompactionPhase(message="✓ Summary applied (23 → 9 msgs)", phase="applied",
+                                    before_messages=23, after_messages=9))
+    assert panel.summary_label.value == "✓ Summary applied (23 → 9 msgs)"
+    panel.handle(ev.CapChanged(message="ℹ Assuming a 4 MB/payload limit", cap=4 * 1024 * KB,
+                               source="assumed"))
+    panel.handle(preflight(1024 * KB, cap=4 * 1024 * KB))
+    assert panel.size_label.value == "1 MB of cap 4 MB (assumed)"
+    panel.handle(ev.Failed(message="✗ gave up", failure_kind="payload_too_large"))
+    assert panel.ladder_label.value == "failed: payload_too_large"
+    assert panel.action_label.value == "last: ✗ gave up"
+
+
+def test_turn_finished_updates_sizes_without_touching_the_last_action() -> None:
+    panel = ContextPanel()
+    panel.handle(ev.MicrocompactApplied(message="🗜 microcompact: 3 truncated", truncated=3,
+                                        summarized=0, bytes_freed=9000))
+    panel.handle(ev.TurnFinished(message="", history_bytes=2048, est_tokens=512, window=4096,
+                                 cap=None))
+    assert panel.history_bytes == 2048
+    assert panel.token_bar.value == 512 / 4096
+    assert panel.action_label.value == "last: 🗜 microcompact: 3 truncated"
+
+
+def test_plain_text_fallback_in_the_mimebundle() -> None:
+    panel = ContextPanel(title="default", settings=Settings(max_payload=64 * KB))
+    panel.handle(preflight(16 * KB, cap=64 * KB))
+    bundle = panel._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    text = bundle["text/plain"]
+    assert text == panel.text()
+    assert "history  16 KB of cap 64 KB (configured)" in text
+    assert "ladder   0/3" in text
+
+
+def test_events_from_another_thread_wait_for_the_owning_thread() -> None:
+    panel = ContextPanel()
+    worker = threading.Thread(target=panel.handle, args=(preflight(48 * KB),))
+    worker.start()
+    worker.join()
+    assert panel.history_bytes == 0  # not applied off the kernel thread
+    panel.handle(ev.Recovered(message="✓ recovered", attempts=1))
+    assert panel.history_bytes == 48 * KB
+    assert panel.action_label.value == "last: ✓ recovered"
+
+
+def test_attach_follows_a_real_session(emulator) -> None:  # type: ignore[no-untyped-def]
+    from ipy_ctxrecovery.session import ChatSession
+
+    emu = emulator(context_window=4096)
+    session = ChatSession("emulator", emulator=emu, settings=Settings(max_payload=64 * KB),
+                          system="be brief")
+    panel = ContextPanel()
+    panel.attach(session)
+    status = session.status()
+    assert panel.history_bytes == status.history_bytes > 0
+    assert panel.window == 4096
+    assert panel.size_label.value.endswith("(configured)")
+    session._emit(ev.Recovered(message="✓ recovered", attempts=1))  # what a send emits
+    assert panel.action_label.value == "last: ✓ recovered"
+    panel.detach()
+    session._emit(ev.Failed(message="✗ x", failure_kind="other"))
+    assert panel.action_label.value == "last: ✓ recovered"
+    session.close()
