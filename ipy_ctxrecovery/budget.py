@@ -1,17 +1,66 @@
 """Tool-result budget (SPEC §5): per-turn and per-result limits; full content persisted once.
 
-STUB — contract for the implementer; keep these signatures (or update every caller).
+Also the primitives the other shrinking steps share (microcompact, the ladder):
+
+- :class:`ResultStore`: a private, content-addressed directory of full tool results. A
+  result is written once, atomically, at a path derived from its sha256, so a second run
+  (or a second turn) writes nothing and names the same path (ANCHORS 8).
+- :func:`preview`: head + marker + tail whose length honours the limit asked for,
+  scaling head and tail down when the limit is small, never cutting inside a character
+  cluster (combining marks, ZWJ emoji sequences, flags, surrogate pairs; ANCHORS 10).
+- :func:`compaction_info`: whether a tool message was already shrunk by this package and
+  what the original was (size, lines, type, persisted path). It reads ``Message.meta``
+  (checked against the current content, so a stale entry is ignored) and falls back to
+  parsing the markers, so a history reloaded without meta is still recognised.
+- :func:`shrink_tool_message`: preview one tool message to a limit, from its original
+  content when it was already shrunk (the persisted file), keeping the original path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .history import History
+from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
-__all__ = ["BudgetReport", "ResultStore", "enforce_budget", "preview"]
+__all__ = [
+    "META_KEY",
+    "MIN_PREVIEW_BODY_CHARS",
+    "BudgetReport",
+    "CompactionInfo",
+    "ResultStore",
+    "compacted_message",
+    "compaction_info",
+    "detect_kind",
+    "enforce_budget",
+    "preview",
+    "shrink_tool_message",
+]
 
+META_KEY = "compacted"
+"""``Message.meta`` key describing a shrunk tool result (see :class:`CompactionInfo`)."""
+
+MIN_PREVIEW_BODY_CHARS = 200
+"""When the turn budget forces previews smaller than the standard head+tail, each one
+still keeps at least this many characters of the result besides its marker."""
+
+HASH_PREFIX_CHARS = 32
+"""Hex digits of sha256 in a persisted file's name (128 bits: collisions are not a concern)."""
+
+# Cluster-safe cuts: how far a cut may move to avoid splitting a character cluster.
+_MAX_CLUSTER_SHIFT = 32
+
+
+# -- persisted results -----------------------------------------------------------------------
 
 class ResultStore:
     """A per-session directory (mode 0700) of full tool results, content-addressed, files 0600.
@@ -21,14 +70,345 @@ class ResultStore:
     """
 
     def __init__(self, directory: Path) -> None:
-        self.directory = Path(directory)
-
-    def persist(self, content: str) -> Path:
-        raise NotImplementedError
+        # Absolute, so the path named in a preview can be read back from any working dir.
+        self.directory = Path(directory).expanduser().absolute()
 
     def path_for(self, content: str) -> Path:
-        raise NotImplementedError
+        digest = hashlib.sha256(_encode(content)).hexdigest()[:HASH_PREFIX_CHARS]
+        return self.directory / f"{digest}.txt"
 
+    def persist(self, content: str) -> Path:
+        path = self.path_for(content)
+        if path.exists():
+            return path
+        self._make_directory()
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".txt")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_encode(content))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def load(self, path: Path | str) -> str | None:
+        """The content persisted at ``path``, or None when it is not a file of this store."""
+        candidate = Path(path)
+        if candidate.parent != self.directory or not candidate.name.endswith(".txt"):
+            return None
+        try:
+            return candidate.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def _make_directory(self) -> None:
+        missing: list[Path] = []
+        d = self.directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir(mode=0o700)
+            os.chmod(d, 0o700)      # the umask may have removed bits we asked for
+
+
+def _encode(content: str) -> bytes:
+    # JSON from a provider can decode to lone surrogates; never fail on them.
+    return content.encode("utf-8", errors="surrogatepass" if _has_surrogates(content) else "strict")
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+# -- cluster-safe cuts -----------------------------------------------------------------------
+
+_ZWJ = "\u200d"
+
+
+def _is_regional(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
+def _extends(ch: str) -> bool:
+    """True when ``ch`` continues the cluster before it (never starts one)."""
+    if ch in (_ZWJ, "\ufe0e", "\ufe0f"):
+        return True
+    if "\U0001f3fb" <= ch <= "\U0001f3ff" or "\U000e0020" <= ch <= "\U000e007f":
+        return True                                  # skin tones, emoji tag sequences
+    if "\udc00" <= ch <= "\udfff":
+        return True                                  # low surrogate of a pair
+    return unicodedata.category(ch) in ("Mn", "Mc", "Me")
+
+
+def is_boundary(text: str, i: int) -> bool:
+    """Whether cutting ``text`` between ``text[i-1]`` and ``text[i]`` keeps clusters whole."""
+    if i <= 0 or i >= len(text):
+        return True
+    before, ch = text[i - 1], text[i]
+    if _extends(ch) or before == _ZWJ or (before == "\r" and ch == "\n"):
+        return False
+    if unicodedata.category(before) == "Mn" and unicodedata.combining(before) == 9 \
+            and unicodedata.category(ch) == "Lo":
+        return False                                 # virama + consonant (e.g. क्ष)
+    if _is_regional(before) and _is_regional(ch):
+        run = 0
+        j = i - 1
+        while j >= 0 and _is_regional(text[j]):
+            run += 1
+            j -= 1
+        return run % 2 == 0                          # flags are pairs of indicators
+    return True
+
+
+def _safe_head(text: str, end: int) -> int:
+    k = end
+    while k > 0 and end - k < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
+        k -= 1
+    return k if is_boundary(text, k) else end
+
+
+def _safe_tail(text: str, start: int) -> int:
+    k = start
+    while k < len(text) and k - start < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
+        k += 1
+    return k if is_boundary(text, k) else start
+
+
+# -- markers ---------------------------------------------------------------------------------
+
+def _budget_markers(omitted: int, path: Path | None) -> list[str]:
+    """Marker texts from most to least informative; the first that fits the limit wins."""
+    n = f"{omitted}"
+    out = []
+    if path is not None:
+        out.append(f"\n[… {n} chars omitted — full output saved to {path}; "
+                   "read ranges with read_file(path, offset, limit)]\n")
+        out.append(f"\n[… {n} chars omitted — full output saved to {path}]\n")
+    out.append(f"\n[… {n} chars omitted]\n")
+    out.append(f"[… {n} chars omitted]")
+    return out
+
+
+_BUDGET_RE = re.compile(
+    r"\n?\[… (?P<n>\d+) chars omitted(?: — full output saved to (?P<path>.+?)"
+    r"(?:; read ranges with read_file\(path, offset, limit\))?)?\]\n?")
+OLD_PREVIEW_RE = re.compile(
+    r"\n?\[\.\.\. (?P<n>\d+) chars omitted from old tool result"
+    r"(?: — full output saved to (?P<path>.+?))? \.\.\.\]\n?")
+SUMMARY_RE = re.compile(
+    r"\[Old tool result cleared — (?P<lines>\d+) lines?, (?P<chars>\d+) chars, (?P<kind>[^\]—]+?)"
+    r"(?: — full content at (?P<path>.+))?\]")
+
+
+def preview(content: str, *, limit: int, head: int, tail: int, path: Path | None) -> str:
+    """Head+tail preview of ``content`` no longer than ``limit`` chars, naming ``path``.
+
+    Content that already fits is returned as it is. Head and tail are scaled down
+    proportionally when they and the marker do not fit the limit; a cut never splits a
+    character cluster. If even the shortest marker does not fit, the head alone is kept.
+    """
+    return _preview_parts(content, limit=limit, head=head, tail=tail, path=path)[0]
+
+
+def _preview_parts(content: str, *, limit: int, head: int, tail: int,
+                   path: Path | None) -> tuple[str, int, int]:
+    """:func:`preview`, plus how many chars of the original's head and tail it kept."""
+    total = len(content)
+    if total <= limit:
+        return content, total, 0
+    limit = max(0, limit)
+    head, tail = max(0, head), max(0, tail)
+    # Sized with the widest possible count, so the real (smaller or equal) count fits too.
+    for index, marker_at_width in enumerate(_budget_markers(total, path)):
+        avail = limit - len(marker_at_width)
+        if avail < 0:
+            continue
+        h, t = head, tail
+        if h + t > avail:
+            h = avail * head // (head + tail) if head + tail else 0
+            t = avail - h
+        h_end = _safe_head(content, h)
+        t_start = max(_safe_tail(content, total - t) if t else total, h_end)
+        marker = _budget_markers(t_start - h_end, path)[index]
+        return content[:h_end] + marker + content[t_start:], h_end, total - t_start
+    h_end = _safe_head(content, limit)
+    return content[:h_end], h_end, 0
+
+
+# -- what a shrunk result was ----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class CompactionInfo:
+    """What this package did to a tool result, and what the original was.
+
+    ``level``: 1 = budget preview, 2 = old-result preview (microcompact), 3 = one-line
+    summary. ``original_lines`` and ``kind`` are None when only a marker was found.
+    ``head``/``tail``: the original's text still shown (empty for a summary).
+    """
+
+    level: int
+    original_chars: int
+    original_lines: int | None
+    kind: str | None
+    path: Path | None
+    head: str = ""
+    tail: str = ""
+
+
+LEVEL_PREVIEW = 1
+LEVEL_OLD_PREVIEW = 2
+LEVEL_SUMMARY = 3
+
+
+def compaction_info(message: Message) -> CompactionInfo | None:
+    """How ``message`` (a tool message) was shrunk by this package; None if it was not."""
+    result = message.tool_result
+    if message.role is not Role.TOOL or result is None:
+        return None
+    content = result.content
+    meta = message.meta.get(META_KEY) if isinstance(message.meta, Mapping) else None
+    if isinstance(meta, Mapping) and meta.get("chars") == len(content):
+        try:
+            h, t = int(meta.get("head_chars", 0)), int(meta.get("tail_chars", 0))
+            path = meta.get("path")
+            return CompactionInfo(
+                level=int(meta["level"]), original_chars=int(meta["original_chars"]),
+                original_lines=_opt_int(meta.get("original_lines")), kind=meta.get("kind"),
+                path=Path(path) if path else None, head=content[:h],
+                tail=content[len(content) - t:] if t else "")
+        except (KeyError, TypeError, ValueError):
+            pass                                     # a damaged entry: fall back to markers
+    m = SUMMARY_RE.fullmatch(content)
+    if m:
+        return CompactionInfo(LEVEL_SUMMARY, int(m["chars"]), int(m["lines"]),
+                              m["kind"].strip(), Path(m["path"]) if m["path"] else None)
+    for level, pattern in ((LEVEL_OLD_PREVIEW, OLD_PREVIEW_RE), (LEVEL_PREVIEW, _BUDGET_RE)):
+        found = list(pattern.finditer(content))
+        if found:
+            last = found[-1]
+            kept = len(content) - (last.end() - last.start())
+            return CompactionInfo(level, kept + int(last["n"]), None, None,
+                                  Path(last["path"]) if last["path"] else None,
+                                  content[:last.start()], content[last.end():])
+    return None
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def compacted_message(message: Message, content: str, *, level: int, original: str | None,
+                      info: CompactionInfo | None, path: Path | None, head_chars: int,
+                      tail_chars: int) -> Message:
+    """``message`` with ``content`` and its meta describing the original (input untouched).
+
+    ``original`` is the full original text when known; otherwise ``info`` (what an earlier
+    step recorded) supplies the original's numbers.
+    """
+    r = message.tool_result
+    assert r is not None
+    if original is not None:
+        numbers: dict[str, Any] = {"original_chars": len(original),
+                                   "original_lines": count_lines(original),
+                                   "kind": detect_kind(original)}
+    else:
+        assert info is not None
+        numbers = {"original_chars": info.original_chars, "original_lines": info.original_lines,
+                   "kind": info.kind}
+    entry = {"level": level, **numbers, "path": str(path) if path else None,
+             "head_chars": head_chars, "tail_chars": tail_chars, "chars": len(content)}
+    meta = {**message.meta, META_KEY: entry}
+    return Message(message.role, (ToolResult(r.call_id, content, r.is_error, r.name),),
+                   message.tag, meta)
+
+
+def count_lines(text: str) -> int:
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+_CSV_MIN_LINES = 2
+
+
+def detect_kind(text: str, *, truncated: bool = False) -> str:
+    """A short label for a tool result's type: JSON, Python traceback, diff, CSV, HTML, …"""
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if "Traceback (most recent call last):" in text:
+        return "Python traceback"
+    if stripped[0] in "[{":
+        if truncated:
+            return "JSON"
+        try:
+            json.loads(stripped)
+            return "JSON"
+        except ValueError:
+            pass
+    first = stripped[:200].lower()
+    if stripped.startswith(("diff --git", "--- ", "Index: ")) or \
+            ("\n+++ " in text[:2000] and "\n@@ " in text[:4000]):
+        return "diff"
+    if first.startswith(("<!doctype html", "<html")) or "<body" in first:
+        return "HTML"
+    if first.startswith("<?xml"):
+        return "XML"
+    lines = stripped[:4000].splitlines()[:6]
+    if truncated:
+        lines = lines[:-1] or lines
+    if len(lines) >= _CSV_MIN_LINES:
+        commas = {line.count(",") for line in lines}
+        if len(commas) == 1 and commas.pop() > 0:
+            return "CSV"
+    return "text"
+
+
+# -- shrinking one tool message --------------------------------------------------------------
+
+def shrink_tool_message(message: Message, limit: int, *, store: ResultStore, head: int,
+                        tail: int) -> Message | None:
+    """A preview of ``message`` at most ``limit`` chars, or None when it would not shrink.
+
+    A message shrunk before is previewed from its original (read back from the store)
+    and keeps naming the original's file; a one-line summary is never expanded.
+    """
+    result = message.tool_result
+    if message.role is not Role.TOOL or result is None:
+        return None
+    content = result.content
+    if len(content) <= limit:
+        return None
+    info = compaction_info(message)
+    if info is not None and info.level == LEVEL_SUMMARY:
+        return None
+    original = content
+    known = None        # what an earlier step recorded, when its original is unreadable
+    if info is not None:
+        loaded = store.load(info.path) if info.path is not None else None
+        if loaded is not None and store.path_for(loaded) == info.path:
+            original = loaded
+        else:
+            known = info
+    path = store.persist(original)
+    short, h, t = _preview_parts(original, limit=limit, head=head, tail=tail, path=path)
+    if len(short) >= len(content):
+        return None
+    return compacted_message(message, short, level=LEVEL_PREVIEW,
+                             original=None if known else original, info=known,
+                             path=path, head_chars=h, tail_chars=t)
+
+
+# -- the budget ------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class BudgetReport:
@@ -37,14 +417,75 @@ class BudgetReport:
     chars_before: int
     chars_after: int
 
-
-def preview(content: str, *, limit: int, head: int, tail: int, path: Path | None) -> str:
-    """Head+tail preview of ``content`` no longer than ``limit`` chars, naming ``path``."""
-    raise NotImplementedError
+    @property
+    def message(self) -> str:
+        """One line for the user, e.g. ``✂ tool-result budget: 2 results previewed …``."""
+        if not self.replaced:
+            return "✂ tool-result budget: within limits"
+        noun = "result" if self.replaced == 1 else "results"
+        return (f"✂ tool-result budget: {self.replaced} {noun} replaced by previews "
+                f"({self.chars_before - self.chars_after:,} chars; full output saved "
+                "in the session's results directory)")
 
 
 def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: int,
                    per_result_max_chars: int, head_chars: int = 4_000,
                    tail_chars: int = 1_000) -> tuple[History, BudgetReport]:
-    """Replace over-limit tool results of the current turn by previews naming their file."""
-    raise NotImplementedError
+    """Replace over-limit tool results of the current turn by previews naming their file.
+
+    The current turn is every message after the latest real user request (the whole
+    history when there is none). First every result over ``per_result_max_chars`` becomes
+    a standard preview; then, while the turn's results total more than
+    ``turn_budget_chars``, the largest remaining ones are previewed (standard size first;
+    smaller, down to :data:`MIN_PREVIEW_BODY_CHARS`, only if that is not enough).
+    Results already shrunk by this package are left alone, so a second run changes
+    nothing and writes nothing. The input is not modified.
+    """
+    before = char_size(history)
+    latest = latest_user_index(history)
+    start = -1 if latest is None else latest
+    out = list(history)
+    turn = [i for i in range(start + 1, len(out))
+            if out[i].role is Role.TOOL and out[i].tool_result is not None]
+    replaced: set[int] = set()
+    persisted: list[Path] = []
+
+    def replace(i: int, limit: int, head: int, tail: int) -> bool:
+        new = shrink_tool_message(out[i], limit, store=store, head=head, tail=tail)
+        if new is None:
+            return False
+        out[i] = new
+        replaced.add(i)
+        info = compaction_info(new)
+        if info is not None and info.path is not None and info.path not in persisted:
+            persisted.append(info.path)
+        return True
+
+    for i in turn:
+        if len(out[i].text) > per_result_max_chars:
+            replace(i, per_result_max_chars, head_chars, tail_chars)
+
+    def total() -> int:
+        return sum(len(out[i].text) for i in turn)
+
+    # Largest first; ties go to the oldest, so the outcome is deterministic.
+    fresh = sorted((i for i in turn if compaction_info(out[i]) is None),
+                   key=lambda i: (-len(out[i].text), i))
+    for i in fresh:
+        if total() <= turn_budget_chars:
+            break
+        replace(i, per_result_max_chars, head_chars, tail_chars)
+    for i in fresh:
+        excess = total() - turn_budget_chars
+        if excess <= 0:
+            break
+        if i in replaced:
+            continue
+        size = len(out[i].text)
+        floor = MIN_PREVIEW_BODY_CHARS + len(_budget_markers(size, store.path_for(out[i].text))[0])
+        replace(i, max(size - excess, floor), head_chars, tail_chars)
+
+    if not replaced:
+        return history, BudgetReport(0, (), before, before)
+    result = tuple(out)
+    return result, BudgetReport(len(replaced), tuple(persisted), before, char_size(result))
