@@ -30,7 +30,8 @@ CONTINUATION_PROMPT = (
 )
 
 MIN_OVERLAP_CHARS = 20
-"""A continuation that starts with the previous part's last ≥ 20 chars repeated them."""
+"""A continuation that starts with the previous part's last ≥ 20 chars repeated them
+(counted in UTF-8 bytes, so 7 CJK characters count as much as 21 ASCII letters)."""
 
 MIN_ANCHORED_OVERLAP_CHARS = 8
 """Shorter repeats count only when they restart the previous part's last line (models
@@ -74,7 +75,7 @@ def overlap(previous: str, continuation: str) -> int:
     """Length of the prefix of ``continuation`` that merely repeats the end of ``previous``.
 
     The longest suffix/prefix overlap that is either at least :data:`MIN_OVERLAP_CHARS`
-    long, or at least :data:`MIN_ANCHORED_OVERLAP_CHARS` long and starting at the
+    long (chars or UTF-8 bytes), or at least :data:`MIN_ANCHORED_OVERLAP_CHARS` long and starting at the
     beginning of a line of ``previous``; 0 when there is none. Linear time (KMP).
     """
     window = min(len(previous), len(continuation), _OVERLAP_SEARCH_CHARS)
@@ -86,7 +87,7 @@ def overlap(previous: str, continuation: str) -> int:
     pi = _borders([*head, None, *tail])
     k = pi[-1]
     while k >= MIN_ANCHORED_OVERLAP_CHARS:
-        if k >= MIN_OVERLAP_CHARS:
+        if k >= MIN_OVERLAP_CHARS or len(head[:k].encode("utf-8")) >= MIN_OVERLAP_CHARS:
             return k
         start = len(previous) - k
         if start == 0 or previous[start - 1] == "\n":

@@ -1,30 +1,69 @@
 """The recovery ladder (SPEC §3): decide the next step from policy, state and failure; apply it.
 
 ``decide`` is pure and does no I/O; ``apply`` is a pure history -> history step. The
-session does the sending. STUB — contract for the implementer; keep these signatures
-(or update every caller).
+session does the sending.
+
+Order of :func:`decide` for one turn (a fresh :class:`LadderState` per turn):
+
+1. ``output_limit`` (max_tokens above the model's output cap): LOWER_MAX_TOKENS to the
+   reported limit (once per turn).
+2. Context overflow "A + B > C" where the input A fits: LOWER_MAX_TOKENS to C − A − a
+   margin; history is not touched (once per turn; consumes no attempt).
+3. EXACT_FIT, once per turn, when the failure carries numbers (``prompt_tokens`` and
+   ``limit_tokens``) or, for payload failures, the rejected body size: cut just enough
+   (ANCHORS 1). Exact fit takes the place of level 1, so it *is* attempt 1 — it counts
+   against ``max_recovery_attempts`` only in the sense that, when its resend fails too,
+   the next attempts are 2 (EMERGENCY) and 3 (NUCLEAR); when it succeeds the turn ends
+   after one resend, as with any level.
+4. Attempts 1..max_recovery_attempts: AGGRESSIVE, EMERGENCY, NUCLEAR (NUCLEAR repeats
+   when more attempts are configured); beyond: GIVE_UP.
+
+Guarantees of :func:`apply` at every level (tested over generated histories): tool
+pairing valid, every system message kept, the first non-system message is ``user``, the
+latest real user request kept, strings are whole characters, and the size only grows by
+the notices. Messages the package wrote itself are *pinned* like system messages: a
+summary (``TAG_SUMMARY``) and the payload notice are kept when older messages go; the
+compaction notice is replaced, never stacked, and says truthfully what happened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from . import budget, pairing
 from .budget import ResultStore
-from .config import Settings
-from .errors import Failure
-from .history import History
+from .config import Settings, format_size
+from .errors import Failure, FailureKind
+from .history import (
+    TAG_COMPACTION_NOTICE,
+    TAG_PAYLOAD_NOTICE,
+    TAG_SUMMARY,
+    Block,
+    History,
+    Message,
+    Role,
+    Text,
+    ToolResult,
+    latest_user_index,
+)
 
 __all__ = [
     "COMPACTION_NOTICE",
+    "MIN_PREVIEW_CHARS",
     "PAYLOAD_NOTICE",
     "Decision",
     "LadderResult",
     "LadderState",
     "Level",
     "apply",
+    "compaction_notice",
     "decide",
+    "drop_oldest",
+    "truncate_text",
 ]
 
 PAYLOAD_NOTICE = (
@@ -46,6 +85,12 @@ COMPACTION_NOTICE = (
 )
 """The SPEC's wording — used only when the dropped messages really were summarized."""
 
+MIN_PREVIEW_CHARS = 500
+"""Exact fit never shrinks a tool result below this: the preview must still name its file."""
+
+_PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
+_DROPPED_META = "dropped_messages"
+
 
 class Level(StrEnum):
     LOWER_MAX_TOKENS = "lower_max_tokens"   # input fits; input + max_tokens does not
@@ -56,6 +101,9 @@ class Level(StrEnum):
     GIVE_UP = "give_up"
 
 
+_BLIND_LEVELS = (Level.AGGRESSIVE, Level.EMERGENCY, Level.NUCLEAR)
+
+
 @dataclass(frozen=True, slots=True)
 class LadderState:
     """Where a turn is on the ladder. Belongs to one send; starts fresh every turn."""
@@ -63,6 +111,7 @@ class LadderState:
     attempt: int = 0
     exact_fit_tried: bool = False
     payload_notice_sent: bool = False
+    max_tokens_lowered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +124,8 @@ class Decision:
     max_tokens: int | None = None         # new max_tokens for LOWER_MAX_TOKENS
     target_bytes: int | None = None       # for EXACT_FIT
     message: str = ""                     # the user-facing line(s) of SPEC §3
+    limit_bytes: int | None = None        # largest size that can still work, when known
+    payload_related: bool = False         # the failure was a payload one (413/WAF/EOF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +134,467 @@ class LadderResult:
     level: Level
     removed_messages: int
     notes: tuple[str, ...] = ()
+    give_up_reason: str | None = None     # set (level GIVE_UP) when no cut can ever fit
+    payload_notice_added: bool = False
+    compaction_notice_added: bool = False
 
+
+# -- decide -----------------------------------------------------------------------------
 
 def decide(settings: Settings, state: LadderState, failure: Failure, *, history_bytes: int,
            max_tokens: int | None, cap: int | None, cap_configured: bool) -> Decision:
-    """Choose the next step for a recoverable failure (exact fit first, then levels 1-3)."""
-    raise NotImplementedError
+    """Choose the next step for a recoverable failure (exact fit first, then levels 1-3).
 
+    ``history_bytes``: the size of the request that failed, as the ``measure`` given to
+    :func:`apply` counts it. ``max_tokens``: the failed request's ``max_tokens``.
+    ``cap``: the payload cap in effect when the request was sent (None: no cap yet);
+    ``cap_configured``: the user configured one (CHATCLI_MAX_PAYLOAD).
+    """
+    requested = max_tokens if max_tokens is not None else failure.output_tokens
+    if failure.kind is FailureKind.OUTPUT_LIMIT:
+        return _lower_output_limit(state, failure, requested)
+    if not failure.recoverable:
+        return _give_up(state, f"The request failed ({failure.label}), which compacting "
+                               "the history cannot fix.")
+
+    lowered = _lower_for_room(settings, state, failure, requested)
+    if lowered is not None:
+        return lowered
+
+    first_payload = failure.payload_related and not state.payload_notice_sent
+    assume = (settings.assumed_cap_bytes
+              if first_payload and not cap_configured and cap is None else None)
+    lines = [f"⚠ Recoverable failure ({failure.label}) — compacting and retrying"]
+    if assume is not None:
+        lines.append(f"ℹ Assuming a {format_size(assume)}/payload limit — export "
+                     "CHATCLI_MAX_PAYLOAD (e.g. 5MB, 512KB) to adjust")
+    limit, target, why = _fit_numbers(settings, failure, history_bytes=history_bytes,
+                                      max_tokens=requested, cap=cap)
+    attempt = state.attempt + 1
+    if attempt > settings.max_recovery_attempts:
+        done = state.attempt
+        return _give_up(state, f"The request still failed after {done} recovery "
+                               f"attempt{'s' if done != 1 else ''} ({failure.label}); "
+                               "shorten the conversation or the latest message and try again.")
+    new_state = replace(state, attempt=attempt,
+                        payload_notice_sent=state.payload_notice_sent or first_payload)
+    if target is not None and not state.exact_fit_tried:
+        lines.append(f"ℹ exact fit: {why} — cutting history to {format_size(target)}")
+        return Decision(Level.EXACT_FIT, attempt, replace(new_state, exact_fit_tried=True),
+                        inject_payload_notice=first_payload, assume_cap=assume,
+                        target_bytes=target, limit_bytes=limit, message="\n".join(lines),
+                        payload_related=failure.payload_related)
+    level = _BLIND_LEVELS[min(attempt, len(_BLIND_LEVELS)) - 1]
+    return Decision(level, attempt, new_state, inject_payload_notice=first_payload,
+                    assume_cap=assume, limit_bytes=limit, message="\n".join(lines),
+                    payload_related=failure.payload_related)
+
+
+def _give_up(state: LadderState, message: str) -> Decision:
+    return Decision(Level.GIVE_UP, state.attempt, state, message=message)
+
+
+def _lower_output_limit(state: LadderState, failure: Failure,
+                        requested: int | None) -> Decision:
+    """max_tokens above the model's output cap: retry once with the reported cap."""
+    new = failure.limit_tokens
+    if new is None and requested is not None and requested > 1:
+        new = requested // 2      # no number reported: halve once
+    if state.max_tokens_lowered or new is None or new < 1 or (
+            requested is not None and new >= requested):
+        return _give_up(state, f"The request failed ({failure.label}); lower max_tokens "
+                               "(--max-tokens) to the model's output limit and try again.")
+    shown = f"{requested:,}" if requested is not None else "requested"
+    return Decision(Level.LOWER_MAX_TOKENS, state.attempt,
+                    replace(state, max_tokens_lowered=True), max_tokens=new,
+                    message=f"⚠ Recoverable failure ({failure.label}) — retrying with "
+                            f"max_tokens {new:,} instead of {shown}")
+
+
+def _lower_for_room(settings: Settings, state: LadderState, failure: Failure,
+                    requested: int | None) -> Decision | None:
+    """"A + B > C" with A < C: the input fits, the requested output does not."""
+    prompt, limit = failure.prompt_tokens, failure.limit_tokens
+    if (failure.kind is not FailureKind.CONTEXT_OVERFLOW or state.max_tokens_lowered
+            or prompt is None or limit is None or requested is None or prompt >= limit
+            or prompt + requested <= limit):
+        return None
+    room = limit - prompt
+    new = room - math.ceil(room * settings.exact_fit_margin)
+    if new < 1:
+        return None
+    return Decision(Level.LOWER_MAX_TOKENS, state.attempt,
+                    replace(state, max_tokens_lowered=True), max_tokens=new,
+                    message=f"⚠ Recoverable failure ({failure.label}) — {prompt:,} + "
+                            f"{requested:,} > {limit:,} tokens: retrying with max_tokens "
+                            f"{new:,} (history untouched)")
+
+
+def _fit_numbers(settings: Settings, failure: Failure, *, history_bytes: int,
+                 max_tokens: int | None, cap: int | None
+                 ) -> tuple[int | None, int | None, str]:
+    """(limit_bytes, exact-fit target_bytes, why) from what the failure reported."""
+    if failure.payload_related:
+        rejected = failure.request_bytes or history_bytes
+        if rejected <= 0:
+            return None, None, ""
+        if cap is not None and cap < rejected:
+            target = cap
+        else:
+            target = math.floor(rejected * settings.learned_cap_fraction)
+        return rejected - 1, target, f"a {format_size(rejected)} request was rejected"
+    prompt, limit = failure.prompt_tokens, failure.limit_tokens
+    if prompt is None or limit is None or prompt <= 0 or history_bytes <= 0:
+        return None, None, ""
+    available = limit - (max_tokens or 0)
+    if available <= 0:
+        return None, None, ""
+    limit_bytes = math.floor(history_bytes * available / prompt)
+    target = math.floor(limit_bytes * (1 - settings.exact_fit_margin))
+    room = f" with max_tokens {max_tokens:,}" if max_tokens else ""
+    return limit_bytes, target, (f"the provider reported {prompt:,} tokens > {limit:,}"
+                                 f"{room}")
+
+
+# -- notices ------------------------------------------------------------------------------
+
+def compaction_notice(dropped: int, *, summarized: bool) -> str:
+    """The compaction notice, true to what happened.
+
+    The SPEC's :data:`COMPACTION_NOTICE` only when earlier history was summarized and
+    nothing else was dropped; otherwise it says how many messages were dropped unsummarized.
+    """
+    if summarized and dropped <= 0:
+        return COMPACTION_NOTICE
+    were = f"{dropped} earlier message{'s were' if dropped != 1 else ' was'}"
+    if summarized:
+        return ("[Context was automatically compacted due to size limits. Previous "
+                "conversation history has been summarized (the summary above), and "
+                f"{were} dropped (not summarized). Their full text is kept in the session "
+                "transcript. Continue from where you left off.]")
+    return (f"[Context was automatically compacted due to size limits: {were} dropped "
+            "(not summarized). Their full text is kept in the session transcript. "
+            "Continue from where you left off.]")
+
+
+def _pinned(m: Message) -> bool:
+    return m.role is Role.SYSTEM or m.tag in _PINNED_TAGS
+
+
+def _unit_starts(h: Sequence[Message]) -> list[int]:
+    """Where a droppable unit begins: a message, or an assistant message with its results."""
+    return [i for i, m in enumerate(h) if not _pinned(m) and m.role is not Role.TOOL]
+
+
+def _cut(h: Sequence[Message], k: int) -> tuple[History, int, bool]:
+    """Drop every unpinned message before index ``k`` (a unit start, or ``len(h)``).
+
+    Pinned messages from the dropped part move in front of one new compaction notice
+    (which replaces earlier ones and carries their count forward). Returns (history,
+    messages dropped, notice added).
+    """
+    dropped = sum(1 for m in h[:k] if not _pinned(m) and m.tag != TAG_COMPACTION_NOTICE)
+    if dropped == 0:
+        return tuple(h), 0, False
+    earlier = 0
+    for m in h:
+        if m.tag == TAG_COMPACTION_NOTICE:
+            count = m.meta.get(_DROPPED_META) if m.meta else None
+            earlier += count if isinstance(count, int) else 0
+    before = [m for m in h[:k] if _pinned(m)]
+    after = [m for m in h[k:] if m.tag != TAG_COMPACTION_NOTICE]
+    summarized = any(m.tag == TAG_SUMMARY for m in before)
+    total = dropped + earlier
+    notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized)),),
+                     TAG_COMPACTION_NOTICE, {_DROPPED_META: total})
+    return (*before, notice, *after), dropped, True
+
+
+def _with_payload_notice(h: History) -> tuple[History, bool]:
+    """Insert the payload notice once, just before the latest user request."""
+    if any(m.tag == TAG_PAYLOAD_NOTICE for m in h):
+        return h, False
+    notice = Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
+    at = latest_user_index(h)
+    at = len(h) if at is None else at
+    return (*h[:at], notice, *h[at:]), True
+
+
+def _dedupe_payload_notices(h: History) -> History:
+    """Several payload notices (never ours, but possible in a loaded transcript): keep the last."""
+    idx = [i for i, m in enumerate(h) if m.tag == TAG_PAYLOAD_NOTICE]
+    if len(idx) <= 1:
+        return h
+    drop = set(idx[:-1])
+    return tuple(m for i, m in enumerate(h) if i not in drop)
+
+
+def _first_user_cut(h: Sequence[Message], start: int) -> int:
+    """The first user message at/after ``start``, never past the latest user request."""
+    k = next((i for i in range(start, len(h))
+              if h[i].role is Role.USER and not _pinned(h[i])), len(h))
+    latest = latest_user_index(h)
+    return k if latest is None else min(k, latest)
+
+
+def _keep_last_cut(h: Sequence[Message], keep: int) -> int:
+    """Cut for "system + last ``keep`` messages": starts at a user message, keeps the task."""
+    conversation = [i for i, m in enumerate(h)
+                    if not _pinned(m) and m.tag != TAG_COMPACTION_NOTICE]
+    if not conversation:
+        return len(h)
+    start = conversation[-keep] if len(conversation) >= keep else conversation[0]
+    return _first_user_cut(h, start)
+
+
+def drop_oldest(history: History, units: int) -> tuple[History, int]:
+    """Drop the ``units`` oldest droppable units (whole tool groups), never the latest user
+    request or anything after it; returns (history, messages dropped). Pure; exposed so
+    tests and callers can see what one unit more or less would give."""
+    h = tuple(history)
+    candidates = _fit_candidates(h)
+    k = candidates[min(max(units, 0), len(candidates) - 1)]
+    out, dropped, _ = _cut(h, k)
+    return out, dropped
+
+
+def _fit_candidates(h: Sequence[Message]) -> list[int]:
+    first = _first_user_cut(h, 0)
+    latest = latest_user_index(h)
+    last = len(h) if latest is None else latest
+    return sorted({first, last} | {i for i in _unit_starts(h) if first <= i <= last})
+
+
+# -- text and result shrinking ------------------------------------------------------------
+
+def _joins_previous(ch: str) -> bool:
+    """A code point that belongs to the character before it (combining mark, ZWJ, VS…)."""
+    return (unicodedata.combining(ch) != 0 or ch in "\u200d\ufe0e\ufe0f"
+            or "\U0001f3fb" <= ch <= "\U0001f3ff" or unicodedata.category(ch) == "Mn")
+
+
+def truncate_text(text: str, max_chars: int, *, what: str = "text") -> str:
+    """Head+tail of ``text`` in at most ``max_chars`` chars, with a marker; whole characters.
+
+    Python strings cut on code points, so UTF-8 is never split (ANCHORS 10); the cuts also
+    avoid separating a combining mark, joiner or skin-tone modifier from its base.
+    """
+    if len(text) <= max_chars:
+        return text
+    marker = f"\n[... {len(text):,} chars omitted from {what} ...]\n"
+    room = max_chars - len(marker)
+    if room <= 0:
+        head = max_chars
+        while 0 < head < len(text) and _joins_previous(text[head]):
+            head -= 1
+        return text[:head]
+    head = room * 4 // 5
+    tail_start = len(text) - (room - head)
+    while head > 0 and _joins_previous(text[head]):
+        head -= 1
+    while tail_start < len(text) and _joins_previous(text[tail_start]):
+        tail_start += 1
+    omitted = tail_start - head
+    marker = f"\n[... {omitted:,} chars omitted from {what} ...]\n"
+    return text[:head] + marker + text[tail_start:]
+
+
+def _truncate_assistants(h: History, max_chars: int) -> tuple[History, int]:
+    out: list[Message] = []
+    changed = 0
+    for m in h:
+        if m.role is Role.ASSISTANT and len(m.text) > max_chars:
+            short = truncate_text(m.text, max_chars, what="a long assistant message")
+            blocks: list[Block] = []
+            placed = False
+            for b in m.blocks:
+                if isinstance(b, Text):
+                    if not placed:
+                        blocks.append(Text(short))
+                        placed = True
+                else:
+                    blocks.append(b)
+            out.append(m.with_blocks(blocks))
+            changed += 1
+        else:
+            out.append(m)
+    return tuple(out), changed
+
+
+def _with_content(m: Message, content: str) -> Message:
+    r = m.tool_result
+    assert r is not None
+    return m.with_blocks([ToolResult(r.call_id, content, r.is_error, r.name)])
+
+
+def _shrunk_result(m: Message, limit: int, *, settings: Settings,
+                   store: ResultStore) -> Message | None:
+    content = m.text
+    if len(content) <= limit:
+        return None
+    path = store.persist(content)
+    short = budget.preview(content, limit=limit, head=min(settings.budget_head_chars, limit),
+                           tail=min(settings.budget_tail_chars, limit), path=path)
+    return _with_content(m, short) if len(short) < len(content) else None
+
+
+def _cap_results(h: History, limit: int, *, settings: Settings,
+                 store: ResultStore) -> tuple[History, int]:
+    """Every tool result over ``limit`` chars becomes a preview naming its persisted file."""
+    out = list(h)
+    changed = 0
+    for i, m in enumerate(out):
+        if m.role is Role.TOOL:
+            new = _shrunk_result(m, limit, settings=settings, store=store)
+            if new is not None:
+                out[i] = new
+                changed += 1
+    return tuple(out), changed
+
+
+def _shrink_to(h: History, target: int, *, measure: Callable[[History], int],
+               settings: Settings, store: ResultStore) -> tuple[History, int]:
+    """Shrink the biggest tool results (kept part) until ``measure(h) <= target``."""
+    out = list(h)
+    stuck: set[int] = set()
+    shrunk: set[int] = set()
+    tools = [i for i, m in enumerate(out) if m.role is Role.TOOL]
+    for _ in range(3 * len(tools) + 1):
+        excess = measure(tuple(out)) - target
+        if excess <= 0:
+            break
+        options = [i for i in tools if i not in stuck and len(out[i].text) > MIN_PREVIEW_CHARS]
+        if not options:
+            break
+        i = max(options, key=lambda j: len(out[j].text))
+        limit = max(MIN_PREVIEW_CHARS, len(out[i].text) - excess)
+        new = _shrunk_result(out[i], limit, settings=settings, store=store)
+        if new is None:
+            stuck.add(i)
+            continue
+        out[i] = new
+        shrunk.add(i)
+    return tuple(out), len(shrunk)
+
+
+# -- apply --------------------------------------------------------------------------------
 
 def apply(decision: Decision, history: History, *, settings: Settings, store: ResultStore,
           measure: Callable[[History], int]) -> LadderResult:
-    """Carry out ``decision`` on ``history`` (pure; persisted results go to ``store``)."""
-    raise NotImplementedError
+    """Carry out ``decision`` on ``history`` (pure; persisted results go to ``store``).
+
+    ``measure`` gives a history's size in request-body bytes (the provider's encoding).
+    LOWER_MAX_TOKENS and GIVE_UP leave the history as it is. When the system messages
+    alone (or with just the latest user request) cannot fit ``decision.limit_bytes``, the
+    result is GIVE_UP with ``give_up_reason`` — one sentence for the user.
+    """
+    original = tuple(history)
+    level = decision.level
+    if level in (Level.LOWER_MAX_TOKENS, Level.GIVE_UP):
+        return LadderResult(original, level, 0)
+    h, report = pairing.repair_pairing(original)
+    h = _dedupe_payload_notices(tuple(h))
+    notes: list[str] = []
+    if report.changed:
+        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
+                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+
+    reason = _hopeless(h, decision, measure)
+    if reason is not None:
+        return LadderResult(original, Level.GIVE_UP, 0, tuple(notes), give_up_reason=reason)
+
+    if level is Level.EXACT_FIT:
+        return _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
+
+    if level is Level.AGGRESSIVE:
+        factor = settings.aggressive_factor
+        per_result = max(1, int(settings.per_result_max_chars * factor))
+        h, budget_report = budget.enforce_budget(
+            h, store=store, turn_budget_chars=max(1, int(settings.turn_budget_chars * factor)),
+            per_result_max_chars=per_result, head_chars=settings.budget_head_chars,
+            tail_chars=settings.budget_tail_chars)
+        # The turn budget covers the current turn; older turns get the halved per-result
+        # limit too (microcompact may not have reached them yet).
+        h, capped = _cap_results(tuple(h), per_result, settings=settings, store=store)
+        h, truncated = _truncate_assistants(h, settings.aggressive_assistant_max_chars)
+        notes.append(f"budget at {factor:g}×: {budget_report.replaced + capped} tool results "
+                     f"previewed, {truncated} assistant messages truncated")
+        k = _first_user_cut(h, 0)
+    elif level is Level.EMERGENCY:
+        k = _keep_last_cut(h, settings.emergency_keep_messages)
+    else:
+        k = _keep_last_cut(h, settings.nuclear_keep_messages)
+
+    h, dropped, noticed = _cut(h, k)
+    payload_added = False
+    if decision.inject_payload_notice:
+        h, payload_added = _with_payload_notice(h)
+    if dropped:
+        notes.append(f"{dropped} messages dropped")
+    return LadderResult(h, level, dropped, tuple(notes), payload_notice_added=payload_added,
+                        compaction_notice_added=noticed)
+
+
+def _hopeless(h: History, decision: Decision,
+              measure: Callable[[History], int]) -> str | None:
+    """A sentence when no cut can fit: the system prompt (or it plus the request) is too big."""
+    limit = decision.limit_bytes
+    if limit is None:
+        return None
+    systems = tuple(m for m in h if m.role is Role.SYSTEM)
+    hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
+        else "use a model with a larger context window"
+    if systems:
+        size = measure(systems)
+        if size > limit:
+            return (f"The system prompt alone is {format_size(size)}, more than the "
+                    f"{format_size(limit)} this request can carry; shorten the system "
+                    f"prompt or {hint}.")
+    latest = latest_user_index(h)
+    if latest is not None:
+        size = measure((*systems, h[latest]))
+        if size > limit:
+            return (f"Your latest message makes the request {format_size(size)} even with "
+                    f"all earlier history removed, more than the {format_size(limit)} it can "
+                    "carry; send a shorter message (large content can be read by a tool "
+                    "in ranges).")
+    return None
+
+
+def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Settings,
+               store: ResultStore, measure: Callable[[History], int]) -> LadderResult:
+    """Drop the fewest oldest units (binary search) so that the history fits the target."""
+    target = decision.target_bytes
+    if target is None:
+        raise ValueError("an EXACT_FIT decision needs target_bytes")
+    candidates = _fit_candidates(h)
+
+    def build(j: int) -> tuple[History, int, bool, bool]:
+        out, dropped, noticed = _cut(h, candidates[j])
+        added = False
+        if decision.inject_payload_notice:
+            out, added = _with_payload_notice(out)
+        return out, dropped, noticed, added
+
+    lo, hi = 0, len(candidates) - 1
+    if measure(build(hi)[0]) <= target:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if measure(build(mid)[0]) <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+    out, dropped, noticed, added = build(hi)
+    if dropped:
+        notes.append(f"{dropped} messages dropped to fit {format_size(target)}")
+    size = measure(out)
+    if size > target:
+        out, shrunk = _shrink_to(out, target, measure=measure, settings=settings, store=store)
+        if shrunk:
+            notes.append(f"{shrunk} tool results previewed to fit")
+        size = measure(out)
+        if size > target:
+            notes.append(f"still {format_size(size)} after the cut (target "
+                         f"{format_size(target)})")
+    return LadderResult(out, Level.EXACT_FIT, dropped, tuple(notes),
+                        payload_notice_added=added, compaction_notice_added=noticed)
