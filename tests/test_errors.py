@@ -1,0 +1,482 @@
+"""Failure classification: a corpus of real error responses, asserted three ways.
+
+Each file in ``tests/corpus/`` is one real response (status, headers, body) with a ``source``
+note and the expected kind and numbers. Every case is checked (1) with ``classify(status=,
+body=, headers=)``, (2) through the real ``openai`` SDK and (3) through the real
+``anthropic`` SDK: a local HTTP server replies with exactly that response, the client
+raises, and ``classify(exc)`` must agree. Connection drops are served the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipy_ctxrecovery import _classify
+from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.errors import (
+    ChatError,
+    Failure,
+    FailureKind,
+    classify,
+    redact,
+)
+
+CORPUS_DIR = Path(__file__).parent / "corpus"
+CASES: list[dict[str, Any]] = [
+    json.loads(p.read_text(encoding="utf-8")) for p in sorted(CORPUS_DIR.glob("*.json"))
+]
+CASE_BY_ID = {case["id"]: case for case in CASES}
+NUMBER_FIELDS = ("prompt_tokens", "limit_tokens", "output_tokens", "retry_after")
+LARGE = 600 * 1024
+SMALL = 10 * 1024
+
+
+# --------------------------------------------------------------------------- server
+class _Handler(BaseHTTPRequestHandler):
+    """Replies with a corpus case (``/case/<id>/…``) or drops the connection (``/drop/…``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        return
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        parts = self.path.strip("/").split("/")
+        if parts[0] == "drop":
+            self._drop(parts[1])
+            return
+        self._read_body()
+        case = CASE_BY_ID[parts[1]]
+        body = case["body"].encode("utf-8")
+        self.send_response(case["status"])
+        for name, value in case["headers"].items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _read_body(self) -> None:
+        length = int(self.headers.get("Content-Length", "0") or 0)
+        while length > 0:
+            chunk = self.rfile.read(min(length, 65536))
+            if not chunk:
+                break
+            length -= len(chunk)
+
+    def _drop(self, how: str) -> None:
+        if how == "after_body":
+            self._read_body()  # the whole request arrived; the answer never comes
+        elif how == "reset":
+            self._read_body()
+            # SO_LINGER 0 turns close() into a TCP RST ("connection reset by peer").
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:  # the peer may already be gone
+            if exc.errno not in (errno.ENOTCONN, errno.EPIPE, errno.ECONNRESET):
+                raise
+        self.connection.close()
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _openai_error(base_url: str, content: str = "hi") -> BaseException:
+    client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model="gpt-test",
+                                       messages=[{"role": "user", "content": content}])
+    except openai.OpenAIError as exc:
+        return exc
+    finally:
+        client.close()
+    raise AssertionError("the openai client did not raise")
+
+
+def _anthropic_error(base_url: str, content: str = "hi") -> BaseException:
+    client = anthropic.Anthropic(base_url=base_url, api_key="test", max_retries=0, timeout=20)
+    try:
+        client.messages.create(model="claude-test", max_tokens=16,
+                               messages=[{"role": "user", "content": content}])
+    except anthropic.AnthropicError as exc:
+        return exc
+    finally:
+        client.close()
+    raise AssertionError("the anthropic client did not raise")
+
+
+def _assert_matches(failure: Failure, case: dict[str, Any]) -> None:
+    expect = case["expect"]
+    assert failure.kind == FailureKind(expect["kind"]), (case["id"], failure)
+    for name in NUMBER_FIELDS:
+        if name in expect:
+            assert getattr(failure, name) == expect[name], (case["id"], name, failure)
+        elif name != "retry_after":
+            assert getattr(failure, name) is None, (case["id"], name, failure)
+    assert failure.status == case["status"]
+    _assert_reason_is_clean(failure.reason)
+
+
+def _assert_reason_is_clean(reason: str) -> None:
+    assert reason and "\n" not in reason
+    assert len(reason) < 700
+    assert "<html" not in reason.lower() and "<!doctype" not in reason.lower()
+    assert "<div" not in reason.lower()
+
+
+# --------------------------------------------------------------------------- corpus
+def test_corpus_is_large_and_covers_every_kind() -> None:
+    assert len(CASES) >= 40
+    kinds = {case["expect"]["kind"] for case in CASES}
+    # likely_payload is a connection drop, not an HTTP response: covered by the drop tests.
+    assert kinds == {k.value for k in FailureKind} - {"likely_payload"}
+    for case in CASES:
+        assert case["source"].strip(), case["id"]
+        assert isinstance(case["status"], int) and isinstance(case["body"], str)
+    assert len({(c["status"], c["body"]) for c in CASES}) == len(CASES), "cases must differ"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_direct(case: dict[str, Any]) -> None:
+    _assert_matches(classify(status=case["status"], body=case["body"],
+                             headers=case["headers"]), case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_direct_bytes_body(case: dict[str, Any]) -> None:
+    _assert_matches(classify(status=case["status"], body=case["body"].encode("utf-8"),
+                             headers=case["headers"]), case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_through_openai_sdk(server_url: str, case: dict[str, Any]) -> None:
+    exc = _openai_error(f"{server_url}/case/{case['id']}")
+    assert isinstance(exc, openai.APIStatusError)
+    _assert_matches(classify(exc), case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_through_anthropic_sdk(server_url: str, case: dict[str, Any]) -> None:
+    exc = _anthropic_error(f"{server_url}/case/{case['id']}")
+    assert isinstance(exc, anthropic.APIStatusError)
+    _assert_matches(classify(exc), case)
+
+
+# --------------------------------------------------------------------------- drops
+DROPS = ["after_body", "reset", "early"]
+
+
+@pytest.mark.parametrize("how", DROPS)
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_dropped_connection_depends_on_request_size(server_url: str, sdk: str, how: str) -> None:
+    call = _openai_error if sdk == "openai" else _anthropic_error
+    exc = call(f"{server_url}/drop/{how}", content="x" * LARGE)
+    big = classify(exc, request_bytes=LARGE)
+    assert big.kind is FailureKind.LIKELY_PAYLOAD, big
+    assert big.request_bytes == LARGE and big.status is None
+    assert "600 KB" in big.reason
+    small = classify(exc, request_bytes=SMALL)
+    assert small.kind is FailureKind.TRANSIENT, small
+    unknown = classify(exc)
+    assert unknown.kind is FailureKind.TRANSIENT
+
+
+def test_drop_reason_names_the_root_cause(server_url: str) -> None:
+    exc = _openai_error(f"{server_url}/drop/after_body")
+    reason = classify(exc, request_bytes=LARGE).reason
+    assert "Server disconnected" in reason or "RemoteProtocolError" in reason, reason
+
+
+def test_threshold_is_the_settings_default() -> None:
+    assert Settings().likely_payload_min_bytes == _classify.LIKELY_PAYLOAD_MIN_BYTES
+    at = _classify.LIKELY_PAYLOAD_MIN_BYTES
+    drop = ConnectionResetError(104, "Connection reset by peer")
+    assert classify(drop, request_bytes=at).kind is FailureKind.TRANSIENT
+    assert classify(drop, request_bytes=at + 1).kind is FailureKind.LIKELY_PAYLOAD
+
+
+@pytest.mark.parametrize("exc", [
+    ConnectionResetError(104, "Connection reset by peer"),
+    BrokenPipeError(32, "Broken pipe"),
+    ConnectionAbortedError("aborted"),
+    httpx2.RemoteProtocolError("Server disconnected without sending a response."),
+    httpx2.ReadError("[Errno 104] Connection reset by peer"),
+    httpx2.WriteError("[Errno 32] Broken pipe"),
+    EOFError("unexpected EOF"),
+])
+def test_os_and_httpx_drops(exc: BaseException) -> None:
+    assert classify(exc, request_bytes=LARGE).kind is FailureKind.LIKELY_PAYLOAD
+    assert classify(exc, request_bytes=SMALL).kind is FailureKind.TRANSIENT
+
+
+@pytest.mark.parametrize("exc", [
+    TimeoutError("timed out"),
+    httpx2.PoolTimeout("pool timed out"),
+    httpx2.ReadTimeout("The read operation timed out"),
+    httpx2.WriteTimeout("The write operation timed out"),
+    httpx2.ConnectTimeout("timed out"),
+    httpx2.ConnectError("[Errno 111] Connection refused"),
+    ConnectionRefusedError(111, "Connection refused"),
+    socket.gaierror(-2, "Name or service not known"),
+])
+def test_timeouts_and_refused_connections_are_transient_whatever_the_size(
+        exc: BaseException) -> None:
+    assert classify(exc, request_bytes=LARGE).kind is FailureKind.TRANSIENT
+    assert classify(exc).kind is FailureKind.TRANSIENT
+
+
+def test_sdk_connection_error_reads_the_cause_chain() -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    for sdk in (openai, anthropic):
+        try:
+            try:
+                raise httpx2.ConnectError("[Errno 111] Connection refused")
+            except httpx2.ConnectError as inner:
+                raise sdk.APIConnectionError(request=request) from inner
+        except sdk.APIConnectionError as exc:
+            refused = exc
+        assert classify(refused, request_bytes=LARGE).kind is FailureKind.TRANSIENT
+        try:
+            try:
+                raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
+            except httpx2.RemoteProtocolError as inner:
+                raise sdk.APIConnectionError(request=request) from inner
+        except sdk.APIConnectionError as exc:
+            dropped = exc
+        assert classify(dropped, request_bytes=LARGE).kind is FailureKind.LIKELY_PAYLOAD
+        timeout = sdk.APITimeoutError(request=request)
+        assert classify(timeout, request_bytes=LARGE).kind is FailureKind.TRANSIENT
+
+
+def test_drop_words_in_a_bare_text() -> None:
+    assert classify(body="read tcp: unexpected EOF", request_bytes=LARGE).kind \
+        is FailureKind.LIKELY_PAYLOAD
+    assert classify(body="stream error: stream ID 3; INTERNAL_ERROR",
+                    request_bytes=SMALL).kind is FailureKind.TRANSIENT
+
+
+# --------------------------------------------------------------------------- misfires
+def test_413_inside_an_id_or_text_is_not_a_413() -> None:
+    for body in ('{"error":{"message":"Invalid request (request id req_413413)"}}',
+                 "upstream 4130 failed; trace 413-abc"):
+        assert classify(status=400, body=body).kind is FailureKind.OTHER
+        assert classify(body=body).kind is FailureKind.OTHER
+
+
+def test_request_uri_too_long_is_not_an_overflow() -> None:
+    assert classify(status=414, body="Request-URI Too Long").kind is FailureKind.OTHER
+    assert classify(body="414 Request-URI Too Long").kind is FailureKind.OTHER
+
+
+def test_403_json_auth_is_auth_even_behind_cloudflare() -> None:
+    body = json.dumps({"type": "error", "error": {"type": "permission_error",
+                                                  "message": "not allowed"}})
+    headers = {"server": "cloudflare", "cf-ray": "1-SJC"}
+    assert classify(status=403, body=body, headers=headers).kind is FailureKind.AUTH
+    assert classify(status=403, body="").kind is FailureKind.AUTH
+    assert classify(status=403, body="", headers=headers).kind is FailureKind.WAF_REJECTION
+    assert classify(status=403, body="Forbidden", headers={"server": "AkamaiGHost"}).kind \
+        is FailureKind.WAF_REJECTION
+    assert classify(status=403, body="Request blocked by security policy").kind \
+        is FailureKind.WAF_REJECTION
+
+
+def test_401_is_auth_whatever_the_body() -> None:
+    assert classify(status=401, body="<html><title>401</title></html>").kind is FailureKind.AUTH
+
+
+def test_retry_after_forms() -> None:
+    ok = classify(status=429, body="slow down", headers={"Retry-After": "7"})
+    assert ok.kind is FailureKind.TRANSIENT and ok.retry_after == 7.0
+    ms = classify(status=529, body="", headers={"retry-after-ms": "1500"})
+    assert ms.retry_after == 1.5
+    date = classify(status=503, body="", headers={"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    assert date.retry_after == 0.0
+    assert classify(status=503, body="").retry_after is None
+
+
+def test_chat_error_keeps_its_verdict() -> None:
+    failure = classify(status=413, body="too big")
+    again = classify(ChatError(failure), request_bytes=1234)
+    assert again.kind is FailureKind.PAYLOAD_TOO_LARGE and again.request_bytes == 1234
+
+
+def test_html_bodies_are_summarised_not_dumped() -> None:
+    case = CASE_BY_ID["cloudflare_block_page_403"]
+    failure = classify(status=403, body=case["body"], headers=case["headers"])
+    assert failure.reason.startswith("A proxy returned HTTP 403 with an HTML block page")
+    assert "Cloudflare" in failure.reason and "8f2b6c1d9e0a4b3c" in failure.reason
+    assert "cf-wrapper" not in failure.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=st.one_of(st.none(), st.integers(100, 599)),
+       body=st.one_of(st.none(), st.text(max_size=300), st.binary(max_size=100)),
+       headers=st.one_of(st.none(), st.dictionaries(st.text(max_size=20),
+                                                    st.text(max_size=40), max_size=4)),
+       request_bytes=st.one_of(st.none(), st.integers(0, 10**8)))
+def test_classify_never_raises(status: int | None, body: str | bytes | None,
+                               headers: dict[str, str] | None,
+                               request_bytes: int | None) -> None:
+    failure = classify(status=status, body=body, headers=headers, request_bytes=request_bytes)
+    assert isinstance(failure.kind, FailureKind) and failure.reason
+
+
+# --------------------------------------------------------------------------- secrets
+@pytest.mark.parametrize(("text", "secret"), [
+    ("key sk-abcdefghijklmnopqrstuvwx1234 failed", "abcdefghijklmnopqrstuvwx1234"),
+    ("key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv-123 failed", "AbCdEfGhIjKlMnOpQrStUv"),
+    ("key sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123 failed", "AbCdEfGhIjKlMnOpQrStUvWxYz"),
+    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9"),
+    ("authorization=Bearer abcdefgh12345678", "abcdefgh12345678"),
+    ('{"x-api-key": "sk-ant-api03-zzzzzzzzzzzzzzzz"}', "zzzzzzzzzzzzzzzz"),
+    ("x-api-key: plainsecretvalue", "plainsecretvalue"),
+    ("api-key=azuresecret0123456789", "azuresecret0123456789"),
+    ("Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+])
+def test_redact_masks_secrets(text: str, secret: str) -> None:
+    masked = redact(text)
+    assert secret not in masked
+    assert "REDACTED" in masked
+
+
+def test_redact_leaves_ordinary_text_alone() -> None:
+    text = "prompt is too long: 202128 tokens > 200000 maximum (task-list, sk8ers)"
+    assert redact(text) == text
+
+
+def test_reason_never_carries_a_key(server_url: str) -> None:
+    key = "sk-proj-" + "Q" * 40
+    body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}.",
+                                 "code": "invalid_api_key", "type": "invalid_request_error"}})
+    for failure in (classify(status=401, body=body),
+                    classify(status=400, body=body),
+                    classify(body=f"Authorization: Bearer {key} rejected")):
+        assert key not in failure.reason and "Q" * 20 not in failure.reason
+    error = ChatError(classify(status=401, body=body), message=f"failed with {key}")
+    assert key not in str(error)
+
+
+# --------------------------------------------------------------------------- every SDK type
+def _sdk_exception_classes() -> list[type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module, base in ((openai, openai.OpenAIError), (anthropic, anthropic.AnthropicError)):
+        for name in sorted(dir(module)):
+            value = getattr(module, name, None)
+            if isinstance(value, type) and issubclass(value, BaseException) and (
+                    issubclass(value, base) or name.endswith("Error")):
+                found[f"{module.__name__}.{value.__qualname__}"] = value
+    try:  # anthropic's per-error_code subclasses, not all re-exported at the top level
+        from anthropic._error_classes import ERROR_CLASSES
+    except ImportError:  # pragma: no cover - private module moved
+        ERROR_CLASSES = {}
+    for cls in ERROR_CLASSES.values():
+        found[f"anthropic.{cls.__qualname__}"] = cls
+    return [found[k] for k in sorted(found)]
+
+
+SDK_CLASSES = _sdk_exception_classes()
+
+
+def _status_for(cls: type[BaseException]) -> int:
+    try:
+        from anthropic._error_classes import ERROR_CLASSES
+        for (status, _code), value in ERROR_CLASSES.items():
+            if value is cls:
+                return status
+    except ImportError:  # pragma: no cover
+        pass
+    declared = getattr(cls, "status_code", None)
+    if isinstance(declared, int):
+        return declared
+    return 500 if "Server" in cls.__name__ else 400
+
+
+def _instantiate(cls: type[BaseException]) -> BaseException:
+    request = httpx2.Request("POST", "http://127.0.0.1:9/v1/messages")
+    response = httpx2.Response(_status_for(cls), request=request,
+                               json={"type": "error", "error": {"type": "api_error",
+                                                                "message": "boom"}})
+    body = {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+
+    def completion() -> Any:
+        from openai.types.chat import ChatCompletion
+        return ChatCompletion.model_construct(id="x", choices=[], created=0, model="m",
+                                              object="chat.completion", usage=None)
+
+    attempts = (
+        lambda: cls("boom", response=response, body=body),  # type: ignore[call-arg]
+        lambda: cls(response=response, body=body),  # type: ignore[call-arg]
+        lambda: cls(response, body),
+        lambda: cls(request=request),  # type: ignore[call-arg]
+        lambda: cls("boom", request, body=body),  # type: ignore[call-arg]
+        lambda: cls("boom", unsent_messages=[]),  # type: ignore[call-arg]
+        lambda: cls(completion=completion()),  # type: ignore[call-arg]
+        lambda: cls("boom"),
+        lambda: cls(),
+    )
+    errors = []
+    for attempt in attempts:
+        try:
+            return attempt()
+        except TypeError as exc:
+            errors.append(exc)
+    raise AssertionError(f"cannot construct {cls!r}: {errors}")
+
+
+@pytest.mark.parametrize("cls", SDK_CLASSES, ids=[c.__qualname__ for c in SDK_CLASSES])
+def test_every_sdk_exception_type_maps_to_a_kind(cls: type[BaseException]) -> None:
+    exc = _instantiate(cls)
+    failure = classify(exc)
+    assert isinstance(failure.kind, FailureKind)
+    assert failure.reason
+    assert classify(exc, request_bytes=LARGE).kind in set(FailureKind)
+
+
+def test_sdk_exception_walk_found_the_core_types() -> None:
+    names = {c.__qualname__ for c in SDK_CLASSES}
+    assert {"APIConnectionError", "APITimeoutError", "RateLimitError", "AuthenticationError",
+            "OverloadedError", "ContentTooLargeError", "LengthFinishReasonError",
+            "CredentialsError"} <= names
+    assert len(SDK_CLASSES) > 40
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("AuthenticationError", FailureKind.AUTH),
+    ("RateLimitError", FailureKind.TRANSIENT),
+    ("InternalServerError", FailureKind.TRANSIENT),
+    ("APITimeoutError", FailureKind.TRANSIENT),
+    ("APIConnectionError", FailureKind.TRANSIENT),
+])
+def test_known_sdk_types_map_sensibly(name: str, kind: FailureKind) -> None:
+    for module in (openai, anthropic):
+        assert classify(_instantiate(getattr(module, name))).kind is kind, (module, name)
+    assert classify(_instantiate(anthropic.OverloadedError)).kind is FailureKind.TRANSIENT
+    assert classify(_instantiate(anthropic.ContentTooLargeError)).kind \
+        is FailureKind.PAYLOAD_TOO_LARGE
+    assert classify(_instantiate(anthropic.CredentialsError)).kind is FailureKind.AUTH
