@@ -25,8 +25,11 @@ belongs to the session object: two sessions in one process never affect each oth
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -71,6 +74,7 @@ _TOOL_LIMIT_RESULT = (
     "Answer with what you have so far.]"
 )
 _session_counter = itertools.count(1)
+_MAX_TOKENS_RE = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,8 @@ class _Turn:
     actions: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    compacted_from: tuple[History, int] | None = None
+    """The history before this turn's last compaction, and the compacted length."""
 
 
 class ChatSession:
@@ -307,8 +313,9 @@ class ChatSession:
         return body
 
     def _measure(self, history: History, max_tokens: int | None,
-                 options: Mapping[str, Any] | None = None) -> int:
-        return len(self._provider.encode(self._request(history, max_tokens, options=options)))
+                 options: Mapping[str, Any] | None = None, *, stream: bool = False) -> int:
+        request = self._request(history, max_tokens, stream=stream, options=options)
+        return len(self._provider.encode(request))
 
     # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
     def _summarize(self, text: str, *, max_tokens: int) -> str:
@@ -341,10 +348,16 @@ class ChatSession:
             raise
         if record:
             self._history = final
+            if turn.compacted_from is not None:
+                self._undo = turn.compacted_from
             self._files.save_history(final)
         body = self._measure(final, limit, options)
-        self._emit(TurnFinished(message="", history_bytes=body,
-                                est_tokens=self.estimator.estimate(body), window=self.window,
+        est = self.estimator.estimate(body)
+        self._emit(TurnFinished(message=f"history {format_size(body)} ≈ {est:,} tokens "
+                                        f"({100 * est / self.window:.0f}% of the "
+                                        f"{self.window:,}-token window)",
+                                history_bytes=body,
+                                est_tokens=est, window=self.window,
                                 cap=self.caps.effective()), turn)
         return Reply(text=answer.text, finish_reason=stop.value,
                      usage=Usage(turn.prompt_tokens, turn.completion_tokens),
@@ -450,8 +463,9 @@ class ChatSession:
 
     # -- one request, with recovery ---------------------------------------------------------
     def _prepare(self, history: History, max_tokens: int | None, turn: _Turn,
-                 options: Mapping[str, Any] | None, stream: bool) -> History:
-        """Pre-flight: microcompact, budget, measure, compact when over budget."""
+                 options: Mapping[str, Any] | None,
+                 stream: bool) -> tuple[History, int | None]:
+        """Pre-flight: microcompact, budget, measure, fit max_tokens, compact when over budget."""
         settings = self.settings
         compacted, mc = microcompact.microcompact(history, settings=settings, store=self._store)
         if mc.truncated or mc.summarized:
@@ -472,7 +486,9 @@ class ChatSession:
                 replaced=br.replaced, persisted=paths), turn)
 
         request = self._request(history, max_tokens, stream=stream, options=options)
-        body = len(self._encode(request))
+        encoded = self._encode(request)
+        body = len(encoded)
+        max_tokens = self._fit_max_tokens(body, encoded, max_tokens, turn)
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
                              window_tokens=self.window, max_tokens=max_tokens,
                              warned=self._warned)
@@ -488,12 +504,40 @@ class ChatSession:
             ratio=pf.budget_ratio or settings.chat_budget_ratio)
         if pf.action == "compact" or body > trigger:
             history = self._compact(history, compactor.compaction_target(trigger, settings),
-                                    max_tokens, turn, options=options)
-        return history
+                                    max_tokens, turn, options=options, stream=stream)
+        return history, max_tokens
+
+    def _fit_max_tokens(self, body: int, encoded: bytes, max_tokens: int | None,
+                        turn: _Turn) -> int | None:
+        """Lower max_tokens before sending when prompt + answer cannot fit the window.
+
+        Without an explicit max_tokens the provider may still send one (Anthropic always
+        does); it is read from the body, so a default that cannot fit is caught here
+        instead of costing a rejected request every turn.
+        """
+        requested = max_tokens
+        if requested is None:
+            found = _MAX_TOKENS_RE.search(encoded)
+            requested = int(found.group(1)) if found else None
+        if requested is None:
+            return max_tokens
+        est = self.estimator.estimate(body)
+        room = self.window - est
+        if est + requested <= self.window or room < 1:
+            return max_tokens
+        fitted = room - math.ceil(room * self.settings.exact_fit_margin)
+        if fitted < 1 or fitted >= requested:
+            return max_tokens
+        self._emit(Preflight(
+            message=f"ℹ pre-flight: ≈{est:,} prompt tokens + max_tokens {requested:,} > "
+                    f"context window {self.window:,} — sending max_tokens {fitted:,}",
+            body_bytes=body, est_tokens=est, cap=self.caps.effective(), window=self.window,
+            action="ok"), turn)
+        return fitted
 
     def _compact(self, history: History, target: int, max_tokens: int | None, turn: _Turn, *,
                  options: Mapping[str, Any] | None = None, instructions: str | None = None,
-                 force: bool = False) -> History:
+                 force: bool = False, stream: bool = False) -> History:
         # The summarizer's request must fit the model too: its input at most half the
         # window, its answer at most a quarter (a small window is where compaction matters).
         window_chars = int(self.window * self.estimator.bytes_per_token)
@@ -508,14 +552,14 @@ class ChatSession:
                                     int(summary_bound / self.estimator.bytes_per_token)))
         new, report = compactor.compact(
             history, target_bytes=target,
-            measure=lambda h: self._measure(h, max_tokens, options),
+            measure=lambda h: self._measure(h, max_tokens, options, stream=stream),
             summarize=lambda text: self._summarize(text, max_tokens=summary_tokens),
-            settings=settings,
-            on_event=lambda e: self._emit(e, turn), instructions=instructions,
-            force_summary=force)
+            settings=settings, on_event=lambda e: self._emit(e, turn),
+            instructions=instructions, force_summary=force)
+        self._last_compaction = report
         if report.applied:
             self._compactions += 1
-        self._last_compaction = report
+            turn.compacted_from = (history, len(new))
         return new
 
     def _send_recovering(self, history: History, max_tokens: int | None, turn: _Turn, *,
@@ -524,10 +568,9 @@ class ChatSession:
                          ) -> tuple[History, Response, int | None]:
         """Send one request; recover from failures (SPEC §1 and §3) until it succeeds."""
         settings = self.settings
-        history = self._prepare(history, max_tokens, turn, options, stream)
+        history, max_tokens = self._prepare(history, max_tokens, turn, options, stream)
         state = ladder.LadderState(payload_notice_sent=self._payload_notice_sent)
         auth_retried = False
-        clamped = False
         transient = 0
         steps = 0
         while True:
@@ -538,7 +581,7 @@ class ChatSession:
             except ChatError as e:
                 failure = e.failure
                 if failure.request_bytes is None:
-                    failure = _with_bytes(failure, body)
+                    failure = dataclasses.replace(failure, request_bytes=body)
                 kind = failure.kind
                 if kind is FailureKind.AUTH and not auth_retried:
                     auth_retried = True
@@ -557,19 +600,11 @@ class ChatSession:
                         attempt=transient, wait=wait, failure_kind=kind.value), turn)
                     self._sleep(wait)
                     continue
-                if kind is FailureKind.OUTPUT_LIMIT and not clamped and failure.limit_tokens \
-                        and (max_tokens is None or failure.limit_tokens < max_tokens):
-                    clamped = True
-                    self._emit(Retrying(
-                        message=f"↻ max_tokens above the model's output limit — retrying "
-                                f"with max_tokens={failure.limit_tokens:,}",
-                        attempt=1, wait=0.0, failure_kind=kind.value), turn)
-                    max_tokens = failure.limit_tokens
-                    continue
-                if not failure.recoverable:
+                if not failure.recoverable and kind is not FailureKind.OUTPUT_LIMIT:
                     raise ChatError(failure, _sentence(failure)) from e
                 history, state, max_tokens = self._climb(
-                    history, state, failure, body, max_tokens, turn, e)
+                    history, state, failure, body, max_tokens, turn, e, stream=stream,
+                    options=options)
                 steps += 1
                 continue
             # Success: learn from it.
@@ -588,44 +623,57 @@ class ChatSession:
             return history, response, max_tokens
 
     def _climb(self, history: History, state: ladder.LadderState, failure: Failure, body: int,
-               max_tokens: int | None, turn: _Turn, error: ChatError,
+               max_tokens: int | None, turn: _Turn, error: ChatError, *, stream: bool,
+               options: Mapping[str, Any] | None,
                ) -> tuple[History, ladder.LadderState, int | None]:
         """One ladder step for a recoverable failure; raise ChatError when it gives up."""
         settings = self.settings
+        cap_before = self.caps.effective()
         if failure.payload_related:
             learned = self.caps.record_rejection(failure.request_bytes or body)
-            if learned is not None:
-                self._emit(CapChanged(message=f"ℹ Learned a payload limit of about "
-                                              f"{format_size(learned)} (a "
-                                              f"{format_size(failure.request_bytes or body)} "
-                                              "request was rejected)",
-                                      cap=learned, source="learned"), turn)
+            if learned is not None and learned != cap_before:
+                self._emit(CapChanged(
+                    message=f"ℹ Learned a payload limit of about {format_size(learned)} (a "
+                            f"{format_size(failure.request_bytes or body)} request was "
+                            "rejected)", cap=learned, source="learned"), turn)
         decision = ladder.decide(settings, state, failure, history_bytes=body,
                                  max_tokens=max_tokens, cap=self.caps.effective(),
                                  cap_configured=self.caps.configured is not None)
         if decision.level is ladder.Level.GIVE_UP:
             raise ChatError(failure, decision.message or _sentence(failure)) from error
-        if decision.assume_cap is not None and self.caps.assumed is None \
-                and self.caps.configured is None:
+        lines = decision.message.splitlines()
+        assume_lines = [line for line in lines if line.startswith("ℹ Assuming")]
+        if decision.assume_cap is not None and self.caps.assumed is None:
             self.caps.assumed = decision.assume_cap
-            self._emit(CapChanged(message=f"ℹ Assuming a {format_size(decision.assume_cap)}"
-                                          "/payload limit — export CHATCLI_MAX_PAYLOAD "
-                                          "(e.g. 5MB, 512KB) to adjust",
-                                  cap=decision.assume_cap, source="assumed"), turn)
-        before = len(history)
+            if self.caps.source == "assumed":
+                self._emit(CapChanged(message="\n".join(assume_lines) or
+                                      f"ℹ Assuming a {format_size(decision.assume_cap)}"
+                                      "/payload limit", cap=decision.assume_cap,
+                                      source="assumed"), turn)
         if decision.level is ladder.Level.LOWER_MAX_TOKENS:
             max_tokens = decision.max_tokens
         result = ladder.apply(decision, history, settings=settings, store=self._store,
-                              measure=lambda h: self._measure(h, max_tokens))
+                              measure=lambda h: self._measure(h, max_tokens, options,
+                                                              stream=stream))
+        if result.level is ladder.Level.GIVE_UP:
+            raise ChatError(failure, result.give_up_reason or _sentence(failure)) from error
+        before = len(history)
         history = result.history
         if decision.inject_payload_notice:
             self._payload_notice_sent = True
-            self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) added "
-                                              "for the model", notice="payload"), turn)
-        self._emit(LadderStep(message=decision.message or f"⚠ recovery: {decision.level.value}",
-                              level=decision.level.value, attempt=decision.attempt,
+        message = "\n".join(line for line in lines if line not in assume_lines)
+        if result.notes:
+            message += f"\n  ↳ {result.level.value}: " + "; ".join(result.notes)
+        self._emit(LadderStep(message=message or f"⚠ recovery: {decision.level.value}",
+                              level=result.level.value, attempt=decision.attempt,
                               failure_kind=failure.kind.value, before_messages=before,
                               after_messages=len(history)), turn)
+        if result.payload_notice_added:
+            self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) given to "
+                                              "the model", notice="payload"), turn)
+        if result.compaction_notice_added:
+            self._emit(NoticeInjected(message="ℹ the model was told that earlier context was "
+                                              "compacted", notice="compaction"), turn)
         return history, decision.state, max_tokens
 
     def _refresh_provider(self) -> None:
@@ -683,7 +731,7 @@ class ChatSession:
         """Save the history snapshot and release the provider's client when it has one."""
         self._files.save_history(self._history)
         closer = getattr(self._provider, "close", None)
-        if callable(closer) and self._client is None:
+        if callable(closer):  # releases what the provider opened itself, never a user's client
             closer()
 
     def __enter__(self) -> ChatSession:
@@ -699,12 +747,6 @@ class ChatSession:
 
 def _auto_name() -> str:
     return f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_session_counter)}"
-
-
-def _with_bytes(failure: Failure, body: int) -> Failure:
-    import dataclasses
-
-    return dataclasses.replace(failure, request_bytes=body)
 
 
 def _sentence(failure: Failure) -> str:

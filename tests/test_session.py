@@ -119,8 +119,9 @@ def test_transient_failures_retry_with_backoff_through_injected_sleep() -> None:
 
 
 def test_output_limit_clamps_max_tokens_and_resends() -> None:
-    s, fake, _ = session(failure(FailureKind.OUTPUT_LIMIT, "max_tokens too large",
-                                 limit_tokens=4096), "fits now", max_tokens=100_000)
+    fake = FakeProvider([failure(FailureKind.OUTPUT_LIMIT, "max_tokens too large",
+                                 limit_tokens=4096), "fits now"], window=1_000_000)
+    s, _, _ = session(provider=fake, max_tokens=100_000)
     assert s.send("x").text == "fits now"
     assert [r.max_tokens for r in fake.requests] == [100_000, 4096]
 
@@ -294,6 +295,18 @@ def test_status_reports_sizes_and_counts() -> None:
     assert st.history_bytes > 0 and st.est_tokens > 0
     text = str(st)
     assert "8,192 tokens" in text and "1 MB (configured)" in text and "2 messages" in text
+
+
+def test_max_tokens_that_cannot_fit_the_window_is_lowered_before_sending() -> None:
+    s, fake, _ = session("ok", "ok", max_tokens=8000)
+    events: list[Event] = []
+    s.subscribe(events.append)
+    s.send("x")
+    sent = fake.requests[0].max_tokens
+    assert sent is not None and 7000 < sent < 8192 - 50
+    assert any("sending max_tokens" in e.message for e in events)
+    s.send("y", max_tokens=100)
+    assert fake.requests[1].max_tokens == 100
 
 
 def test_two_sessions_never_share_learned_state() -> None:
