@@ -298,12 +298,12 @@ def test_status_reports_sizes_and_counts() -> None:
 
 
 def test_max_tokens_that_cannot_fit_the_window_is_lowered_before_sending() -> None:
-    s, fake, _ = session("ok", "ok", max_tokens=8000)
+    s, fake, _ = session("ok", "ok", max_tokens=8150)
     events: list[Event] = []
     s.subscribe(events.append)
     s.send("x")
     sent = fake.requests[0].max_tokens
-    assert sent is not None and 7000 < sent < 8192 - 50
+    assert sent is not None and 7000 < sent < 8192 - 144
     assert any("sending max_tokens" in e.message for e in events)
     s.send("y", max_tokens=100)
     assert fake.requests[1].max_tokens == 100
