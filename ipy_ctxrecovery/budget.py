@@ -33,6 +33,9 @@ from typing import Any
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [
+    "LEVEL_OLD_PREVIEW",
+    "LEVEL_PREVIEW",
+    "LEVEL_SUMMARY",
     "META_KEY",
     "MIN_PREVIEW_BODY_CHARS",
     "BudgetReport",
@@ -40,8 +43,10 @@ __all__ = [
     "ResultStore",
     "compacted_message",
     "compaction_info",
+    "count_lines",
     "detect_kind",
     "enforce_budget",
+    "is_boundary",
     "preview",
     "shrink_tool_message",
 ]
@@ -474,7 +479,10 @@ def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: i
     for i in fresh:
         if total() <= turn_budget_chars:
             break
-        replace(i, per_result_max_chars, head_chars, tail_chars)
+        size = len(out[i].text)
+        standard = head_chars + tail_chars + len(_budget_markers(size, store.path_for(out[i].text))[0])
+        if standard < size:
+            replace(i, min(per_result_max_chars, standard), head_chars, tail_chars)
     for i in fresh:
         excess = total() - turn_budget_chars
         if excess <= 0:
