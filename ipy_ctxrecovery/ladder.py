@@ -47,7 +47,6 @@ from .history import (
     Message,
     Role,
     Text,
-    ToolResult,
     latest_user_index,
 )
 
@@ -421,21 +420,11 @@ def _truncate_assistants(h: History, max_chars: int) -> tuple[History, int]:
     return tuple(out), changed
 
 
-def _with_content(m: Message, content: str) -> Message:
-    r = m.tool_result
-    assert r is not None
-    return m.with_blocks([ToolResult(r.call_id, content, r.is_error, r.name)])
-
-
 def _shrunk_result(m: Message, limit: int, *, settings: Settings,
                    store: ResultStore) -> Message | None:
-    content = m.text
-    if len(content) <= limit:
-        return None
-    path = store.persist(content)
-    short = budget.preview(content, limit=limit, head=min(settings.budget_head_chars, limit),
-                           tail=min(settings.budget_tail_chars, limit), path=path)
-    return _with_content(m, short) if len(short) < len(content) else None
+    """A preview of tool message ``m`` in ≤ ``limit`` chars naming its persisted original."""
+    return budget.shrink_tool_message(m, limit, store=store, head=settings.budget_head_chars,
+                                      tail=settings.budget_tail_chars)
 
 
 def _cap_results(h: History, limit: int, *, settings: Settings,
