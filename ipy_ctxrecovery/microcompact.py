@@ -1,17 +1,44 @@
 """Microcompact (SPEC §6): old tool results become previews, older ones one-line summaries.
 
-Pure, no LLM, no network. STUB — contract for the implementer.
+Pure, no LLM, no network (it only writes full results to the session's
+:class:`~ipy_ctxrecovery.budget.ResultStore`, once each, so nothing is lost).
+
+Age is counted in model round trips (``history.ages``), so a long tool loop inside one
+user request ages its own early results. With the settings' defaults:
+
+- age ≥ ``microcompact_truncate_turns`` (2) and an original of ≥ ``microcompact_min_chars``
+  (3,000): head 2,000 + tail 500 chars around
+  ``[... N chars omitted from old tool result — full output saved to PATH ...]``;
+- age ≥ ``microcompact_summarize_turns`` (4): one line,
+  ``[Old tool result cleared — L lines, C chars, JSON — full content at PATH]``.
+
+The size threshold is judged on the **original** result (ANCHORS 9: ChatCLI judged the
+truncated preview, which is under the minimum, so its summary never fired). The original's
+size comes from ``Message.meta`` or the markers (``budget.compaction_info``). A result is
+only ever moved to a later stage, never back, and never made longer: running twice on
+the same history changes nothing the second time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from .budget import ResultStore
-from .config import Settings
-from .history import History
+from .budget import (
+    LEVEL_OLD_PREVIEW,
+    LEVEL_SUMMARY,
+    CompactionInfo,
+    ResultStore,
+    compacted_message,
+    compaction_info,
+    count_lines,
+    detect_kind,
+    is_boundary,
+)
+from .config import Settings, format_size
+from .history import History, Message, Role, ages
 
-__all__ = ["MicrocompactReport", "microcompact"]
+__all__ = ["MicrocompactReport", "detect_kind", "microcompact"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +50,119 @@ class MicrocompactReport:
     @property
     def message(self) -> str:
         """``🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed``"""
-        raise NotImplementedError
+        return (f"🗜 microcompact: {self.truncated} truncated, {self.summarized} summarized, "
+                f"{format_size(self.bytes_freed)} freed")
 
 
 def microcompact(history: History, *, settings: Settings,
                  store: ResultStore) -> tuple[History, MicrocompactReport]:
-    raise NotImplementedError
+    """Shrink old tool results by age; returns the new history and what was done.
+
+    The input is not modified; when nothing changes the same tuple is returned.
+    """
+    message_ages = ages(history)
+    out = list(history)
+    truncated = summarized = freed = 0
+    for i, m in enumerate(history):
+        result = m.tool_result
+        age = message_ages[i]
+        if m.role is not Role.TOOL or result is None \
+                or age < settings.microcompact_truncate_turns:
+            continue
+        info = compaction_info(m)
+        original_chars = info.original_chars if info is not None else len(result.content)
+        if original_chars < settings.microcompact_min_chars:
+            continue
+        target = LEVEL_SUMMARY if age >= settings.microcompact_summarize_turns \
+            else LEVEL_OLD_PREVIEW
+        if info is not None and info.level >= target:
+            continue
+        original = _original(m, info, store)
+        new = _summarize(m, info, original, store) if target == LEVEL_SUMMARY \
+            else _truncate(m, info, original, settings, store)
+        if new is None or len(new.text) >= len(result.content):
+            continue                       # never make a result longer
+        out[i] = new
+        freed += _utf8_len(result.content) - _utf8_len(new.text)
+        if target == LEVEL_SUMMARY:
+            summarized += 1
+        else:
+            truncated += 1
+    if not (truncated or summarized):
+        return history, MicrocompactReport(0, 0, 0)
+    return tuple(out), MicrocompactReport(truncated, summarized, freed)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _original(m: Message, info: CompactionInfo | None, store: ResultStore) -> str | None:
+    """The full original content: the message itself, or its persisted file; else None."""
+    if info is None:
+        return m.text
+    if info.path is None:
+        return None
+    loaded = store.load(info.path)
+    if loaded is None or store.path_for(loaded) != Path(info.path):
+        return None
+    return loaded
+
+
+def _cut_head(text: str, n: int) -> str:
+    k = min(n, len(text))
+    while k > 0 and not is_boundary(text, k):
+        k -= 1
+    return text[:k]
+
+
+def _cut_tail(text: str, n: int) -> str:
+    if n <= 0:
+        return ""
+    k = max(0, len(text) - n)
+    while k < len(text) and not is_boundary(text, k):
+        k += 1
+    return text[k:]
+
+
+def _truncate(m: Message, info: CompactionInfo | None, original: str | None,
+              settings: Settings, store: ResultStore) -> Message | None:
+    if original is not None:
+        path: Path | None = store.persist(original)
+        head = _cut_head(original, settings.microcompact_head_chars)
+        tail = _cut_tail(original[len(head):], settings.microcompact_tail_chars)
+        total = len(original)
+    else:
+        # The original is gone from the store: what the earlier preview kept is all we have.
+        assert info is not None
+        path = info.path
+        head = _cut_head(info.head, settings.microcompact_head_chars)
+        tail = _cut_tail(info.tail, settings.microcompact_tail_chars)
+        total = info.original_chars
+    omitted = total - len(head) - len(tail)
+    if omitted <= 0:
+        return None
+    saved = f" — full output saved to {path}" if path is not None else ""
+    content = f"{head}\n[... {omitted} chars omitted from old tool result{saved} ...]\n{tail}"
+    return compacted_message(m, content, level=LEVEL_OLD_PREVIEW, original=original,
+                             info=info, path=path, head_chars=len(head), tail_chars=len(tail))
+
+
+def _summarize(m: Message, info: CompactionInfo | None, original: str | None,
+               store: ResultStore) -> Message:
+    if original is not None:
+        path: Path | None = store.persist(original)
+        chars, lines, kind = len(original), count_lines(original), detect_kind(original)
+    else:
+        assert info is not None
+        path = info.path
+        chars = info.original_chars
+        # Without meta or file, the lines still shown are the best (lower-bound) count.
+        lines = info.original_lines if info.original_lines is not None \
+            else count_lines(info.head) + count_lines(info.tail)
+        kind = info.kind or detect_kind(info.head, truncated=True)
+    noun = "line" if lines == 1 else "lines"
+    where = f" — full content at {path}" if path is not None else ""
+    content = f"[Old tool result cleared — {lines} {noun}, {chars} chars, {kind}{where}]"
+    return compacted_message(m, content, level=LEVEL_SUMMARY, original=original, info=info,
+                             path=path, head_chars=0, tail_chars=0)
