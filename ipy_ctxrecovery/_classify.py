@@ -192,6 +192,17 @@ _AUTH_WORDS = ("incorrect api key", "invalid api key", "api key not valid", "inv
                "no auth credentials", "invalid authentication", "invalid subscription key",
                "authentication_error", "permission_error", "unauthorized")
 
+# Structured error types/codes that name a retryable condition. They matter most for errors
+# that arrive inside a 200 stream (Anthropic "event: error", OpenAI "data: {"error": …}"),
+# where the HTTP status says nothing.
+_TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error",
+                              "server_error", "rate_limit_exceeded", "timeout_error",
+                              "service_unavailable", "unavailable", "resource_exhausted",
+                              "deadline_exceeded", "internal", "internal_error",
+                              "throttlingexception", "serviceunavailableexception",
+                              "modelnotreadyexception"})
+_PAYLOAD_TYPES = frozenset({"request_too_large", "request_body_too_large_after_decoding"})
+
 # Non-retryable 429: out of money, not out of time.
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached",
                           "billing_not_active"})
@@ -215,6 +226,10 @@ _DROP_WORDS = ("server disconnected", "unexpected eof", "connection reset", "bro
                "incomplete chunked read", "eof occurred in violation of protocol",
                "connection closed", "remote end closed connection", "connection was closed")
 _TIMEOUT_WORDS = ("timed out", "timeout")
+# A drop after the response had started (the request was accepted, the answer was cut):
+# never a request-size problem.
+_RESPONSE_STARTED_WORDS = ("incomplete chunked read", "without sending complete message body",
+                           "response ended prematurely", "incomplete message body")
 
 # Class-name fallbacks for SDK exceptions that carry no status (or for a class whose name
 # says more than its status).
@@ -525,6 +540,10 @@ def classify_failure(
 
 
 def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
+    in_stream = ev.status is not None and ev.status < 400
+    if in_stream:
+        # An error event inside a 2xx stream: the status only says the stream started.
+        ev.status = None
     status = ev.status
     if status is None:
         connection = _connection_failure(ev, request_bytes)
@@ -536,7 +555,8 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
         return Failure(kind, redact(reason), status=status, request_bytes=request_bytes,
                        retry_after=retry, **numbers)
 
-    where = f"HTTP {status}" if status is not None else "The request"
+    where = f"HTTP {status}" if status is not None else (
+        "The response stream" if in_stream else "The request")
     detail = _html_summary(ev) if ev.is_html else _clean(ev.message)
     detail = detail.rstrip(" .")
     said = f": {detail}" if detail else ""
@@ -614,7 +634,16 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     if code in _QUOTA_CODES or etype in _QUOTA_CODES:
         return make(FailureKind.OTHER, f"{where}: the account is out of quota or credit{said}.")
 
-    # 7. Retryable statuses.
+    # 7. Retryable structured types when no status speaks (a stream error), then retryable
+    # statuses.
+    gstatus = ev.field_str("status").lower()
+    xtype = ev.headers.get("x-amzn-errortype", "").split(":")[0].lower()
+    if etype in _PAYLOAD_TYPES or code in _PAYLOAD_TYPES:
+        return make(FailureKind.PAYLOAD_TOO_LARGE,
+                    f"{where}: the request body is too large{said}.")
+    if status is None and {etype, code, gstatus, xtype} & _TRANSIENT_TYPES:
+        return make(FailureKind.TRANSIENT, f"{where} failed with a temporary error, worth "
+                    f"retrying{said}.")
     if status is not None and (status in (408, 409, 425, 429, 499) or 500 <= status <= 599):
         kind_word = {429: "rate limited", 529: "overloaded", 503: "unavailable",
                      408: "request timeout"}.get(status, "server error")
@@ -698,6 +727,10 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
         culprit = _clean(ev.text or ev.message, 160)
     if not dropped:
         return None
+    if any(word in messages or word in ev.haystack for word in _RESPONSE_STARTED_WORDS):
+        return make(FailureKind.TRANSIENT,
+                    f"The response was cut off mid-stream ({culprit}); the request itself was "
+                    "accepted, so this is retried as a network failure.")
     if request_bytes is not None and request_bytes > LIKELY_PAYLOAD_MIN_BYTES:
         size = _size(request_bytes)
         return make(FailureKind.LIKELY_PAYLOAD,

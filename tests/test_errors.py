@@ -46,6 +46,32 @@ LARGE = 600 * 1024
 SMALL = 10 * 1024
 
 
+# Errors that arrive inside a 200 event stream: (events, cut off?) — the status says nothing.
+_OPENAI_CHUNK = json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 0,
+                            "model": "m", "choices": [{"index": 0, "delta": {"content": "Hel"},
+                                                       "finish_reason": None}]})
+STREAMS: dict[str, tuple[list[str], bool]] = {
+    # docs.claude.com streaming guide, "Error events": event: error / overloaded_error.
+    "anthropic_overloaded": (['event: ping\ndata: {"type": "ping"}\n\n',
+                              'event: error\ndata: {"type": "error", "error": {"type": '
+                              '"overloaded_error", "message": "Overloaded"}}\n\n'], False),
+    # llama.cpp answering an over-long prompt with an error event mid-stream (public test
+    # fixture: {"error": {"message": "the request exceeds the available context size", ...}}).
+    "openai_llamacpp_overflow": ([f"data: {_OPENAI_CHUNK}\n\n",
+                                  'data: {"error": {"message": "the request exceeds the available '
+                                  'context size, try increasing it", "code": 400, "type": '
+                                  '"exceed_context_size_error", "n_prompt_tokens": 5000, '
+                                  '"n_ctx": 4096}}\n\n'], False),
+    # OpenAI server_error delivered inside the stream.
+    "openai_server_error": (['data: {"error": {"message": "The server had an error while '
+                             'processing your request. Sorry about that!", "type": '
+                             '"server_error", "param": null, "code": null}}\n\n'], False),
+    # The answer started and was cut off: a network failure, never a payload problem.
+    "openai_cut": ([f"data: {_OPENAI_CHUNK}\n\n"], True),
+    "anthropic_cut": (['event: ping\ndata: {"type": "ping"}\n\n'], True),
+}
+
+
 # --------------------------------------------------------------------------- server
 class _Handler(BaseHTTPRequestHandler):
     """Replies with a corpus case (``/case/<id>/…``) or drops the connection (``/drop/…``)."""
@@ -60,6 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         if parts[0] == "drop":
             self._drop(parts[1])
             return
+        if parts[0] == "stream":
+            self._stream(parts[1])
+            return
         self._read_body()
         case = CASE_BY_ID[parts[1]]
         body = case["body"].encode("utf-8")
@@ -69,6 +98,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _stream(self, name: str) -> None:
+        """A 200 event stream that carries an error event (or is cut off mid-way)."""
+        self._read_body()
+        events, cut = STREAMS[name]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            data = event.encode("utf-8")
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        if cut:  # no terminating chunk: the body ends mid-stream
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(b"0\r\n\r\n")
 
     def _read_body(self) -> None:
         length = int(self.headers.get("Content-Length", "0") or 0)
@@ -106,11 +153,14 @@ def server_url() -> Iterator[str]:
     server.server_close()
 
 
-def _openai_error(base_url: str, content: str = "hi") -> BaseException:
+def _openai_error(base_url: str, content: str = "hi", stream: bool = False) -> BaseException:
     client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0, timeout=20)
     try:
-        client.chat.completions.create(model="gpt-test",
-                                       messages=[{"role": "user", "content": content}])
+        result = client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": content}], stream=stream)
+        if stream:
+            for _chunk in result:
+                pass
     except openai.OpenAIError as exc:
         return exc
     finally:
@@ -118,12 +168,19 @@ def _openai_error(base_url: str, content: str = "hi") -> BaseException:
     raise AssertionError("the openai client did not raise")
 
 
-def _anthropic_error(base_url: str, content: str = "hi") -> BaseException:
+def _anthropic_error(base_url: str, content: str = "hi", stream: bool = False) -> BaseException:
     client = anthropic.Anthropic(base_url=base_url, api_key="test", max_retries=0, timeout=20)
     try:
-        client.messages.create(model="claude-test", max_tokens=16,
-                               messages=[{"role": "user", "content": content}])
+        result = client.messages.create(model="claude-test", max_tokens=16, stream=stream,
+                                        messages=[{"role": "user", "content": content}])
+        if stream:
+            for _event in result:
+                pass
     except anthropic.AnthropicError as exc:
+        return exc
+    except httpx2.HTTPError as exc:
+        # anthropic does not wrap a transport error raised while iterating a stream
+        # (openai wraps it in APIConnectionError): the adapter must catch httpx2 too.
         return exc
     finally:
         client.close()
@@ -204,6 +261,25 @@ def test_dropped_connection_depends_on_request_size(server_url: str, sdk: str, h
     assert small.kind is FailureKind.TRANSIENT, small
     unknown = classify(exc)
     assert unknown.kind is FailureKind.TRANSIENT
+
+
+@pytest.mark.parametrize(("sdk", "name", "kind"), [
+    ("anthropic", "anthropic_overloaded", FailureKind.TRANSIENT),
+    ("openai", "openai_llamacpp_overflow", FailureKind.CONTEXT_OVERFLOW),
+    ("openai", "openai_server_error", FailureKind.TRANSIENT),
+    ("openai", "openai_cut", FailureKind.TRANSIENT),
+    ("anthropic", "anthropic_cut", FailureKind.TRANSIENT),
+])
+def test_errors_inside_a_200_stream(server_url: str, sdk: str, name: str,
+                                    kind: FailureKind) -> None:
+    call = _openai_error if sdk == "openai" else _anthropic_error
+    exc = call(f"{server_url}/stream/{name}", content="x" * LARGE, stream=True)
+    failure = classify(exc, request_bytes=LARGE)
+    assert failure.kind is kind, failure
+    assert failure.status is None
+    _assert_reason_is_clean(failure.reason)
+    if name == "openai_llamacpp_overflow":
+        assert (failure.prompt_tokens, failure.limit_tokens) == (5000, 4096)
 
 
 def test_drop_reason_names_the_root_cause(server_url: str) -> None:
