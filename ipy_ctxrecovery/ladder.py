@@ -146,8 +146,11 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
 
     ``history_bytes``: the size of the request that failed, as the ``measure`` given to
     :func:`apply` counts it. ``max_tokens``: the failed request's ``max_tokens``.
-    ``cap``: the payload cap in effect when the request was sent (None: no cap yet);
-    ``cap_configured``: the user configured one (CHATCLI_MAX_PAYLOAD).
+    ``cap``: the best payload cap known (configured, learned — e.g. just learned from this
+    rejection — or assumed; None: none); a payload exact fit aims at it when it is below
+    the rejected size, else at ``learned_cap_fraction`` × the rejected size.
+    ``cap_configured``: the user configured one (CHATCLI_MAX_PAYLOAD); when not, the
+    turn's first payload decision carries ``assume_cap`` and the SPEC's "Assuming" line.
     """
     requested = max_tokens if max_tokens is not None else failure.output_tokens
     if failure.kind is FailureKind.OUTPUT_LIMIT:
@@ -161,8 +164,9 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
         return lowered
 
     first_payload = failure.payload_related and not state.payload_notice_sent
-    assume = (settings.assumed_cap_bytes
-              if first_payload and not cap_configured and cap is None else None)
+    # SPEC auto-cap: offered on the turn's first payload failure whenever no cap is
+    # configured; the session keeps it only while nothing better (a learned cap) is known.
+    assume = settings.assumed_cap_bytes if first_payload and not cap_configured else None
     lines = [f"⚠ Recoverable failure ({failure.label}) — compacting and retrying"]
     if assume is not None:
         lines.append(f"ℹ Assuming a {format_size(assume)}/payload limit — export "
@@ -348,9 +352,11 @@ def _keep_last_cut(h: Sequence[Message], keep: int) -> int:
 
 def drop_oldest(history: History, units: int) -> tuple[History, int]:
     """Drop the ``units`` oldest droppable units (whole tool groups), never the latest user
-    request or anything after it; returns (history, messages dropped). Pure; exposed so
-    tests and callers can see what one unit more or less would give."""
-    h = tuple(history)
+    request or anything after it; returns (history, messages dropped).
+
+    Exactly what EXACT_FIT does before any tool result is shrunk (same pairing repair,
+    same notice), so tests and callers can see what one unit more or less would give."""
+    h = _dedupe_payload_notices(tuple(pairing.repair_pairing(tuple(history))[0]))
     candidates = _fit_candidates(h)
     k = candidates[min(max(units, 0), len(candidates) - 1)]
     out, dropped, _ = _cut(h, k)
@@ -488,12 +494,13 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
         notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
                      f"{report.synthetic_added} missing results added, {report.moved} moved")
 
-    reason = _hopeless(h, decision, measure)
+    reason = _hopeless(h, decision, measure, settings)
     if reason is not None:
         return LadderResult(original, Level.GIVE_UP, 0, tuple(notes), give_up_reason=reason)
 
     if level is Level.EXACT_FIT:
-        return _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
+        fitted = _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
+        return replace(fitted, history=original) if fitted.level is Level.GIVE_UP else fitted
 
     if level is Level.AGGRESSIVE:
         factor = settings.aggressive_factor
@@ -524,10 +531,21 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
                         compaction_notice_added=noticed)
 
 
-def _hopeless(h: History, decision: Decision,
-              measure: Callable[[History], int]) -> str | None:
+def _hard_limit(decision: Decision, settings: Settings) -> int | None:
+    """The size above which no resend can work. A rejected body size is exact; a limit
+    derived from tokens is an estimate (content varies in bytes per token), so it gets
+    the exact-fit margin as tolerance before the ladder gives up on it."""
+    if decision.limit_bytes is None:
+        return None
+    if decision.payload_related:
+        return decision.limit_bytes
+    return math.floor(decision.limit_bytes * (1 + settings.exact_fit_margin))
+
+
+def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
+              settings: Settings) -> str | None:
     """A sentence when no cut can fit: the system prompt (or it plus the request) is too big."""
-    limit = decision.limit_bytes
+    limit = _hard_limit(decision, settings)
     if limit is None:
         return None
     systems = tuple(m for m in h if m.role is Role.SYSTEM)
@@ -585,5 +603,16 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
         if size > target:
             notes.append(f"still {format_size(size)} after the cut (target "
                          f"{format_size(target)})")
+        limit = _hard_limit(decision, settings)
+        if decision.payload_related and limit is not None and size > limit:
+            # Nothing older is left to drop and the results are previews: the blind
+            # levels cannot do better, so fail now with a sentence, not after 3 resends.
+            return LadderResult(
+                h, Level.GIVE_UP, 0, tuple(notes),
+                give_up_reason=(f"Even with all earlier history removed and tool results "
+                                f"shortened, the request is {format_size(size)}, more than "
+                                f"the {format_size(limit)} it can carry; send a shorter "
+                                "message or raise the proxy/gateway limit "
+                                "(CHATCLI_MAX_PAYLOAD)."))
     return LadderResult(out, Level.EXACT_FIT, dropped, tuple(notes),
                         payload_notice_added=added, compaction_notice_added=noticed)

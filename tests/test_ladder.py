@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -140,6 +141,9 @@ def test_payload_target_uses_a_smaller_known_cap() -> None:
                cap=120 * KiB, cap_configured=False)
     assert d.target_bytes == 120 * KiB
     assert d.limit_bytes == 200 * KiB - 1
+    # No cap configured: the SPEC auto-cap is offered even when a learned cap exists.
+    assert d.assume_cap == S.assumed_cap_bytes
+    assert "ℹ Assuming a 4 MB/payload limit" in d.message
 
 
 def test_blind_ladder_without_numbers() -> None:
@@ -442,6 +446,21 @@ def test_exact_fit_shrinks_kept_tool_results_when_dropping_is_not_enough(
     assert any(str(store.directory) in m.text for m in out if m.role is Role.TOOL)
 
 
+def test_payload_exact_fit_that_cannot_fit_gives_up_at_once(store: ResultStore) -> None:
+    hist = (Message.system("s"), Message.user("old"), Message.assistant("a"),
+            Message.user("read it"), Message.assistant("", [ToolCall("c", "read_file", "{}")]),
+            Message.tool("c", "t" * 60_000), Message.assistant("", [ToolCall("c", "grep", "{}")]),
+            Message.tool("c", "u" * 300), Message.assistant("", [ToolCall("d", "grep", "{}")]),
+            Message.tool("d", "v" * 300))
+    d = decide(S, LadderState(), waf(1_500), history_bytes=measure(hist), max_tokens=None,
+               cap=None, cap_configured=False)
+    result = run(d, hist, store)
+    assert result.level is Level.GIVE_UP
+    assert result.history == hist
+    assert (result.give_up_reason or "").startswith(
+        "Even with all earlier history removed and tool results shortened")
+
+
 def test_payload_exact_fit_learns_three_quarters(store: ResultStore) -> None:
     hist = conversation(30, size=3_000)
     body = measure(hist)
@@ -530,14 +549,12 @@ def check_guarantees(before: History, result: LadderResult) -> None:
         [m for m in repaired if m.tag == TAG_SUMMARY]
     # Whole characters everywhere.
     for m in out:
-        m.text.encode("utf-8")
         for b in m.blocks:
-            for value in vars(b).values() if hasattr(b, "__dict__") else \
-                    [getattr(b, s) for s in b.__slots__]:
+            for f in dataclasses.fields(b):
+                value = getattr(b, f.name)
                 if isinstance(value, str):
-                    value.encode("utf-8")
+                    value.encode("utf-8")      # raises on a split (lone surrogate) char
     # Size only grows by the notices.
-    grown = [m for m in out if m.tag in NOTICE_TAGS]
     assert hm.char_size([m for m in out if m.tag not in NOTICE_TAGS]) <= hm.char_size(repaired)
     assert len([m for m in out if m.tag == TAG_PAYLOAD_NOTICE]) <= 1
     assert len([m for m in out if m.tag == TAG_COMPACTION_NOTICE]) <= 1 + sum(
@@ -551,7 +568,6 @@ def check_guarantees(before: History, result: LadderResult) -> None:
         assert f"{dropped} earlier message" in notice[0].text
         summarized = any(m.tag == TAG_SUMMARY for m in out[:out.index(notice[0])])
         assert ("has been summarized" in notice[0].text) == summarized
-    del grown
 
 
 @PROPS
@@ -604,8 +620,7 @@ def test_exact_fit_is_minimal_on_generated_histories(hist: History, fraction: fl
     if result.level is Level.GIVE_UP:
         return
     check_guarantees(hist, result)
-    shrunk = any(a.role is Role.TOOL and a.text != b.text
-                 for a, b in zip(result.history[-len(hist):], hist[-len(hist):], strict=False))
+    shrunk = any("previewed to fit" in note for note in result.notes)
     if measure(result.history) <= target and not shrunk:
         u = _units_for(hist, result.history)
         if u > 0:
