@@ -29,7 +29,6 @@ compaction notice is replaced, never stacked, and says truthfully what happened.
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -372,17 +371,11 @@ def _fit_candidates(h: Sequence[Message]) -> list[int]:
 
 # -- text and result shrinking ------------------------------------------------------------
 
-def _joins_previous(ch: str) -> bool:
-    """A code point that belongs to the character before it (combining mark, ZWJ, VS…)."""
-    return (unicodedata.combining(ch) != 0 or ch in "\u200d\ufe0e\ufe0f"
-            or "\U0001f3fb" <= ch <= "\U0001f3ff" or unicodedata.category(ch) == "Mn")
-
-
 def truncate_text(text: str, max_chars: int, *, what: str = "text") -> str:
     """Head+tail of ``text`` in at most ``max_chars`` chars, with a marker; whole characters.
 
     Python strings cut on code points, so UTF-8 is never split (ANCHORS 10); the cuts also
-    avoid separating a combining mark, joiner or skin-tone modifier from its base.
+    keep character clusters whole (combining marks, ZWJ emoji, flags — budget.is_boundary).
     """
     if len(text) <= max_chars:
         return text
@@ -390,14 +383,14 @@ def truncate_text(text: str, max_chars: int, *, what: str = "text") -> str:
     room = max_chars - len(marker)
     if room <= 0:
         head = max_chars
-        while 0 < head < len(text) and _joins_previous(text[head]):
+        while head > 0 and not budget.is_boundary(text, head):
             head -= 1
         return text[:head]
     head = room * 4 // 5
     tail_start = len(text) - (room - head)
-    while head > 0 and _joins_previous(text[head]):
+    while head > 0 and not budget.is_boundary(text, head):
         head -= 1
-    while tail_start < len(text) and _joins_previous(text[tail_start]):
+    while tail_start < len(text) and not budget.is_boundary(text, tail_start):
         tail_start += 1
     omitted = tail_start - head
     marker = f"\n[... {omitted:,} chars omitted from {what} ...]\n"

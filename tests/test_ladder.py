@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
 from ipy_ctxrecovery import history as hm
-from ipy_ctxrecovery.budget import ResultStore
+from ipy_ctxrecovery.budget import ResultStore, is_boundary
 from ipy_ctxrecovery.config import KiB, MiB, Settings, format_size
 from ipy_ctxrecovery.errors import Failure, FailureKind
 from ipy_ctxrecovery.history import (
@@ -498,24 +498,36 @@ def test_latest_message_bigger_than_the_limit_fails_fast(store: ResultStore) -> 
 
 # -- ANCHORS 10: whole characters ------------------------------------------------------------------
 
+def _cuts_are_whole(text: str, out: str) -> None:
+    out.encode("utf-8")
+    if out == text:
+        return
+    head, sep, rest = out.partition("\n[... ")
+    if not sep:                                   # head only
+        assert text.startswith(out) and is_boundary(text, len(out))
+        return
+    tail = rest.split(" ...]\n", 1)[1]
+    assert text.startswith(head) and text.endswith(tail)
+    assert is_boundary(text, len(head)) and is_boundary(text, len(text) - len(tail))
+
+
 def test_truncate_text_never_splits_a_character_or_cluster() -> None:
     text = "👨\u200d👩\u200d👧e\u0301🇧🇷中文" * 800
-    out = truncate_text(text, 5_000)
-    assert len(out) <= 5_000
-    out.encode("utf-8")
-    head, _, tail = out.partition("\n[... ")
-    assert not head.endswith("\u200d") and not tail.split("...]\n", 1)[1].startswith("\u0301")
+    for limit in (5_000, 4_999, 4_998, 4_997, 4_996):
+        out = truncate_text(text, limit)
+        assert len(out) <= limit
+        _cuts_are_whole(text, out)
     assert truncate_text("abc", 10) == "abc"
     assert len(truncate_text("x" * 100, 10)) <= 10
 
 
 @PROPS
-@given(st.lists(st.sampled_from(["a", "é", "中", "😀", "👍🏽", "e\u0301", "\u200d", "🇧🇷"]),
+@given(st.lists(st.sampled_from(["a", "é", "中", "😀", "👍🏽", "e\u0301", "👨\u200d👩", "🇧🇷"]),
                 min_size=0, max_size=400).map("".join), st.integers(1, 300))
 def test_truncate_text_property(text: str, limit: int) -> None:
     out = truncate_text(text, limit)
-    assert len(out) <= max(limit, 0) or out == text
-    out.encode("utf-8")
+    assert len(out) <= limit or out == text
+    _cuts_are_whole(text, out)
 
 
 # -- properties over generated histories, every level ---------------------------------------------
