@@ -8,6 +8,7 @@ except ``compact`` (through the session).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import MagicArgumentParser
 
 from . import errors
 from .config import ENV_VARS, ConfigError, format_size, parse_size
@@ -27,15 +27,25 @@ if TYPE_CHECKING:
 
 __all__ = ["SUBCOMMANDS", "run_subcommand"]
 
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose mistakes are UsageErrors (one line, no traceback)."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(message)
+
+
 Handler = Callable[["ChatMagics", Any], Any]
-SUBCOMMANDS: dict[str, tuple[Handler, MagicArgumentParser, str]] = {}
+SUBCOMMANDS: dict[str, tuple[Handler, _Parser, str]] = {}
 
 
 def _subcommand(name: str, summary: str, *arguments: tuple[tuple[str, ...], dict[str, Any]],
                 session_flag: bool = True) -> Callable[[Handler], Handler]:
-    parser = MagicArgumentParser(prog=f"%chat {name}", description=summary)
+    parser = _Parser(prog=f"%chat {name}", description=summary, add_help=False)
     if session_flag:
-        parser.add_argument("-S", "--session", default="default", help="Session name.")
+        parser.add_argument("-S", "--session", default="default", metavar="NAME",
+                            help="Session name.")
     for flags, options in arguments:
         parser.add_argument(*flags, **options)
 
@@ -74,7 +84,7 @@ def _session(magics: ChatMagics, args: Any) -> Any:
 
 
 @_subcommand("help", "Show what each subcommand does.",
-             _arg("topic", nargs="?", default=None), session_flag=False)
+             _arg("topic", nargs="?", default=None, metavar="SUBCOMMAND"), session_flag=False)
 def _help(magics: ChatMagics, args: Any) -> None:
     topic = getattr(args, "topic", None)
     if topic:
@@ -82,10 +92,16 @@ def _help(magics: ChatMagics, args: Any) -> None:
             raise UsageError(f"%chat help: no subcommand {topic!r}; %chat help lists them.")
         print(SUBCOMMANDS[topic][1].format_help().rstrip())
         return
-    print("%%chat [MODEL] [options]   send the cell as a message (%%chat? lists the options)")
+    print(summary_text())
+
+
+def summary_text() -> str:
+    """One usage line and one summary line per subcommand (``%chat help``, ``%chat?``)."""
+    lines = ["%%chat [MODEL] [options]   send the cell as a message (%%chat? lists the options)"]
     for _handler, parser, summary in SUBCOMMANDS.values():
-        usage = parser.format_usage().replace("usage: ", "").strip()
-        print(f"{usage}\n    {summary}")
+        usage = " ".join(parser.format_usage().replace("usage: ", "").split())
+        lines.append(f"{usage}\n    {summary}")
+    return "\n".join(lines)
 
 
 @_subcommand("status", "Sizes against the cap and the window, learned or assumed cap, counts.")
@@ -100,7 +116,7 @@ def _status(magics: ChatMagics, args: Any) -> Any:
 
 @_subcommand("history", "The working history (what the model sees), or --full: the transcript.",
              _arg("--full", action="store_true", help="Show the full transcript."),
-             _arg("--width", type=int, default=100, help="Characters shown per message."))
+             _arg("--width", type=int, default=100, metavar="N", help="Characters shown per message."))
 def _history(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     messages = session.transcript if args.full else session.history
@@ -121,7 +137,7 @@ def _describe_blocks(message: Any) -> str:
 
 
 @_subcommand("compact", "Compact the working history now; optional instructions for the summary.",
-             _arg("instructions", nargs="*", help="What the summary should keep."))
+             _arg("instructions", nargs="*", metavar="INSTRUCTIONS", help="What the summary should keep."))
 def _compact(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     instructions = " ".join(args.instructions) or None
@@ -176,7 +192,7 @@ def _sessions(magics: ChatMagics, args: Any) -> None:
 
 
 @_subcommand("resume", "Reopen a saved session (e.g. after a kernel restart) as -S NAME.",
-             _arg("name", help="The saved session's name."), session_flag=False)
+             _arg("name", metavar="NAME", help="The saved session's name."), session_flag=False)
 def _resume(magics: ChatMagics, args: Any) -> None:
     session = magics.resume_session(args.name)
     magics.replace_session(args.name, session)
@@ -232,6 +248,7 @@ def _config(magics: ChatMagics, args: Any) -> None:
         _show_config(magics)
         return
     traits = magics.class_traits(config=True)
+    as_typed: dict[str, str] = {}  # validation messages name the key the way it was typed
     settings_values: dict[str, str] = {}
     trait_values: dict[str, Any] = {}
     for item in args.assignments:
@@ -242,13 +259,14 @@ def _config(magics: ChatMagics, args: Any) -> None:
         field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
         if field in {"max_payload", "context_window"} or field not in traits:
             settings_values[field] = value
+            as_typed[key] = value
         else:
             try:
                 trait_values[field] = traits[field].from_string(value)
             except Exception as e:
                 raise UsageError(f"%chat config: {key}={value!r} is not valid: {e}.") from e
     try:
-        magics.settings().updated(settings_values, source="setting")
+        magics.settings().updated(as_typed, source="setting")
     except ConfigError as e:
         raise UsageError(f"%chat config: {e}") from e
     with magics.hold_trait_notifications():
@@ -282,13 +300,13 @@ def _show_config(magics: ChatMagics) -> None:
 
 
 _EMULATOR_FLAGS = (
-    _arg("--context-window", type=int, default=None, help="Context window in tokens."),
-    _arg("--max-body", default=None, help="413 above this body size, e.g. 32KB (0 = none)."),
-    _arg("--body-limit-style", default=None, help="nginx, cloudflare, aws or envoy."),
-    _arg("--waf-over", default=None, help="WAF 403 block page above this size."),
-    _arg("--drop-over", default=None, help="Drop the connection above this size."),
-    _arg("--max-output-tokens", type=int, default=None, help="Output token limit."),
-    _arg("--latency", type=float, default=None, help="Seconds of delay per response."),
+    _arg("--context-window", type=int, default=None, metavar="N", help="Context window in tokens."),
+    _arg("--max-body", default=None, metavar="SIZE", help="413 above this body size, e.g. 32KB (0 = none)."),
+    _arg("--body-limit-style", default=None, metavar="STYLE", help="nginx, cloudflare, aws or envoy."),
+    _arg("--waf-over", default=None, metavar="SIZE", help="WAF 403 block page above this size."),
+    _arg("--drop-over", default=None, metavar="SIZE", help="Drop the connection above this size."),
+    _arg("--max-output-tokens", type=int, default=None, metavar="N", help="Output token limit."),
+    _arg("--latency", type=float, default=None, metavar="S", help="Seconds of delay per response."),
 )
 
 
@@ -333,7 +351,7 @@ def _emulator_limits(magics: ChatMagics) -> str:
 
 
 @_subcommand("export", "Write the transcript to PATH (.json or .md), private to you (0600).",
-             _arg("path", help="Where to write: a .json or .md file."))
+             _arg("path", metavar="PATH", help="Where to write: a .json or .md file."))
 def _export(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     path = Path(args.path).expanduser()

@@ -82,6 +82,10 @@ class Answer(str):
             "session": self.session,
         }
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython's plain-text formatter would otherwise print str's repr, with quotes.
+        printer.text(str(self))
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None
                           ) -> tuple[dict[str, Any], dict[str, Any]]:
         text = str(self)

@@ -21,7 +21,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
 
-from . import errors
+from . import _subcommands, errors
 from .config import ENV_VARS, ConfigError, Settings, format_size
 from .display import FORMATS, Answer, EventPrinter, Streamer, extract_code, parse_json_answer
 
@@ -287,7 +287,7 @@ class ChatMagics(Magics):
 
     # -- %%chat ----------------------------------------------------------------------------
     @no_var_expand
-    @magic_arguments()
+    @magic_arguments(name="%chat")  # the help formatter adds one "%": the usage reads %%chat
     @argument("MODEL", nargs="?", default=None,
               help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic.")
     @argument("-m", "--model", dest="model_flag", default=None, help="Model (same as MODEL).")
@@ -313,6 +313,7 @@ class ChatMagics(Magics):
         print it instead). Recovery actions are shown one line each.
         """
         line = line.strip()
+        cell = cell.rstrip("\r\n")  # the cell's own line end is not part of the message
         silent = line.endswith(";") or cell.rstrip().endswith(";")
         args = self._parse(self.chat_cell.parser, line.rstrip(";"), "%%chat")
         model = self._pick_model(args)
@@ -409,9 +410,11 @@ class ChatMagics(Magics):
     @line_magic("chat")
     def chat_line(self, line: str) -> Any:
         """Manage conversations: ``%chat SUBCOMMAND [args]``; ``%chat help`` lists them."""
-        from ._subcommands import run_subcommand
+        return _subcommands.run_subcommand(self, line)
 
-        return run_subcommand(self, line)
+
+ChatMagics.chat_line.__doc__ = (ChatMagics.chat_line.__doc__ or "") + "\n\n" + \
+    _subcommands.summary_text()
 
 
 def is_emulator(model: str) -> bool:
@@ -482,9 +485,16 @@ def get_magics(shell: Any = None) -> ChatMagics | None:
 
 def load(ipython: Any) -> None:
     """Register the magics and print one line: the default model and the active cap."""
-    magics = ChatMagics(shell=ipython, config=ipython.config)
+    # Magics.__init__ adds the instance to shell.configurables (so %config finds it) and
+    # would take the shell as parent, failing on a bad value from ipython_config.py; the
+    # values are applied one at a time instead, a bad one skipped with a warning.
+    magics = ChatMagics(shell=ipython, parent=None)
+    for key, value in dict(ipython.config.get("ChatMagics", {})).items():
+        try:
+            setattr(magics, key, value)
+        except (TraitError, ValueError, TypeError, AttributeError) as e:
+            print(f"⚠ ignoring ChatMagics.{key}: {e} Using the default.", file=sys.stderr)
     ipython.register_magics(magics)
-    ipython.configurables.append(magics)
     settings = magics.settings()
     model = magics.model()
     reason = "" if magics.default_model.strip() else f" ({auto_model()[1]})"
@@ -504,6 +514,5 @@ def unload(ipython: Any) -> None:
         if manager.magics[kind].get("chat") is not None:
             del manager.magics[kind]["chat"]
     manager.registry.pop("ChatMagics", None)
-    if magics in ipython.configurables:
-        ipython.configurables.remove(magics)
+    ipython.configurables[:] = [c for c in ipython.configurables if c is not magics]
 

@@ -1,0 +1,524 @@
+"""%%chat and %chat driven through a real IPython shell against the embedded emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.error import UsageError
+from IPython.testing import globalipapp
+
+from ipy_ctxrecovery.display import Answer
+from ipy_ctxrecovery.magics import ChatMagics, get_magics
+
+
+class RecordingPublisher(DisplayPublisher):
+    """Keeps every display/update the magics publish (what a front end would receive)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[dict[str, Any]] = []
+
+    def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *,
+                transient: Any = None, update: bool = False, **kwargs: Any) -> None:
+        self.calls.append({"data": data, "transient": transient or {}, "update": update})
+
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD",
+                "CHATCLI_CONTEXT_WINDOW", "CHATCLI_MAX_RECOVERY_ATTEMPTS"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()  # once per process; later calls return None
+    shell = globalipapp.get_ipython()
+    yield shell
+    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
+        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+
+
+@pytest.fixture
+def chat(ip: Any, capsys: pytest.CaptureFixture[str]) -> ChatMagics:
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    capsys.readouterr()
+    magics = get_magics(ip)
+    assert magics is not None
+    return magics
+
+
+def cell(ip: Any, line: str, body: str) -> Any:
+    return ip.run_cell(f"%%chat {line}\n{body}\n", store_history=True)
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def test_load_ext_prints_one_line_naming_the_emulator_and_the_cap(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "emulator (no OPENAI_API_KEY/ANTHROPIC_API_KEY set)" in out
+    assert "no payload cap configured" in out
+    ip.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "5MB")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    out = capsys.readouterr().out
+    assert "openai:gpt-4o-mini (OPENAI_API_KEY is set)" in out
+    assert "payload cap 5 MB" in out
+    assert "sk-test" not in out
+
+
+def test_bad_env_value_warns_once_naming_the_variable_and_loading_succeeds(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "lots")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    captured = capsys.readouterr()
+    warnings = captured.err.strip().splitlines()
+    assert len(warnings) == 1
+    assert "CHATCLI_MAX_PAYLOAD" in warnings[0] and "default (none)" in warnings[0]
+    assert "no payload cap configured" in captured.out
+    assert get_magics(ip) is not None
+
+
+def test_unload_and_reload(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "", "hello")
+    emulator = chat.emulator
+    assert emulator is not None and emulator.running
+    ip.run_line_magic("reload_ext", "ipy_ctxrecovery")
+    assert not emulator.running
+    assert get_magics(ip) is not chat
+    ip.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    assert get_magics(ip) is None
+    assert ip.find_cell_magic("chat") is None and ip.find_line_magic("chat") is None
+
+
+# -- %%chat ---------------------------------------------------------------------------------------
+
+def test_answer_lands_in_out_and_underscore_with_metadata(chat: ChatMagics, ip: Any) -> None:
+    result = cell(ip, "", "What is a context window?")
+    assert result.success
+    answer = ip.user_ns["_"]
+    assert isinstance(answer, Answer) and answer is result.result
+    assert answer.startswith('Emulator reply: you said "What is a context window?"')
+    data, metadata = answer._repr_mimebundle_()
+    assert data["text/plain"] == data["text/markdown"] == str(answer)
+    meta = metadata["ipy_ctxrecovery"]
+    assert meta["model"] == "emulator"
+    assert meta["usage"]["prompt_tokens"] > 0 and meta["usage"]["completion_tokens"] > 0
+    assert meta["actions"] == [] and meta["finish_reason"] == "end"
+
+
+def test_trailing_semicolon_silences_the_output(chat: ChatMagics, ip: Any,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "first")
+    before = ip.user_ns["_"]
+    result = cell(ip, ";", "second")
+    assert result.success and result.result is None
+    assert ip.user_ns["_"] is before
+    assert "Out[" not in capsys.readouterr().out.split("first")[-1]
+    result = cell(ip, "", "third;")
+    assert result.result is None
+    # The body is sent as written, the ";" included.
+    assert chat.session().history[-2].text == "third;"
+
+
+def test_body_is_sent_as_written_without_variable_expansion(chat: ChatMagics, ip: Any) -> None:
+    ip.user_ns["name"] = "EXPANDED"
+    cell(ip, "", "keep {name} and $name as they are")
+    assert chat.session().history[-2].text == "keep {name} and $name as they are"
+
+
+def test_streaming_goes_through_one_display_handle(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        result = cell(ip, "", "count [[words 40]]")
+    finally:
+        ip.display_pub = saved
+    calls = publisher.calls
+    assert len(calls) >= 3  # first display, at least one update, the final clearing update
+    ids = {c["transient"].get("display_id") for c in calls}
+    assert len(ids) == 1 and None not in ids
+    assert not calls[0]["update"] and all(c["update"] for c in calls[1:])
+    shown = [c["data"]["text/plain"] for c in calls[:-1]]
+    assert all(b.startswith(a) for a, b in zip(shown, shown[1:], strict=False))
+    assert shown[-1] == str(result.result) == " ".join(f"w{i}" for i in range(1, 41))
+    assert calls[-1]["data"] == {"text/plain": ""}  # the answer itself is the cell's result
+
+
+def test_streamed_updates_are_coalesced(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 3600.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        cell(ip, "", "count [[words 40]]")
+    finally:
+        ip.display_pub = saved
+    # The first delta, then one flush of everything else, then the clearing update.
+    assert len(publisher.calls) == 3
+
+
+def test_no_stream_and_terminal_show_no_live_display(chat: ChatMagics, ip: Any) -> None:
+    chat.show_panel = False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        chat.live_display = "always"
+        cell(ip, "--no-stream", "quiet please")
+        chat.live_display = "auto"  # a terminal shell has no kernel: no handles
+        result = cell(ip, "", "and again")
+    finally:
+        ip.display_pub = saved
+    assert publisher.calls == []
+    assert isinstance(result.result, Answer)
+    assert not chat.emulator.requests[-2].stream and chat.emulator.requests[-1].stream
+
+
+def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval = "always", 0.0
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        cell(ip, "", "one")
+        cell(ip, "", "two")
+        cell(ip, "-S other", "three")
+    finally:
+        ip.display_pub = saved
+    panels = [c for c in publisher.calls
+              if "application/vnd.jupyter.widget-view+json" in c["data"]]
+    assert len(panels) == 2
+    assert panels[0]["data"]["text/plain"].startswith("history  ")
+    panel = chat.panels["default"]
+    status = chat.session().status()
+    assert panel.history_bytes == status.history_bytes
+    assert panel.token_label.value == f"≈{status.est_tokens:,} of {status.window:,} tokens"
+    chat.show_panel = False
+    assert ip.run_line_magic("chat", "panel") is panel  # shown on demand, same widgets
+
+
+def test_formats(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    text = cell(ip, "-f text", "plain").result
+    assert set(text._repr_mimebundle_()[0]) == {"text/plain"}
+    code = cell(ip, "-f code", "[[words 3]]").result
+    assert ip.rl_next_input == "w1 w2 w3" == str(code)
+    assert code._repr_mimebundle_()[0]["text/markdown"] == "```python\nw1 w2 w3\n```"
+    as_json = cell(ip, "--format json", "give me json").result
+    assert "application/json" not in as_json._repr_mimebundle_()[0]
+    assert "not valid JSON" in capsys.readouterr().err
+    parsed = Answer('```json\n{"a": [1, 2]}\n```', answer_format="json")
+    assert parsed._repr_mimebundle_()[0]["application/json"] == {"a": [1, 2]}
+
+
+def test_model_positional_flag_and_conflict(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "emulator:anthropic -S claude", "hi")
+    assert chat.sessions["claude"].model == "emulator:anthropic"
+    assert chat.emulator.requests[-1].path.endswith("/v1/messages")
+    cell(ip, "-m emulator -S gpt", "hi")
+    assert chat.emulator.requests[-1].path.endswith("/chat/completions")
+    result = cell(ip, "emulator -m emulator:anthropic", "hi")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "two models given" in str(result.error_in_exec)
+
+
+def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "", "first message")
+    cell(ip, "emulator:anthropic", "second message")
+    session = chat.session()
+    assert session.model == "emulator:anthropic"
+    assert [m.text for m in session.history if m.role.value == "user"] == [
+        "first message", "second message"]
+
+
+def test_system_max_tokens_options_new_and_no_history(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, '--system "You are terse." -o temperature 0.25 -o user "a b"', "hello")
+    session = chat.session()
+    assert session.history[0].role.value == "system"
+    assert session.history[0].text == "You are terse."
+    body = chat.emulator.requests[-1].body
+    assert body["temperature"] == 0.25 and body["user"] == "a b"
+
+    result = cell(ip, "--max-tokens 7", "[[words 60]]")
+    assert chat.emulator.requests[-1].body["max_tokens"] >= 7
+    assert any(r.body.get("max_tokens") == 7 for r in chat.emulator.requests if r.body)
+    assert result.success
+
+    length = len(session.history)
+    cell(ip, "--no-history", "off the record")
+    assert len(chat.session().history) == length
+
+    cell(ip, "--new", "fresh start")
+    assert [m.text for m in chat.session().history] == [
+        "fresh start", chat.session().history[-1].text]
+
+    result = cell(ip, '--system "Another prompt"', "hi")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "add --new" in str(result.error_in_exec)
+
+
+def test_tools_flag_offers_a_registered_tool(chat: ChatMagics, ip: Any) -> None:
+    from ipy_ctxrecovery import chat_tool
+
+    @chat_tool
+    def letter_count(text: str) -> int:
+        """Count the letters in a text.
+
+        Args:
+            text: the text.
+        """
+        return sum(c.isalpha() for c in text)
+
+    result = cell(ip, "--tools letter_count", '[[tool letter_count {"text": "abc d"}]]')
+    assert result.success
+    assert "Tool letter_count returned 1 chars." in str(result.result)
+    offered = chat.emulator.requests[-1].body["tools"]
+    assert "letter_count" in json.dumps(offered)
+    bad = cell(ip, "--tools nope", "hi")
+    assert isinstance(bad.error_in_exec, UsageError)
+    assert "no tool named 'nope'" in str(bad.error_in_exec)
+
+
+def test_two_named_sessions_stay_independent(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "-S alpha", "alpha one")
+    cell(ip, "-S beta", "beta one")
+    cell(ip, "-S alpha", "alpha two")
+    alpha, beta = chat.sessions["alpha"], chat.sessions["beta"]
+    assert [m.text for m in alpha.history if m.role.value == "user"] == ["alpha one",
+                                                                         "alpha two"]
+    assert [m.text for m in beta.history if m.role.value == "user"] == ["beta one"]
+    assert alpha.directory != beta.directory
+
+
+def test_bad_flag_is_a_one_sentence_usage_error_without_traceback(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    result = cell(ip, "--bogus", "hi")
+    assert not result.success and isinstance(result.error_in_exec, UsageError)
+    err = capsys.readouterr().err
+    assert err.strip() == ("UsageError: %%chat: unrecognized arguments: --bogus; "
+                           "see %%chat? for the options.")
+    result = cell(ip, "-f html", "hi")
+    assert "invalid choice: 'html'" in str(result.error_in_exec)
+    result = cell(ip, '--system "unbalanced', "hi")
+    assert "check the quotes" in str(result.error_in_exec)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_failure_fails_the_cell_with_one_sentence(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "warm up")
+    length = len(chat.session().history)
+    chat.emulator.fail_next(400, message="This request is not valid for this model.")
+    capsys.readouterr()
+    result = ip.run_cell("%%chat\nhello\nprint('never')\n", store_history=True)
+    assert not result.success
+    assert isinstance(result.error_in_exec, UsageError)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("UsageError: ")
+    assert len(chat.session().history) == length  # untouched by the failed turn
+
+    chat.raise_on_error = False
+    chat.emulator.fail_next(400, message="This request is not valid for this model.")
+    result = cell(ip, "", "hello again")
+    assert result.success and result.result is None
+    assert "not valid" in capsys.readouterr().err
+
+
+def test_help(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_cell("%%chat?")
+    out = capsys.readouterr().out
+    assert "%%chat [-m MODEL_FLAG]" in out
+    for flag in ("--session", "--format", "--system", "--max-tokens", "--new", "--no-history",
+                 "--no-stream", "--option", "--tools", "MODEL"):
+        assert flag in out
+    ip.run_cell("%chat?")
+    out = capsys.readouterr().out
+    assert "%chat emulator" in out and "%chat export" in out
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
+                                           caplog: pytest.LogCaptureFixture,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "1MB")
+    assert chat.settings().max_payload == 1024 * 1024  # env
+    ip.run_line_magic("config", "ChatMagics.max_payload = '2MB'")
+    assert ip.run_line_magic("config", "ChatMagics.max_payload") == "2MB"
+    assert chat.settings().max_payload == 2 * 1024 * 1024  # %config beats env
+    ip.run_line_magic("config", "ChatMagics.max_payload = 'lots'")
+    # %config reports a trait error as one logged line, no traceback.
+    assert [r.getMessage() for r in caplog.records if "lots" in r.getMessage()] == [
+        "ChatMagics.max_payload: max_payload='lots' is not a valid size; expected "
+        "a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number "
+        "means MB; 0 means no cap)."]
+    assert chat.max_payload == "2MB"
+
+    ip.run_line_magic("config", "ChatMagics.default_model = 'emulator:anthropic'")
+    cell(ip, "", "hi")
+    assert chat.session().model == "emulator:anthropic"
+    cell(ip, "-S flagged -m emulator", "hi")  # a flag beats %config
+    assert chat.sessions["flagged"].model == "emulator"
+    assert chat.session().settings.max_payload == 2 * 1024 * 1024
+
+    ip.run_line_magic("config", "ChatMagics.raise_on_error = False")
+    assert chat.raise_on_error is False
+
+
+def test_chat_config_sets_validates_and_reopens_sessions(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "remember me")
+    ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=64KB emergency_keep_messages=6")
+    session = chat.session()
+    assert session.settings.max_payload == 64 * 1024
+    assert session.settings.emergency_keep_messages == 6
+    assert session.history[0].text == "remember me"  # same conversation, new settings
+    assert chat.max_payload == "64KB"
+    ip.run_line_magic("chat", "config stream=False")
+    assert chat.stream is False
+    capsys.readouterr()
+    ip.run_line_magic("chat", "config")
+    out = capsys.readouterr().out
+    assert "CHATCLI_MAX_PAYLOAD" in out and "64 KB" in out and "(%chat config)" in out
+    for bad, fragment in (("CHATCLI_MAX_PAYLOAD=huge", "CHATCLI_MAX_PAYLOAD"),
+                          ("NOPE=1", "not a known setting"),
+                          ("justaword", "KEY=VALUE")):
+        with pytest.raises(UsageError, match=fragment):
+            ip.run_line_magic("chat", f"config {bad}")
+    assert chat.session().settings.max_payload == 64 * 1024
+
+
+# -- %chat subcommands ----------------------------------------------------------------------------
+
+def test_status_history_usage_and_sessions(chat: ChatMagics, ip: Any,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "one")
+    cell(ip, "", "two")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status")
+    out = capsys.readouterr().out
+    assert "history: 4 messages" in out and "payload cap: no payload cap configured" in out
+    ip.run_line_magic("chat", "history")
+    out = capsys.readouterr().out
+    assert "working history of session default: 4 messages" in out
+    assert "  0 user      one" in out
+    ip.run_line_magic("chat", "history --full")
+    assert "transcript of session default: 4 messages" in capsys.readouterr().out
+    ip.run_line_magic("chat", "usage")
+    status = chat.session().status()
+    out = capsys.readouterr().out
+    assert f"{status.prompt_tokens:,} prompt" in out and "over 2 cells" in out
+    cell(ip, "-S other", "x")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "sessions")
+    out = capsys.readouterr().out
+    assert out.startswith("default") and "\nother" in out
+
+
+def test_compact_undo_and_reset(chat: ChatMagics, ip: Any,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(6):
+        cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
+    before = chat.session().history
+    capsys.readouterr()
+    ip.run_line_magic("chat", "compact keep the message numbers")
+    out = capsys.readouterr().out
+    after = chat.session().history
+    assert "compacted:" in out and len(after) < len(before)
+    ip.run_line_magic("chat", "undo-compact")
+    assert chat.session().history == before
+    with pytest.raises(UsageError, match="no compaction to undo"):
+        ip.run_line_magic("chat", "undo-compact")
+    ip.run_line_magic("chat", "reset")
+    assert chat.session().history == ()
+    assert len(chat.session().transcript) == 12
+
+
+def test_export_json_and_markdown_are_private(chat: ChatMagics, ip: Any, tmp_path: Path) -> None:
+    cell(ip, "", "export me")
+    ip.run_line_magic("chat", f"export {tmp_path / 'chat.json'}")
+    ip.run_line_magic("chat", f"export {tmp_path / 'chat.md'}")
+    data = json.loads((tmp_path / "chat.json").read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert "## user\n\nexport me" in (tmp_path / "chat.md").read_text()
+    for name in ("chat.json", "chat.md"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o600
+    with pytest.raises(UsageError, match="must end in .json or .md"):
+        ip.run_line_magic("chat", f"export {tmp_path / 'chat.txt'}")
+
+
+def test_resume_after_a_restart(chat: ChatMagics, ip: Any,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "-S project", "the plan is X")
+    ip.run_line_magic("reload_ext", "ipy_ctxrecovery")  # as good as a kernel restart
+    fresh = get_magics(ip)
+    assert fresh is not None and "project" not in fresh.sessions
+    capsys.readouterr()
+    ip.run_line_magic("chat", "sessions")
+    assert "project" in capsys.readouterr().out
+    ip.run_line_magic("chat", "resume project")
+    assert fresh.sessions["project"].history[0].text == "the plan is X"
+    cell(ip, "-S project", "and then?")
+    assert len(fresh.sessions["project"].history) == 4
+    with pytest.raises(UsageError, match="no saved session named 'ghost'"):
+        ip.run_line_magic("chat", "resume ghost")
+
+
+def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "models")
+    out = capsys.readouterr().out
+    assert "default: emulator" in out and "anthropic:claude-sonnet-4-5" in out
+    from ipy_ctxrecovery import chat_tool
+
+    @chat_tool
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    ip.run_line_magic("chat", "tools")
+    assert "shout: Upper-case a text." in capsys.readouterr().out
+    ip.run_line_magic("chat", "help")
+    out = capsys.readouterr().out
+    for name in ("status", "history", "compact", "undo-compact", "reset", "sessions", "resume",
+                 "usage", "models", "tools", "config", "export", "emulator", "help"):
+        assert f"%chat {name}" in out
+    ip.run_line_magic("chat", "help emulator")
+    assert "--max-body SIZE" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="unknown subcommand 'frobnicate'"):
+        ip.run_line_magic("chat", "frobnicate")
+    with pytest.raises(UsageError, match="%chat history: unrecognized arguments: --bogus"):
+        ip.run_line_magic("chat", "history --bogus")
+
+
+def test_emulator_restart_moves_sessions_and_recovers(chat: ChatMagics, ip: Any,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "before the proxy")
+    old = chat.emulator
+    ip.run_line_magic("chat", "emulator --max-body 32KB --context-window 16000")
+    assert "emulator restarted" in capsys.readouterr().out
+    assert not old.running and chat.emulator is not old
+    assert chat.emulator.max_body == 32 * 1024 and chat.emulator.context_window == 16000
+    session = chat.session()
+    assert session.history[0].text == "before the proxy"
+    assert session.window == 16000
+    for i in range(12):
+        result = cell(ip, "", f"part {i}: " + "x" * 4000)
+        assert result.success, result.error_in_exec
+    bodies = [r for r in chat.emulator.requests if r.path.endswith("/chat/completions")]
+    rejected = [r for r in bodies if r.status == 413]
+    assert len(rejected) <= 1
+    assert all(r.body_bytes <= 32 * 1024 for r in bodies if r.status == 200)
+    with pytest.raises(UsageError, match="--max-body"):
+        ip.run_line_magic("chat", "emulator --max-body lots")
+    with pytest.raises(UsageError, match="body_limit_style"):
+        ip.run_line_magic("chat", "emulator --body-limit-style teapot")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator")
+    assert "max-body 32 KB" in capsys.readouterr().out
