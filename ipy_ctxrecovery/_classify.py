@@ -137,6 +137,7 @@ _OVERFLOW_WORDS = (
     "model_context_window_exceeded",
     "context size has been exceeded",
     "context window exceeded",
+    "request too large",  # SPEC §1 seed list; OpenAI/Groq TPM form is matched with numbers
 )
 _OVERFLOW_CODES = frozenset({
     "context_length_exceeded", "exceed_context_size_error", "model_context_window_exceeded",

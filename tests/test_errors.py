@@ -382,6 +382,37 @@ def test_403_json_auth_is_auth_even_behind_cloudflare() -> None:
         is FailureKind.WAF_REJECTION
 
 
+def test_spec_seed_wordings_without_status_are_overflows() -> None:
+    for text in ("context length exceeded", "prompt is too long", "request too large",
+                 "max_tokens exceed the limit", "input too long", "token limit reached",
+                 "context_length_exceeded", "maximum context length", "input is too long",
+                 "exceeds the maximum number of tokens", "too many tokens"):
+        assert classify(body=text).kind is FailureKind.CONTEXT_OVERFLOW, text
+        assert classify(body=text.upper()).kind is FailureKind.CONTEXT_OVERFLOW, text
+    # ... but a rate limit that mentions tokens is not.
+    assert classify(body="Rate limit exceeded: too many tokens per minute").kind \
+        is FailureKind.TRANSIENT
+
+
+def test_spec_seed_payload_wordings_without_status() -> None:
+    for text in ("413 Payload Too Large", "Request Entity Too Large", "body too large",
+                 "exceeds the maximum request size", "431 Request Header Fields Too Large"):
+        assert classify(body=text).kind is FailureKind.PAYLOAD_TOO_LARGE, text
+
+
+def test_httpx_status_error_is_read_like_an_sdk_error() -> None:
+    case = CASE_BY_ID["gemini_native"]
+    request = httpx2.Request("POST", "http://127.0.0.1:9/v1beta/models/x:generateContent")
+    response = httpx2.Response(case["status"], request=request, text=case["body"],
+                               headers=case["headers"])
+    try:
+        response.raise_for_status()
+    except httpx2.HTTPStatusError as exc:
+        _assert_matches(classify(exc), case)
+    else:  # pragma: no cover
+        raise AssertionError("no HTTPStatusError")
+
+
 def test_401_is_auth_whatever_the_body() -> None:
     assert classify(status=401, body="<html><title>401</title></html>").kind is FailureKind.AUTH
 
