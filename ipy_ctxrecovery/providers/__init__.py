@@ -125,18 +125,24 @@ def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
 
     info = _emulator_info(emulator, window)
     key = getattr(emulator, "api_key", None) or EMULATOR_API_KEY
+    provider: OpenAIProvider | AnthropicProvider
     try:
         if wire == "anthropic":
             a_client = anthropic.Anthropic(base_url=emulator.anthropic_base_url, api_key=key)
-            return AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
-                                     max_retries=max_retries, on_close=on_close)
-        o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key)
-        return OpenAIProvider("emulator", client=o_client, info=info, spec=spec,
-                              max_retries=max_retries, on_close=on_close)
+            provider = AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
+                                         max_retries=max_retries, on_close=on_close,
+                                         owns_client=True)
+        else:
+            o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key)
+            provider = OpenAIProvider("emulator", client=o_client, info=info, spec=spec,
+                                      max_retries=max_retries, on_close=on_close,
+                                      owns_client=True)
     except BaseException:
         if on_close is not None:
             on_close()
         raise
+    provider.emulator = emulator
+    return provider
 
 
 def _emulator_info(emulator: Any, window: int | None) -> ModelInfo:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,7 +75,10 @@ class BodyCapture:
     def capture(self, call: Callable[[Any], object]) -> bytes:
         """Run ``call(client_copy)`` and return the body bytes it would have sent."""
         try:
-            call(self._client())
+            with warnings.catch_warnings():
+                # The SDK's own warnings (deprecated model, …) belong to the real send.
+                warnings.simplefilter("ignore")
+                call(self._client())
         except _Captured as captured:
             return captured.body
         except self._connection_error as exc:

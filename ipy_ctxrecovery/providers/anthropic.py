@@ -14,7 +14,8 @@ History conversion (our blocks → Messages API):
   roles), and empty text blocks are left out (the API rejects them).
 
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
-``min(4096, info.max_output_tokens)``.
+``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
+for small windows such as the emulator's, where the input must fit next to it).
 """
 
 from __future__ import annotations
@@ -109,10 +110,14 @@ class AnthropicProvider:
     """Messages through ``client.messages.create``."""
 
     api = "Anthropic"
+    emulator: Any = None
+    """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, owns_client: bool = False) -> None:
+        self._owns_client = owns_client or client is None
+        self._closed = False
         if client is None:
             client = anthropic.Anthropic() if max_retries is None else anthropic.Anthropic(max_retries=max_retries)
             if not (client.api_key or client.auth_token or getattr(client, "credentials", None)):
@@ -139,12 +144,17 @@ class AnthropicProvider:
 
     # -- request building ---------------------------------------------------------------
     def _kwargs(self, request: Request) -> dict[str, Any]:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; make a new provider.")
         create = self.client.messages.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         system, messages = to_anthropic(request.messages)
         max_tokens = request.max_tokens
         if max_tokens is None:
-            max_tokens = min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens)
+            # Never reserve more than half the window by default: with a small window
+            # (an emulator, an override) the input must still fit next to max_tokens.
+            max_tokens = max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
+                                    self.info.context_window // 2))
         kwargs["model"] = self.model_id
         kwargs["max_tokens"] = max_tokens
         kwargs["messages"] = messages
@@ -183,8 +193,11 @@ class AnthropicProvider:
             raise malformed_reply(exc, size, self.api) from exc
 
     def close(self) -> None:
-        """Release the capture client; stop an emulator this provider started."""
+        """Release the capture client, and the SDK client and emulator if this provider made them."""
+        self._closed = True
         self._capture.close()
+        if self._owns_client:
+            self.client.close()
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             on_close()

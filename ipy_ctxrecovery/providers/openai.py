@@ -69,10 +69,14 @@ class OpenAIProvider:
     """Chat Completions through ``client.chat.completions.create``."""
 
     api = "OpenAI"
+    emulator: Any = None
+    """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, owns_client: bool = False) -> None:
+        self._owns_client = owns_client or client is None
+        self._closed = False
         if client is None:
             try:
                 client = openai.OpenAI() if max_retries is None else openai.OpenAI(max_retries=max_retries)
@@ -99,6 +103,8 @@ class OpenAIProvider:
 
     # -- request building ---------------------------------------------------------------
     def _kwargs(self, request: Request) -> dict[str, Any]:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; make a new provider.")
         create = self.client.chat.completions.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
@@ -141,8 +147,11 @@ class OpenAIProvider:
             raise malformed_reply(exc, size, self.api) from exc
 
     def close(self) -> None:
-        """Release the capture client; stop an emulator this provider started."""
+        """Release the capture client, and the SDK client and emulator if this provider made them."""
+        self._closed = True
         self._capture.close()
+        if self._owns_client:
+            self.client.close()
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             on_close()

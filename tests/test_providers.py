@@ -1,0 +1,761 @@
+"""Provider adapters against real local HTTP servers, through the real SDKs.
+
+A small stdlib recorder server (below) stores every request body byte for byte and
+answers canned replies in both wire formats, so ``encode()`` can be compared with what
+actually arrived and every reply shape (streamed tool-call pieces, thinking signatures,
+truncated bodies, dropped connections) can be produced on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from ipy_ctxrecovery.catalogue import ModelInfo
+from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.errors import ChatError, ConfigError, FailureKind
+from ipy_ctxrecovery.history import Message, Reasoning, Role, Text, ToolCall
+from ipy_ctxrecovery.providers import (
+    Provider,
+    Request,
+    StopReason,
+    ToolSpec,
+    make_provider,
+)
+from ipy_ctxrecovery.providers.anthropic import AnthropicProvider, to_anthropic
+from ipy_ctxrecovery.providers.openai import OpenAIProvider, uses_max_completion_tokens
+
+OPENAI_KEY = "sk-test-SECRETSECRETSECRET1234"
+ANTHROPIC_KEY = "sk-ant-test-SECRETSECRETSECRET1234"
+
+
+# -- the recorder server ----------------------------------------------------------------------
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    events: list[bytes] | None = None      # SSE frames, written one by one
+    drop: bool = False                     # close the connection without answering
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: deque[Reply] = deque()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                recorder.requests.append(Recorded(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                reply = recorder.script.popleft() if recorder.script else auto_reply(self.path, body)
+                if reply.drop:
+                    self.close_connection = True
+                    return
+                self.send_response(reply.status)
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                if reply.events is not None:
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for frame in reply.events:
+                        self.wfile.write(frame)
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        port = self.server.server_address[1]
+        self.openai_url = f"http://127.0.0.1:{port}/v1"
+        self.anthropic_url = f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"{head}data: {payload}\n\n".encode()
+
+
+# OpenAI reply shapes
+def oa_completion(content: str | None = "Hello ☃ world", *, finish: str = "stop",
+                  tool_calls: list[dict[str, Any]] | None = None, usage: tuple[int, int] = (11, 3),
+                  extra: dict[str, Any] | None = None) -> Reply:
+    message: dict[str, Any] = {"role": "assistant", "content": content, **(extra or {})}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                      "total_tokens": sum(usage)}}
+    return Reply(body=json.dumps(body).encode())
+
+
+def oa_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return sse({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+def oa_stream(deltas: list[dict[str, Any]], *, finish: str | None = "stop",
+              usage: tuple[int, int] | None = (11, 3), done: bool = True) -> Reply:
+    frames = [oa_chunk({"role": "assistant", "content": ""})]
+    frames += [oa_chunk(d) for d in deltas]
+    if finish is not None:
+        frames.append(oa_chunk({}, finish))
+    if usage is not None:
+        frames.append(sse({"id": "c1", "object": "chat.completion.chunk", "created": 1,
+                           "model": "m", "choices": [],
+                           "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                     "total_tokens": sum(usage)}}))
+    if done:
+        frames.append(b"data: [DONE]\n\n")
+    return Reply(events=frames)
+
+
+# Anthropic reply shapes
+def an_message(content: list[dict[str, Any]] | None = None, *, stop: str = "end_turn",
+               usage: tuple[int, int] = (10, 2)) -> Reply:
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": content if content is not None else [{"type": "text", "text": "Hello ☃"}],
+            "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}}
+    return Reply(body=json.dumps(body).encode())
+
+
+def an_stream(blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]], *,
+              stop: str | None = "end_turn", usage: tuple[int, int] = (10, 2),
+              end: bool = True) -> Reply:
+    frames = [sse({"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": 1}}}, "message_start"),
+        sse({"type": "ping"}, "ping")]
+    for i, (start, deltas) in enumerate(blocks):
+        frames.append(sse({"type": "content_block_start", "index": i, "content_block": start},
+                          "content_block_start"))
+        frames += [sse({"type": "content_block_delta", "index": i, "delta": d},
+                       "content_block_delta") for d in deltas]
+        frames.append(sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+    if stop is not None:
+        frames.append(sse({"type": "message_delta",
+                           "delta": {"stop_reason": stop, "stop_sequence": None},
+                           "usage": {"output_tokens": usage[1]}}, "message_delta"))
+    if end:
+        frames.append(sse({"type": "message_stop"}, "message_stop"))
+    return Reply(events=frames)
+
+
+def text_block(*pieces: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in pieces]
+
+
+def auto_reply(path: str, body: bytes) -> Reply:
+    data = json.loads(body)
+    if path.endswith("/chat/completions"):
+        return oa_stream([{"content": "Hello"}, {"content": " ☃"}, {"content": " world"}]) \
+            if data.get("stream") else oa_completion()
+    return an_stream([text_block("Hello", " ☃")]) if data.get("stream") else an_message()
+
+
+@pytest.fixture
+def server() -> Iterator[Recorder]:
+    rec = Recorder()
+    yield rec
+    rec.close()
+
+
+def oa_provider(server: Recorder, model: str = "gpt-4o", **kw: Any) -> OpenAIProvider:
+    client = openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY, max_retries=0)
+    return OpenAIProvider(model, client=client, **kw)
+
+
+def an_provider(server: Recorder, model: str = "claude-sonnet-4-5", **kw: Any) -> AnthropicProvider:
+    client = anthropic.Anthropic(base_url=server.anthropic_url, api_key=ANTHROPIC_KEY, max_retries=0)
+    return AnthropicProvider(model, client=client, **kw)
+
+
+WEATHER = ToolSpec("get_weather", "Weather for a city — °C",
+                   {"type": "object", "properties": {"city": {"type": "string"}},
+                    "required": ["city"]})
+
+HISTORY_WITH_TOOLS = (
+    Message.system("You are terse. Ünïcödé ✓"),
+    Message.user("Wetter in Zürich? 🌦"),
+    Message(Role.ASSISTANT, (Reasoning("Need the tool…", signature="sig-abc=="),
+                             Text("Checking."),
+                             ToolCall("call_1", "get_weather", '{"city": "Zürich"}'))),
+    Message.tool("call_1", "12 °C, Regen", name="get_weather"),
+    Message.tool("call_2", "boom", is_error=True),
+    Message.user("Danke! 日本語も"),
+)
+
+
+def requests_to_check() -> list[Request]:
+    unicode_only = (Message.system("Système ☃"), Message.user("héllo \u2028 \"quoted\" \\ 🚀"))
+    return [
+        Request(unicode_only, stream=False),
+        Request(unicode_only, stream=True, max_tokens=77),
+        Request(HISTORY_WITH_TOOLS, tools=(WEATHER,), stream=True,
+                options={"temperature": 0.25, "top_k": 5}),
+        Request(HISTORY_WITH_TOOLS, tools=(WEATHER,), stream=False, max_tokens=1000),
+    ]
+
+
+# -- (1) encode() is exactly what the server received ---------------------------------------
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+def test_encode_equals_received_bytes(server: Recorder, make: Any) -> None:
+    provider = make(server)
+    for request in requests_to_check():
+        before = provider.encode(request)
+        response = provider.send(request)
+        received = server.requests[-1].body
+        assert received == before
+        assert response.body_bytes == len(received)
+    # The bytes are raw UTF-8, not \u escapes: measuring them is measuring the wire.
+    assert "Zürich".encode() in server.requests[-1].body
+
+
+def test_encode_equals_received_bytes_for_reasoning_models(server: Recorder) -> None:
+    provider = oa_provider(server, "o3-mini")
+    request = Request((Message.user("think ✓"),), max_tokens=500, stream=True,
+                      options={"reasoning_effort": "low"})
+    assert provider.encode(request) == (provider.send(request), server.requests[-1].body)[1]
+    sent = server.requests[-1].json()
+    assert sent["max_completion_tokens"] == 500 and "max_tokens" not in sent
+    assert sent["reasoning_effort"] == "low"
+
+
+# -- what each adapter puts in the body ------------------------------------------------------
+
+def test_openai_body_shape(server: Recorder) -> None:
+    provider = oa_provider(server)
+    body = json.loads(provider.encode(Request(HISTORY_WITH_TOOLS, tools=(WEATHER,), stream=True,
+                                              options={"temperature": 0.5, "top_k": 3})))
+    assert body["model"] == "gpt-4o"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert "max_tokens" not in body and "max_completion_tokens" not in body
+    assert body["temperature"] == 0.5 and body["top_k"] == 3   # unknown option → extra_body
+    assert body["tools"][0]["function"]["name"] == "get_weather"
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert body["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"city": "Zürich"}'
+    no_stream = json.loads(provider.encode(Request((Message.user("x"),), stream=False,
+                                                   max_tokens=9)))
+    assert no_stream["max_tokens"] == 9 and "stream_options" not in no_stream
+
+
+def test_max_completion_tokens_families() -> None:
+    for model in ("o1", "o3-mini", "o4-mini-2025-04-16", "gpt-5", "gpt-5.1-mini", "openai/gpt-5"):
+        assert uses_max_completion_tokens(model), model
+    for model in ("gpt-4o", "gpt-4.1-mini", "gpt-3.5-turbo", "llama3:8b", "emulator", "omni"):
+        assert not uses_max_completion_tokens(model), model
+
+
+def test_anthropic_conversion_rules() -> None:
+    history = (
+        Message.system("first"),
+        Message.user("hi"),
+        Message.user("again"),                      # consecutive users merge
+        Message.system("late system"),              # joins the system parameter, in order
+        Message(Role.ASSISTANT, (Reasoning("unsigned"), Reasoning("signed", "s1"), Text(""),
+                                 Text("ok"), ToolCall("t1", "f", "not json"),
+                                 ToolCall("t2", "g", ""), ToolCall("t3", "h", "[1]"))),
+        Message.tool("t1", "r1"),
+        Message.tool("t2", "r2", is_error=True),
+        Message.tool("t3", ""),
+        Message.user("next"),
+    )
+    system, messages = to_anthropic(history)
+    assert system == "first\n\nlate system"
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[0]["content"] == [{"type": "text", "text": "hi"},
+                                      {"type": "text", "text": "again"}]
+    assistant = messages[1]["content"]
+    assert assistant[0] == {"type": "thinking", "thinking": "signed", "signature": "s1"}
+    assert assistant[1] == {"type": "text", "text": "ok"}
+    assert assistant[2]["input"] == {"_raw_arguments": "not json"}
+    assert assistant[3]["input"] == {}
+    assert assistant[4]["input"] == {"_raw_arguments": "[1]"}
+    results = messages[2]["content"]
+    assert [b["type"] for b in results] == ["tool_result"] * 3 + ["text"]
+    assert "is_error" not in results[0] and results[1]["is_error"] is True
+    assert results[0]["tool_use_id"] == "t1"
+
+
+def test_anthropic_body_defaults(server: Recorder) -> None:
+    provider = an_provider(server, "claude-3-haiku")           # max output 4096 in catalogue
+    body = json.loads(provider.encode(Request(HISTORY_WITH_TOOLS, tools=(WEATHER,),
+                                              options={"temperature": 0.1})))
+    assert body["max_tokens"] == 4096 and body["temperature"] == 0.1
+    assert body["system"] == "You are terse. Ünïcödé ✓"
+    assert body["tools"][0]["input_schema"]["required"] == ["city"]
+    small = an_provider(server, "claude-x", info=ModelInfo("claude-x", 3000, 1000))
+    assert json.loads(small.encode(Request((Message.user("x"),))))["max_tokens"] == 1000
+    # A large max_tokens without streaming still goes out (the SDK would refuse it unless
+    # a timeout is given; the adapter passes the client's own).
+    big = Request((Message.user("x"),), max_tokens=64_000, stream=False)
+    assert provider.send(big).stop is StopReason.END
+    assert server.requests[-1].json()["max_tokens"] == 64_000
+
+
+class _FixedLimits:
+    """Stands in for an Emulator where only its reported limits matter (nothing is sent)."""
+
+    context_window = 3000
+    max_output_tokens = 1000
+    openai_base_url = "http://127.0.0.1:9/v1"
+    anthropic_base_url = "http://127.0.0.1:9"
+
+
+# -- (2) round trips ----------------------------------------------------------------------------
+
+def test_openai_text_round_trip(server: Recorder) -> None:
+    provider = oa_provider(server)
+    response = provider.send(Request((Message.user("hi"),), stream=False))
+    assert response.message.role is Role.ASSISTANT
+    assert response.message.text == "Hello ☃ world"
+    assert response.stop is StopReason.END and response.raw_stop == "stop"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (11, 3)
+
+
+def test_openai_streaming_deltas_in_order(server: Recorder) -> None:
+    provider = oa_provider(server)
+    server.script.append(oa_stream([{"content": p} for p in ("a", "β", "c", "🚀")],
+                                   usage=(40, 4)))
+    seen: list[str] = []
+    response = provider.send(Request((Message.user("hi"),)), on_text=seen.append)
+    assert seen == ["a", "β", "c", "🚀"]
+    assert response.message.text == "aβc🚀"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (40, 4)
+
+
+def test_openai_streamed_tool_calls_assembled(server: Recorder) -> None:
+    provider = oa_provider(server)
+    server.script.append(oa_stream([
+        {"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                         "function": {"name": "get_weather", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]},
+        {"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city":'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Zürich"}'}}]},
+        {"tool_calls": [{"index": 1, "function": {"arguments": ' "Oslo"}'}}]},
+    ], finish="tool_calls"))
+    response = provider.send(Request((Message.user("weather"),), tools=(WEATHER,)))
+    assert response.stop is StopReason.TOOL_CALLS
+    calls = response.message.tool_calls
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in calls] == [
+        ("call_a", "get_weather", {"city": "Zürich"}),
+        ("call_b", "get_weather", {"city": "Oslo"})]
+    # Tool result goes back and the server sees a valid tool message.
+    history = (Message.user("weather"), response.message,
+               Message.tool("call_a", "12 °C"), Message.tool("call_b", "3 °C"))
+    final = provider.send(Request(history, tools=(WEATHER,)))
+    sent = server.requests[-1].json()["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert sent[1]["tool_calls"][1]["id"] == "call_b" and sent[3]["tool_call_id"] == "call_b"
+    assert final.stop is StopReason.END
+
+
+def test_openai_non_stream_tool_call_and_reasoning_content(server: Recorder) -> None:
+    provider = oa_provider(server)
+    server.script.append(oa_completion(None, finish="tool_calls", tool_calls=[
+        {"id": "call_z", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        extra={"reasoning_content": "let me think"}))
+    response = provider.send(Request((Message.user("x"),), stream=False))
+    assert response.message.tool_calls == (ToolCall("call_z", "f", "{}"),)
+    assert response.message.blocks[0] == Reasoning("let me think")
+    server.script.append(oa_stream([{"reasoning_content": "hmm "}, {"reasoning_content": "ok"},
+                                    {"content": "done"}]))
+    streamed = provider.send(Request((Message.user("x"),)))
+    assert streamed.message.blocks == (Reasoning("hmm ok"), Text("done"))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_length_and_filter_stops(server: Recorder, stream: bool) -> None:
+    provider = oa_provider(server)
+    for raw, stop in (("length", StopReason.LENGTH), ("content_filter", StopReason.FILTERED),
+                      ("weird", StopReason.OTHER)):
+        server.script.append(oa_stream([{"content": "w1 w2"}], finish=raw) if stream
+                             else oa_completion("w1 w2", finish=raw))
+        response = provider.send(Request((Message.user("x"),), max_tokens=2, stream=stream))
+        assert (response.stop, response.raw_stop) == (stop, raw)
+        assert response.message.text == "w1 w2"
+
+
+def test_anthropic_text_round_trip(server: Recorder) -> None:
+    provider = an_provider(server)
+    response = provider.send(Request((Message.user("hi"),), stream=False))
+    assert response.message.text == "Hello ☃"
+    assert response.stop is StopReason.END and response.raw_stop == "end_turn"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (10, 2)
+
+
+def test_anthropic_streaming_deltas_in_order(server: Recorder) -> None:
+    provider = an_provider(server)
+    server.script.append(an_stream([text_block("a", "β", "c", "🚀")], usage=(33, 4)))
+    seen: list[str] = []
+    response = provider.send(Request((Message.user("hi"),)), on_text=seen.append)
+    assert seen == ["a", "β", "c", "🚀"]
+    assert response.message.text == "aβc🚀"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (33, 4)
+
+
+def test_anthropic_thinking_signature_and_tool_use_round_trip(server: Recorder) -> None:
+    provider = an_provider(server)
+    server.script.append(an_stream([
+        ({"type": "thinking", "thinking": "", "signature": ""},
+         [{"type": "thinking_delta", "thinking": "Let me "},
+          {"type": "thinking_delta", "thinking": "check."},
+          {"type": "signature_delta", "signature": "EqQBCgIYAhIM=="}]),
+        text_block("Checking."),
+        ({"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+         [{"type": "input_json_delta", "partial_json": ""},
+          {"type": "input_json_delta", "partial_json": '{"city": "Z'},
+          {"type": "input_json_delta", "partial_json": 'ürich"}'}]),
+    ], stop="tool_use"))
+    request = Request((Message.user("weather?"),), tools=(WEATHER,),
+                      options={"thinking": {"type": "enabled", "budget_tokens": 1024}})
+    response = provider.send(request)
+    assert response.stop is StopReason.TOOL_CALLS and response.raw_stop == "tool_use"
+    reasoning, text, call = response.message.blocks
+    assert reasoning == Reasoning("Let me check.", "EqQBCgIYAhIM==")
+    assert text == Text("Checking.")
+    assert call == ToolCall("toolu_1", "get_weather", '{"city": "Zürich"}')
+    assert server.requests[-1].json()["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+
+    history = (Message.user("weather?"), response.message,
+               Message.tool("toolu_1", "12 °C", name="get_weather"))
+    provider.send(Request(history, tools=(WEATHER,), options=request.options))
+    sent = server.requests[-1].json()["messages"]
+    assert sent[1]["content"][0] == {"type": "thinking", "thinking": "Let me check.",
+                                     "signature": "EqQBCgIYAhIM=="}
+    assert sent[1]["content"][2] == {"type": "tool_use", "id": "toolu_1",
+                                     "name": "get_weather", "input": {"city": "Zürich"}}
+    assert sent[2] == {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 °C"}]}
+
+
+def test_anthropic_non_stream_blocks(server: Recorder) -> None:
+    provider = an_provider(server)
+    server.script.append(an_message([
+        {"type": "thinking", "thinking": "hm", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "xyz"},
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_9", "name": "f", "input": {"a": [1, "ü"]}}],
+        stop="tool_use"))
+    response = provider.send(Request((Message.user("x"),), stream=False))
+    assert response.message.blocks == (Reasoning("hm", "sig"), Text("Let me look."),
+                                       ToolCall("toolu_9", "f", '{"a": [1, "ü"]}'))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_anthropic_stop_reasons(server: Recorder, stream: bool) -> None:
+    provider = an_provider(server)
+    cases = [("max_tokens", StopReason.LENGTH), ("stop_sequence", StopReason.END),
+             ("refusal", StopReason.FILTERED), ("pause_turn", StopReason.OTHER)]
+    for raw, stop in cases:
+        server.script.append(an_stream([text_block("w1 w2")], stop=raw) if stream
+                             else an_message([{"type": "text", "text": "w1 w2"}], stop=raw))
+        response = provider.send(Request((Message.user("x"),), max_tokens=2, stream=stream))
+        assert (response.stop, response.raw_stop) == (stop, raw)
+        assert response.message.text == "w1 w2"
+
+
+# -- (3) every failure becomes a ChatError with the request size -----------------------------
+
+OVERFLOW_OPENAI = json.dumps({"error": {
+    "message": "This model's maximum context length is 8192 tokens. However, your messages "
+               "resulted in 9000 tokens. Please reduce the length of the messages.",
+    "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+OVERFLOW_ANTHROPIC = json.dumps({"type": "error", "error": {
+    "type": "invalid_request_error", "message": "prompt is too long: 9000 tokens > 8192 maximum"}})
+NGINX_413 = (b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+             b"<center><h1>413 Request Entity Too Large</h1></center>\r\n"
+             b"<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
+BARE_403 = b"<html><head><title>403 Forbidden</title></head><body><h1>Forbidden</h1></body></html>"
+
+
+def _auth_body(api: str) -> bytes:
+    if api == "openai":
+        return json.dumps({"error": {"message": f"Incorrect API key provided: {OPENAI_KEY}.",
+                                     "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+    return json.dumps({"type": "error", "error": {"type": "authentication_error",
+                                                  "message": "invalid x-api-key"}}).encode()
+
+
+FAULTS = {
+    "overflow": (lambda api: Reply(400, (OVERFLOW_OPENAI if api == "openai"
+                                         else OVERFLOW_ANTHROPIC).encode()),
+                 FailureKind.CONTEXT_OVERFLOW),
+    "nginx413": (lambda api: Reply(413, NGINX_413, "text/html"), FailureKind.PAYLOAD_TOO_LARGE),
+    "html403": (lambda api: Reply(403, BARE_403, "text/html"), FailureKind.WAF_REJECTION),
+    "auth401": (lambda api: Reply(401, _auth_body(api)), FailureKind.AUTH),
+    "dropped": (lambda api: Reply(drop=True), FailureKind.TRANSIENT),
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nostream"])
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_failures_become_chat_errors(server: Recorder, api: str, fault: str, stream: bool) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    reply, kind = FAULTS[fault]
+    server.script.append(reply(api))
+    request = Request(HISTORY_WITH_TOOLS, tools=(WEATHER,), stream=stream)
+    with pytest.raises(ChatError) as info:
+        provider.send(request, on_text=lambda _t: None)
+    failure = info.value.failure
+    assert failure.request_bytes == len(server.requests[-1].body) == len(provider.encode(request))
+    assert failure.kind is kind, failure
+    assert isinstance(info.value.__cause__, openai.OpenAIError | anthropic.AnthropicError)
+    for secret in (OPENAI_KEY, ANTHROPIC_KEY, "SECRETSECRET"):
+        assert secret not in str(info.value)
+        assert secret not in repr(failure)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_truncated_json_reply_is_one_sentence(server: Recorder, api: str) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    good = (oa_completion() if api == "openai" else an_message()).body
+    server.script.append(Reply(body=good[: len(good) // 2]))
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x"),), stream=False))
+    message = str(info.value)
+    assert "cut off or is not valid JSON" in message and "\n" not in message
+    assert info.value.failure.request_bytes == len(server.requests[-1].body)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_stream_that_ends_early(server: Recorder, api: str) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    server.script.append(
+        oa_stream([{"content": "partial"}], finish=None, usage=None, done=False) if api == "openai"
+        else an_stream([text_block("partial")], stop=None, end=False))
+    seen: list[str] = []
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x"),)), on_text=seen.append)
+    assert seen == ["partial"]
+    assert "stream ended early" in str(info.value)
+    assert info.value.failure.kind is FailureKind.TRANSIENT
+    assert info.value.failure.request_bytes == len(server.requests[-1].body)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_garbled_stream_event(server: Recorder, api: str) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    frames = [b"data: {\"id\": \"c1\", \"choices\": [{\"ind\n\n"] if api == "openai" else \
+        [b"event: message_start\ndata: {\"type\": \"message_st\n\n"]
+    server.script.append(Reply(events=frames))
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x"),)))
+    assert "not valid JSON" in str(info.value)
+
+
+def test_sdk_retries_stay_on_for_transient_errors(server: Recorder) -> None:
+    client = openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY)
+    provider = OpenAIProvider("gpt-4o", client=client, max_retries=1)
+    server.script.append(Reply(500, b'{"error": {"message": "oops"}}',
+                               headers={"retry-after-ms": "1"}))
+    response = provider.send(Request((Message.user("x"),), stream=False))
+    assert response.stop is StopReason.END
+    assert len(server.requests) == 2 and server.requests[0].body == server.requests[1].body
+
+
+# -- (4) a user-built client is used as is -----------------------------------------------------
+
+def test_user_built_openai_client_untouched(server: Recorder) -> None:
+    client = openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY,
+                           default_headers={"X-Corp-Gateway": "team-42"})
+    provider = make_provider("openai:gpt-4o", client=client)
+    assert isinstance(provider, OpenAIProvider) and provider.client is client
+    request = Request((Message.user("x"),))
+    provider.encode(request)
+    provider.send(request)
+    assert len(server.requests) == 1                   # encode() sent nothing
+    assert server.requests[0].headers["x-corp-gateway"] == "team-42"
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert str(client.base_url) == server.openai_url + "/"
+    assert OPENAI_KEY not in repr(provider)
+
+
+def test_user_built_anthropic_client_untouched(server: Recorder) -> None:
+    client = anthropic.Anthropic(base_url=server.anthropic_url, api_key=ANTHROPIC_KEY,
+                                 default_headers={"X-Corp-Gateway": "team-42"})
+    # A bare non-claude name still goes to Anthropic when the client speaks Anthropic.
+    provider = make_provider("us.anthropic.claude-sonnet-4-5-v1:0", client=client)
+    assert isinstance(provider, AnthropicProvider) and provider.client is client
+    provider.send(Request((Message.user("x"),), stream=False))
+    assert server.requests[0].headers["x-corp-gateway"] == "team-42"
+    headers = server.requests[0].headers
+    assert ANTHROPIC_KEY in (headers.get("x-api-key"),
+                             headers.get("authorization", "").removeprefix("Bearer "))
+    assert server.requests[0].path == "/v1/messages"
+    assert str(client.base_url).rstrip("/") == server.anthropic_url
+    assert ANTHROPIC_KEY not in repr(provider)
+
+
+def test_env_vars_configure_the_default_clients(server: Recorder,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_url)
+    for spec in ("openai:gpt-4o-mini", "claude-haiku-4-5"):
+        provider = make_provider(spec, max_retries=0)
+        provider.send(Request((Message.user("x"),)))
+        assert OPENAI_KEY not in repr(provider) and ANTHROPIC_KEY not in repr(provider)
+    assert [r.path for r in server.requests] == ["/v1/chat/completions", "/v1/messages"]
+    assert server.requests[0].headers["authorization"] == f"Bearer {OPENAI_KEY}"
+
+
+def test_missing_keys_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError, match="No OpenAI key found — set OPENAI_API_KEY"):
+        make_provider("openai:gpt-4o")
+    with pytest.raises(ConfigError, match="No Anthropic key found — set ANTHROPIC_API_KEY"):
+        make_provider("anthropic:claude-sonnet-4-5")
+
+
+# -- (5) make_provider --------------------------------------------------------------------------
+
+def test_make_provider_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    cases = {
+        "openai:gpt-4o": (OpenAIProvider, "openai:gpt-4o", "gpt-4o", 128_000),
+        "anthropic:claude-opus-4-1": (AnthropicProvider, "anthropic:claude-opus-4-1",
+                                      "claude-opus-4-1", 200_000),
+        "claude-sonnet-4-5-20250929": (AnthropicProvider, "anthropic:claude-sonnet-4-5-20250929",
+                                       "claude-sonnet-4-5-20250929", 200_000),
+        "gpt-4.1-mini": (OpenAIProvider, "openai:gpt-4.1-mini", "gpt-4.1-mini", 1_047_576),
+        "llama3:8b": (OpenAIProvider, "openai:llama3:8b", "llama3:8b", 8_192),
+    }
+    for spec, (cls, full, model_id, window) in cases.items():
+        provider = make_provider(spec)
+        assert isinstance(provider, cls) and isinstance(provider, Provider)
+        assert isinstance(provider, OpenAIProvider | AnthropicProvider)
+        assert (provider.model, provider.model_id, provider.info.context_window) == \
+            (full, model_id, window), spec
+        provider.close()
+    overridden = make_provider("openai:gpt-4o", settings=Settings(context_window=50_000))
+    assert overridden.info.context_window == 50_000 and overridden.info.window_overridden
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("", "empty"), ("   ", "empty"), ("openai:", "no model name"), ("anthropic: ", "no model name"),
+    ("gpt 4o", "spaces"), ("emulator:gemini", "emulator speaks"),
+    ("azure:gpt-4o", "AzureOpenAI"), ("ollama:llama3", "OPENAI_BASE_URL"),
+])
+def test_make_provider_bad_specs(spec: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_provider(spec)
+    message = str(info.value)
+    assert words in message and "openai:MODEL, anthropic:MODEL, emulator" in message
+
+
+def test_make_provider_rejects_mismatched_arguments(server: Recorder) -> None:
+    oa = openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY)
+    an = anthropic.Anthropic(base_url=server.anthropic_url, api_key=ANTHROPIC_KEY)
+    with pytest.raises(ConfigError, match="not a synchronous Anthropic client"):
+        make_provider("anthropic:claude-x", client=oa)
+    with pytest.raises(ConfigError, match="not a synchronous OpenAI client"):
+        make_provider("openai:gpt-4o", client=an)
+    with pytest.raises(ConfigError, match="not a synchronous OpenAI client"):
+        make_provider("openai:gpt-4o", client=openai.AsyncOpenAI(api_key=OPENAI_KEY))
+    with pytest.raises(ConfigError, match="client= cannot be combined"):
+        make_provider("emulator", client=oa)
+    with pytest.raises(ConfigError, match="emulator= only applies"):
+        make_provider("openai:gpt-4o", client=oa, emulator=_FixedLimits())
+
+
+# -- the emulator through make_provider ----------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["emulator", "emulator:anthropic"])
+def test_emulator_providers_round_trip(spec: str, emulator: Any) -> None:
+    emu = emulator(context_window=4096, max_output_tokens=512)
+    provider = make_provider(spec, emulator=emu, max_retries=0)
+    assert isinstance(provider, OpenAIProvider | AnthropicProvider)
+    assert provider.model == spec and provider.info.context_window == 4096
+    assert provider.info.max_output_tokens == 512
+    seen: list[str] = []
+    request = Request((Message.system("be brief"), Message.user("hello there ☃")))
+    response = provider.send(request, on_text=seen.append)
+    assert response.stop is StopReason.END
+    assert "hello there ☃" in response.message.text and "".join(seen) == response.message.text
+    assert response.usage.prompt_tokens and response.usage.completion_tokens
+    assert emu.requests[-1].body_bytes == len(provider.encode(request)) == response.body_bytes
+    cut = provider.send(Request((Message.user("[[words 50]]"),), max_tokens=5, stream=False))
+    assert cut.stop is StopReason.LENGTH
+    assert provider.emulator is emu
+    provider.close()                              # not ours: the emulator keeps running
+    assert emu.running
+
+
+@pytest.mark.parametrize("spec", ["emulator", "emulator:anthropic"])
+def test_emulator_tool_call_round_trip(spec: str, emulator: Any) -> None:
+    provider = make_provider(spec, emulator=emulator(), max_retries=0)
+    history: tuple[Message, ...] = (Message.user('[[tool get_weather {"city": "Zürich"}]]'),)
+    first = provider.send(Request(history, tools=(WEATHER,)))
+    assert first.stop is StopReason.TOOL_CALLS
+    (call,) = first.message.tool_calls
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Zürich"}
+    history += (first.message, Message.tool(call.id, "12 °C", name="get_weather"))
+    second = provider.send(Request(history, tools=(WEATHER,), stream=False))
+    assert second.stop is StopReason.END and "get_weather" in second.message.text
+
+
+@pytest.mark.parametrize("spec", ["emulator", "emulator:anthropic"])
+def test_owned_emulator_started_and_stopped(spec: str) -> None:
+    provider = make_provider(spec, settings=Settings(context_window=3000), max_retries=0)
+    assert isinstance(provider, OpenAIProvider | AnthropicProvider)
+    assert provider.info.context_window == 3000
+    assert provider.send(Request((Message.user("hi"),))).stop is StopReason.END
+    emu = provider.emulator
+    assert emu.running
+    provider.close()
+    assert not emu.running
+    with pytest.raises(RuntimeError, match="is closed"):
+        provider.send(Request((Message.user("hi"),)))
