@@ -193,8 +193,9 @@ def trim(history: History) -> tuple[History, int]:
     for i in range(len(stripped) - 1, -1, -1):
         m = stripped[i]
         result = m.tool_result
-        if m.role is not Role.TOOL or m.tag is not None or result is None or not result.content:
-            continue
+        if m.role is not Role.TOOL or m.tag is not None or result is None \
+                or not result.content or result.content.startswith(_POINTER_PREFIX):
+            continue            # pointers of 3+ copies are alike; they are not content
         later = latest_copy.get(result.content)
         if later is None:
             latest_copy[result.content] = result
@@ -220,9 +221,12 @@ def trim(history: History) -> tuple[History, int]:
     return (history if not removed else tuple(out)), removed
 
 
+_POINTER_PREFIX = "[Duplicate tool result omitted ("
+
+
 def _duplicate_pointer(later: ToolResult, chars: int) -> str:
     tool = f"{later.name} " if later.name else ""
-    return (f"[Duplicate tool result omitted ({chars} chars): identical to the later "
+    return (f"{_POINTER_PREFIX}{chars} chars): identical to the later "
             f"{tool}result of call {later.call_id}]")
 
 
@@ -236,14 +240,16 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     """Compact ``history`` to at most ``target_bytes``; on KeyboardInterrupt re-raise, untouched.
 
     Phases (each an :class:`~.events.CompactionPhase` through ``on_event``): ``start``,
-    ``trim``; then, when trim alone does not reach the target (or ``force_summary``, for
-    a manual compact), ``summarize`` and ``applied`` — or ``rejected`` (the history is
+    ``trim``; then, when trim alone does not reach the target, ``summarize`` (the fewest
+    oldest messages that bring the history to the target; with ``force_summary``, for a
+    manual compact already under its target, everything before the latest request) and
+    ``applied`` — or ``rejected`` (the history is
     returned unchanged, ``applied=False``) or ``cancelled`` (``KeyboardInterrupt`` from
     ``summarize``, or ``should_cancel()`` true before or after it: the interrupt is
     re-raised and nothing is returned). A summary that fits nowhere below the target is
     still applied when it shrinks the history; ``after_bytes`` tells the caller.
     """
-    emit = on_event or _ignore
+    emit = _ignore if on_event is None else on_event
     n0 = len(history)
     b0 = measure(history)
 
@@ -277,7 +283,9 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     units = _summarizable_units(base)
     if not units:
         return unchanged("nothing older than the latest request to summarize", trimmed_blocks)
-    k = _choose_split(base, units, target_bytes, measure, settings)
+    # A forced (manual) compact summarizes everything before the latest request.
+    k = len(units) if force_summary and base_bytes <= target_bytes else \
+        _choose_split(base, units, target_bytes, measure, settings)
     chosen = [i for unit in units[:k] for i in unit]
     old = [base[i] for i in chosen]
     replaced_chars = sum(m.char_size() for m in old)

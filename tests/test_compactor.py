@@ -1,0 +1,566 @@
+"""Tests for the history compactor (SPEC §7; ANCHORS weaknesses 6 and 7)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from ipy_ctxrecovery import compactor
+from ipy_ctxrecovery.compactor import (
+    SUMMARIZE_SYSTEM_PROMPT,
+    compact,
+    compaction_budget,
+    compaction_target,
+    summary_header,
+    trim,
+)
+from ipy_ctxrecovery.config import MiB, Settings, format_size
+from ipy_ctxrecovery.events import CompactionPhase, Event
+from ipy_ctxrecovery.history import (
+    TAG_SUMMARY,
+    History,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    latest_user_index,
+    problems,
+    to_openai,
+)
+
+from strategies import histories, valid_histories
+
+S = Settings()
+START = "📦 Compacting history ({n} msgs, {b} → target {t})"
+TRIM = "🧹 Trim: removing reasoning/dedup (no LLM)…"
+SUMMARIZING = "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…"
+APPLIED = "✓ Summary applied ({n0} → {n1} msgs, {b0} → {b1})"
+CANCELLED = "✗ Compaction cancelled — history left exactly as it was"
+
+
+# -- real measures and a deterministic summarizer -------------------------------------------
+
+def wire_bytes(history: History) -> int:
+    """Bytes of an OpenAI Chat Completions body (reasoning is not sent)."""
+    body = {"model": "m", "messages": to_openai(history)}
+    return len(json.dumps(body, ensure_ascii=False).encode("utf-8"))
+
+
+def dict_bytes(history: History) -> int:
+    """Bytes of a body that carries reasoning blocks too (as Anthropic's thinking does)."""
+    return len(json.dumps([m.to_dict() for m in history], ensure_ascii=False).encode("utf-8"))
+
+
+class Recorder:
+    """A summarizer like the emulator's: extractive, ≤ ¼ of its input or 2,000 chars."""
+
+    def __init__(self, reply: str | None = None) -> None:
+        self.inputs: list[str] = []
+        self.reply = reply
+
+    def __call__(self, text: str) -> str:
+        self.inputs.append(text)
+        if self.reply is not None:
+            return self.reply
+        limit = min(len(text) // 4, 2_000)
+        return "## Current task state\n" + text[:limit]
+
+
+class Events(list[Event]):
+    def __call__(self, event: Event) -> None:
+        self.append(event)
+
+    @property
+    def phases(self) -> list[str]:
+        return [e.phase for e in self if isinstance(e, CompactionPhase)]
+
+
+def big_turns(n: int, result_chars: int) -> list[Message]:
+    out: list[Message] = []
+    for t in range(n):
+        out += [Message.user(f"request {t}"),
+                Message.assistant(f"reading {t}", [ToolCall("call_0", "read_file", '{"p":1}')]),
+                Message.tool("call_0", f"{t}:" + "x" * result_chars, name="read_file"),
+                Message.assistant(f"answer {t}")]
+    return out
+
+
+def snapshot(history: History) -> str:
+    return json.dumps([m.to_dict() for m in history], ensure_ascii=False)
+
+
+def check_invariants(before: History, after: History) -> None:
+    """What every compaction must keep (ISSUE 3 'Done when')."""
+    assert [m for m in after if m.role is Role.SYSTEM] == \
+        [m for m in before if m.role is Role.SYSTEM]
+    latest = latest_user_index(before)
+    if latest is not None:
+        # The latest request stays as it was, and so does every message after it, except
+        # that trim may point an older duplicate tool result at its later copy.
+        tail = before[latest:]
+        kept = after[len(after) - len(tail):]
+        assert kept[0] == tail[0]
+        for a, b in zip(kept, tail, strict=True):
+            assert (a.role, a.tool_calls, a.tag) == (b.role, b.tool_calls, b.tag)
+            if a.role is Role.TOOL:
+                ra, rb = a.tool_result, b.tool_result
+                assert ra is not None and rb is not None and ra.call_id == rb.call_id
+                assert ra == rb or ra.content.startswith("[Duplicate tool result omitted (")
+            else:
+                assert a == b
+    for m in after:
+        for b in m.blocks:
+            for f in dataclasses.fields(b):
+                value = getattr(b, f.name)
+                if isinstance(value, str):
+                    value.encode("utf-8")       # raises on lone surrogates
+
+
+# -- budget and target ------------------------------------------------------------------------
+
+def test_budget_window_term_only_without_cap() -> None:
+    assert compaction_budget(S, window_tokens=200_000, bytes_per_token=4.0, cap=None,
+                             ratio=S.chat_budget_ratio) == 600_000
+
+
+def test_budget_cap_term_wins_when_smaller() -> None:
+    cap = 5 * MiB
+    assert compaction_budget(S, window_tokens=2_000_000, bytes_per_token=4.0, cap=cap,
+                             ratio=0.75) == int(0.7 * cap)
+    # A generous cap leaves the window term in charge.
+    assert compaction_budget(S, window_tokens=8_000, bytes_per_token=4.0, cap=cap,
+                             ratio=S.manual_compact_ratio) == 16_000
+
+
+def test_budget_uses_the_settings_fraction() -> None:
+    custom = S.replace(cap_budget_fraction=0.5)
+    assert compaction_budget(custom, window_tokens=10**7, bytes_per_token=3.5, cap=1_000,
+                             ratio=0.4) == 500
+
+
+def test_target_is_below_the_trigger() -> None:
+    assert compaction_target(1_000_000, S) == 600_000
+    assert compaction_target(1_000_000, S.replace(compaction_target_fraction=0.5)) == 500_000
+    assert compaction_target(0, S) == 0
+
+
+def test_system_prompt_names_the_marker_and_sections() -> None:
+    assert "STRUCTURED SUMMARY" in SUMMARIZE_SYSTEM_PROMPT
+    for section in ("Files read", "Files modified", "Commands", "Key decisions",
+                    "Errors and resolutions", "Current task state"):
+        assert section in SUMMARIZE_SYSTEM_PROMPT
+    assert summary_header(7) == "[STRUCTURED SUMMARY — covering 7 earlier messages]"
+
+
+# -- trim -------------------------------------------------------------------------------------
+
+def test_trim_removes_old_reasoning_and_keeps_current_turn_reasoning() -> None:
+    call = ToolCall("c1", "grep", "{}")
+    h: History = (
+        Message.system("sys"),
+        Message.user("q1"),
+        Message(Role.ASSISTANT, (Reasoning("think " * 50, "sig"), Text("a1"))),
+        Message(Role.ASSISTANT, (Reasoning("only thinking"),)),
+        Message.user("q2"),
+        Message(Role.ASSISTANT, (Reasoning("current", "sig2"), call)),
+        Message.tool("c1", "found"),
+    )
+    out, removed = trim(h)
+    assert removed == 2
+    assert out == (
+        Message.system("sys"),
+        Message.user("q1"),
+        Message(Role.ASSISTANT, (Text("a1"),)),
+        Message.user("q2"),
+        Message(Role.ASSISTANT, (Reasoning("current", "sig2"), call)),
+        Message.tool("c1", "found"),
+    )
+    assert problems(out) == []
+
+
+def test_trim_keeps_tool_calls_of_an_assistant_emptied_of_reasoning() -> None:
+    call = ToolCall("c1", "run_shell", '{"cmd": "ls"}')
+    h: History = (Message.user("q1"), Message(Role.ASSISTANT, (Reasoning("why"), call)),
+                  Message.tool("c1", "a b c"), Message.assistant("done"), Message.user("q2"))
+    out, removed = trim(h)
+    assert removed == 1
+    assert out[1] == Message(Role.ASSISTANT, (call,))
+    assert problems(out) == []
+
+
+def test_trim_replaces_older_duplicate_results_by_a_pointer_to_the_latest() -> None:
+    content = "line\n" * 500
+    h: History = (
+        Message.user("q1"),
+        Message.assistant("", [ToolCall("call_0", "read_file", "{}")]),
+        Message.tool("call_0", content, name="read_file"),
+        Message.assistant("", [ToolCall("call_9", "read_file", "{}")]),
+        Message.tool("call_9", content, name="read_file"),
+        Message.assistant("", [ToolCall("call_0", "grep", "{}")]),
+        Message.tool("call_0", "ok", name="grep"),
+        Message.assistant("", [ToolCall("call_1", "grep", "{}")]),
+        Message.tool("call_1", "ok", name="grep"),        # short: a pointer would be longer
+        Message.user("q2"),
+    )
+    out, removed = trim(h)
+    assert removed == 1
+    assert out[2].text == ("[Duplicate tool result omitted (2500 chars): identical to the "
+                           "later read_file result of call call_9]")
+    assert out[2].tool_result is not None and out[2].tool_result.call_id == "call_0"
+    assert out[4] == h[4] and out[6] == h[6] and out[8] == h[8]
+    assert len(out) == len(h) and problems(out) == []
+
+
+def test_trim_drops_the_earlier_of_identical_consecutive_user_messages() -> None:
+    h: History = (Message.system("s"), Message.user("please fix it"),
+                  Message(Role.ASSISTANT, (Reasoning("hmm"),)),
+                  Message.user("please fix it"))
+    out, removed = trim(h)
+    assert out == (Message.system("s"), Message.user("please fix it"))
+    assert removed == 2
+    # The one kept is the latest request itself, with its meta.
+    assert out[-1] is h[-1]
+
+
+def test_trim_never_touches_system_messages_and_returns_input_when_nothing_to_do() -> None:
+    dup = "same system text " * 100
+    h: History = (Message.system(dup), Message.system(dup), Message.user("q"),
+                  Message.assistant("a"), Message.user("q"))
+    out, removed = trim(h)
+    assert removed == 0 and out is h
+
+
+def test_trim_does_not_mutate_meta() -> None:
+    meta = {"notes": [1, 2]}
+    h: History = (Message(Role.USER, (Text("q"),), meta=meta),
+                  Message(Role.ASSISTANT, (Reasoning("r"), Text("a"))), Message.user("q2"))
+    before = snapshot(h)
+    trim(h)
+    assert snapshot(h) == before and meta == {"notes": [1, 2]}
+
+
+# -- compact: the SPEC's phases and messages ----------------------------------------------------
+
+def spec_example() -> History:
+    """23 messages, 4.2 MB; summarizing the oldest 15 leaves 9 messages, 1.8 MB."""
+    def turn(t: int, result_chars: int) -> list[Message]:
+        return [Message.user(f"request {t}"),
+                Message.assistant("", [ToolCall(f"c{t}", "read_file", "{}")]),
+                Message.tool(f"c{t}", "x" * result_chars, name="read_file"),
+                Message.assistant(f"answer {t}")]
+    msgs = [Message.system("You are a coding assistant.")]
+    msgs += turn(1, int(0.6 * MiB)) + turn(2, int(0.6 * MiB)) + turn(3, 1_000)
+    msgs += turn(4, int(1.2 * MiB))[:3]                      # 15 old non-system messages
+    msgs += [Message.assistant("answer 4"), Message.user("request 5"),
+             Message.assistant("", [ToolCall("a", "read_file", "{}"),
+                                    ToolCall("b", "read_file", "{}")]),
+             Message.tool("a", "y" * MiB, name="read_file"),
+             Message.tool("b", "z" * int(0.75 * MiB), name="read_file"),
+             Message.assistant("answer 5"), Message.user("request 6: go on")]
+    return tuple(msgs)
+
+
+def test_spec_messages_exactly() -> None:
+    h = spec_example()
+    assert len(h) == 23
+    events = Events()
+    summary = "## Files read\n- big files\n## Current task state\n- going on"
+    out, report = compact(h, target_bytes=int(2.9 * MiB), measure=wire_bytes,
+                          summarize=Recorder(summary), settings=S, on_event=events)
+    assert [e.message for e in events] == [
+        "📦 Compacting history (23 msgs, 4.2 MB → target 2.9 MB)",
+        "🧹 Trim: removing reasoning/dedup (no LLM)…",
+        "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…",
+        "✓ Summary applied (23 → 9 msgs, 4.2 MB → 1.8 MB)",
+    ]
+    assert events.phases == ["start", "trim", "summarize", "applied"]
+    assert report.applied and report.summarized_messages == 15
+    assert (report.before_messages, report.after_messages) == (23, 9)
+    assert report.after_bytes == wire_bytes(out) <= int(2.9 * MiB)
+    assert out[1].tag == TAG_SUMMARY
+    assert out[1].text == "[STRUCTURED SUMMARY — covering 15 earlier messages]\n" + summary
+    check_invariants(h, out)
+    assert problems(out) == []
+    last = events[-1]
+    assert isinstance(last, CompactionPhase)
+    assert (last.before_bytes, last.after_bytes, last.target_bytes) == \
+        (report.before_bytes, report.after_bytes, int(2.9 * MiB))
+
+
+def test_trim_alone_reaching_the_target_makes_no_llm_call() -> None:
+    h: History = (Message.user("q1"),
+                  Message(Role.ASSISTANT, (Reasoning("deliberation " * 4_000), Text("a1"))),
+                  Message.user("q2"))
+    before = dict_bytes(h)
+    target = before // 2
+
+    def no_llm(text: str) -> str:
+        raise AssertionError("the summarizer must not be called")
+
+    events = Events()
+    out, report = compact(h, target_bytes=target, measure=dict_bytes, summarize=no_llm,
+                          settings=S, on_event=events)
+    assert events.phases == ["start", "trim", "applied"]
+    assert events[-1].message == (f"✓ Trim applied, no LLM needed (3 → 3 msgs, "
+                                  f"{format_size(before)} → {format_size(dict_bytes(out))})")
+    assert report.applied and report.trimmed_blocks == 1 and report.summarized_messages == 0
+    assert dict_bytes(out) <= target
+    assert out == (Message.user("q1"), Message.assistant("a1"), Message.user("q2"))
+
+
+def test_already_within_target_is_a_no_op() -> None:
+    h: History = (Message.user("q"),)
+    events = Events()
+    out, report = compact(h, target_bytes=10_000, measure=wire_bytes, summarize=Recorder(),
+                          settings=S, on_event=events)
+    assert out is h and not report.applied
+    assert events.phases == ["start", "trim", "applied"]
+
+
+def test_force_summary_summarizes_even_when_under_target() -> None:
+    h = tuple(big_turns(3, 2_000)) + (Message.user("next"),)
+    rec = Recorder("## Current task state\n- short")
+    out, report = compact(h, target_bytes=10**9, measure=wire_bytes, summarize=rec,
+                          settings=S, force_summary=True, instructions="focus on errors")
+    assert report.applied and len(rec.inputs) == 1
+    assert rec.inputs[0].endswith("Additional instructions for this summary: focus on errors")
+    assert out[0].tag == TAG_SUMMARY and out[-1] == Message.user("next")
+
+
+# -- compact: what is summarized ---------------------------------------------------------------
+
+def test_summary_covers_the_oldest_messages_and_never_splits_a_tool_pair() -> None:
+    h: History = (Message.system("sys A"), *big_turns(2, 30_000), Message.system("sys B"),
+                  *big_turns(2, 30_000), Message.user("latest"),
+                  Message.assistant("", [ToolCall("k", "grep", "{}")]),
+                  Message.tool("k", "w" * 40_000))
+    rec = Recorder()
+    out, report = compact(h, target_bytes=wire_bytes(h) // 2, measure=wire_bytes,
+                          summarize=rec, settings=S)
+    assert report.applied
+    check_invariants(h, out)
+    assert problems(out) == []
+    assert out[0] == Message.system("sys A") and out[1].tag == TAG_SUMMARY
+    # What was kept is a suffix of the original non-system messages; system B stays
+    # right after the summary, before everything kept.
+    assert out[2] == Message.system("sys B")
+    kept = out[3:]
+    assert tuple(kept) == h[len(h) - len(kept):]
+    assert len(kept) < len(h) - 3
+
+
+def test_summarizer_input_is_bounded_and_keeps_the_most_recent() -> None:
+    custom = S.replace(summarizer_input_max_chars=20_000)
+    h: History = (*big_turns(6, 50_000), Message.user("latest"))
+    rec = Recorder()
+    out, report = compact(h, target_bytes=4_000, measure=wire_bytes, summarize=rec,
+                          settings=custom, instructions="keep file names")
+    assert len(rec.inputs) == 1
+    sent = rec.inputs[0]
+    suffix = "\n\nAdditional instructions for this summary: keep file names"
+    assert sent.endswith(suffix)
+    assert len(sent) - len(suffix) <= 20_000
+    assert sent.startswith("Summarize these 24 earlier messages of the conversation")
+    assert re.search(r"\[\d+ older messages \(\d+ chars\) omitted from this input", sent)
+    assert "answer 5" in sent                       # the most recent summarized message
+    assert "chars omitted …]" in sent               # a long result cut head+tail
+    assert report.applied and out[0].tag == TAG_SUMMARY
+
+
+def test_an_earlier_summary_is_summarized_again_not_stacked() -> None:
+    earlier = Message.user(summary_header(6) + "\n## Files read\n- a.py", tag=TAG_SUMMARY)
+    custom = S.replace(summarizer_input_max_chars=5_000)
+    h: History = (Message.system("s"), earlier, Message.assistant("Understood."),
+                  *big_turns(3, 20_000), Message.user("latest"))
+    rec = Recorder("[STRUCTURED SUMMARY — covering 2 earlier messages]\n## Files read\n- a.py")
+    out, report = compact(h, target_bytes=3_000, measure=wire_bytes, summarize=rec,
+                          settings=custom)
+    assert report.applied
+    assert [m.tag for m in out].count(TAG_SUMMARY) == 1
+    # N counts original messages: 6 in the earlier summary + 1 + 12 messages since.
+    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 19 earlier messages]\n")
+    assert "covering 2 earlier" not in out[1].text
+    # The earlier summary is pinned in the bounded input even though older than the rest.
+    assert "- a.py" in rec.inputs[0]
+    assert report.summarized_messages == 14
+    # And again: still one summary, N keeps counting.
+    out2, report2 = compact(out + (Message.assistant("ok"), Message.user("more")),
+                            target_bytes=100, measure=wire_bytes,
+                            summarize=Recorder("## Current task state\n- x"), settings=custom)
+    assert [m.tag for m in out2].count(TAG_SUMMARY) == 1
+    assert out2[1].text.startswith("[STRUCTURED SUMMARY — covering 21 earlier messages]")
+
+
+def test_markdown_header_from_the_summarizer_is_normalized() -> None:
+    h: History = (*big_turns(2, 5_000), Message.user("latest"))
+    rec = Recorder("## **[STRUCTURED SUMMARY — covering many messages]**\n\n## Commands run\n- ls")
+    out, _ = compact(h, target_bytes=500, measure=wire_bytes, summarize=rec, settings=S)
+    assert out[0].text == "[STRUCTURED SUMMARY — covering 8 earlier messages]\n## Commands run\n- ls"
+
+
+def test_nothing_to_summarize_is_rejected_and_history_kept() -> None:
+    h: History = (Message.system("s"), Message.user("x" * 10_000))
+    events = Events()
+    out, report = compact(h, target_bytes=100, measure=wire_bytes, summarize=Recorder(),
+                          settings=S, on_event=events)
+    assert out is h and not report.applied
+    assert report.rejected_reason == "nothing older than the latest request to summarize"
+    assert events.phases == ["start", "trim", "rejected"]
+
+
+# -- rejection -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("", "the summary is empty"),
+    ("   \n\t ", "the summary is empty"),
+    ("[STRUCTURED SUMMARY — covering 3 earlier messages]\n  ", "the summary is empty"),
+    ("I can't help with summarizing this.", "the summarizer refused"),
+    ("I cannot help with that request.", "the summarizer refused"),
+    ("I’m sorry, but I can’t do that.", "the summarizer refused"),
+    ("**Sorry, I am unable to comply.**", "the summarizer refused"),
+    ("As an AI language model, I won't.", "the summarizer refused"),
+])
+def test_unusable_summaries_are_rejected(reply: str, reason: str) -> None:
+    h: History = (*big_turns(3, 10_000), Message.user("latest"))
+    before = snapshot(h)
+    events = Events()
+    out, report = compact(h, target_bytes=1_000, measure=wire_bytes,
+                          summarize=Recorder(reply), settings=S, on_event=events)
+    assert out is h and snapshot(out) == before
+    assert not report.applied and report.rejected_reason == reason
+    assert (report.after_messages, report.after_bytes) == (len(h), wire_bytes(h))
+    assert events.phases == ["start", "trim", "summarize", "rejected"]
+    assert events[-1].message == f"✗ Compaction rejected: {reason} — history kept as it was"
+
+
+def test_too_long_summary_is_rejected() -> None:
+    custom = S.replace(summary_max_chars=500)
+    h: History = (*big_turns(3, 10_000), Message.user("latest"))
+    out, report = compact(h, target_bytes=1_000, measure=wire_bytes,
+                          summarize=Recorder("## Key decisions\n" + "d" * 600), settings=custom)
+    assert out is h and not report.applied
+    assert report.rejected_reason is not None
+    assert report.rejected_reason.startswith("the summary is too long")
+
+
+def test_summary_not_smaller_than_what_it_replaces_is_rejected() -> None:
+    h: History = (Message.user("hi"), Message.assistant("hello"), Message.user("latest"))
+    out, report = compact(h, target_bytes=10, measure=wire_bytes,
+                          summarize=Recorder("## Current task state\n- greeting exchanged"),
+                          settings=S)
+    assert out is h and not report.applied
+    assert report.rejected_reason == "the summary is not smaller than the messages it replaces"
+
+
+def test_summarizer_error_rejects_with_a_redacted_reason() -> None:
+    def failing(text: str) -> str:
+        raise RuntimeError("upstream said no (Authorization: Bearer sk-abcdefghijklmnopqrstuv)")
+
+    h: History = (*big_turns(2, 10_000), Message.user("latest"))
+    out, report = compact(h, target_bytes=1_000, measure=wire_bytes, summarize=failing,
+                          settings=S)
+    assert out is h and not report.applied
+    assert report.rejected_reason is not None
+    assert report.rejected_reason.startswith("the summarizer failed (RuntimeError")
+    assert "sk-abcdefghijklmnopqrstuv" not in report.rejected_reason
+
+
+# -- cancellation ----------------------------------------------------------------------------------
+
+def test_keyboard_interrupt_propagates_and_leaves_history_identical() -> None:
+    def interrupted(text: str) -> str:
+        raise KeyboardInterrupt
+
+    h: History = (Message.system("s"), *big_turns(3, 10_000), Message.user("latest"))
+    before = snapshot(h)
+    events = Events()
+    with pytest.raises(KeyboardInterrupt):
+        compact(h, target_bytes=1_000, measure=wire_bytes, summarize=interrupted,
+                settings=S, on_event=events)
+    assert snapshot(h) == before
+    assert events.phases == ["start", "trim", "summarize", "cancelled"]
+    assert events[-1].message == CANCELLED
+
+
+def test_cancel_token_after_the_summary_discards_it() -> None:
+    h: History = (*big_turns(3, 10_000), Message.user("latest"))
+    rec = Recorder()
+    events = Events()
+    with pytest.raises(KeyboardInterrupt):
+        compact(h, target_bytes=1_000, measure=wire_bytes, summarize=rec, settings=S,
+                on_event=events, should_cancel=lambda: bool(rec.inputs))
+    assert len(rec.inputs) == 1 and events.phases[-1] == "cancelled"
+    assert "applied" not in events.phases
+
+
+# -- hysteresis ------------------------------------------------------------------------------------
+
+def test_after_compaction_the_next_turn_does_not_compact_again() -> None:
+    trigger = compaction_budget(S, window_tokens=16_000, bytes_per_token=S.chars_per_token,
+                                cap=None, ratio=S.chat_budget_ratio)
+    target = compaction_target(trigger, S)
+    h: History = (Message.system("sys"), *big_turns(16, 4_000), Message.user("latest"))
+    assert wire_bytes(h) > trigger
+    out, report = compact(h, target_bytes=target, measure=wire_bytes, summarize=Recorder(),
+                          settings=S)
+    assert report.applied and wire_bytes(out) <= target < trigger
+    # The next turn adds a normal exchange; the history is still under the trigger.
+    nxt = out + (Message.assistant("Here is the answer " * 20), Message.user("thanks, next?"))
+    assert wire_bytes(nxt) <= trigger
+
+
+# -- properties --------------------------------------------------------------------------------------
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=valid_histories(max_result_chars=20_000), fraction=st.floats(0.05, 1.2))
+def test_compact_keeps_valid_histories_valid(h: History, fraction: float) -> None:
+    before_bytes = wire_bytes(h)
+    out, report = compact(h, target_bytes=int(before_bytes * fraction), measure=wire_bytes,
+                          summarize=Recorder(), settings=S)
+    check_invariants(h, out)
+    assert problems(out) == []
+    assert wire_bytes(out) <= before_bytes == report.before_bytes
+    assert report.after_bytes == wire_bytes(out)
+    assert report.applied == (out != h)
+    assert [m.tag for m in out].count(TAG_SUMMARY) <= max(1, [m.tag for m in h].count(TAG_SUMMARY))
+    if report.summarized_messages:
+        first = next(m for m in out if m.role is not Role.SYSTEM)
+        assert first.tag == TAG_SUMMARY
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=histories(max_result_chars=20_000, user_first=None), fraction=st.floats(0.05, 1.0))
+def test_compact_on_any_history_never_loses_what_must_stay(h: History, fraction: float) -> None:
+    before_bytes = dict_bytes(h)
+    out, _ = compact(h, target_bytes=int(before_bytes * fraction), measure=dict_bytes,
+                     summarize=Recorder(), settings=S)
+    check_invariants(h, out)
+    assert dict_bytes(out) <= before_bytes
+    assert len([p for p in problems(out) if "first non-system" not in p]) <= \
+        len([p for p in problems(h) if "first non-system" not in p])
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=histories(max_result_chars=20_000, user_first=None))
+def test_trim_properties(h: History) -> None:
+    out, removed = trim(h)
+    check_invariants(h, out)
+    assert (out is h) == (removed == 0)
+    assert dict_bytes(out) <= dict_bytes(h)
+    assert len(problems(out)) <= len(problems(h))
+    assert trim(out)[1] == 0                            # one pass finds everything
+
+
+def test_public_names() -> None:
+    assert set(compactor.__all__) == {
+        "SUMMARIZE_SYSTEM_PROMPT", "SUMMARY_HEADER", "CompactionReport", "Measure",
+        "Summarizer", "compact", "compaction_budget", "compaction_target", "summary_header",
+        "trim",
+    }
