@@ -135,6 +135,7 @@ class LadderResult:
     give_up_reason: str | None = None     # set (level GIVE_UP) when no cut can ever fit
     payload_notice_added: bool = False
     compaction_notice_added: bool = False
+    changed: bool = False                 # the history differs from the one given
 
 
 # -- decide -----------------------------------------------------------------------------
@@ -493,7 +494,9 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
 
     if level is Level.EXACT_FIT:
         fitted = _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
-        return replace(fitted, history=original) if fitted.level is Level.GIVE_UP else fitted
+        if fitted.level is Level.GIVE_UP:
+            return replace(fitted, history=original)
+        return replace(fitted, changed=fitted.history != original)
 
     if level is Level.AGGRESSIVE:
         factor = settings.aggressive_factor
@@ -520,8 +523,10 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
         h, payload_added = _with_payload_notice(h)
     if dropped:
         notes.append(f"{dropped} messages dropped")
+    # ``changed`` False: resending would repeat the failed request byte for byte, so the
+    # caller may go straight to the next decision.
     return LadderResult(h, level, dropped, tuple(notes), payload_notice_added=payload_added,
-                        compaction_notice_added=noticed)
+                        compaction_notice_added=noticed, changed=h != original)
 
 
 def _hard_limit(decision: Decision, settings: Settings) -> int | None:

@@ -582,7 +582,7 @@ def check_guarantees(before: History, result: LadderResult) -> None:
         assert ("has been summarized" in notice[0].text) == summarized
 
 
-@PROPS
+@settings(PROPS, max_examples=300)
 @given(hist=histories(user_first=None), level=st.sampled_from(LEVELS),
        payload=st.booleans(), fraction=st.floats(0.05, 1.2))
 def test_every_level_keeps_its_guarantees(hist: History, level: Level, payload: bool,
@@ -648,3 +648,5 @@ def test_applying_a_level_twice_is_stable(hist: History, level: Level,
     twice = run(level_decision(level), once.history, store)
     assert twice.history == once.history
     assert twice.removed_messages == 0
+    assert not twice.changed
+    assert once.changed == (once.history != hist)
