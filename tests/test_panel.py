@@ -136,15 +136,18 @@ def test_attach_follows_a_real_session(emulator) -> None:  # type: ignore[no-unt
     emu = emulator(context_window=4096)
     session = ChatSession("emulator", emulator=emu, settings=Settings(max_payload=64 * KB),
                           system="be brief")
-    panel = ContextPanel()
+    panel = ContextPanel(settings=session.settings)
     panel.attach(session)
     status = session.status()
     assert panel.history_bytes == status.history_bytes > 0
     assert panel.window == 4096
     assert panel.size_label.value.endswith("(configured)")
-    session._emit(ev.Recovered(message="✓ recovered", attempts=1))  # what a send emits
-    assert panel.action_label.value == "last: ✓ recovered"
+    session.send("hello " * 200)
+    grown = session.status()
+    assert grown.history_bytes > status.history_bytes
+    assert panel.history_bytes == grown.history_bytes  # from the turn's TurnFinished event
+    assert panel.est_tokens == grown.est_tokens
     panel.detach()
-    session._emit(ev.Failed(message="✗ x", failure_kind="other"))
-    assert panel.action_label.value == "last: ✓ recovered"
+    session.send("again")
+    assert panel.history_bytes == grown.history_bytes  # no longer following
     session.close()
