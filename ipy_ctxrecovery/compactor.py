@@ -259,9 +259,10 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
                              before_messages=n0, after_messages=n1, before_bytes=b0,
                              after_bytes=b1, target_bytes=target_bytes))
 
-    def unchanged(reason: str, trimmed_blocks: int = 0) -> tuple[History, CompactionReport]:
+    def unchanged(reason: str) -> tuple[History, CompactionReport]:
+        # All or nothing: a rejected compaction keeps even the trim out of the history.
         phase("rejected", _PHASE_REJECTED.format(reason=reason), n1=n0, b1=b0)
-        return history, CompactionReport(False, n0, n0, b0, b0, 0, trimmed_blocks, reason)
+        return history, CompactionReport(False, n0, n0, b0, b0, 0, 0, reason)
 
     phase("start", _PHASE_START.format(n=n0, before=format_size(b0),
                                        target=format_size(target_bytes)))
@@ -282,7 +283,7 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
 
     units = _summarizable_units(base)
     if not units:
-        return unchanged("nothing older than the latest request to summarize", trimmed_blocks)
+        return unchanged("nothing older than the latest request to summarize")
     # A forced (manual) compact summarizes everything before the latest request.
     k = len(units) if force_summary and base_bytes <= target_bytes else \
         _choose_split(base, units, target_bytes, measure, settings)
@@ -301,18 +302,17 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         phase("cancelled", _PHASE_CANCELLED, n1=n0, b1=b0)
         raise
     except Exception as e:  # a provider failure rejects the summary; the turn goes on
-        return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})",
-                         trimmed_blocks)
+        return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})")
 
     text, reason = _normalize_summary(raw, covered, settings, replaced_chars)
     if text is None:
-        return unchanged(reason or "unusable summary", trimmed_blocks)
+        return unchanged(reason or "unusable summary")
     summary = Message(Role.USER, (Text(text),), tag=TAG_SUMMARY,
                       meta={"covered_messages": covered})
     result = _replace(base, set(chosen), summary)
     b1 = measure(result)
     if b1 >= base_bytes:
-        return unchanged("the summary does not make the history smaller", trimmed_blocks)
+        return unchanged("the summary does not make the history smaller")
     phase("applied", _PHASE_APPLIED.format(n0=n0, n1=len(result), b0=format_size(b0),
                                            b1=format_size(b1)), n1=len(result), b1=b1)
     return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)

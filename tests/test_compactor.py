@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from strategies import histories, valid_histories
 
 from ipy_ctxrecovery import compactor
 from ipy_ctxrecovery.compactor import (
@@ -34,8 +35,6 @@ from ipy_ctxrecovery.history import (
     problems,
     to_openai,
 )
-
-from strategies import histories, valid_histories
 
 S = Settings()
 START = "📦 Compacting history ({n} msgs, {b} → target {t})"
@@ -116,9 +115,9 @@ def check_invariants(before: History, after: History) -> None:
             else:
                 assert a == b
     for m in after:
-        for b in m.blocks:
-            for f in dataclasses.fields(b):
-                value = getattr(b, f.name)
+        for block in m.blocks:
+            for f in dataclasses.fields(block):
+                value = getattr(block, f.name)
                 if isinstance(value, str):
                     value.encode("utf-8")       # raises on lone surrogates
 
@@ -522,8 +521,10 @@ def test_after_compaction_the_next_turn_does_not_compact_again() -> None:
 @given(h=valid_histories(max_result_chars=20_000), fraction=st.floats(0.05, 1.2))
 def test_compact_keeps_valid_histories_valid(h: History, fraction: float) -> None:
     before_bytes = wire_bytes(h)
+    before = snapshot(h)
     out, report = compact(h, target_bytes=int(before_bytes * fraction), measure=wire_bytes,
                           summarize=Recorder(), settings=S)
+    assert snapshot(h) == before                    # the input (meta dicts too) untouched
     check_invariants(h, out)
     assert problems(out) == []
     assert wire_bytes(out) <= before_bytes == report.before_bytes
