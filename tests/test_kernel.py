@@ -1,0 +1,76 @@
+"""One %%chat conversation through a real Jupyter kernel (ipykernel via jupyter_client)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+TIMEOUT = 60
+
+
+@pytest.fixture
+def kernel(data_dir: Any) -> Iterator[Any]:
+    """A python3 kernel of this environment; it inherits IPY_CTXRECOVERY_DIR (tmp)."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT)
+    try:
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def run(client: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Execute ``code``; return the execute_reply content and the iopub messages."""
+    messages: list[dict[str, Any]] = []
+    reply = client.execute_interactive(code, timeout=TIMEOUT, output_hook=messages.append,
+                                       allow_stdin=False)
+    return reply["content"], messages
+
+
+def of_type(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [m["content"] for m in messages if m["msg_type"] == kind]
+
+
+def test_chat_cell_streams_returns_and_fails_in_a_real_kernel(kernel: Any) -> None:
+    reply, messages = run(kernel, "%load_ext ipy_ctxrecovery")
+    assert reply["status"] == "ok"
+    loaded = "".join(s["text"] for s in of_type(messages, "stream"))
+    assert "emulator (no OPENAI_API_KEY/ANTHROPIC_API_KEY set)" in loaded
+
+    reply, messages = run(kernel, "%config ChatMagics.stream_interval = 0\n"
+                                  "%config ChatMagics.default_model = 'emulator'")
+    assert reply["status"] == "ok"
+
+    reply, messages = run(kernel, "%%chat\nhello from a kernel [[words 30]]")
+    assert reply["status"] == "ok"
+    displays = of_type(messages, "display_data")
+    panel = [d for d in displays if "application/vnd.jupyter.widget-view+json" in d["data"]]
+    assert len(panel) == 1 and panel[0]["data"]["text/plain"].startswith("history  ")
+    stream_ids = {d["transient"]["display_id"] for d in displays if d.get("transient")}
+    updates = of_type(messages, "update_display_data")
+    assert len(stream_ids) == 1 and updates
+    assert {u["transient"]["display_id"] for u in updates} == stream_ids
+    words = " ".join(f"w{i}" for i in range(1, 31))
+    assert words in [u["data"]["text/plain"] for u in updates]
+    result = of_type(messages, "execute_result")
+    assert len(result) == 1
+    assert result[0]["data"]["text/markdown"] == words
+    meta = result[0]["metadata"]["ipy_ctxrecovery"]
+    assert meta["model"] == "emulator" and meta["usage"]["completion_tokens"] > 0
+
+    reply, _ = run(kernel, "from ipy_ctxrecovery.magics import get_magics\n"
+                           "get_magics().emulator.fail_next(400, message='Model is busy.')")
+    assert reply["status"] == "ok"
+    reply, messages = run(kernel, "%%chat\nthis one fails")
+    assert reply["status"] == "error" and reply["ename"] == "UsageError"
+    assert reply["traceback"] == []
+    errors = "".join(s["text"] for s in of_type(messages, "stream") if s["name"] == "stderr")
+    assert errors.startswith("UsageError: ") and errors.count("\n") == 1
+    assert "Traceback" not in errors
