@@ -120,7 +120,7 @@ class ChatError(CtxRecoveryError):
 
 _SECRET_PATTERNS = [
     # Authorization headers first, so the whole credential goes whatever its shape.
-    re.compile(r"(?i)\b(authorization|x-api-key|api-key|proxy-authorization)(\"?\s*[:=]\s*\"?)([^\s\"',;]+(?:\s+[^\s\"',;]+)?)"),
+    re.compile(r"(?i)\b(authorization|x-api-key|api[_-]?key|proxy-authorization)(\"?\s*[:=]\s*\"?)([^\s\"',;]+(?:\s+[^\s\"',;]+)?)"),
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\bsk-ant-[A-Za-z0-9_-]{8,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),

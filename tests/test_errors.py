@@ -465,6 +465,10 @@ def test_classify_never_raises(status: int | None, body: str | bytes | None,
     ("x-api-key: plainsecretvalue", "plainsecretvalue"),
     ("api-key=azuresecret0123456789", "azuresecret0123456789"),
     ("Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("GET /v1/models?api_key=querysecret123", "querysecret123"),
+    ("x-goog-api-key: AIzaSyA1234567890abcdefghijklmnopq", "1234567890abcdefghij"),
+    ("https://generativelanguage.googleapis.com/v1?key=AIzaSyA1234567890abcdefghijklm",
+     "1234567890abcdefghij"),
 ])
 def test_redact_masks_secrets(text: str, secret: str) -> None:
     masked = redact(text)
@@ -473,8 +477,10 @@ def test_redact_masks_secrets(text: str, secret: str) -> None:
 
 
 def test_redact_leaves_ordinary_text_alone() -> None:
-    text = "prompt is too long: 202128 tokens > 200000 maximum (task-list, sk8ers)"
-    assert redact(text) == text
+    for text in ("prompt is too long: 202128 tokens > 200000 maximum (task-list, sk8ers)",
+                 '{"code": "invalid_api_key", "type": "invalid_request_error"}',
+                 "HTTP 401: authentication failed — check the API key: invalid x-api-key."):
+        assert redact(text) == text
 
 
 def test_reason_never_carries_a_key(server_url: str) -> None:
