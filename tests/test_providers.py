@@ -47,6 +47,7 @@ class Reply:
     content_type: str = "application/json"
     events: list[bytes] | None = None      # SSE frames, written one by one
     drop: bool = False                     # close the connection without answering
+    declare: int | None = None             # a Content-Length other than the body's
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -94,9 +95,11 @@ class Recorder:
                     self.close_connection = True
                     return
                 self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(reply.body)))
+                self.send_header("Content-Length", str(reply.declare or len(reply.body)))
                 self.end_headers()
                 self.wfile.write(reply.body)
+                if reply.declare:
+                    self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -284,6 +287,16 @@ def test_openai_body_shape(server: Recorder) -> None:
     no_stream = json.loads(provider.encode(Request((Message.user("x"),), stream=False,
                                                    max_tokens=9)))
     assert no_stream["max_tokens"] == 9 and "stream_options" not in no_stream
+
+
+def test_max_tokens_option_picks_the_parameter_name(server: Recorder) -> None:
+    provider = oa_provider(server, "my-azure-deployment")
+    body = json.loads(provider.encode(Request((Message.user("x"),), max_tokens=50,
+                                              options={"max_completion_tokens": None})))
+    assert body["max_completion_tokens"] == 50 and "max_tokens" not in body
+    body = json.loads(provider.encode(Request((Message.user("x"),),
+                                              options={"max_tokens": 70})))
+    assert body["max_tokens"] == 70
 
 
 def test_max_completion_tokens_families() -> None:
@@ -591,6 +604,76 @@ def test_garbled_stream_event(server: Recorder, api: str) -> None:
     with pytest.raises(ChatError) as info:
         provider.send(Request((Message.user("x"),)))
     assert "not valid JSON" in str(info.value)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_body_shorter_than_its_content_length(server: Recorder, api: str) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    good = (oa_completion() if api == "openai" else an_message()).body
+    server.script.append(Reply(body=good[:20], declare=len(good)))
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x"),), stream=False))
+    assert info.value.failure.request_bytes == len(server.requests[-1].body)
+    assert info.value.failure.kind is FailureKind.TRANSIENT
+
+
+def test_error_events_inside_a_stream(server: Recorder) -> None:
+    oa = oa_provider(server)
+    server.script.append(Reply(events=[
+        oa_chunk({"content": "par"}),
+        sse({"error": {"message": "The server had an error while processing your request.",
+                       "type": "server_error"}})]))
+    with pytest.raises(ChatError) as info:
+        oa.send(Request((Message.user("x"),)))
+    assert isinstance(info.value.__cause__, openai.APIError)
+    an = an_provider(server)
+    server.script.append(Reply(events=(an_stream([text_block("par")], stop=None,
+                                                 end=False).events or [])
+                               + [sse({"type": "error", "error": {"type": "overloaded_error",
+                                                                  "message": "Overloaded"}},
+                                      "error")]))
+    with pytest.raises(ChatError) as info:
+        an.send(Request((Message.user("x"),)))
+    assert isinstance(info.value.__cause__, anthropic.APIStatusError)
+    assert info.value.failure.kind is FailureKind.TRANSIENT
+    assert info.value.failure.request_bytes == len(server.requests[-1].body)
+
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+def test_callback_errors_are_not_swallowed(server: Recorder, make: Any) -> None:
+    def broken(_text: str) -> None:
+        raise ValueError("display failed")
+
+    with pytest.raises(ValueError, match="display failed"):
+        make(server).send(Request((Message.user("x"),)), on_text=broken)
+
+
+def test_every_sdk_exception_type_is_mapped() -> None:
+    from ipy_ctxrecovery.providers import anthropic as an_mod
+    from ipy_ctxrecovery.providers import openai as oa_mod
+
+    for module, caught in ((openai, oa_mod._SDK_ERRORS), (anthropic, an_mod._SDK_ERRORS)):
+        types = [v for v in list(vars(module).values())
+                 if isinstance(v, type) and issubclass(v, Exception)
+                 and v.__module__.startswith(module.__name__)]
+        assert len(types) > 10
+        # Webhook signature checks are not part of a chat call.
+        unmapped = [t.__name__ for t in types
+                    if not issubclass(t, caught) and "Webhook" not in t.__name__]
+        assert unmapped == [], f"{module.__name__}: {unmapped}"
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_emulator_body_cap_reaches_classify(wire: str, emulator: Any) -> None:
+    emu = emulator(max_body="2KB")
+    provider = make_provider("emulator" if wire == "openai" else "emulator:anthropic",
+                             emulator=emu, max_retries=0)
+    request = Request((Message.user("x" * 4000),))
+    with pytest.raises(ChatError) as info:
+        provider.send(request)
+    assert info.value.failure.kind is FailureKind.PAYLOAD_TOO_LARGE
+    assert info.value.failure.request_bytes == len(provider.encode(request))
+    assert emu.requests[-1].status == 413
 
 
 def test_sdk_retries_stay_on_for_transient_errors(server: Recorder) -> None:

@@ -6,7 +6,8 @@ emulator) through the SDK's own settings: a user-built client is used as is, oth
 
 ``max_tokens`` is sent only when the request sets it, as ``max_completion_tokens`` for
 the families that reject ``max_tokens`` (o-series reasoning models, gpt-5 and later) and
-as ``max_tokens`` for everything else, which is what OpenAI-compatible servers read.
+as ``max_tokens`` for everything else, which is what OpenAI-compatible servers read. An
+option with either name in ``Request.options`` picks the name explicitly.
 Streaming asks for ``stream_options={"include_usage": True}`` so usage arrives too.
 """
 
@@ -21,7 +22,7 @@ import httpx2
 import openai
 
 from ..catalogue import ModelInfo, lookup
-from ..errors import ConfigError
+from ..errors import ConfigError, redact
 from ..history import Message, ToolCall, to_openai
 from ._common import (
     BodyCapture,
@@ -81,7 +82,11 @@ class OpenAIProvider:
             try:
                 client = openai.OpenAI() if max_retries is None else openai.OpenAI(max_retries=max_retries)
             except openai.OpenAIError as exc:
-                raise ConfigError(NO_KEY_MESSAGE) from exc
+                if "credentials" in str(exc).lower() or "api_key" in str(exc).lower():
+                    raise ConfigError(NO_KEY_MESSAGE) from exc
+                raise ConfigError(
+                    f"The OpenAI client could not be built from the environment: {redact(str(exc))}"
+                ) from exc
         else:
             if not hasattr(client, "chat") or isinstance(client, openai.AsyncOpenAI):
                 raise ConfigError(
@@ -115,9 +120,17 @@ class OpenAIProvider:
                                                   "parameters": plain(t.parameters)}}
                 for t in request.tools
             ]
-        if request.max_tokens is not None:
+        # An option named max_completion_tokens/max_tokens picks the parameter name (for
+        # e.g. Azure deployments whose names hide the family); else the family decides.
+        if "max_completion_tokens" in request.options:
+            name = "max_completion_tokens"
+        elif "max_tokens" in request.options:
+            name = "max_tokens"
+        else:
             name = "max_completion_tokens" if uses_max_completion_tokens(self.model_id) else "max_tokens"
-            kwargs[name] = request.max_tokens
+        limit = request.max_tokens if request.max_tokens is not None else request.options.get(name)
+        if limit is not None:
+            kwargs[name] = limit
         kwargs["stream"] = request.stream
         if request.stream:
             kwargs["stream_options"] = {"include_usage": True}
