@@ -155,6 +155,7 @@ class ChatSession:
         self.settings = settings if settings is not None else Settings.from_env()
         self._client = client
         self._emulator = emulator
+        self._owns_provider = provider is None
         self._provider = provider if provider is not None else self._make_provider(model)
         self.model = self._provider.model
         self.max_tokens = max_tokens
@@ -194,7 +195,10 @@ class ChatSession:
                               for m in self._transcript):
             self._record(Message.system(system))
         self._files.save_meta({"model": self.model, "system": system})
-        self._files.save_history(self._history)
+        if self._files.load_history() is None:
+            # An existing snapshot stays until this session's first turn replaces it, so
+            # opening a session by name never loses what ``resume`` would restore.
+            self._files.save_history(self._history)
 
     # -- construction helpers -------------------------------------------------------------
     def _make_provider(self, model: str) -> Provider:
@@ -224,7 +228,6 @@ class ChatSession:
         session = cls(name=name, **kwargs)
         if snapshot is not None:
             session._history = snapshot
-            session._files.save_history(snapshot)
         return session
 
     # -- public views ---------------------------------------------------------------------
@@ -681,12 +684,21 @@ class ChatSession:
         refresh = getattr(self._provider, "refresh", None)
         if callable(refresh):
             refresh()
-        elif self._client is None:
-            try:
-                self._provider = self._make_provider(self.model)
-            except Exception as e:  # keep the old provider; the retry will report the failure
-                warnings.warn(f"could not re-create the provider: {redact(str(e))}",
-                              RuntimeWarning, stacklevel=2)
+            return
+        # A user's client or provider is theirs to fix; the emulator has no key to re-read.
+        if not self._owns_provider or self._client is not None \
+                or self.model.startswith("emulator"):
+            return
+        try:
+            fresh = self._make_provider(self.model)
+        except Exception as e:  # keep the old provider; the retry will report the failure
+            warnings.warn(f"could not re-create the provider: {redact(str(e))}",
+                          RuntimeWarning, stacklevel=2)
+            return
+        old, self._provider = self._provider, fresh
+        closer = getattr(old, "close", None)
+        if callable(closer):
+            closer()
 
     # -- history management -----------------------------------------------------------------
     def compact(self, instructions: str | None = None) -> compactor.CompactionReport:
@@ -731,8 +743,8 @@ class ChatSession:
         """Save the history snapshot and release the provider's client when it has one."""
         self._files.save_history(self._history)
         closer = getattr(self._provider, "close", None)
-        if callable(closer):  # releases what the provider opened itself, never a user's client
-            closer()
+        if self._owns_provider and callable(closer):
+            closer()  # releases what the provider opened itself, never a user's client
 
     def __enter__(self) -> ChatSession:
         return self

@@ -36,7 +36,7 @@ def test_all_is_pinned() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", [n for n in ipy_ctxrecovery.__all__ if n != "Emulator"])
+@pytest.mark.parametrize("name", ipy_ctxrecovery.__all__)
 def test_every_public_name_resolves(name: str) -> None:
     assert getattr(ipy_ctxrecovery, name) is not None
 

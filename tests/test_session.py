@@ -318,3 +318,53 @@ def test_two_sessions_never_share_learned_state() -> None:
     assert b.estimator.samples == 0
     assert a.caps is not b.caps and a.estimator is not b.estimator
     assert a.name != b.name
+
+
+def test_payload_failure_state_stays_in_its_session() -> None:
+    a, fake_a, _ = session(
+        "first", failure(FailureKind.PAYLOAD_TOO_LARGE, "413 Request Entity Too Large",
+                         status=413), "recovered")
+    b, fake_b, _ = session("first", "plain")
+    for s in (a, b):
+        s.send("z" * 3000)
+        s.send("y" * 500)
+    assert a.caps.effective() is not None and a.status().cap_source == "learned"
+    assert b.caps.effective() is None and b.status().cap is None
+    notice = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
+    assert any(notice in m.text for m in fake_a.requests[-1].messages)
+    assert not any(notice in m.text for r in fake_b.requests for m in r.messages)
+    assert a.status().recoveries == 1 and b.status().recoveries == 0
+
+
+def test_interrupting_compaction_leaves_history_exactly_as_it_was() -> None:
+    def interrupt_summaries(request: Any) -> Any:
+        if any("STRUCTURED SUMMARY" in m.text for m in request.messages
+               if m.role is Role.SYSTEM):
+            raise KeyboardInterrupt
+        return "fine"
+
+    fake = FakeProvider([interrupt_summaries] * 50, window=2048)
+    s, _, _ = session(provider=fake, name="cancel")
+    phases: list[str] = []
+    s.subscribe(lambda e: phases.append(getattr(e, "phase", "")))
+    committed = s.history
+    with pytest.raises(KeyboardInterrupt):
+        for i in range(40):
+            committed = s.history
+            s.send(f"message {i} " + "word " * 150)
+    assert "cancelled" in phases
+    assert s.history == committed  # the turn's history was never swapped in
+    assert s.history[-1].role is Role.ASSISTANT
+    snapshot = json.loads((s.directory / "history.json").read_text())["messages"]
+    assert len(snapshot) == len(committed)
+    interrupted = s.transcript[-1]
+    assert interrupted.role is Role.USER  # the interrupted request is on record
+    assert interrupted not in s.history
+
+
+def test_opening_an_existing_name_keeps_the_snapshot_until_a_turn() -> None:
+    s, _, _ = session("one", name="kept")
+    s.send("first")
+    ChatSession(provider=FakeProvider(), name="kept", settings=SETTINGS)
+    again = ChatSession.resume("kept", provider=FakeProvider(), settings=SETTINGS)
+    assert [m.text for m in again.history] == ["first", "one"]

@@ -125,8 +125,8 @@ def check_run(run: Run, *, limit: int | None = None, payload: bool = False,
             assert problems(history) == [], (i, problems(history))
             notices = sum(m.text.count(NOTICE_HEAD) for m in history)
             assert notices <= 1
-            assert all(m.text != CONTINUATION_PROMPT for m in history[:-1]
-                       if m.role is Role.USER) or True
+            # A continuation prompt is only ever the last message of its request.
+            assert all(m.text != CONTINUATION_PROMPT for m in history[:-1])
     injected = [e for e in run.events if isinstance(e, NoticeInjected) and e.notice == "payload"]
     if payload:
         assert len(injected) == 1
@@ -270,3 +270,30 @@ def test_max_tokens_cut_is_continued_and_stitched(emulator: Any, wire: str) -> N
                      .replace("\\n", "\n")]
     assert continuations  # escalation really happened
     check_resume(run, emulator, wire, context_window=8192)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_manual_compact_and_undo(emulator: Any, wire: str) -> None:
+    emu = emulator(context_window=8192)
+    session = ChatSession(wire, emulator=emu, settings=Settings(), system="You are terse.",
+                          name=f"manual-{wire.replace(':', '-')}")
+    for i in range(8):
+        session.send(filler(i, 800))
+    before = session.history
+    size_before = session.status().history_bytes
+    report = session.compact("keep the item numbers")
+    assert report.applied and report.summarized_messages > 0
+    assert session.status().history_bytes < size_before
+    assert session.history[0].text == "You are terse."
+    assert any(m.text.startswith("[STRUCTURED SUMMARY — covering") for m in session.history)
+    summarizer = [r for r in emu.requests if r.body is not None
+                  and "keep the item numbers" in json.dumps(r.body, ensure_ascii=False)]
+    assert summarizer  # the instructions reached the summarizer
+    assert session.status().compactions == 1
+    session.send("after compaction")
+    session.undo_compact()
+    assert session.history[:len(before)] == before
+    assert [m.text for m in session.history[len(before):]][0] == "after compaction"
+    with pytest.raises(Exception, match="no compaction to undo"):
+        session.undo_compact()
+    assert len([m for m in session.transcript if m.role is Role.USER]) == 9
