@@ -134,7 +134,7 @@ def words(n: int) -> str:
 def test_public_names_are_pinned() -> None:
     assert sorted(emulator_pkg.__all__) == sorted([
         "Emulator", "Fault", "RequestRecord", "body_too_large", "count_tokens", "drop",
-        "http_error", "waf_block"])
+        "http_error", "stream_cut", "stream_error", "waf_block"])
 
 
 def test_urls_and_lifecycle() -> None:
@@ -497,6 +497,69 @@ def test_scripted_middlebox_faults_and_reset(emulator: Callable[..., Emulator]) 
     emu.script(500)
     emu.reset()
     assert emu.requests == [] and emu.pending_faults == ()
+
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_stream_error_breaks_off_with_the_providers_error_event(
+        emulator: Callable[..., Emulator], wire: str) -> None:
+    emu = emulator()
+    oc, ac = clients(emu)
+    emu.script("stream-error")
+    got = ""
+    with pytest.raises((openai.APIError, anthropic.APIError)) as info:
+        if wire == "openai":
+            for chunk in oc.chat.completions.create(
+                    model="emulator", stream=True,
+                    messages=[{"role": "user", "content": "[[words 40]]"}]):
+                got += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+        else:
+            with ac.messages.stream(model="claude-emulator", max_tokens=500,
+                                    messages=[{"role": "user", "content": "[[words 40]]"}]) as s:
+                for text in s.text_stream:
+                    got += text
+    exc: Any = info.value
+    assert got and words(40).startswith(got) and got != words(40)
+    if wire == "openai":
+        # OpenAI: a `data: {"error": …}` line inside the 200 stream -> APIError, no status.
+        assert type(exc) is openai.APIError and exc.body["type"] == "server_error"
+    else:
+        # Anthropic: `event: error` -> APIStatusError carrying the 200 of the stream.
+        assert isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200
+        assert exc.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert classify(exc).kind is FailureKind.TRANSIENT
+    assert [(r.status, r.fault) for r in emu.requests] == [(200, "stream-error")]
+    # Not streamed, the same fault is the provider's error status.
+    emu.script("stream-error")
+    exc = fail(emu, wire, "hi")
+    assert exc.status_code == (500 if wire == "openai" else 529)
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("wire", WIRES)
+def test_stream_cut_closes_the_connection_halfway(emulator: Callable[..., Emulator],
+                                                  wire: str, stream: bool) -> None:
+    emu = emulator()
+    emu.script("stream-cut")
+    with pytest.raises(Exception) as info:
+        ask(emu, wire, [{"role": "user", "content": "[[words 40]]"}], stream=stream)
+    exc = info.value
+    # anthropic lets the transport error through while a stream is iterated; openai wraps it.
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    assert "RemoteProtocolError" in names
+    assert classify(exc).kind is FailureKind.TRANSIENT
+    assert [(r.status, r.fault) for r in emu.requests] == [(200, "stream-cut")]
+
+
+def test_provider_faults_wait_for_a_request_that_reaches_the_provider(
+        emulator: Callable[..., Emulator]) -> None:
+    emu = emulator(max_body="16KB", context_window=10**6)
+    emu.script(429, "drop")
+    assert fail(emu, "openai", "b" * 20_000).status_code == 413  # the proxy answered
+    assert fail(emu, "openai", "small").status_code == 429
+    assert isinstance(fail(emu, "openai", "small"), openai.APIConnectionError)
+    assert [(r.status, r.fault) for r in emu.requests] == \
+        [(413, "413:nginx"), (429, "429"), (None, "drop")]
 
 
 # --------------------------------------------------------------------------- middleboxes

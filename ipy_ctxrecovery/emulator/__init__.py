@@ -52,14 +52,20 @@ continuation prompt and not a notice the recovery machinery wrote (starting with
 
 Faults
 ------
-In order: the scripted queue (``emu.script("429")``, ``emu.fail_next(529)``, one per
-request), ``drop_over`` (connection reset mid-request, no response), ``max_body`` (413 as
-``nginx`` / ``cloudflare`` / ``aws`` / ``envoy``), ``waf_over`` (403: Cloudflare's block
-page with ``cf-ray``, or a ``bare`` HTML 403 with no signal words), the API key (401 in
-each provider's format, when ``api_key`` is set), then the provider's own 400s:
-``max_tokens`` above ``max_output_tokens``, and the context window (OpenAI
+Middleboxes first, in order: ``drop_over`` (connection reset mid-request, no response),
+``max_body`` (413 as ``nginx`` / ``cloudflare`` / ``aws`` / ``envoy``), ``waf_over`` (403:
+Cloudflare's block page with ``cf-ray``, or a ``bare`` HTML 403 with no signal words).
+Then the provider: the API key (401 in each provider's format, when ``api_key`` is set),
+``max_tokens`` above ``max_output_tokens`` (400), the context window (OpenAI
 ``context_length_exceeded``; Anthropic "prompt is too long: M tokens > N maximum" and
 "input length and `max_tokens` exceed context limit: A + B > C, …").
+
+One-off faults queue with ``emu.script(...)`` / ``emu.fail_next(status)`` and are consumed
+in order, each by the next request that reaches its layer: middlebox faults (``"drop"``,
+``"413:<style>"``, ``"waf[:bare]"``) on arrival; provider faults (a status such as 429
+with ``retry_after``, 500, 529; ``"stream-error"`` — half the stream, then the provider's
+error event; ``"stream-cut"`` — half the answer, then the connection closes) only by a
+request that got past the middleboxes.
 
 Provider answers carry no Cloudflare headers (the real APIs sit behind Cloudflare, but
 only the WAF fault should show its signals here). Request headers are never logged.
@@ -67,7 +73,15 @@ only the WAF fault should show its signals here). Request headers are never logg
 
 from __future__ import annotations
 
-from .faults import Fault, body_too_large, drop, http_error, waf_block
+from .faults import (
+    Fault,
+    body_too_large,
+    drop,
+    http_error,
+    stream_cut,
+    stream_error,
+    waf_block,
+)
 from .replies import count_tokens
 from .server import Emulator, RequestRecord
 
@@ -79,5 +93,7 @@ __all__ = [
     "count_tokens",
     "drop",
     "http_error",
+    "stream_cut",
+    "stream_error",
     "waf_block",
 ]

@@ -30,6 +30,8 @@ __all__ = [
     "body_too_large",
     "drop",
     "http_error",
+    "stream_cut",
+    "stream_error",
     "openai_error",
     "parse_fault",
     "provider_error",
@@ -69,7 +71,8 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """One scripted failure: ``kind`` is ``status`` | ``body_limit`` | ``waf`` | ``drop``."""
+    """One scripted failure: ``kind`` is ``status`` | ``body_limit`` | ``waf`` | ``drop`` |
+    ``stream_error`` | ``stream_cut``."""
 
     kind: str
     status: int = 0
@@ -86,6 +89,8 @@ class Fault:
             return f"413:{self.style}"
         if self.kind == "waf":
             return f"waf:{self.style}"
+        if self.kind in ("stream_error", "stream_cut"):
+            return self.kind.replace("_", "-")
         return "drop"
 
 
@@ -112,9 +117,22 @@ def drop() -> Fault:
     return Fault("drop")
 
 
+def stream_error() -> Fault:
+    """A 200 stream that breaks off halfway with the provider's error event (Anthropic
+    ``event: error`` overloaded_error; OpenAI ``data: {"error": …}`` server_error). A
+    non-streamed request gets the same error as a status (529 / 500)."""
+    return Fault("stream_error")
+
+
+def stream_cut() -> Fault:
+    """A 200 answer whose connection is closed halfway (no terminating chunk, or fewer
+    bytes than Content-Length): what an idle-timeout proxy does to a long answer."""
+    return Fault("stream_cut")
+
+
 def parse_fault(spec: Fault | int | str) -> Fault:
     """A :class:`Fault` from a short spec: ``429``, ``"500"``, ``"drop"``, ``"413:envoy"``,
-    ``"nginx"``, ``"waf"``, ``"waf:bare"``."""
+    ``"nginx"``, ``"waf"``, ``"waf:bare"``, ``"stream-error"``, ``"stream-cut"``."""
     if isinstance(spec, Fault):
         return spec
     if isinstance(spec, int) and not isinstance(spec, bool):
@@ -129,13 +147,18 @@ def parse_fault(spec: Fault | int | str) -> Fault:
         return http_error(int(head))
     if head == "drop":
         return drop()
+    if head.replace("_", "-") == "stream-error":
+        return stream_error()
+    if head.replace("_", "-") == "stream-cut":
+        return stream_cut()
     if head == "waf":
         return waf_block(tail or "cloudflare")
     if head in BODY_LIMIT_STYLES:
         return body_too_large(head)
     raise ConfigError(
         f"fault {spec!r} is not known; use an HTTP status such as 429, 'drop', "
-        f"'413:<{'|'.join(BODY_LIMIT_STYLES)}>' or 'waf[:bare]'."
+        f"'413:<{'|'.join(BODY_LIMIT_STYLES)}>', 'waf[:bare]', 'stream-error' or "
+        "'stream-cut'."
     )
 
 
@@ -458,3 +481,15 @@ def not_found(wire: str, method: str, path: str) -> Answer:
         return anthropic_error(404, "not_found_error", "Not Found")
     return openai_error(404, f"Invalid URL ({method} {path})")
 
+
+
+def stream_error_event(wire: str) -> bytes:
+    """The error event a provider sends inside a 200 stream when it fails mid-answer."""
+    if wire == "anthropic":
+        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
+                "request_id": request_id()}
+        return f"event: error\ndata: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
+    body = {"error": {"message": "The server had an error while processing your request. "
+                                 "Sorry about that!", "type": "server_error", "param": None,
+                      "code": None}}
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n".encode()

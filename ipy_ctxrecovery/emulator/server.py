@@ -1,9 +1,10 @@
 """The emulator's HTTP server: :class:`Emulator`, its request records and fault queue.
 
 A stdlib ``ThreadingHTTPServer`` in a daemon thread, HTTP/1.1 with keep-alive, chunked
-transfer encoding for SSE. Each request goes, in order, through: the scripted fault queue,
-``drop_over``, ``max_body`` (413), ``waf_over`` (403), the API key, ``latency``, request
-validation (output limit, context window), then the deterministic reply.
+transfer encoding for SSE. Each request goes, in order, through: a scripted middlebox
+fault, ``drop_over``, ``max_body`` (413), ``waf_over`` (403), ``latency``, a scripted
+provider fault, the API key, request validation (output limit, context window), then the
+deterministic reply.
 """
 
 from __future__ import annotations
@@ -248,9 +249,13 @@ class Emulator:
             self._records.clear()
             self._faults.clear()
 
-    def _next_fault(self) -> Fault | None:
+    def _next_fault(self, *, middlebox: bool) -> Fault | None:
+        """Pop the head of the queue if it belongs to this layer (middlebox or provider):
+        a provider fault waits for a request that gets past the middleboxes."""
         with self._lock:
-            return self._faults.popleft() if self._faults else None
+            if self._faults and (self._faults[0].kind in _MIDDLEBOX_KINDS) == middlebox:
+                return self._faults.popleft()
+            return None
 
     def _record(self, record: RequestRecord) -> None:
         with self._lock:
@@ -315,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         wire_name = _wire_of(path)
         declared = self._declared_length()
-        fault = emu._next_fault()
+        fault = emu._next_fault(middlebox=True)
 
         def record(status: int | None, fault_label: str | None, raw: bytes | None = None,
                    body: Any = None, stream: bool = False) -> None:
@@ -323,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
             emu._record(RequestRecord(path, status, size, body, fault_label, stream, raw))
 
         # 1. Middleboxes: they act on the size before the provider sees anything.
-        if fault is not None and fault.kind != "status":
+        if fault is not None:
             self._middlebox(fault, declared, record)
             return
         size = declared
@@ -354,10 +359,14 @@ class _Handler(BaseHTTPRequestHandler):
         stream = bool(isinstance(body, dict) and body.get("stream"))
         if emu.latency:
             time.sleep(emu.latency)
-        if fault is not None:
+        fault = emu._next_fault(middlebox=False)
+        fault_label = fault.label if fault is not None else None
+        if fault is not None and fault.kind == "stream_error" and not stream:
+            fault = faults.http_error(529 if wire_name == "anthropic" else 500)
+        if fault is not None and fault.kind == "status":
             answer = faults.provider_error(wire_name or "openai", fault.status,
                                            message=fault.message, retry_after=fault.retry_after)
-            record(answer.status, fault.label, raw, body, stream)
+            record(answer.status, fault_label, raw, body, stream)
             self._send(answer)
             return
         if wire_name is None:
@@ -366,13 +375,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(answer)
             return
         label, answer_or_stream = self._provider(wire_name, body)
+        broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
+            if answer_or_stream.status == 200 and broken == "stream_cut":
+                record(200, fault_label, raw, body, stream)
+                self._send(answer_or_stream, cut=True)
+                return
             record(answer_or_stream.status, label, raw, body, stream)
             self._send(answer_or_stream)
         else:
             headers, events = answer_or_stream
-            record(200, None, raw, body, stream)
-            self._send_stream(headers, events)
+            record(200, fault_label, raw, body, stream)
+            self._send_stream(headers, events, broken=broken, wire_name=wire_name)
 
     # ------------------------------------------------------------------ middleboxes
 
@@ -506,12 +520,17 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 remaining -= len(got)
 
-    def _abort(self) -> None:
-        """Reset the connection (RST): the client sees a dropped connection, never a hang."""
+    def _abort(self, *, reset: bool = True) -> None:
+        """Close the connection now: with ``reset`` an RST (a drop mid-request), else a
+        plain FIN after what was sent (a cut answer). The client never hangs."""
         self.close_connection = True
         sock = self.connection
         with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if reset:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                self.wfile.flush()
+                sock.shutdown(socket.SHUT_RDWR)
         for stream in (self.wfile, self.rfile):
             with contextlib.suppress(OSError, ValueError):
                 stream.close()
@@ -532,7 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
         lines += [f"{k}: {v}" for k, v in headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _send(self, answer: Answer) -> None:
+    def _send(self, answer: Answer, *, cut: bool = False) -> None:
         headers = list(answer.headers)
         names = {k.lower() for k, _ in headers}
         if "date" not in names:
@@ -543,11 +562,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             headers.append(("Connection", "keep-alive"))
-        self.wfile.write(self._head(answer.status, answer.status_line_reason, headers)
-                         + answer.body)
+        body = answer.body[:len(answer.body) // 2] if cut else answer.body
+        self.wfile.write(self._head(answer.status, answer.status_line_reason, headers) + body)
         self.wfile.flush()
+        if cut:
+            self._abort(reset=False)
 
-    def _send_stream(self, headers: Iterable[tuple[str, str]], events: Iterable[bytes]) -> None:
+    def _send_stream(self, headers: Iterable[tuple[str, str]], events: Iterable[bytes], *,
+                     broken: str | None = None, wire_name: str = "openai") -> None:
+        if broken is not None:
+            # Half the answer, then the provider's error event or a cut connection.
+            listed = list(events)
+            events = listed[:max(2, (len(listed) - 2) // 2)]
+            if broken == "stream_error":
+                events.append(faults.stream_error_event(wire_name))
         head = [("Date", faults._date()), ("Content-Type", "text/event-stream; charset=utf-8"),
                 ("Transfer-Encoding", "chunked"), ("Connection", "keep-alive"),
                 ("Cache-Control", "no-cache"), *headers]
@@ -556,11 +584,17 @@ class _Handler(BaseHTTPRequestHandler):
             for event in events:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 self.wfile.flush()
+            if broken == "stream_cut":
+                self._abort(reset=False)
+                return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             # The client stopped reading (closed the stream early): nothing left to do.
             self.close_connection = True
+
+
+_MIDDLEBOX_KINDS = frozenset({"body_limit", "waf", "drop"})
 
 
 def _wire_of(path: str) -> str | None:
