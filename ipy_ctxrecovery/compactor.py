@@ -243,11 +243,12 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     ``trim``; then, when trim alone does not reach the target, ``summarize`` (the fewest
     oldest messages that bring the history to the target; with ``force_summary``, for a
     manual compact already under its target, everything before the latest request) and
-    ``applied`` — or ``rejected`` (the history is
-    returned unchanged, ``applied=False``) or ``cancelled`` (``KeyboardInterrupt`` from
-    ``summarize``, or ``should_cancel()`` true before or after it: the interrupt is
-    re-raised and nothing is returned). A summary that fits nowhere below the target is
-    still applied when it shrinks the history; ``after_bytes`` tells the caller.
+    ``applied``. Otherwise ``rejected``: the history is returned unchanged with
+    ``applied=False`` — all or nothing, even the trim is dropped. Or ``cancelled``: a
+    ``KeyboardInterrupt`` from ``summarize``, or ``should_cancel()`` true just before or
+    after it, is re-raised and nothing is returned. A summary that does not bring the
+    history down to the target is still applied when it shrinks it; ``after_bytes``
+    tells the caller. Any other exception from ``summarize`` rejects the summary.
     """
     emit = _ignore if on_event is None else on_event
     n0 = len(history)

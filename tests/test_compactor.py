@@ -565,3 +565,20 @@ def test_public_names() -> None:
         "Summarizer", "compact", "compaction_budget", "compaction_target", "summary_header",
         "trim",
     }
+
+
+def test_with_the_emulators_extractive_summarizer() -> None:
+    from ipy_ctxrecovery.emulator.replies import summarize as emulator_summarize
+
+    h: History = (Message.system("sys"), *big_turns(6, 8_000), Message.user("latest"))
+    events = Events()
+    out, report = compact(h, target_bytes=wire_bytes(h) // 3, measure=wire_bytes,
+                          summarize=emulator_summarize, settings=S, on_event=events)
+    assert report.applied, report.rejected_reason
+    assert events.phases == ["start", "trim", "summarize", "applied"]
+    summary = out[1]
+    assert summary.tag == TAG_SUMMARY
+    header = f"[STRUCTURED SUMMARY — covering {report.summarized_messages} earlier messages]\n"
+    assert summary.text.startswith(header)
+    assert summary.text.count("[STRUCTURED SUMMARY") == 1
+    assert problems(out) == [] and wire_bytes(out) <= wire_bytes(h) // 3
