@@ -254,7 +254,7 @@ def _fit_numbers(settings: Settings, failure: Failure, *, history_bytes: int,
         return None, None, ""
     limit_bytes = math.floor(history_bytes * available / prompt)
     target = math.floor(limit_bytes * (1 - settings.exact_fit_margin))
-    room = f" with max_tokens {max_tokens:,}" if max_tokens else ""
+    room = f" (room kept for max_tokens {max_tokens:,})" if max_tokens else ""
     return limit_bytes, target, (f"the provider reported {prompt:,} tokens > {limit:,}"
                                  f"{room}")
 
