@@ -519,14 +519,15 @@ def test_stream_error_breaks_off_with_the_providers_error_event(
                 for text in s.text_stream:
                     got += text
     exc: Any = info.value
+    body: Any = exc.body
     assert got and words(40).startswith(got) and got != words(40)
     if wire == "openai":
         # OpenAI: a `data: {"error": …}` line inside the 200 stream -> APIError, no status.
-        assert type(exc) is openai.APIError and exc.body["type"] == "server_error"
+        assert type(exc) is openai.APIError and body["type"] == "server_error"
     else:
         # Anthropic: `event: error` -> APIStatusError carrying the 200 of the stream.
         assert isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200
-        assert exc.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+        assert body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
     assert classify(exc).kind is FailureKind.TRANSIENT
     assert [(r.status, r.fault) for r in emu.requests] == [(200, "stream-error")]
     # Not streamed, the same fault is the provider's error status.
