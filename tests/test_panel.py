@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -130,7 +131,7 @@ def test_events_from_another_thread_wait_for_the_owning_thread() -> None:
     assert panel.action_label.value == "last: ✓ recovered"
 
 
-def test_attach_follows_a_real_session(emulator) -> None:  # type: ignore[no-untyped-def]
+def test_attach_follows_a_real_session(emulator: Any) -> None:
     from ipy_ctxrecovery.session import ChatSession
 
     emu = emulator(context_window=4096)
