@@ -113,52 +113,26 @@ _REQUEST_TOO_LARGE_TPM = re.compile(
 # limit marker in the same text vetoes them ("Too many tokens, please wait" is Bedrock
 # throttling, not an overflow).
 _OVERFLOW_WORDS = (
-    "context_length_exceeded",
-    "context length exceeded",
-    "exceed_context_size_error",
-    "exceeds the available context size",
-    "maximum context length",
-    "exceeds the context window",
-    "exceeds the maximum number of tokens",
-    "input token count",
-    "maximum prompt length",
-    "prompt is too long",
-    "input is too long",
-    "input too long",
-    "exceed context limit",
-    "max_tokens exceed",
-    "input length exceeds the context length",
-    "input length exceeds context length",
-    "reduce the length of the messages",
-    "too many input tokens",
-    "too many tokens",
-    "token limit",
-    "context length of only",
-    "model_context_window_exceeded",
-    "context size has been exceeded",
-    "context window exceeded",
-    "request too large",  # SPEC §1 seed list; OpenAI/Groq TPM form is matched with numbers
+    "context_length_exceeded", "context length exceeded", "exceed_context_size_error",
+    "exceeds the available context size", "maximum context length", "exceeds the context window",
+    "exceeds the maximum number of tokens", "input token count", "maximum prompt length",
+    "prompt is too long", "input is too long", "input too long", "exceed context limit",
+    "max_tokens exceed", "input length exceeds the context length",
+    "input length exceeds context length", "reduce the length of the messages",
+    "too many input tokens", "too many tokens", "token limit", "context length of only",
+    "model_context_window_exceeded", "context size has been exceeded", "context window exceeded",
+    "request too large",  # SPEC §1 seed list; the OpenAI/Groq TPM form is matched with numbers
 )
-_OVERFLOW_CODES = frozenset({
-    "context_length_exceeded", "exceed_context_size_error", "model_context_window_exceeded",
-    "string_above_max_length_tokens",
-})
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
+                             "model_context_window_exceeded"})
 _RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", "please wait",
                  "try again in", "tokens per day", "(tpm)", "(rpm)", "quota")
 
 # Payload size in the text (status not 413/431, e.g. a proxy page relayed as 400/502).
+# (Covers SPEC's "413 payload too large" and "431 request header fields too large" too.)
 _PAYLOAD_WORDS = (
-    "413 payload too large",
-    "413 request entity too large",
-    "request entity too large",
-    "payload too large",
-    "payloadtoolargeerror",
-    "body too large",
-    "request body too large",
-    "maximum request size",
-    "request_too_large",
-    "431 request header fields too large",
-    "request header fields too large",
+    "request entity too large", "payload too large", "payloadtoolargeerror", "body too large",
+    "maximum request size", "request_too_large", "request header fields too large",
     "failed to buffer the request body",
 )
 # OpenAI per-field byte limit: "Invalid 'messages[1].content': string too long. Expected a
@@ -234,24 +208,13 @@ _RESPONSE_STARTED_WORDS = ("incomplete chunked read", "without sending complete 
 
 # Class-name fallbacks for SDK exceptions that carry no status (or for a class whose name
 # says more than its status).
-_NAME_KINDS: tuple[tuple[str, FailureKind], ...] = (
-    ("ContentTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
-    ("RequestTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
-    ("RequestHeaderFieldsTooLarge", FailureKind.PAYLOAD_TOO_LARGE),
-    ("Authentication", FailureKind.AUTH),
-    ("PermissionDenied", FailureKind.AUTH),
-    ("Credentials", FailureKind.AUTH),
-    ("OAuth", FailureKind.AUTH),
-    ("IdentityToken", FailureKind.AUTH),
-    ("WorkloadIdentity", FailureKind.AUTH),
-    ("SubjectTokenProvider", FailureKind.AUTH),
-    ("RateLimit", FailureKind.TRANSIENT),
-    ("Overloaded", FailureKind.TRANSIENT),
-    ("ServiceUnavailable", FailureKind.TRANSIENT),
-    ("InternalServer", FailureKind.TRANSIENT),
-    ("GatewayTimeout", FailureKind.TRANSIENT),
-    ("RequestTimeout", FailureKind.TRANSIENT),
-    ("Retryable", FailureKind.TRANSIENT),
+_NAME_KINDS: tuple[tuple[tuple[str, ...], FailureKind], ...] = (
+    (("ContentTooLarge", "RequestTooLarge", "RequestHeaderFieldsTooLarge"),
+     FailureKind.PAYLOAD_TOO_LARGE),
+    (("Authentication", "PermissionDenied", "Credentials", "OAuth", "IdentityToken",
+      "WorkloadIdentity", "SubjectTokenProvider"), FailureKind.AUTH),
+    (("RateLimit", "Overloaded", "ServiceUnavailable", "InternalServer", "GatewayTimeout",
+      "RequestTimeout", "Retryable"), FailureKind.TRANSIENT),
 )
 
 
@@ -652,16 +615,13 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
 
     # 8. No status: the exception type and message decide.
     if status is None:
-        for fragment, kind in _NAME_KINDS:
-            if any(fragment in name for name in ev.names):
-                return make(kind, f"{where} failed ({_first_sdk_name(ev)}){said}.")
+        for fragments, kind in _NAME_KINDS:
+            if any(fragment in name for name in ev.names for fragment in fragments):
+                culprit = type(ev.chain[0]).__name__ if ev.chain else "error"
+                return make(kind, f"{where} failed ({culprit}){said}.")
         if any(word in text for word in ("overloaded", "rate limit", "temporarily unavailable")):
             return make(FailureKind.TRANSIENT, f"{where} failed, worth retrying{said}.")
     return make(FailureKind.OTHER, f"{where} failed{said}.")
-
-
-def _first_sdk_name(ev: _Evidence) -> str:
-    return type(ev.chain[0]).__name__ if ev.chain else "error"
 
 
 def _classify_403(ev: _Evidence, make: Any, where: str) -> Failure:
