@@ -110,26 +110,31 @@ def _build_content(kind: str, seed: str, size: int) -> str:
     return (line * (size // len(line) + 1))[:size]
 
 
-@st.composite
-def result_content(draw: st.DrawFn, *, max_chars: int = 60_000) -> str:
+@functools.cache
+def _sizes(max_chars: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(0, min(300, max_chars)), st.integers(0, min(6_000, max_chars)),
+                     st.integers(0, max_chars))
+
+
+@functools.cache
+def result_content(*, max_chars: int = 60_000) -> st.SearchStrategy[str]:
     """A tool result's content: mostly small, sometimes large, sometimes empty."""
-    kind = draw(st.sampled_from(RESULT_KINDS))
-    size = draw(st.one_of(
-        st.integers(0, 300),
-        st.integers(0, min(6_000, max_chars)),
-        st.integers(0, max_chars),
-    ))
-    seed = draw(multibyte_text(min_pieces=1, max_pieces=8))
-    return _build_content(kind, seed, size)
+    return st.tuples(st.sampled_from(RESULT_KINDS), multibyte_text(min_pieces=1, max_pieces=8),
+                     _sizes(max_chars)).map(lambda t: _build_content(t[0], t[1], t[2]))
+
+
+# Nested values too, so a test can see whether a step mutated a meta dict in place;
+# st.builds(dict) gives every message its own (empty) dict.
+_META: st.SearchStrategy[dict[str, Any]] = st.one_of(st.builds(dict), st.fixed_dictionaries(
+    {"origin": st.sampled_from(["cell", "transcript"]),
+     "notes": st.lists(st.integers(0, 9), max_size=2)}))
 
 
 def _meta(draw: st.DrawFn) -> dict[str, Any]:
-    # Nested values too, so a test can see whether a step mutated a meta dict in place.
-    return draw(st.one_of(st.just({}), st.fixed_dictionaries(
-        {"origin": st.sampled_from(["cell", "transcript"]),
-         "notes": st.lists(st.integers(0, 9), max_size=2)})))
+    return draw(_META)
 
 
+@functools.cache
 @st.composite
 def _assistant_round(draw: st.DrawFn, turn: int, id_style: str,
                      max_result_chars: int) -> list[Message]:
@@ -164,6 +169,7 @@ def _assistant_round(draw: st.DrawFn, turn: int, id_style: str,
     return [Message(Role.ASSISTANT, tuple(blocks)), *results]
 
 
+@functools.cache
 @st.composite
 def _turn(draw: st.DrawFn, turn: int, id_style: str, max_result_chars: int,
           *, last: bool, end_with_user: bool) -> list[Message]:
