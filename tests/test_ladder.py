@@ -284,6 +284,32 @@ def test_aggressive_halves_the_limits_without_changing_settings(store: ResultSto
     assert problems(out) == []
 
 
+def test_aggressive_halves_the_turn_budget(store: ResultStore) -> None:
+    calls = [ToolCall(f"c{i}", "read_file", "{}") for i in range(12)]
+    hist = (Message.user("read twelve files"), Message.assistant("", calls),
+            *[Message.tool(c.id, f"{i}" + "d" * 8_999) for i, c in enumerate(calls)])
+    total = sum(len(m.text) for m in hist[2:])
+    assert 100_000 < total <= 200_000                    # fits 200,000, not 100,000
+    out = run(level_decision(Level.AGGRESSIVE), hist, store).history
+    assert sum(len(m.text) for m in out[2:]) <= 100_000
+    assert problems(out) == []
+
+
+def test_emergency_keeps_exactly_the_last_ten_when_they_start_with_a_user(
+        store: ResultStore) -> None:
+    hist = conversation(20)[:-1]                          # ends with an answer
+    out = run(level_decision(Level.EMERGENCY), hist, store).history
+    kept = [m for m in out if m.role is not Role.SYSTEM and m.tag is None]
+    assert S.emergency_keep_messages == 10
+    assert kept == list(hist[-10:])
+    out4 = run(level_decision(Level.NUCLEAR), hist, store).history
+    assert S.nuclear_keep_messages == 4
+    assert [m for m in out4 if m.role is not Role.SYSTEM and m.tag is None] == list(hist[-4:])
+    custom = S.replace(emergency_keep_messages=6)
+    out6 = run(level_decision(Level.EMERGENCY), hist, store, custom).history
+    assert [m for m in out6 if m.role is not Role.SYSTEM and m.tag is None] == list(hist[-6:])
+
+
 def test_aggressive_shrinks_old_turns_too(store: ResultStore) -> None:
     hist = (Message.user("first"), Message.assistant("", [ToolCall("c", "grep", "{}")]),
             Message.tool("c", "z" * 15_000), Message.assistant("done"), Message.user("now"))
