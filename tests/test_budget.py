@@ -323,9 +323,10 @@ def test_budget_properties(hist: h.History, turn_budget: int, per_result: int, h
         assert all(len(out[i].text) <= per_result for i in turn)
         if sum(len(out[i].text) for i in turn) > turn_budget:
             # Over budget only when nothing left can shrink further.
+            floor = MIN_PREVIEW_BODY_CHARS + 200 + len(str(store.directory))
             for i in turn:
                 if compaction_info(out[i]) is None:
-                    assert len(out[i].text) <= MIN_PREVIEW_BODY_CHARS + 200 + len(str(store.directory))
+                    assert len(out[i].text) <= floor
         for i in range(start + 1):
             assert out[i] is hist[i]                                 # earlier turns untouched
         for p in report.persisted:

@@ -178,8 +178,8 @@ def test_bytes_freed_counts_utf8_bytes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "kind"), [
     (JSON_30K, "JSON"), ('{"a": 1}', "JSON"), (TRACEBACK, "Python traceback"), (DIFF, "diff"),
-    (CSV, "CSV"), (HTML, "HTML"), (LOG, "text"), ("", "empty"), ("<?xml version='1.0'?><a/>", "XML"),
-    ("[not json", "text"),
+    (CSV, "CSV"), (HTML, "HTML"), (LOG, "text"), ("", "empty"),
+    ("<?xml version='1.0'?><a/>", "XML"), ("[not json", "text"),
 ])
 def test_detect_kind(text: str, kind: str) -> None:
     assert detect_kind(text) == kind
