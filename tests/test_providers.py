@@ -425,6 +425,14 @@ def test_openai_non_stream_tool_call_and_reasoning_content(server: Recorder) -> 
     assert streamed.message.blocks == (Reasoning("hmm ok"), Text("done"))
 
 
+def test_openai_streamed_refusal_is_the_answer(server: Recorder) -> None:
+    provider = oa_provider(server)
+    server.script.append(oa_stream([{"refusal": "I can't "}, {"refusal": "help with that."}]))
+    seen: list[str] = []
+    response = provider.send(Request((Message.user("x"),)), on_text=seen.append)
+    assert response.message.text == "I can't help with that." and len(seen) == 2
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_openai_length_and_filter_stops(server: Recorder, stream: bool) -> None:
     provider = oa_provider(server)
@@ -488,6 +496,17 @@ def test_anthropic_thinking_signature_and_tool_use_round_trip(server: Recorder) 
                                      "name": "get_weather", "input": {"city": "Zürich"}}
     assert sent[2] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 °C"}]}
+
+
+def test_anthropic_tool_input_sent_whole_in_block_start(server: Recorder) -> None:
+    provider = an_provider(server)
+    server.script.append(an_stream([
+        ({"type": "tool_use", "id": "toolu_2", "name": "f", "input": {"q": "ß"}}, []),
+        ({"type": "tool_use", "id": "toolu_3", "name": "g", "input": {"stale": 1}},
+         [{"type": "input_json_delta", "partial_json": '{"fresh": 2}'}]),
+    ], stop="tool_use"))
+    calls = provider.send(Request((Message.user("x"),))).message.tool_calls
+    assert [json.loads(c.arguments) for c in calls] == [{"q": "ß"}, {"fresh": 2}]
 
 
 def test_anthropic_non_stream_blocks(server: Recorder) -> None:

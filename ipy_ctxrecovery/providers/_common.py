@@ -128,7 +128,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def chat_error(exc: BaseException, body_bytes: int) -> ChatError:
+def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:
     """The ChatError for an SDK/transport exception, classified with the request size."""
     return ChatError(classify(exc, request_bytes=body_bytes))
 

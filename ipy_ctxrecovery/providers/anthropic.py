@@ -174,13 +174,19 @@ class AnthropicProvider:
 
     def encode(self, request: Request) -> bytes:
         """The exact body bytes ``send`` puts on the wire (see ``_common.BodyCapture``)."""
-        kwargs = self._kwargs(request)
-        return self._capture.capture(lambda c: c.messages.create(**kwargs))
+        return self._encode(self._kwargs(request))
+
+    def _encode(self, kwargs: dict[str, Any]) -> bytes:
+        try:
+            return self._capture.capture(lambda c: c.messages.create(**kwargs))
+        except _SDK_ERRORS as exc:
+            # Only a side request (e.g. a credential provider's token fetch) can fail here.
+            raise chat_error(exc, None) from exc
 
     # -- sending ------------------------------------------------------------------------
     def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
         kwargs = self._kwargs(request)
-        size = len(self._capture.capture(lambda c: c.messages.create(**kwargs)))
+        size = len(self._encode(kwargs))
         try:
             result = self.client.messages.create(**kwargs)
             if request.stream:
@@ -242,7 +248,7 @@ def _read_message(message: Any, size: int, api: str) -> Response:
 
 
 class _BlockParts:
-    __slots__ = ("id", "kind", "name", "parts", "signature")
+    __slots__ = ("id", "input_given", "kind", "name", "parts", "signature")
 
     def __init__(self, start: Any) -> None:
         self.kind: str = getattr(start, "type", "")
@@ -250,6 +256,12 @@ class _BlockParts:
         self.name: str = getattr(start, "name", "") or ""
         self.signature: str = getattr(start, "signature", "") or ""
         initial = getattr(start, "text", None) or getattr(start, "thinking", None) or ""
+        self.input_given = False
+        if self.kind == "tool_use" and getattr(start, "input", None):
+            self.input_given = True
+            # Normally the input streams as input_json_delta pieces after an empty {};
+            # a server that sends it whole up front is taken at its word.
+            initial = json.dumps(start.input, ensure_ascii=False)
         self.parts: list[str] = [initial] if initial else []
 
     def block(self) -> Block | None:
@@ -290,6 +302,8 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
             elif dkind == "signature_delta":
                 parts.signature += delta.signature
             elif dkind == "input_json_delta":
+                if parts.input_given:           # deltas follow after all: they are the input
+                    parts.parts, parts.input_given = [], False
                 parts.parts.append(delta.partial_json)
         elif kind == "message_delta":
             stop = event.delta.stop_reason or stop

@@ -140,13 +140,19 @@ class OpenAIProvider:
 
     def encode(self, request: Request) -> bytes:
         """The exact body bytes ``send`` puts on the wire (see ``_common.BodyCapture``)."""
-        kwargs = self._kwargs(request)
-        return self._capture.capture(lambda c: c.chat.completions.create(**kwargs))
+        return self._encode(self._kwargs(request))
+
+    def _encode(self, kwargs: dict[str, Any]) -> bytes:
+        try:
+            return self._capture.capture(lambda c: c.chat.completions.create(**kwargs))
+        except _SDK_ERRORS as exc:
+            # Only a side request (e.g. a credential provider's token fetch) can fail here.
+            raise chat_error(exc, None) from exc
 
     # -- sending ------------------------------------------------------------------------
     def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
         kwargs = self._kwargs(request)
-        size = len(self._capture.capture(lambda c: c.chat.completions.create(**kwargs)))
+        size = len(self._encode(kwargs))
         try:
             result = self.client.chat.completions.create(**kwargs)
             if request.stream:
@@ -231,10 +237,12 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
                 piece = _reasoning_of(delta)
                 if piece:
                     reasoning.append(piece)
-                if delta.content:
-                    text.append(delta.content)
-                    if on_text is not None:
-                        on_text(delta.content)
+                # A refusal streams in its own field; it is the visible answer all the same.
+                for piece in (delta.content, getattr(delta, "refusal", None)):
+                    if isinstance(piece, str) and piece:
+                        text.append(piece)
+                        if on_text is not None:
+                            on_text(piece)
                 for tc in delta.tool_calls or ():
                     _add_call_delta(calls, tc)
             if choice.finish_reason:
