@@ -59,7 +59,8 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
     """Build the provider for a model string (see the module docstring for the forms).
 
     ``client`` is used as is (base URL, headers, proxies untouched). For ``emulator*``
-    the given ``emulator`` is used, or one is started that ``provider.close()`` stops.
+    the given ``emulator`` is used, or one is started that ``provider.close()`` stops;
+    other models ignore ``emulator``.
     ``settings.context_window`` overrides the catalogue's (or the emulator's) window.
     """
     from .anthropic import AnthropicProvider
@@ -82,8 +83,7 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
             )
         return _emulator_provider(text, wire, emulator, window, max_retries)
 
-    if emulator is not None:
-        raise ConfigError(f"emulator= only applies to 'emulator' models, not {text!r}.")
+    # ``emulator`` is ignored for other models: a session may hold one across model switches.
     if sep and prefix in ("openai", "anthropic"):
         if not rest.strip():
             raise _bad_spec(text, f"no model name after '{prefix}:'")
