@@ -23,11 +23,13 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipy_ctxrecovery.emulator as emulator_pkg
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.faults import parse_fault
-from ipy_ctxrecovery.emulator.replies import count_tokens, summarize
+from ipy_ctxrecovery.emulator.replies import Turn, count_tokens, plan, summarize
 from ipy_ctxrecovery.errors import ConfigError, FailureKind, classify
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 
@@ -735,3 +737,40 @@ def test_cli_main_function_is_the_script_entry() -> None:
     with pytest.raises(SystemExit) as info:
         main(["--port", "notaport"])
     assert info.value.code == 2
+
+
+# --------------------------------------------------------------------------- properties (no HTTP)
+
+
+@settings(max_examples=200, deadline=None)
+@given(user=st.text(min_size=1, max_size=120).filter(lambda t: t.strip()),
+       n=st.integers(0, 120), limit=st.integers(1, 40))
+def test_continuations_rebuild_the_answer_exactly(user: str, n: int, limit: int) -> None:
+    """Whatever the text (multibyte too) and budget: cut parts join to the uncut answer."""
+    content = f"{user} [[words {n}]]" if n else user
+    turns = [Turn("user", content, content)]
+    full = plan(turns).text
+    parts: list[str] = []
+    for _ in range(200):
+        step = plan(turns, limit=limit)
+        parts.append(step.text)
+        assert count_tokens(step.text) <= limit
+        if step.finish == "stop":
+            break
+        assert step.finish == "length"
+        turns += [Turn("assistant", step.text, step.text),
+                  Turn("user", CONTINUATION_PROMPT, CONTINUATION_PROMPT)]
+    assert "".join(parts) == full
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=6000))
+def test_summaries_are_bounded_and_extractive(text: str) -> None:
+    summary = summarize(text)
+    header, _, rest = summary.partition("\n")
+    assert re.fullmatch(r"\[STRUCTURED SUMMARY — covering \d+ earlier messages\]", header)
+    assert len(summary) <= max(min(len(text) // 4, 2000), len(header))
+    normalized = "\n".join(" ".join(line.split()) for line in text.splitlines())
+    for line in rest.splitlines():
+        if line.startswith("- "):
+            assert line[2:].rstrip("…") in normalized
