@@ -109,6 +109,7 @@ class ChatMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.sessions: dict[str, Any] = {}
         self.panels: dict[str, Any] = {}
+        self.panel_handles: dict[str, Any] = {}
         self.usage_totals: dict[str, dict[str, int]] = {}
         self.emulator: Any = None
         self.emulator_limits: dict[str, Any] = {}
@@ -271,7 +272,16 @@ class ChatMagics(Magics):
         panel = ContextPanel(title=f"%%chat session: {name}", settings=self.settings())
         panel.attach(session)
         self.panels[name] = panel
-        display(panel)
+        self.panel_handles[name] = display(panel, display_id=True)
+
+    def refresh_panel_text(self, name: str) -> None:
+        """Re-publish the panel so its plain-text fallback (saved in the notebook) is current.
+
+        The widgets update live by themselves; this matters where they cannot render.
+        """
+        handle, panel = self.panel_handles.get(name), self.panels.get(name)
+        if handle is not None and panel is not None:
+            handle.update(panel)
 
     def close(self) -> None:
         """Close panels, sessions and the emulator (``%unload_ext``)."""
@@ -280,6 +290,7 @@ class ChatMagics(Magics):
         for session in self.sessions.values():
             session.close()
         self.panels.clear()
+        self.panel_handles.clear()
         self.sessions.clear()
         if self.emulator is not None:
             self.emulator.close()
@@ -343,6 +354,7 @@ class ChatMagics(Magics):
             streamer.finish()
             if unsubscribe:
                 unsubscribe()
+            self.refresh_panel_text(args.session)
         answer = self._answer(reply, fmt, args.session)
         if fmt == "code":
             assert self.shell is not None

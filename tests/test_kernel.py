@@ -50,15 +50,18 @@ def test_chat_cell_streams_returns_and_fails_in_a_real_kernel(kernel: Any) -> No
 
     reply, messages = run(kernel, "%%chat\nhello from a kernel [[words 30]]")
     assert reply["status"] == "ok"
+    widget = "application/vnd.jupyter.widget-view+json"
     displays = of_type(messages, "display_data")
-    panel = [d for d in displays if "application/vnd.jupyter.widget-view+json" in d["data"]]
+    panel = [d for d in displays if widget in d["data"]]
     assert len(panel) == 1 and panel[0]["data"]["text/plain"].startswith("history  ")
-    stream_ids = {d["transient"]["display_id"] for d in displays if d.get("transient")}
-    updates = of_type(messages, "update_display_data")
-    assert len(stream_ids) == 1 and updates
-    assert {u["transient"]["display_id"] for u in updates} == stream_ids
+    streamed = [d for d in displays if widget not in d["data"]]
+    assert len(streamed) == 1
+    stream_id = streamed[0]["transient"]["display_id"]
+    updates = [u for u in of_type(messages, "update_display_data")
+               if u["transient"]["display_id"] == stream_id]
     words = " ".join(f"w{i}" for i in range(1, 31))
     assert words in [u["data"]["text/plain"] for u in updates]
+    assert updates[-1]["data"] == {"text/plain": ""}  # the answer is the execute_result
     result = of_type(messages, "execute_result")
     assert len(result) == 1
     assert result[0]["data"]["text/markdown"] == words

@@ -193,9 +193,16 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
         ip.display_pub = saved
     panels = [c for c in publisher.calls
               if "application/vnd.jupyter.widget-view+json" in c["data"]]
-    assert len(panels) == 2
-    assert panels[0]["data"]["text/plain"].startswith("history  ")
+    shown = [c for c in panels if not c["update"]]
+    assert len(shown) == 2  # one per session
     panel = chat.panels["default"]
+    # After each cell the panel is re-published under its display id, so the plain-text
+    # fallback a notebook saves is current.
+    default_id = shown[0]["transient"]["display_id"]
+    refreshed = [c for c in panels if c["update"] and c["transient"]["display_id"] == default_id]
+    assert len(refreshed) == 2
+    assert refreshed[-1]["data"]["text/plain"] == panel.text()
+    assert shown[0]["data"]["text/plain"] != panel.text()
     status = chat.session().status()
     assert panel.history_bytes == status.history_bytes
     assert panel.token_label.value == f"≈{status.est_tokens:,} of {status.window:,} tokens"
