@@ -60,5 +60,5 @@ def test_core_modules_import_no_ui_or_sdk() -> None:
 
 def test_session_layer_imports_no_sdk_until_a_provider_is_made() -> None:
     statement = ("from ipy_ctxrecovery import ChatSession, Reply, chat_tool\n"
-                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools")
+                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools, ipy_ctxrecovery.recovery")
     assert _loaded_after(statement) == []

@@ -1,0 +1,362 @@
+"""One request, sent with pre-flight and recovery: the half of ChatSession that talks to the provider.
+
+:class:`RequestLoop` is mixed into :class:`~ipy_ctxrecovery.session.ChatSession`; it owns
+nothing of its own — the learned state it reads and updates (caps, token calibration,
+the one-shot warning, the payload notice) lives on the session object.
+
+For one request: microcompact → tool-result budget → measure the exact body once →
+lower ``max_tokens`` if prompt + answer cannot fit the window → pre-flight (SPEC §2) →
+compaction when over budget → send. On failure: auth → refresh once; transient → retry
+with backoff through the injected ``sleep`` (``retry_after`` honoured); everything
+recoverable (and ``output_limit``) → ``ladder.decide`` / ``ladder.apply`` → resend;
+``GIVE_UP`` → :class:`ChatError` with one sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import budget, compactor, ladder, microcompact, preflight
+from .config import Settings, format_size
+from .errors import ChatError, Failure, FailureKind, redact
+from .events import (
+    BudgetApplied,
+    CapChanged,
+    Event,
+    LadderStep,
+    MicrocompactApplied,
+    NoticeInjected,
+    Preflight,
+    Recovered,
+    Retrying,
+)
+from .history import History, Message
+from .providers.base import Provider, Request, Response, TextCallback
+from .tools import Tool
+
+__all__ = ["RequestLoop", "Turn"]
+
+_BACKOFF_BASE_SECONDS = 1.0
+"""First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
+_BACKOFF_MAX_SECONDS = 30.0
+_MAX_TOKENS_RE = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
+"""The max_tokens a provider put in the body (Anthropic always sends one)."""
+
+
+@dataclass
+class Turn:
+    """Mutable bookkeeping of one send (never shared between turns)."""
+
+    actions: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    compacted_from: tuple[History, int] | None = None
+    """The history before this turn's last compaction, and the compacted length."""
+
+
+class RequestLoop:
+    """Pre-flight, send and recover one request; mixed into ChatSession."""
+
+    # Provided by ChatSession.
+    settings: Settings
+    caps: preflight.Caps
+    estimator: preflight.TokenEstimator
+    model: str
+    _provider: Provider
+    _owns_provider: bool
+    _client: Any
+    _tools: dict[str, Tool]
+    _store: budget.ResultStore
+    _sleep: Callable[[float], None]
+    _warned: bool
+    _payload_notice_sent: bool
+    _prompt_tokens: int
+    _completion_tokens: int
+    _compactions: int
+    _recoveries: int
+    _encoded: tuple[Request, bytes] | None
+    _last_compaction: compactor.CompactionReport | None
+
+    @property
+    def window(self) -> int:
+        return self.settings.context_window or self._provider.info.context_window
+
+    def _emit(self, event: Event, turn: Turn | None = None) -> None:
+        raise NotImplementedError
+
+    def _make_provider(self, model: str) -> Provider:
+        raise NotImplementedError
+
+    # -- measuring ------------------------------------------------------------------------
+    def _request(self, history: History, max_tokens: int | None, *, stream: bool = False,
+                 options: Mapping[str, Any] | None = None) -> Request:
+        return Request(messages=history, max_tokens=max_tokens,
+                       tools=tuple(t.spec for t in self._tools.values()),
+                       options=dict(options or {}), stream=stream)
+
+    def _encode(self, request: Request) -> bytes:
+        """The request's body, encoded once (the last encoding is kept for the send)."""
+        if self._encoded is not None and self._encoded[0] == request:
+            return self._encoded[1]
+        body = self._provider.encode(request)
+        self._encoded = (request, body)
+        return body
+
+    def _measure(self, history: History, max_tokens: int | None,
+                 options: Mapping[str, Any] | None = None, *, stream: bool = False) -> int:
+        request = self._request(history, max_tokens, stream=stream, options=options)
+        return len(self._provider.encode(request))
+
+    # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
+    def _summarize(self, text: str, *, max_tokens: int) -> str:
+        request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
+                                    Message.user(text)), max_tokens=max_tokens, stream=False)
+        return self._provider.send(request).message.text
+
+    # -- one request, with recovery ---------------------------------------------------------
+    def _prepare(self, history: History, max_tokens: int | None, turn: Turn,
+                 options: Mapping[str, Any] | None,
+                 stream: bool) -> tuple[History, int | None]:
+        """Pre-flight: microcompact, budget, measure, fit max_tokens, compact when over budget."""
+        settings = self.settings
+        compacted, mc = microcompact.microcompact(history, settings=settings, store=self._store)
+        if mc.truncated or mc.summarized:
+            history = compacted
+            self._emit(MicrocompactApplied(message=mc.message, truncated=mc.truncated,
+                                           summarized=mc.summarized,
+                                           bytes_freed=mc.bytes_freed), turn)
+        budgeted, br = budget.enforce_budget(
+            history, store=self._store, turn_budget_chars=settings.turn_budget_chars,
+            per_result_max_chars=settings.per_result_max_chars,
+            head_chars=settings.budget_head_chars, tail_chars=settings.budget_tail_chars)
+        if br.replaced:
+            history = budgeted
+            paths = tuple(str(p) for p in br.persisted)
+            self._emit(BudgetApplied(
+                message=f"✂ tool-result budget: {br.replaced} result(s) replaced by previews; "
+                        f"full content saved ({', '.join(paths) or 'already saved'})",
+                replaced=br.replaced, persisted=paths), turn)
+
+        request = self._request(history, max_tokens, stream=stream, options=options)
+        encoded = self._encode(request)
+        body = len(encoded)
+        max_tokens = self._fit_max_tokens(body, encoded, max_tokens, turn)
+        pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
+                             window_tokens=self.window, max_tokens=max_tokens,
+                             warned=self._warned)
+        if pf.warned:
+            self._warned = True
+        if pf.message:
+            self._emit(Preflight(message=pf.message, body_bytes=pf.body_bytes,
+                                 est_tokens=pf.est_tokens, cap=pf.cap, window=pf.window,
+                                 action=pf.action), turn)
+        trigger = compactor.compaction_budget(
+            settings, window_tokens=self.window,
+            bytes_per_token=self.estimator.bytes_per_token, cap=self.caps.effective(),
+            ratio=pf.budget_ratio or settings.chat_budget_ratio)
+        if pf.action == "compact" or body > trigger:
+            history = self._compact(history, compactor.compaction_target(trigger, settings),
+                                    max_tokens, turn, options=options, stream=stream)
+        return history, max_tokens
+
+    def _fit_max_tokens(self, body: int, encoded: bytes, max_tokens: int | None,
+                        turn: Turn) -> int | None:
+        """Lower max_tokens before sending when prompt + answer cannot fit the window.
+
+        Without an explicit max_tokens the provider may still send one (Anthropic always
+        does); it is read from the body, so a default that cannot fit is caught here
+        instead of costing a rejected request every turn.
+        """
+        requested = max_tokens
+        if requested is None:
+            found = _MAX_TOKENS_RE.search(encoded)
+            requested = int(found.group(1)) if found else None
+        if requested is None:
+            return max_tokens
+        est = self.estimator.estimate(body)
+        room = self.window - est
+        if est + requested <= self.window or room < 1:
+            return max_tokens
+        fitted = room - math.ceil(room * self.settings.exact_fit_margin)
+        if fitted < 1 or fitted >= requested:
+            return max_tokens
+        self._emit(Preflight(
+            message=f"ℹ pre-flight: ≈{est:,} prompt tokens + max_tokens {requested:,} > "
+                    f"context window {self.window:,} — sending max_tokens {fitted:,}",
+            body_bytes=body, est_tokens=est, cap=self.caps.effective(), window=self.window,
+            action="ok"), turn)
+        return fitted
+
+    def _compact(self, history: History, target: int, max_tokens: int | None, turn: Turn, *,
+                 options: Mapping[str, Any] | None = None, instructions: str | None = None,
+                 force: bool = False, stream: bool = False) -> History:
+        # The summarizer's request must fit the model too: its input at most half the
+        # window, its answer at most a quarter (a small window is where compaction matters).
+        window_chars = int(self.window * self.estimator.bytes_per_token)
+        settings = self.settings
+        input_bound = max(1, min(settings.summarizer_input_max_chars, window_chars // 2))
+        summary_bound = max(1, min(settings.summary_max_chars, window_chars // 4))
+        if (input_bound, summary_bound) != (settings.summarizer_input_max_chars,
+                                            settings.summary_max_chars):
+            settings = settings.replace(summarizer_input_max_chars=input_bound,
+                                        summary_max_chars=summary_bound)
+        summary_tokens = max(1, min(self._provider.info.max_output_tokens,
+                                    int(summary_bound / self.estimator.bytes_per_token)))
+        new, report = compactor.compact(
+            history, target_bytes=target,
+            measure=lambda h: self._measure(h, max_tokens, options, stream=stream),
+            summarize=lambda text: self._summarize(text, max_tokens=summary_tokens),
+            settings=settings, on_event=lambda e: self._emit(e, turn),
+            instructions=instructions, force_summary=force)
+        self._last_compaction = report
+        if report.applied:
+            self._compactions += 1
+            turn.compacted_from = (history, len(new))
+        return new
+
+    def _send_recovering(self, history: History, max_tokens: int | None, turn: Turn, *,
+                         stream: bool, on_text: TextCallback | None,
+                         options: Mapping[str, Any] | None,
+                         ) -> tuple[History, Response, int | None]:
+        """Send one request; recover from failures (SPEC §1 and §3) until it succeeds."""
+        settings = self.settings
+        history, max_tokens = self._prepare(history, max_tokens, turn, options, stream)
+        state = ladder.LadderState(payload_notice_sent=self._payload_notice_sent)
+        auth_retried = False
+        transient = 0
+        steps = 0
+        while True:
+            request = self._request(history, max_tokens, stream=stream, options=options)
+            body = len(self._encode(request))
+            try:
+                response = self._provider.send(request, on_text=on_text if stream else None)
+            except ChatError as e:
+                failure = e.failure
+                if failure.request_bytes is None:
+                    failure = dataclasses.replace(failure, request_bytes=body)
+                kind = failure.kind
+                if kind is FailureKind.AUTH and not auth_retried:
+                    auth_retried = True
+                    self._refresh_provider()
+                    self._emit(Retrying(message="↻ authentication failed — re-reading the "
+                                                "credentials and retrying once",
+                                        attempt=1, wait=0.0, failure_kind=kind.value), turn)
+                    continue
+                if kind is FailureKind.TRANSIENT and transient < settings.transient_retries:
+                    transient += 1
+                    wait = failure.retry_after if failure.retry_after is not None else min(
+                        _BACKOFF_MAX_SECONDS, _BACKOFF_BASE_SECONDS * 2 ** (transient - 1))
+                    self._emit(Retrying(
+                        message=f"↻ {failure.label} — retrying in {wait:.1f}s "
+                                f"({transient}/{settings.transient_retries})",
+                        attempt=transient, wait=wait, failure_kind=kind.value), turn)
+                    self._sleep(wait)
+                    continue
+                if not failure.recoverable and kind is not FailureKind.OUTPUT_LIMIT:
+                    raise ChatError(failure, _sentence(failure)) from e
+                history, state, max_tokens = self._climb(
+                    history, state, failure, body, max_tokens, turn, e, stream=stream,
+                    options=options)
+                steps += 1
+                continue
+            # Success: learn from it.
+            self.caps.record_success(body)
+            if response.usage.prompt_tokens:
+                self.estimator.calibrate(body, response.usage.prompt_tokens)
+            turn.prompt_tokens += response.usage.prompt_tokens or 0
+            turn.completion_tokens += response.usage.completion_tokens or 0
+            self._prompt_tokens += response.usage.prompt_tokens or 0
+            self._completion_tokens += response.usage.completion_tokens or 0
+            if steps:
+                self._recoveries += 1
+                self._emit(Recovered(message=f"✓ Recovered after {steps} recovery "
+                                             f"step{'s' if steps > 1 else ''}",
+                                     attempts=steps), turn)
+            return history, response, max_tokens
+
+    def _climb(self, history: History, state: ladder.LadderState, failure: Failure, body: int,
+               max_tokens: int | None, turn: Turn, error: ChatError, *, stream: bool,
+               options: Mapping[str, Any] | None,
+               ) -> tuple[History, ladder.LadderState, int | None]:
+        """One ladder step for a recoverable failure; raise ChatError when it gives up."""
+        settings = self.settings
+        cap_before = self.caps.effective()
+        if failure.payload_related:
+            learned = self.caps.record_rejection(failure.request_bytes or body)
+            if learned is not None and learned != cap_before:
+                self._emit(CapChanged(
+                    message=f"ℹ Learned a payload limit of about {format_size(learned)} (a "
+                            f"{format_size(failure.request_bytes or body)} request was "
+                            "rejected)", cap=learned, source="learned"), turn)
+        decision = ladder.decide(settings, state, failure, history_bytes=body,
+                                 max_tokens=max_tokens, cap=self.caps.effective(),
+                                 cap_configured=self.caps.configured is not None)
+        if decision.level is ladder.Level.GIVE_UP:
+            raise ChatError(failure, decision.message or _sentence(failure)) from error
+        lines = decision.message.splitlines()
+        assume_lines = [line for line in lines if line.startswith("ℹ Assuming")]
+        if decision.assume_cap is not None and self.caps.assumed is None:
+            self.caps.assumed = decision.assume_cap
+            if self.caps.source == "assumed":
+                self._emit(CapChanged(message="\n".join(assume_lines) or
+                                      f"ℹ Assuming a {format_size(decision.assume_cap)}"
+                                      "/payload limit", cap=decision.assume_cap,
+                                      source="assumed"), turn)
+        if decision.level is ladder.Level.LOWER_MAX_TOKENS:
+            max_tokens = decision.max_tokens
+        result = ladder.apply(decision, history, settings=settings, store=self._store,
+                              measure=lambda h: self._measure(h, max_tokens, options,
+                                                              stream=stream))
+        if result.level is ladder.Level.GIVE_UP:
+            raise ChatError(failure, result.give_up_reason or _sentence(failure)) from error
+        before = len(history)
+        history = result.history
+        if decision.inject_payload_notice:
+            self._payload_notice_sent = True
+        message = "\n".join(line for line in lines if line not in assume_lines)
+        if result.notes:
+            message += f"\n  ↳ {result.level.value}: " + "; ".join(result.notes)
+        self._emit(LadderStep(message=message or f"⚠ recovery: {decision.level.value}",
+                              level=result.level.value, attempt=decision.attempt,
+                              failure_kind=failure.kind.value, before_messages=before,
+                              after_messages=len(history)), turn)
+        if result.payload_notice_added:
+            self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) given to "
+                                              "the model", notice="payload"), turn)
+        if result.compaction_notice_added:
+            self._emit(NoticeInjected(message="ℹ the model was told that earlier context was "
+                                              "compacted", notice="compaction"), turn)
+        return history, decision.state, max_tokens
+
+    def _refresh_provider(self) -> None:
+        """Re-create the provider (and so its client) so a changed key is re-read."""
+        refresh = getattr(self._provider, "refresh", None)
+        if callable(refresh):
+            refresh()
+            return
+        # A user's client or provider is theirs to fix; the emulator has no key to re-read.
+        if not self._owns_provider or self._client is not None \
+                or self.model.startswith("emulator"):
+            return
+        try:
+            fresh = self._make_provider(self.model)
+        except Exception as e:  # keep the old provider; the retry will report the failure
+            warnings.warn(f"could not re-create the provider: {redact(str(e))}",
+                          RuntimeWarning, stacklevel=2)
+            return
+        old, self._provider = self._provider, fresh
+        closer = getattr(old, "close", None)
+        if callable(closer):
+            closer()
+
+
+def _sentence(failure: Failure) -> str:
+    """One clear sentence for a failure recovery could not save (secrets redacted)."""
+    reason = failure.reason.strip().rstrip(".")
+    return redact(f"{reason}.") if reason else redact(f"The request failed: {failure.label}.")
