@@ -329,6 +329,11 @@ def test_budget_properties(hist: h.History, turn_budget: int, per_result: int, h
                     assert len(out[i].text) <= floor
         for i in range(start + 1):
             assert out[i] is hist[i]                                 # earlier turns untouched
+        for a, b in zip(hist, out, strict=True):
+            if a is not b:
+                info = compaction_info(b)
+                assert info is not None and info.path is not None
+                assert store.load(info.path) == a.text               # nothing lost
         for p in report.persisted:
             assert mode(p) == 0o600 and store.load(p) is not None
         files = listing(store.directory)

@@ -25,6 +25,7 @@ from ipy_ctxrecovery.budget import (
 from ipy_ctxrecovery.config import Settings
 from ipy_ctxrecovery.history import Message, Role, ToolCall
 from ipy_ctxrecovery.microcompact import MicrocompactReport, microcompact
+from ipy_ctxrecovery.pairing import repair_pairing
 
 PROPS = settings(max_examples=300, deadline=None)
 S = Settings()
@@ -241,10 +242,37 @@ def test_microcompact_properties(hist: h.History, truncate: int, extra: int,
             assert info.original_chars >= min_chars
             assert info.level == (LEVEL_SUMMARY if ages[i] >= truncate + extra
                                   else LEVEL_OLD_PREVIEW)
-            assert info.path is not None and store.load(info.path) is not None
+            assert info.path is not None and store.load(info.path) == a.text   # nothing lost
         assert report.bytes_freed == sum(
             len(a.text.encode()) - len(b.text.encode()) for a, b in zip(hist, out, strict=True))
         files = listing(store.directory)
         again, report2 = microcompact(out, settings=s, store=store)
         assert again is out and report2 == MicrocompactReport(0, 0, 0)
         assert listing(store.directory) == files
+
+
+@PROPS
+@given(hist=histories(True, end_with_user=False), rounds=st.integers(1, 5))
+def test_pipeline_over_turns_keeps_invariants(hist: h.History, rounds: int) -> None:
+    """As the session runs it: microcompact → budget → pairing, turn after turn."""
+    with tempfile.TemporaryDirectory() as d:
+        store = ResultStore(Path(d) / "results")
+        originals = {m.text for m in hist if m.role is Role.TOOL}
+        for k in range(rounds):
+            before = hist
+            hist, _ = microcompact(hist, settings=S, store=store)
+            hist, _ = enforce_budget(hist, store=store, turn_budget_chars=S.turn_budget_chars,
+                                     per_result_max_chars=S.per_result_max_chars,
+                                     head_chars=S.budget_head_chars,
+                                     tail_chars=S.budget_tail_chars)
+            hist, report = repair_pairing(hist)
+            assert not report.changed
+            _check_step(before, hist)
+            assert h.problems(hist) == []
+            for m in hist:
+                info = compaction_info(m)
+                if info is not None and info.path is not None:
+                    assert store.load(info.path) in originals
+            hist = (*hist, Message.assistant("", [ToolCall("call_0", "grep", "{}")]),
+                    Message.tool("call_0", f"round {k} " + "r" * 4_000))
+            originals.add(hist[-1].text)
