@@ -774,3 +774,15 @@ def test_summaries_are_bounded_and_extractive(text: str) -> None:
     for line in rest.splitlines():
         if line.startswith("- "):
             assert line[2:].rstrip("…") in normalized
+
+
+def test_cli_port_in_use_is_one_clear_line() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        proc = _cli("--port", str(busy.getsockname()[1]))
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1
+    assert len(err.strip().splitlines()) == 1 and "choose another --port" in err

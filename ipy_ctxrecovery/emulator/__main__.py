@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..config import parse_size
+from ..config import SIZE_FORMS, parse_size
 from ..errors import ConfigError
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
 from .server import Emulator
@@ -20,14 +20,15 @@ PROG = "ipy-ctxrecovery-emulator"
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, no usage dump: what was wrong and where to look.
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message.rstrip('.')}; see --help.\n")
 
 
 def _size(text: str) -> int:
     try:
         return parse_size(text)
-    except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid size; expected {SIZE_FORMS}") from None
 
 
 def _tokens(text: str) -> int:
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-over", type=_size, default=None, metavar="SIZE",
                    help="drop the connection above this body size")
     p.add_argument("--latency", type=_seconds, default=0.0, metavar="SECONDS")
-    p.add_argument("--api-key", default=None,
+    p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require this key (Authorization: Bearer / x-api-key)")
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     return p
