@@ -16,7 +16,15 @@ from typing import Any, TextIO
 
 from . import events as ev
 
-__all__ = ["FORMATS", "Answer", "EventPrinter", "Streamer", "extract_code", "parse_json_answer"]
+__all__ = [
+    "FORMATS",
+    "Answer",
+    "EventPrinter",
+    "Streamer",
+    "extract_code",
+    "parse_json_answer",
+    "usage_dict",
+]
 
 FORMATS = ("markdown", "text", "code", "json")
 

@@ -23,7 +23,15 @@ from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, 
 
 from . import _subcommands, errors
 from .config import ENV_VARS, ConfigError, Settings, format_size
-from .display import FORMATS, Answer, EventPrinter, Streamer, extract_code, parse_json_answer
+from .display import (
+    FORMATS,
+    Answer,
+    EventPrinter,
+    Streamer,
+    extract_code,
+    parse_json_answer,
+    usage_dict,
+)
 
 __all__ = ["ChatMagics", "get_magics", "load", "unload"]
 
@@ -401,7 +409,7 @@ class ChatMagics(Magics):
         return None
 
     def _answer(self, reply: Any, fmt: str, name: str) -> Answer:
-        usage = _usage_dict(getattr(reply, "usage", None))
+        usage = usage_dict(getattr(reply, "usage", None))
         totals = self.usage_totals.setdefault(name, {"prompt_tokens": 0, "completion_tokens": 0,
                                                      "turns": 0})
         totals["turns"] += 1
@@ -444,13 +452,6 @@ def _as_usage_error() -> Iterator[None]:
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
-
-
-def _usage_dict(usage: Any) -> dict[str, int | None]:
-    if usage is None:
-        return {}
-    return {"prompt_tokens": getattr(usage, "prompt_tokens", None),
-            "completion_tokens": getattr(usage, "completion_tokens", None)}
 
 
 def _parse_options(pairs: list[list[str]]) -> dict[str, Any]:
