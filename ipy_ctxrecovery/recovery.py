@@ -82,10 +82,18 @@ class RequestLoop:
     _recoveries: int
     _encoded: tuple[Request, bytes] | None
     _last_compaction: compactor.CompactionReport | None
+    _output_limit: int | None
+    """A max_tokens ceiling learned from an output-limit rejection (this session only)."""
 
     @property
     def window(self) -> int:
         return self.settings.context_window or self._provider.info.context_window
+
+    @property
+    def output_cap(self) -> int:
+        """The most max_tokens may be: the model's output limit, or a lower learned one."""
+        cap = self._provider.info.max_output_tokens
+        return min(cap, self._output_limit) if self._output_limit else cap
 
     def _emit(self, event: Event, turn: Turn | None = None) -> None:
         raise NotImplementedError
@@ -179,6 +187,16 @@ class RequestLoop:
             requested = int(found.group(1)) if found else None
         if requested is None:
             return max_tokens
+        limit = self._output_limit
+        if limit is not None and requested > limit:
+            # The provider rejected a larger max_tokens earlier in this session.
+            self._emit(Preflight(
+                message=f"ℹ pre-flight: max_tokens {requested:,} is above the model's output "
+                        f"limit ({limit:,}, learned from an earlier rejection) — sending "
+                        f"max_tokens {limit:,}", body_bytes=body,
+                est_tokens=self.estimator.estimate(body), cap=self.caps.effective(),
+                window=self.window, action="ok"), turn)
+            requested = max_tokens = limit
         est = self.estimator.estimate(body)
         room = self.window - est
         if est + requested <= self.window or room < 1:
@@ -206,7 +224,7 @@ class RequestLoop:
                                             settings.summary_max_chars):
             settings = settings.replace(summarizer_input_max_chars=input_bound,
                                         summary_max_chars=summary_bound)
-        summary_tokens = max(1, min(self._provider.info.max_output_tokens,
+        summary_tokens = max(1, min(self.output_cap,
                                     int(summary_bound / self.estimator.bytes_per_token)))
         new, report = compactor.compact(
             history, target_bytes=target,
@@ -309,6 +327,8 @@ class RequestLoop:
                                       "/payload limit", cap=decision.assume_cap,
                                       source="assumed"), turn)
         if decision.level is ladder.Level.LOWER_MAX_TOKENS:
+            if failure.kind is FailureKind.OUTPUT_LIMIT and decision.max_tokens is not None:
+                self._output_limit = decision.max_tokens
             max_tokens = decision.max_tokens
         result = ladder.apply(decision, history, settings=settings, store=self._store,
                               measure=lambda h: self._measure(h, max_tokens, options,

@@ -166,6 +166,7 @@ class ChatSession(RequestLoop):
         self._undo: tuple[History, int] | None = None
         self._encoded: tuple[Request, bytes] | None = None
         self._last_compaction: compactor.CompactionReport | None = None
+        self._output_limit: int | None = None
 
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
@@ -391,9 +392,9 @@ class ChatSession(RequestLoop):
                 break
             # With no explicit max_tokens, where the answer was cut is the limit in force.
             current = max_tokens or response.usage.completion_tokens \
-                or self._provider.info.max_output_tokens
+                or self.output_cap
             nxt = escalation.next_max_tokens(
-                current, escalations, model_cap=self._provider.info.max_output_tokens,
+                current, escalations, model_cap=self.output_cap,
                 max_escalations=self.settings.max_token_escalations)
             if nxt is None:
                 break

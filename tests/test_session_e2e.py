@@ -10,6 +10,7 @@ message; and a resume after a simulated restart against a fresh emulator.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.errors import ChatError, FailureKind
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.events import Event, NoticeInjected
 from ipy_ctxrecovery.history import (
@@ -297,3 +299,51 @@ def test_manual_compact_and_undo(emulator: Any, wire: str) -> None:
     with pytest.raises(Exception, match="no compaction to undo"):
         session.undo_compact()
     assert len([m for m in session.transcript if m.role is Role.USER]) == 9
+
+
+def test_wrong_key_fails_with_one_redacted_sentence_and_history_kept(emulator: Any) -> None:
+    emu = emulator(api_key="sk-right-key-000000000000")
+    wrong = "sk-wrong-key-1234567890abcdef"
+    client = emu.openai_client(api_key=wrong, max_retries=0)
+    session = ChatSession("openai:emulator", client=client, settings=Settings(), name="auth")
+    with pytest.raises(ChatError) as info:
+        session.send("hello")
+    message = str(info.value)
+    assert info.value.failure.kind is FailureKind.AUTH
+    assert wrong not in message and "\n" not in message
+    assert session.history == ()
+    assert [m.text for m in session.transcript] == ["hello"]
+    assert [r.status for r in emu.requests] == [401, 401]  # one retry, then the error
+    session.close()
+    assert wrong not in "".join(p.read_text() for p in session.directory.rglob("*")
+                                if p.is_file())
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_transient_errors_retry_through_the_injected_sleep(emulator: Any, wire: str) -> None:
+    emu = emulator()
+    emu.fail_next(503, times=2)
+    sleeps: list[float] = []
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    session = ChatSession(wire, provider=provider, settings=Settings(), sleep=sleeps.append)
+    assert session.send("hello").text.startswith("Emulator reply")
+    assert [r.status for r in emu.requests] == [503, 503, 200]
+    assert len(sleeps) == 2 and sleeps[1] >= sleeps[0] > 0
+    emu.fail_next(429, retry_after=3, times=1)
+    session.send("again")
+    assert sleeps[-1] == 3
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_output_limit_is_learned_once(emulator: Any, wire: str) -> None:
+    emu = emulator(context_window=8192, max_output_tokens=300)
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    # The catalogue would not know this model's output limit; make the provider not know it.
+    provider.info = dataclasses.replace(provider.info, max_output_tokens=4096)
+    session = ChatSession(wire, provider=provider, settings=Settings(), max_tokens=1000)
+    for i in range(5):
+        assert session.send(f"turn {i}").finish_reason == "end"
+    rejected = [r for r in emu.requests if r.status != 200]
+    assert len(rejected) == 1 and rejected[0].fault == "output_limit"
+    assert all(r.body.get("max_tokens", r.body.get("max_completion_tokens")) <= 300
+               for r in emu.requests[1:])
