@@ -588,6 +588,18 @@ def test_failures_become_chat_errors(server: Recorder, api: str, fault: str, str
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_dropped_connection_on_a_large_request_is_likely_payload(server: Recorder,
+                                                                 api: str) -> None:
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    server.script.append(Reply(drop=True))
+    request = Request((Message.user("ü" * 300_000),))           # 600 KB of UTF-8
+    with pytest.raises(ChatError) as info:
+        provider.send(request)
+    assert info.value.failure.request_bytes == len(server.requests[-1].body) > 600_000
+    assert info.value.failure.kind is FailureKind.LIKELY_PAYLOAD
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_truncated_json_reply_is_one_sentence(server: Recorder, api: str) -> None:
     provider = oa_provider(server) if api == "openai" else an_provider(server)
     good = (oa_completion() if api == "openai" else an_message()).body

@@ -101,6 +101,7 @@ class OpenAIProvider:
         self.client = client
         self._capture = BodyCapture(client, "/chat/completions", openai.APIConnectionError)
         self._on_close = on_close
+        self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
     def __repr__(self) -> str:
         return (f"OpenAIProvider(model={self.model!r}, "
@@ -140,7 +141,11 @@ class OpenAIProvider:
 
     def encode(self, request: Request) -> bytes:
         """The exact body bytes ``send`` puts on the wire (see ``_common.BodyCapture``)."""
-        return self._encode(self._kwargs(request))
+        kwargs = self._kwargs(request)
+        body = self._encode(kwargs)
+        # Pre-flight encodes, then sends the same Request object: keep one encoding.
+        self._last = (request, kwargs, body)
+        return body
 
     def _encode(self, kwargs: dict[str, Any]) -> bytes:
         try:
@@ -151,8 +156,13 @@ class OpenAIProvider:
 
     # -- sending ------------------------------------------------------------------------
     def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        kwargs = self._kwargs(request)
-        size = len(self._encode(kwargs))
+        last = self._last
+        if last is not None and last[0] is request and not self._closed:
+            kwargs, size = last[1], len(last[2])
+        else:
+            kwargs = self._kwargs(request)
+            size = len(self._encode(kwargs))
+        self._last = None
         try:
             result = self.client.chat.completions.create(**kwargs)
             if request.stream:
