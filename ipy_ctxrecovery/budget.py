@@ -404,10 +404,11 @@ def shrink_tool_message(message: Message, limit: int, *, store: ResultStore, hea
             original = loaded
         else:
             known = info
-    path = store.persist(original)
+    path = store.path_for(original)
     short, h, t = _preview_parts(original, limit=limit, head=head, tail=tail, path=path)
     if len(short) >= len(content):
         return None
+    store.persist(original)          # only once the preview is really used
     return compacted_message(message, short, level=LEVEL_PREVIEW,
                              original=None if known else original, info=known,
                              path=path, head_chars=h, tail_chars=t)

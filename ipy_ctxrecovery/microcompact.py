@@ -82,6 +82,8 @@ def microcompact(history: History, *, settings: Settings,
             else _truncate(m, info, original, settings, store)
         if new is None or len(new.text) >= len(result.content):
             continue                       # never make a result longer
+        if original is not None:
+            store.persist(original)        # written once; the new text names this path
         out[i] = new
         freed += _utf8_len(result.content) - _utf8_len(new.text)
         if target == LEVEL_SUMMARY:
@@ -128,7 +130,7 @@ def _cut_tail(text: str, n: int) -> str:
 def _truncate(m: Message, info: CompactionInfo | None, original: str | None,
               settings: Settings, store: ResultStore) -> Message | None:
     if original is not None:
-        path: Path | None = store.persist(original)
+        path: Path | None = store.path_for(original)
         head = _cut_head(original, settings.microcompact_head_chars)
         tail = _cut_tail(original[len(head):], settings.microcompact_tail_chars)
         total = len(original)
@@ -151,7 +153,7 @@ def _truncate(m: Message, info: CompactionInfo | None, original: str | None,
 def _summarize(m: Message, info: CompactionInfo | None, original: str | None,
                store: ResultStore) -> Message:
     if original is not None:
-        path: Path | None = store.persist(original)
+        path: Path | None = store.path_for(original)
         chars, lines, kind = len(original), count_lines(original), detect_kind(original)
     else:
         assert info is not None

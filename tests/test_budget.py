@@ -337,6 +337,9 @@ def test_budget_properties(hist: h.History, turn_budget: int, per_result: int, h
         for p in report.persisted:
             assert mode(p) == 0o600 and store.load(p) is not None
         files = listing(store.directory)
+        named = {info.path.name for m in out
+                 if (info := compaction_info(m)) is not None and info.path is not None}
+        assert set(files) == named                                   # no file for nothing
         again, report2 = enforce_budget(out, store=store, turn_budget_chars=turn_budget,
                                         per_result_max_chars=per_result, head_chars=head,
                                         tail_chars=tail)

@@ -146,6 +146,14 @@ def test_nothing_old_enough_returns_the_same_tuple(tmp_path: Path) -> None:
     assert not store.directory.exists()
 
 
+def test_a_shrink_that_would_not_help_writes_no_file(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "results")
+    hist = tool_loop("tiny", "a", "b", "c", "d")          # "tiny" is 5 round trips old
+    out, report = microcompact(hist, settings=S.replace(microcompact_min_chars=0), store=store)
+    assert out[3] is hist[3]                              # a summary line would be longer
+    assert not store.directory.exists()
+
+
 def test_custom_turn_settings(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "results")
     hist = tool_loop(CSV, "a", "b")          # CSV at age 3
@@ -246,6 +254,9 @@ def test_microcompact_properties(hist: h.History, truncate: int, extra: int,
         assert report.bytes_freed == sum(
             len(a.text.encode()) - len(b.text.encode()) for a, b in zip(hist, out, strict=True))
         files = listing(store.directory)
+        named = {info.path.name for m in out
+                 if (info := compaction_info(m)) is not None and info.path is not None}
+        assert set(files) == named                      # no file written for nothing
         again, report2 = microcompact(out, settings=s, store=store)
         assert again is out and report2 == MicrocompactReport(0, 0, 0)
         assert listing(store.directory) == files
