@@ -87,16 +87,19 @@ class ResultStore:
         if path.exists():
             return path
         self._make_directory()
+        # Written to a temporary file and renamed: a reader never sees half a result.
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".txt")
+        done = False
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(content))
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+            done = True
+        finally:
+            if not done:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
         return path
 
     def load(self, path: Path | str) -> str | None:
@@ -105,7 +108,7 @@ class ResultStore:
         if candidate.parent != self.directory or not candidate.name.endswith(".txt"):
             return None
         try:
-            return candidate.read_bytes().decode("utf-8", errors="replace")
+            return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:
             return None
 
@@ -122,16 +125,11 @@ class ResultStore:
 
 
 def _encode(content: str) -> bytes:
-    # JSON from a provider can decode to lone surrogates; never fail on them.
-    return content.encode("utf-8", errors="surrogatepass" if _has_surrogates(content) else "strict")
-
-
-def _has_surrogates(text: str) -> bool:
     try:
-        text.encode("utf-8")
+        return content.encode("utf-8")
     except UnicodeEncodeError:
-        return True
-    return False
+        # JSON from a provider can decode to lone surrogates; never fail on them.
+        return content.encode("utf-8", errors="surrogatepass")
 
 
 # -- cluster-safe cuts -----------------------------------------------------------------------

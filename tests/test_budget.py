@@ -89,6 +89,7 @@ def test_store_survives_lone_surrogates(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "r")
     path = store.persist("bad \ud800 json")
     assert path.exists() and store.persist("bad \ud800 json") == path
+    assert store.load(path) == "bad \ud800 json"
 
 
 # -- preview --------------------------------------------------------------------------------
