@@ -786,3 +786,14 @@ def test_cli_port_in_use_is_one_clear_line() -> None:
         out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 1
     assert len(err.strip().splitlines()) == 1 and "choose another --port" in err
+
+
+def test_close_also_ends_keep_alive_connections() -> None:
+    emu = Emulator().start()
+    oc, _ = clients(emu)
+    assert ask(emu, "openai", [{"role": "user", "content": "hi"}])["stop"] == "stop"
+    oc.chat.completions.create(model="emulator", messages=[{"role": "user", "content": "a"}])
+    emu.close()
+    with pytest.raises(openai.APIConnectionError):
+        oc.chat.completions.create(model="emulator", messages=[{"role": "user", "content": "b"}])
+    assert len(emu.requests) == 2

@@ -99,6 +99,7 @@ class Emulator:
         self._records: list[RequestRecord] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
         self.host = host
         self._port = port
@@ -167,6 +168,12 @@ class Emulator:
             return
         server.shutdown()
         server.server_close()
+        # Keep-alive connections would otherwise go on answering after close().
+        with self._lock:
+            open_connections = list(self._connections)
+        for conn in open_connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -296,6 +303,17 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = SOCKET_TIMEOUT
     server_version = "ipy_ctxrecovery-emulator"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.emulator._lock:
+            self.emulator._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.emulator._lock:
+            self.emulator._connections.discard(self.connection)
+        with contextlib.suppress(OSError, ValueError):
+            super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         # Silence the stdlib access log (it goes to stderr); Emulator.log reports requests.
