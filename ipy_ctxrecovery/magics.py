@@ -206,7 +206,7 @@ class ChatMagics(Magics):
         old, self.emulator, self.emulator_limits = self.emulator, new, dict(limits)
         for name, session in list(self.sessions.items()):
             if is_emulator(session.model):
-                self.rebuild_session(name)
+                self.rebuild_session(name, new_provider=True)
         if old is not None:
             old.close()
         return new
@@ -232,7 +232,7 @@ class ChatMagics(Magics):
                                **self._session_kwargs(model, tools))
 
     def resume_session(self, stored_name: str, *, model: str | None = None,
-                       tools: tuple[Any, ...] = ()) -> Any:
+                       tools: tuple[Any, ...] = (), provider: Any = None) -> Any:
         """Reopen a session from disk (history, transcript) with the current configuration."""
         from .session import ChatSession
         from .transcript import Transcript
@@ -242,29 +242,44 @@ class ChatMagics(Magics):
                 raise UsageError(f"there is no saved session named {stored_name!r}; "
                                  "%chat sessions lists the saved ones.")
             model = model or str(Transcript(stored_name).load_meta().get("model") or "")
-            return ChatSession.resume(stored_name, model=model,
-                                      **self._session_kwargs(model, tools))
+            kwargs = self._session_kwargs(model, tools)
+            if provider is not None:
+                kwargs.update(provider=provider, emulator=None)
+            return ChatSession.resume(stored_name, model=model, **kwargs)
 
     def rebuild_session(self, name: str, *, model: str | None = None,
-                        tools: tuple[Any, ...] = ()) -> Any:
+                        tools: tuple[Any, ...] = (), new_provider: bool = False) -> Any:
         """Reopen session ``name`` (same history) on a new model, emulator, settings or tools.
 
         Every turn saves the working history, so the reopened session continues exactly
         where the old one stopped; learned state (a learned or assumed cap) starts afresh,
-        which is right for a new limit.
+        which is right for a new limit. On the same model the provider is kept, and with
+        it any SDK client the user built (proxy, CA bundle, headers).
         """
         old = self.sessions[name]
         keep = tuple(old.tools) + tuple(t for t in tools if t not in old.tools)
-        session = self.resume_session(old.name, model=model or old.model, tools=keep)
-        self.replace_session(name, session, keep_usage=True)
+        if new_provider or (model is not None and model != old.model):
+            session = self.resume_session(old.name, model=model or old.model, tools=keep)
+            self.replace_session(name, session, keep_usage=True)
+        else:
+            session = self.resume_session(old.name, model=old.model, tools=keep,
+                                          provider=old.provider)
+            # The old object is dropped, not closed: closing would close the shared client.
+            self.replace_session(name, session, keep_usage=True, close_old=False)
         return session
 
-    def replace_session(self, name: str, session: Any, *, keep_usage: bool = False) -> None:
+    def replace_session(self, name: str, session: Any, *, keep_usage: bool = False,
+                        close_old: bool = True) -> None:
+        """Make ``session`` the one ``%%chat -S name`` talks to.
+
+        Also the way to use a ChatSession built in Python, e.g. with your own SDK client:
+        ``get_magics().replace_session("work", ChatSession(model, client=my_client))``.
+        """
         old = self.sessions.get(name)
         self.sessions[name] = session
         if not keep_usage:
             self.usage_totals.pop(name, None)
-        if old is not None and old is not session:
+        if close_old and old is not None and old is not session:
             old.close()
         panel = self.panels.get(name)
         if panel is not None:
@@ -448,6 +463,10 @@ def _as_usage_error() -> Iterator[None]:
         yield
     except (errors.CtxRecoveryError, ValueError) as e:
         raise UsageError(str(e)) from e
+    except OSError as e:  # the session's data directory
+        raise UsageError(f"cannot use the session directory {e.filename or ''} "
+                         f"({e.strerror or e}); set IPY_CTXRECOVERY_DIR to a writable "
+                         "directory.") from e
 
 
 def _str(value: Any) -> str | None:

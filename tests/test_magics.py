@@ -234,6 +234,23 @@ def test_model_positional_flag_and_conflict(chat: ChatMagics, ip: Any) -> None:
     assert "two models given" in str(result.error_in_exec)
 
 
+def test_bad_model_session_name_or_directory_is_one_sentence(
+        chat: ChatMagics, ip: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    result = cell(ip, "openai:gpt-4o-mini", "hi")  # no OPENAI_API_KEY in this test
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec).startswith("No OpenAI key found")
+    result = cell(ip, "azure:gpt-4o", "hi")
+    assert "AzureOpenAI" in str(result.error_in_exec)
+    result = cell(ip, '-S "bad name!"', "hi")
+    assert "session name 'bad name!' is not valid" in str(result.error_in_exec)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(blocker))
+    result = cell(ip, "-S elsewhere", "hi")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "set IPY_CTXRECOVERY_DIR to a writable directory" in str(result.error_in_exec)
+
+
 def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> None:
     cell(ip, "", "first message")
     cell(ip, "emulator:anthropic", "second message")
@@ -399,6 +416,24 @@ def test_chat_config_sets_validates_and_reopens_sessions(
         with pytest.raises(UsageError, match=fragment):
             ip.run_line_magic("chat", f"config {bad}")
     assert chat.session().settings.max_payload == 64 * 1024
+
+
+def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
+        chat: ChatMagics, ip: Any, emulator: Any) -> None:
+    from ipy_ctxrecovery.session import ChatSession
+
+    gateway = emulator()  # stands for a corporate gateway the user's client is set up for
+    mine = ChatSession("openai:emulator", client=gateway.openai_client(max_retries=0),
+                       name="work")
+    chat.replace_session("work", mine)
+    assert cell(ip, "-S work", "through my client").success
+    ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=1MB")
+    reopened = chat.sessions["work"]
+    assert reopened is not mine and reopened.provider is mine.provider
+    assert reopened.settings.max_payload == 1024 * 1024
+    assert cell(ip, "-S work", "still through my client").success
+    assert [r.status for r in gateway.requests] == [200, 200]
+    assert reopened.history[0].text == "through my client"
 
 
 # -- %chat subcommands ----------------------------------------------------------------------------
