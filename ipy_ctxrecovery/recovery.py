@@ -204,6 +204,8 @@ class RequestLoop:
         fitted = room - math.ceil(room * self.settings.exact_fit_margin)
         if fitted < 1 or fitted >= requested:
             return max_tokens
+        if max_tokens is None:
+            return fitted       # the provider's own default: adjusting it is no news
         self._emit(Preflight(
             message=f"ℹ pre-flight: ≈{est:,} prompt tokens + max_tokens {requested:,} > "
                     f"context window {self.window:,} — sending max_tokens {fitted:,}",

@@ -175,6 +175,21 @@ def check_resume(run: Run, start_emulator: Callable[..., Any], wire: str,
             assert API_KEY not in path.read_text(encoding="utf-8", errors="replace"), path
 
 
+def fetch(n: int) -> str:
+    """Return n characters of log output.
+
+    Args:
+        n: how many characters.
+    """
+    return "".join(f"log line {k}\n" for k in range(n))[:n]
+
+
+def mixed(turns: int, chars: int, tool_chars: int) -> list[str]:
+    """Long user messages, every third turn a big tool result instead."""
+    return [f'Turn {i}: [[tool fetch {{"n": {tool_chars}}}]]' if i % 3 == 1 else filler(i, chars)
+            for i in range(turns)]
+
+
 def filler(i: int, chars: int) -> str:
     """A distinct, readable user message of about ``chars`` characters."""
     words = " ".join(f"item{i}-{k}" for k in range(chars // 9))
@@ -185,23 +200,9 @@ def filler(i: int, chars: int) -> str:
 def test_context_window_overflow_long_conversation(emulator: Any, wire: str,
                                                    tmp_path: Path) -> None:
     emu = emulator(context_window=2048, api_key=API_KEY)
-
-    def fetch(n: int) -> str:
-        """Return n characters of log output.
-
-        Args:
-            n: how many characters.
-        """
-        return "".join(f"log line {k}\n" for k in range(n))[:n]
-
     session = ChatSession(wire, emulator=emu, settings=SMALL, name=f"ctx-{wire.replace(':', '-')}",
                           tools=[fetch], files_root=tmp_path)
-    texts = []
-    for i in range(30):
-        if i % 3 == 1:
-            texts.append(f"Turn {i}: [[tool fetch {{\"n\": 5000}}]]")
-        else:
-            texts.append(filler(i, 700))
+    texts = mixed(30, 700, 5000)
     run = converse(session, emu, texts)
     rejected = check_run(run, tool_results=True)
     assert all(r.fault == "context" for r in rejected)
@@ -215,10 +216,10 @@ def test_payload_too_large_413(emulator: Any, wire: str, style: str) -> None:
     limit = 32 * 1024
     emu = emulator(context_window=200_000, max_body=limit, body_limit_style=style,
                    api_key=API_KEY)
-    session = ChatSession(wire, emulator=emu, settings=Settings(),
+    session = ChatSession(wire, emulator=emu, settings=Settings(), tools=[fetch],
                           name=f"p413-{style}-{wire.replace(':', '-')}")
-    run = converse(session, emu, [filler(i, 3000) for i in range(30)])
-    rejected = check_run(run, limit=limit, payload=True)
+    run = converse(session, emu, mixed(30, 3000, 8000))
+    rejected = check_run(run, limit=limit, payload=True, tool_results=True)
     assert len(rejected) == 1 and rejected[0].status == 413
     status = session.status()
     assert status.cap is not None and status.cap < limit and status.cap_source == "learned"
@@ -230,10 +231,10 @@ def test_payload_too_large_413(emulator: Any, wire: str, style: str) -> None:
 def test_waf_403_block_page(emulator: Any, wire: str) -> None:
     limit = 32 * 1024
     emu = emulator(context_window=200_000, waf_over=limit, api_key=API_KEY)
-    session = ChatSession(wire, emulator=emu, settings=Settings(),
+    session = ChatSession(wire, emulator=emu, settings=Settings(), tools=[fetch],
                           name=f"waf-{wire.replace(':', '-')}")
-    run = converse(session, emu, [filler(i, 3000) for i in range(30)])
-    rejected = check_run(run, limit=limit, payload=True)
+    run = converse(session, emu, mixed(30, 3000, 8000))
+    rejected = check_run(run, limit=limit, payload=True, tool_results=True)
     assert len(rejected) == 1 and rejected[0].status == 403
     check_resume(run, emulator, wire, context_window=200_000, waf_over=limit)
 
@@ -244,10 +245,13 @@ def test_connection_dropped_on_a_large_body(emulator: Any, wire: str) -> None:
     emu = emulator(context_window=2_000_000, drop_over=limit, api_key=API_KEY)
     # SDK retries off, so every dropped request shows in emu.requests as one rejection.
     provider = make_provider(wire, emulator=emu, max_retries=0)
-    session = ChatSession(wire, provider=provider, settings=Settings(),
+    session = ChatSession(wire, provider=provider, settings=Settings(), tools=[fetch],
                           name=f"drop-{wire.replace(':', '-')}")
-    run = converse(session, emu, [filler(i, 60_000) for i in range(16)])
-    rejected = check_run(run, limit=limit, payload=True)
+    run = converse(session, emu, mixed(18, 60_000, 90_000))
+    rejected = check_run(run, limit=limit, payload=True, tool_results=True)
+    # The oversized tool results were previewed in requests, and kept whole on disk.
+    persisted = list((session.directory / "results").iterdir())
+    assert persisted and max(p.stat().st_size for p in persisted) == 90_000
     assert len(rejected) == 1 and rejected[0].status is None
     check_resume(run, emulator, wire, provider_kwargs={"max_retries": 0},
                  context_window=2_000_000, drop_over=limit)
