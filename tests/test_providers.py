@@ -195,7 +195,7 @@ def text_block(*pieces: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def auto_reply(path: str, body: bytes) -> Reply:
     data = json.loads(body)
-    if path.endswith("/chat/completions"):
+    if path.split("?")[0].endswith("/chat/completions"):
         return oa_stream([{"content": "Hello"}, {"content": " ☃"}, {"content": " world"}]) \
             if data.get("stream") else oa_completion()
     return an_stream([text_block("Hello", " ☃")]) if data.get("stream") else an_message()
@@ -748,6 +748,43 @@ def test_user_built_anthropic_client_untouched(server: Recorder) -> None:
     assert server.requests[0].path == "/v1/messages"
     assert str(client.base_url).rstrip("/") == server.anthropic_url
     assert ANTHROPIC_KEY not in repr(provider)
+
+
+def test_user_built_azure_client_untouched(server: Recorder) -> None:
+    client = openai.AzureOpenAI(api_key="az-SECRETSECRET-1234", api_version="2024-06-01",
+                                azure_endpoint=server.anthropic_url, max_retries=0)
+    provider = make_provider("openai:my-gpt4o-deployment", client=client)
+    for stream in (True, False):
+        request = Request((Message.user("héllo"),), stream=stream, max_tokens=20)
+        body = provider.encode(request)
+        assert provider.send(request).stop is StopReason.END
+        assert server.requests[-1].body == body
+    assert server.requests[-1].path.startswith("/openai/deployments/my-gpt4o-deployment/")
+
+
+def test_user_built_bedrock_client_body_rewrite_is_measured(server: Recorder) -> None:
+    pytest.importorskip("botocore")
+    client = anthropic.AnthropicBedrock(aws_access_key="AKIAXXXXXXXXXXXXXXXX",
+                                        aws_secret_key="not-a-secret", aws_region="us-east-1",
+                                        base_url=server.anthropic_url, max_retries=0)
+    provider = make_provider("anthropic.claude-3-5-sonnet-20241022-v2:0", client=client)
+    assert isinstance(provider, AnthropicProvider)
+    request = Request((Message.user("héllo"),), stream=False)
+    body = provider.encode(request)
+    assert not server.requests                        # encode() sent nothing
+    assert provider.send(request).message.text == "Hello ☃"
+    assert server.requests[-1].body == body
+    sent = server.requests[-1].json()                 # Bedrock moves the model into the URL
+    assert "model" not in sent and "anthropic_version" in sent
+    assert server.requests[-1].path.endswith("/invoke")
+    assert server.requests[-1].headers["authorization"].startswith("AWS4-HMAC-SHA256")
+    # Bedrock streams AWS event-stream frames; SSE bytes fail botocore's checksum, and that
+    # decoder error is mapped at the boundary like any SDK error.
+    streamed = Request((Message.user("héllo"),), stream=True)
+    with pytest.raises(ChatError) as info:
+        provider.send(streamed)
+    assert info.value.failure.request_bytes == len(provider.encode(streamed))
+    assert server.requests[-1].path.endswith("/invoke-with-response-stream")
 
 
 def test_env_vars_configure_the_default_clients(server: Recorder,

@@ -44,9 +44,10 @@ class BodyCapture:
     """Runs an SDK call on a private client copy whose transport records the body.
 
     ``endpoint`` is the path suffix of the API call (``/chat/completions``,
-    ``/messages``). Any other request the copy makes — e.g. a credential provider fetching
-    a token through the SDK's HTTP client — is forwarded to the user's own HTTP client, so
-    it keeps its proxies and CA settings.
+    ``/messages``); any POST to the client's API host counts too (Bedrock's
+    ``/model/…/invoke``). Any other request the copy makes — e.g. a credential provider
+    fetching a token through the SDK's HTTP client — is forwarded to the user's own HTTP
+    client, so it keeps its proxies and CA settings.
     """
 
     def __init__(self, client: Any, endpoint: str, connection_error: type[BaseException]) -> None:
@@ -64,8 +65,18 @@ class BodyCapture:
             self._copy = self._source.with_options(http_client=self._http, max_retries=0)
         return self._copy
 
+    def _is_api_call(self, request: httpx2.Request) -> bool:
+        """The chat request itself: a POST to the API's host (Bedrock and Vertex use their
+        own paths) or to the endpoint path — but not an OAuth/token exchange."""
+        path = request.url.path
+        if request.method != "POST" or "/oauth" in path or path.endswith("/token"):
+            return False
+        base = httpx2.URL(str(self._source.base_url))
+        return path.endswith(self._endpoint) or (request.url.host, request.url.port) == (
+            base.host, base.port)
+
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
-        if request.method == "POST" and request.url.path.endswith(self._endpoint):
+        if self._is_api_call(request):
             raise _Captured(request.read())
         forward = getattr(self._source, "_client", None)
         if isinstance(forward, httpx2.Client):

@@ -21,6 +21,7 @@ for small windows such as the emulator's, where the input must fit next to it).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +62,18 @@ STOP_REASONS = {
 _RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "max_tokens"})
 
 _SDK_ERRORS: tuple[type[BaseException], ...] = (anthropic.AnthropicError, httpx2.HTTPError)
+
+
+def _sdk_errors() -> tuple[type[BaseException], ...]:
+    """``_SDK_ERRORS`` plus botocore's, once the Bedrock client has loaded botocore: its
+    event-stream decoder raises its own errors while a Bedrock stream is read."""
+    extra: list[type[BaseException]] = []
+    for module, name in (("botocore.eventstream", "ParserError"),
+                         ("botocore.exceptions", "BotoCoreError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            extra.append(cls)
+    return _SDK_ERRORS + tuple(extra)
 
 NO_KEY_MESSAGE = (
     "No Anthropic key found — set ANTHROPIC_API_KEY, pass client=…, or use the emulator."
@@ -184,7 +197,7 @@ class AnthropicProvider:
     def _encode(self, kwargs: dict[str, Any]) -> bytes:
         try:
             return self._capture.capture(lambda c: c.messages.create(**kwargs))
-        except _SDK_ERRORS as exc:
+        except _sdk_errors() as exc:
             # Only a side request (e.g. a credential provider's token fetch) can fail here.
             raise chat_error(exc, None) from exc
 
@@ -203,7 +216,7 @@ class AnthropicProvider:
                 with result as stream:
                     return _read_stream(stream, on_text, size, self.api)
             return _read_message(result, size, self.api)
-        except _SDK_ERRORS as exc:
+        except _sdk_errors() as exc:
             raise chat_error(exc, size) from exc
         except json.JSONDecodeError as exc:
             raise malformed_reply(exc, size, self.api) from exc
