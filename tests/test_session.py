@@ -368,3 +368,26 @@ def test_opening_an_existing_name_keeps_the_snapshot_until_a_turn() -> None:
     ChatSession(provider=FakeProvider(), name="kept", settings=SETTINGS)
     again = ChatSession.resume("kept", provider=FakeProvider(), settings=SETTINGS)
     assert [m.text for m in again.history] == ["first", "one"]
+
+
+def test_a_previewed_result_can_be_read_back_with_read_file() -> None:
+    def dump() -> str:
+        """Dump a big log."""
+        return "".join(f"row {k}\n" for k in range(20_000))
+
+    fake = FakeProvider([tool_call_reply("dump", {}, "c1"), "dumped"], window=1_000_000)
+    s, _, _ = session(provider=fake, tools=[dump], name="readback")
+    s.send("dump it")
+    sent_result = next(m for m in fake.requests[-1].messages if m.role is Role.TOOL)
+    assert len(sent_result.text) < 20_000 <= len(dump())  # previewed on the wire
+    persisted = list((s.directory / "results").iterdir())
+    assert len(persisted) == 1 and persisted[0].read_text() == dump()
+    assert str(persisted[0]) in sent_result.text  # the preview names the file
+    fake.script.extend([tool_call_reply("read_file", {"path": str(persisted[0]),
+                                                      "offset": 15_000, "limit": 2}, "c2"),
+                        "read"])
+    s.send("read rows 15000-15001")
+    back = [m for m in s.history if m.role is Role.TOOL][-1]
+    assert not back.tool_result.is_error  # type: ignore[union-attr]
+    assert back.text.endswith("row 15000\nrow 15001\n")
+    assert dump() in [m.text for m in s.transcript]  # the transcript has it whole
