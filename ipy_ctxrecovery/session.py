@@ -53,7 +53,7 @@ from .history import TAG_CONTINUATION, History, Message, Role, ToolCall
 from .providers.base import Provider, Request, StopReason, TextCallback, Usage
 from .recovery import RequestLoop, Turn
 from .tools import Tool, as_tool, make_read_file
-from .transcript import Transcript
+from .transcript import Transcript, validate_name
 
 __all__ = ["ChatSession", "Reply", "SessionStatus"]
 
@@ -133,13 +133,13 @@ class ChatSession(RequestLoop):
         self.settings = settings if settings is not None else Settings.from_env()
         self._client = client
         self._emulator = emulator
-        self._owns_provider = provider is None
-        self._provider = provider if provider is not None else self._make_provider(model)
-        self.model = self._provider.model
         self.max_tokens = max_tokens
         self.system = system
         self._sleep = sleep
-        self.name = name or _auto_name()
+        # Everything that can reject bad input comes before the provider, which may start
+        # an emulator that would otherwise be left running.
+        self.name = validate_name(name) if name is not None else _auto_name()
+        user_tools = [as_tool(t) for t in tools]
         self._files = Transcript(self.name)
         self._store = budget.ResultStore(self._files.results_dir)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
@@ -147,9 +147,10 @@ class ChatSession(RequestLoop):
         if builtin_tools:
             builtin = make_read_file(self._files_root, self._files.results_dir)
             self._tools[builtin.name] = builtin
-        for t in tools:
-            tool = as_tool(t)
-            self._tools[tool.name] = tool
+        self._tools.update((t.name, t) for t in user_tools)
+        self._owns_provider = provider is None
+        self._provider = provider if provider is not None else self._make_provider(model)
+        self.model = self._provider.model
         self._subscribers: list[EventCallback] = []
         if on_event is not None:
             self._subscribers.append(on_event)

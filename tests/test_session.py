@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeProvider, cut_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Reply, Settings
-from ipy_ctxrecovery.errors import ChatError, CtxRecoveryError, FailureKind
+from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError, FailureKind
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.events import Escalation, Event, Failed, Retrying, ToolRun, TurnFinished
 from ipy_ctxrecovery.history import Role, problems
@@ -391,3 +391,21 @@ def test_a_previewed_result_can_be_read_back_with_read_file() -> None:
     assert not back.tool_result.is_error  # type: ignore[union-attr]
     assert back.text.endswith("row 15000\nrow 15001\n")
     assert dump() in [m.text for m in s.transcript]  # the transcript has it whole
+
+
+def test_bad_arguments_fail_before_anything_starts() -> None:
+    import threading
+
+    def running() -> int:
+        return sum(t.name.startswith("ipy_ctxrecovery-emulator") for t in threading.enumerate())
+
+    before = running()
+    with pytest.raises(ConfigError, match="session name"):
+        ChatSession("emulator", name="../escape")
+
+    def untyped(x: bytes) -> None:
+        """Takes bytes."""
+
+    with pytest.raises(TypeError, match="parameter 'x'"):
+        ChatSession("emulator", tools=[untyped])
+    assert running() == before
