@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import parse_size
 from ..errors import ConfigError
-from . import faults, replies, wire
+from . import api, faults
 from .faults import Answer, Fault
 
 __all__ = ["Emulator", "RequestRecord"]
@@ -392,7 +392,10 @@ class _Handler(BaseHTTPRequestHandler):
             record(answer.status, None, raw, body, stream)
             self._send(answer)
             return
-        label, answer_or_stream = self._provider(wire_name, body)
+        label, answer_or_stream = api.respond(
+            wire_name, body, presented_key=self._presented_key(wire_name),
+            api_key=emu.api_key, context_window=emu.context_window,
+            max_output_tokens=emu.max_output_tokens, new_id=emu._new_id)
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":
@@ -428,69 +431,6 @@ class _Handler(BaseHTTPRequestHandler):
         answer = faults.waf_answer(fault.style, host=self._host(), client=self._client())
         record(answer.status, fault.label, raw)
         self._send(answer)
-
-    # ------------------------------------------------------------------ the provider
-
-    def _provider(self, wire_name: str, body: Any) -> tuple[
-            str | None, Answer | tuple[tuple[tuple[str, str], ...], Iterable[bytes]]]:
-        emu = self.emulator
-        if not isinstance(body, dict):
-            return None, faults.bad_request(
-                wire_name, "We could not parse the JSON body of your request. (HINT: This "
-                "likely means you aren't using your HTTP library correctly.)")
-        presented = self._presented_key(wire_name)
-        if emu.api_key is not None and presented != emu.api_key:
-            return "auth", faults.auth_error(wire_name, presented)
-        model = str(body.get("model") or "emulator")
-        if wire_name == "anthropic":
-            turns = replies.anthropic_turns(body)
-            param = "max_tokens"
-            max_tokens = body.get("max_tokens")
-            if max_tokens is None:
-                return None, faults.bad_request(wire_name, "max_tokens: Field required")
-        else:
-            turns = replies.openai_turns(body)
-            param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
-                else "max_tokens"
-            max_tokens = body.get(param)
-        if max_tokens is not None and (isinstance(max_tokens, bool)
-                                       or not isinstance(max_tokens, int) or max_tokens < 1):
-            return None, faults.bad_request(
-                wire_name, f"Invalid '{param}': integer below minimum value. Expected a value "
-                f">= 1, but got {max_tokens} instead.", param=param)
-        tools = body.get("tools") or None
-        prompt = replies.prompt_tokens(turns, tools)
-        cap = emu.max_output_tokens
-        if max_tokens is not None and cap is not None and max_tokens > cap:
-            return "output_limit", faults.output_limit_error(
-                wire_name, requested=max_tokens, cap=cap, model=model, param=param)
-        context = faults.context_error(wire_name, window=emu.context_window, prompt=prompt,
-                                       max_tokens=max_tokens, max_tokens_param=param)
-        if context is not None:
-            return "context", context
-        limits = [emu.context_window - prompt]
-        if max_tokens is not None:
-            limits.append(max_tokens)
-        if cap is not None:
-            limits.append(cap)
-        plan = replies.plan(turns, tools=tools, limit=min(limits))
-        stream = bool(body.get("stream"))
-        if wire_name == "anthropic":
-            ident = emu._new_id("msg_emu")
-            headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
-            if stream:
-                return None, (headers, wire.anthropic_events(plan, model=model, ident=ident))
-            return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident),
-                                (("Content-Type", "application/json"), *headers))
-        ident = emu._new_id("chatcmpl-emu")
-        headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
-        if stream:
-            options = body.get("stream_options") or {}
-            include = bool(isinstance(options, dict) and options.get("include_usage"))
-            return None, (headers, wire.openai_chunks(plan, model=model, ident=ident,
-                                                      include_usage=include))
-        return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),
-                            (("Content-Type", "application/json"), *headers))
 
     def _presented_key(self, wire_name: str) -> str | None:
         auth = self.headers.get("Authorization", "")

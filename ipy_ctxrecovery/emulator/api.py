@@ -1,0 +1,82 @@
+"""The fake provider behind both paths: validate a request, then answer it (no I/O).
+
+Checks in the order the real APIs apply them — the key, the body, ``max_tokens`` against
+the output limit, the prompt (and prompt + ``max_tokens``) against the context window —
+then plans the reply (:mod:`.replies`) and formats it for the wire (:mod:`.wire`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import faults, replies, wire
+from .faults import Answer
+
+__all__ = ["Streamed", "respond"]
+
+Streamed = tuple[tuple[tuple[str, str], ...], Iterable[bytes]]
+"""Extra response headers and the SSE events of a streamed answer."""
+
+
+def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: str | None,
+            context_window: int, max_output_tokens: int | None,
+            new_id: Callable[[str], str]) -> tuple[str | None, Answer | Streamed]:
+    """The provider's answer to a parsed request body, and the fault label if it is one
+    (``auth``, ``output_limit``, ``context``)."""
+    if api_key is not None and presented_key != api_key:
+        return "auth", faults.auth_error(wire_name, presented_key)
+    if not isinstance(body, dict):
+        return None, faults.bad_request(
+            wire_name, "We could not parse the JSON body of your request. (HINT: This "
+            "likely means you aren't using your HTTP library correctly.)")
+    model = str(body.get("model") or "emulator")
+    if wire_name == "anthropic":
+        turns = replies.anthropic_turns(body)
+        param = "max_tokens"
+        max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            return None, faults.bad_request(wire_name, "max_tokens: Field required")
+    else:
+        turns = replies.openai_turns(body)
+        param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+            else "max_tokens"
+        max_tokens = body.get(param)
+    if max_tokens is not None and (isinstance(max_tokens, bool)
+                                   or not isinstance(max_tokens, int) or max_tokens < 1):
+        return None, faults.bad_request(
+            wire_name, f"Invalid '{param}': integer below minimum value. Expected a value "
+            f">= 1, but got {max_tokens} instead.", param=param)
+    tools = body.get("tools") or None
+    prompt = replies.prompt_tokens(turns, tools)
+    cap = max_output_tokens
+    if max_tokens is not None and cap is not None and max_tokens > cap:
+        return "output_limit", faults.output_limit_error(
+            wire_name, requested=max_tokens, cap=cap, model=model, param=param)
+    context = faults.context_error(wire_name, window=context_window, prompt=prompt,
+                                   max_tokens=max_tokens, max_tokens_param=param)
+    if context is not None:
+        return "context", context
+    limits = [context_window - prompt]
+    if max_tokens is not None:
+        limits.append(max_tokens)
+    if cap is not None:
+        limits.append(cap)
+    plan = replies.plan(turns, tools=tools, limit=min(limits))
+    stream = bool(body.get("stream"))
+    if wire_name == "anthropic":
+        ident = new_id("msg_emu")
+        headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
+        if stream:
+            return None, (headers, wire.anthropic_events(plan, model=model, ident=ident))
+        return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident),
+                            (("Content-Type", "application/json"), *headers))
+    ident = new_id("chatcmpl-emu")
+    headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
+    if stream:
+        options = body.get("stream_options") or {}
+        include = bool(isinstance(options, dict) and options.get("include_usage"))
+        return None, (headers, wire.openai_chunks(plan, model=model, ident=ident,
+                                                  include_usage=include))
+    return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),
+                        (("Content-Type", "application/json"), *headers))
