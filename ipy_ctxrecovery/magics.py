@@ -13,7 +13,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -36,10 +36,9 @@ from .display import (
 __all__ = ["ChatMagics", "get_magics", "load", "unload"]
 
 DEFAULT_SESSION = "default"
-_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
-def auto_model(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[str, str]:
+def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The model used when none is configured, and why: a key in the environment, else the emulator."""
     source = os.environ if env is None else env
     if source.get("OPENAI_API_KEY", "").strip():
@@ -49,7 +48,7 @@ def auto_model(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[st
     return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
 
 
-def env_settings(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[Settings, list[str]]:
+def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
     """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each."""
     source = os.environ if env is None else env
     settings, warnings = Settings(), []
@@ -83,8 +82,8 @@ class ChatMagics(Magics):
     default_model = Unicode(
         "", help="Model for %%chat cells without one ('' = emulator unless an API key is set)."
     ).tag(config=True)
-    max_payload = Unicode(
-        None, allow_none=True,
+    max_payload = Union(
+        [Unicode(), Int()], default_value=None, allow_none=True,
         help="Proxy/gateway body cap such as 5MB or 512KB (overrides CHATCLI_MAX_PAYLOAD; 0 = none).",
     ).tag(config=True)
     context_window = Union(
@@ -336,7 +335,8 @@ class ChatMagics(Magics):
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
               help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
-    @argument("--tools", default=None, help="Comma-separated registered tool names to offer.")
+    @argument("--tools", default=None,
+              help="Comma-separated @chat_tool names to offer (they stay offered in the session).")
     @cell_magic("chat")
     def chat_cell(self, line: str, cell: str) -> Answer | None:
         """Send the cell body, as written, as the user message of a conversation.
