@@ -314,8 +314,11 @@ class RequestLoop:
                     message=f"ℹ Learned a payload limit of about {format_size(learned)} (a "
                             f"{format_size(failure.request_bytes or body)} request was "
                             "rejected)", cap=learned, source="learned"), turn)
+        # The ladder wants the cap the request was sent under. Its SPEC auto-cap (4 MB) is
+        # recorded too, but a cap learned from the rejected size wins and is what the user
+        # is told about, as it is the one in effect.
         decision = ladder.decide(settings, state, failure, history_bytes=body,
-                                 max_tokens=max_tokens, cap=self.caps.effective(),
+                                 max_tokens=max_tokens, cap=cap_before,
                                  cap_configured=self.caps.configured is not None)
         if decision.level is ladder.Level.GIVE_UP:
             raise ChatError(failure, decision.message or _sentence(failure)) from error
