@@ -447,9 +447,14 @@ class ChatSession(RequestLoop):
         self._files.save_history(self._history)
 
     def reset(self) -> None:
-        """Start the working history afresh (the transcript keeps everything)."""
+        """Start the working history afresh (the transcript keeps everything).
+
+        What was learned about the network and the model (caps, calibration) stays; the
+        payload SYSTEM NOTICE went with the old history, so it may be given again.
+        """
         self._history = (Message.system(self.system),) if self.system else ()
         self._undo = None
+        self._payload_notice_sent = False
         self._files.mark("reset")
         self._files.save_history(self._history)
 

@@ -334,6 +334,10 @@ def test_payload_failure_state_stays_in_its_session() -> None:
     assert any(notice in m.text for m in fake_a.requests[-1].messages)
     assert not any(notice in m.text for r in fake_b.requests for m in r.messages)
     assert a.status().recoveries == 1 and b.status().recoveries == 0
+    cap = a.caps.effective()
+    a.reset()
+    assert a.caps.effective() == cap  # the network did not change
+    assert not any(notice in m.text for m in a.history)
 
 
 def test_interrupting_compaction_leaves_history_exactly_as_it_was() -> None:
