@@ -268,10 +268,16 @@ def test_system_max_tokens_options_new_and_no_history(chat: ChatMagics, ip: Any)
     body = chat.emulator.requests[-1].body
     assert body["temperature"] == 0.25 and body["user"] == "a b"
 
+    seen = len(chat.emulator.requests)
     result = cell(ip, "--max-tokens 7", "[[words 60]]")
-    assert chat.emulator.requests[-1].body["max_tokens"] >= 7
-    assert any(r.body.get("max_tokens") == 7 for r in chat.emulator.requests if r.body)
-    assert result.success
+    # The flag sets the first request's limit; escalation doubles it twice, and the parts
+    # are stitched into one answer whose metadata lists the escalations.
+    assert [r.body["max_tokens"] for r in chat.emulator.requests[seen:]] == [7, 14, 28]
+    answer = result.result
+    assert answer.finish_reason == "length"
+    assert " ".join(f"w{i}" for i in range(1, 60)).startswith(str(answer).rsplit(" ", 1)[0])
+    assert [a.split(" — ")[0] for a in answer.actions] == [
+        "↗ answer cut at max_tokens=7", "↗ answer cut at max_tokens=14"]
 
     length = len(session.history)
     cell(ip, "--no-history", "off the record")
@@ -393,6 +399,10 @@ def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
 
     ip.run_line_magic("config", "ChatMagics.raise_on_error = False")
     assert chat.raise_on_error is False
+    ip.run_line_magic("config", "ChatMagics.max_payload = 65536")
+    assert chat.session().settings.max_payload == 65536
+    ip.run_line_magic("config", "ChatMagics.context_window = '32000'")
+    assert chat.context_window == 32000 and chat.session().window == 32000
 
 
 def test_chat_config_sets_validates_and_reopens_sessions(
