@@ -22,8 +22,13 @@ the assistant's tool calls and the **full** tool results (before any budget prev
 Messages the package writes for the model (SYSTEM NOTICE, summaries) live only in the
 working history and its snapshot.
 
+A session without a ``name`` gets a generated one (``session-<date>-<time>-<pid>-<n>``),
+so its transcript and persisted tool results are on disk too; :meth:`ChatSession.resume`
+reopens a session by name (after a kernel restart, say) with its working history.
+
 All learned state (caps, token calibration, the one-shot warnings, the payload notice)
 belongs to the session object: two sessions in one process never affect each other.
+It is not persisted: a resumed session learns its limits again.
 """
 
 from __future__ import annotations
