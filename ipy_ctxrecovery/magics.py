@@ -130,7 +130,7 @@ class ChatMagics(Magics):
             try:
                 Settings().updated({"max_payload": value}, source="ChatMagics.max_payload")
             except ConfigError as e:
-                raise TraitError(f"ChatMagics.max_payload: {e}") from None
+                raise TraitError(str(e)) from None
         return value
 
     @validate("context_window")
@@ -141,7 +141,7 @@ class ChatMagics(Magics):
         try:
             return Settings().updated({"context_window": value}).context_window
         except ConfigError as e:
-            raise TraitError(f"ChatMagics.context_window: {e}") from None
+            raise TraitError(str(e)) from None
 
     @observe("max_payload", "context_window", "settings_overrides")
     def _settings_changed(self, change: Any) -> None:

@@ -37,9 +37,13 @@ def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.delenv(var, raising=False)
     globalipapp.start_ipython()  # once per process; later calls return None
     shell = globalipapp.get_ipython()
+    # %config writes into the shell's config (so a value survives %reload_ext); each test
+    # starts without the previous test's values.
+    shell.config.pop("ChatMagics", None)
     yield shell
     if "ipy_ctxrecovery" in shell.extension_manager.loaded:
         shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    shell.config.pop("ChatMagics", None)
 
 
 @pytest.fixture
@@ -84,6 +88,21 @@ def test_bad_env_value_warns_once_naming_the_variable_and_loading_succeeds(
     assert "CHATCLI_MAX_PAYLOAD" in warnings[0] and "default (none)" in warnings[0]
     assert "no payload cap configured" in captured.out
     assert get_magics(ip) is not None
+
+
+def test_config_survives_reload_and_a_bad_value_does_not_block_loading(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("config", "ChatMagics.default_format = 'text'")
+    ip.config.ChatMagics.max_payload = "lots"  # as if from ipython_config.py
+    ip.run_line_magic("reload_ext", "ipy_ctxrecovery")
+    fresh = get_magics(ip)
+    assert fresh is not None and fresh is not chat
+    assert fresh.default_format == "text"
+    assert fresh.max_payload is None
+    err = capsys.readouterr().err
+    assert err.startswith("⚠ ignoring ChatMagics.max_payload: max_payload='lots' is not a "
+                          "valid size;")
+    assert err.rstrip().endswith("Using the default.") and err.count("\n") == 1
 
 
 def test_unload_and_reload(chat: ChatMagics, ip: Any) -> None:
@@ -385,7 +404,7 @@ def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
     ip.run_line_magic("config", "ChatMagics.max_payload = 'lots'")
     # %config reports a trait error as one logged line, no traceback.
     assert [r.getMessage() for r in caplog.records if "lots" in r.getMessage()] == [
-        "ChatMagics.max_payload: max_payload='lots' is not a valid size; expected "
+        "max_payload='lots' is not a valid size; expected "
         "a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number "
         "means MB; 0 means no cap)."]
     assert chat.max_payload == "2MB"
