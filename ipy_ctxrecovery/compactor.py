@@ -35,6 +35,7 @@ from .config import Settings, format_size
 from .errors import redact
 from .events import CompactionPhase, EventCallback
 from .history import (
+    TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
     History,
     Message,
@@ -331,6 +332,9 @@ def _check_cancel(should_cancel: Callable[[], bool] | None) -> None:
 def _summarizable_units(history: History) -> list[list[int]]:
     """Non-system messages before the latest user request, in units never split apart.
 
+    The payload-limit SYSTEM NOTICE is guidance for every later turn, so like a system
+    message it is never summarized away.
+
     A unit is one message, or an assistant message with tool calls plus the tool messages
     right after it: a call and its results are summarized together or kept together.
     """
@@ -340,7 +344,7 @@ def _summarizable_units(history: History) -> list[list[int]]:
     i = 0
     while i < end:
         m = history[i]
-        if m.role is Role.SYSTEM:
+        if m.role is Role.SYSTEM or m.tag == TAG_PAYLOAD_NOTICE:
             i += 1
             continue
         unit = [i]

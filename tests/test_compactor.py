@@ -24,6 +24,7 @@ from ipy_ctxrecovery.compactor import (
 from ipy_ctxrecovery.config import MiB, Settings, format_size
 from ipy_ctxrecovery.events import CompactionPhase, Event
 from ipy_ctxrecovery.history import (
+    TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
     History,
     Message,
@@ -353,6 +354,18 @@ def test_summary_covers_the_oldest_messages_and_never_splits_a_tool_pair() -> No
     kept = out[3:]
     assert tuple(kept) == h[len(h) - len(kept):]
     assert len(kept) < len(h) - 3
+
+
+def test_the_payload_notice_is_guidance_and_is_never_summarized_away() -> None:
+    notice = Message.user("[SYSTEM NOTICE — PAYLOAD LIMIT HIT] …", tag=TAG_PAYLOAD_NOTICE)
+    h: History = (Message.system("sys"), *big_turns(2, 30_000), notice,
+                  *big_turns(2, 30_000), Message.user("latest"))
+    out, report = compact(h, target_bytes=wire_bytes(h) // 4, measure=wire_bytes,
+                          summarize=Recorder(), settings=S)
+    assert report.applied
+    check_invariants(h, out)
+    assert [m for m in out if m.tag == TAG_PAYLOAD_NOTICE] == [notice]
+    assert out[-1] == Message.user("latest")
 
 
 def test_summarizer_input_is_bounded_and_keeps_the_most_recent() -> None:
