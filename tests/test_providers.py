@@ -599,6 +599,22 @@ def test_dropped_connection_on_a_large_request_is_likely_payload(server: Recorde
     assert info.value.failure.kind is FailureKind.LIKELY_PAYLOAD
 
 
+@pytest.mark.parametrize("wire", ["emulator", "emulator:anthropic"])
+def test_large_body_drop_is_not_resent_by_the_sdk_but_small_drops_are(wire: str,
+                                                                      emulator: Any) -> None:
+    emu = emulator(drop_over="600KB", context_window=1_000_000)
+    provider = make_provider(wire, emulator=emu, max_retries=2)  # the SDK's own retries on
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x" * 700_000),), max_tokens=64))
+    assert info.value.failure.kind is FailureKind.LIKELY_PAYLOAD
+    assert [r.fault for r in emu.requests] == ["drop"]           # one rejection, not three
+    emu.reset()
+    emu.script("drop")                                            # a one-off drop, small body
+    reply = provider.send(Request((Message.user("hello"),), max_tokens=64))
+    assert reply.message.text
+    assert [r.fault for r in emu.requests] == ["drop", None]     # the SDK retried it
+
+
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_truncated_json_reply_is_one_sentence(server: Recorder, api: str) -> None:
     provider = oa_provider(server) if api == "openai" else an_provider(server)

@@ -19,10 +19,12 @@ from typing import Any
 
 import httpx2
 
+from .._classify import LIKELY_PAYLOAD_MIN_BYTES
 from ..errors import ChatError, Failure, FailureKind, classify
 
 __all__ = [
     "BodyCapture",
+    "SingleShot",
     "chat_error",
     "incomplete_reply",
     "malformed_reply",
@@ -137,6 +139,28 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+class SingleShot:
+    """The client to send a body of a given size with.
+
+    A connection dropped while sending a body over 500 KB is most likely a proxy's size
+    limit (SPEC §1, "likely payload problem"): the SDK's own retries would only send the
+    same doomed body again, counting as more rejections. Such bodies go through a copy of
+    the client with ``max_retries=0`` and the recovery ladder takes over; smaller bodies
+    keep the SDK's retries for genuinely transient errors.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._single: Any = None
+
+    def for_size(self, body_bytes: int) -> Any:
+        if body_bytes <= LIKELY_PAYLOAD_MIN_BYTES:
+            return self._client
+        if self._single is None:
+            self._single = self._client.with_options(max_retries=0)
+        return self._single
 
 
 def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:

@@ -33,6 +33,7 @@ from ..errors import ConfigError
 from ..history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ._common import (
     BodyCapture,
+    SingleShot,
     chat_error,
     incomplete_reply,
     malformed_reply,
@@ -149,6 +150,7 @@ class AnthropicProvider:
         self.info = info or lookup(model_id)
         self.client = client
         self._capture = BodyCapture(client, "/messages", anthropic.APIConnectionError)
+        self._senders = SingleShot(client)
         self._on_close = on_close
         self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
@@ -211,7 +213,7 @@ class AnthropicProvider:
             size = len(self._encode(kwargs))
         self._last = None
         try:
-            result = self.client.messages.create(**kwargs)
+            result = self._senders.for_size(size).messages.create(**kwargs)
             if request.stream:
                 with result as stream:
                     return _read_stream(stream, on_text, size, self.api)

@@ -26,6 +26,7 @@ from ..errors import ConfigError, redact
 from ..history import Message, ToolCall, to_openai
 from ._common import (
     BodyCapture,
+    SingleShot,
     chat_error,
     incomplete_reply,
     malformed_reply,
@@ -100,6 +101,7 @@ class OpenAIProvider:
         self.info = info or lookup(model_id)
         self.client = client
         self._capture = BodyCapture(client, "/chat/completions", openai.APIConnectionError)
+        self._senders = SingleShot(client)
         self._on_close = on_close
         self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
@@ -164,7 +166,7 @@ class OpenAIProvider:
             size = len(self._encode(kwargs))
         self._last = None
         try:
-            result = self.client.chat.completions.create(**kwargs)
+            result = self._senders.for_size(size).chat.completions.create(**kwargs)
             if request.stream:
                 with result as stream:
                     return _read_stream(stream, on_text, size, self.api)
