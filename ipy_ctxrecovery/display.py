@@ -125,7 +125,8 @@ class EventPrinter:
     """Prints one status line per recovery event (the SPEC's texts), nothing for routine ones.
 
     Routine events are the per-turn bookkeeping: a pre-flight check that found nothing to do
-    and the end-of-turn sizes. ``verbose=True`` prints those too.
+    and the end-of-turn sizes. ``verbose=True`` prints those too. A final failure is never
+    printed here: whoever called ``send`` reports it once (the cell fails with that sentence).
     """
 
     def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
@@ -140,7 +141,9 @@ class EventPrinter:
 
     def __call__(self, event: ev.Event) -> None:
         message = (event.message or "").strip()
-        if not message or (self.is_routine(event) and not self.verbose):
+        if not message or isinstance(event, ev.Failed):
+            return
+        if self.is_routine(event) and not self.verbose:
             return
         self.lines.append(message)
         print(message, file=self._stream or sys.stdout, flush=True)

@@ -74,6 +74,7 @@ def test_event_printer_shows_actions_not_routine() -> None:
     printer(ev.Preflight(message="ℹ pre-flight: history 4.2 MB ≈ 86% of configured cap (5.0 MB)"
                                  " — compacting", body_bytes=1, est_tokens=1, cap=5,
                          window=10, action="compact"))
+    printer(ev.Failed(message="✗ reported by the cell instead", failure_kind="other"))
     assert out.getvalue().splitlines() == [
         "🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed",
         "ℹ pre-flight: history 4.2 MB ≈ 86% of configured cap (5.0 MB) — compacting",

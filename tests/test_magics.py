@@ -367,9 +367,13 @@ def test_failure_fails_the_cell_with_one_sentence(
     result = ip.run_cell("%%chat\nhello\nprint('never')\n", store_history=True)
     assert not result.success
     assert isinstance(result.error_in_exec, UsageError)
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("UsageError: ")
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("UsageError: ")
+    assert "This request is not valid for this model." in lines[0]
+    assert "not valid" not in captured.out  # said once, not also as a status line
     assert len(chat.session().history) == length  # untouched by the failed turn
 
     chat.raise_on_error = False
