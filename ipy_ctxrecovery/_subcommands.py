@@ -80,6 +80,11 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
 
 
 def _session(magics: ChatMagics, args: Any) -> Any:
+    """The session a subcommand works on; only the kernel's default one is created here."""
+    if args.session != "default" and args.session not in magics.sessions:
+        raise UsageError(f"no session named {args.session!r} in this kernel; start it with "
+                         f"%%chat -S {args.session}, or %chat resume {args.session} if it "
+                         "was saved.")
     return magics.session(args.session)
 
 

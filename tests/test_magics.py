@@ -566,6 +566,9 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
         assert f"%chat {name}" in out
     ip.run_line_magic("chat", "help emulator")
     assert "--max-body SIZE" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no session named 'nobody' in this kernel"):
+        ip.run_line_magic("chat", "status -S nobody")
+    assert "nobody" not in chat.sessions
     with pytest.raises(UsageError, match="unknown subcommand 'frobnicate'"):
         ip.run_line_magic("chat", "frobnicate")
     with pytest.raises(UsageError, match="%chat history: unrecognized arguments: --bogus"):
