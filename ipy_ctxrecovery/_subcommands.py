@@ -1,7 +1,7 @@
 """The ``%chat SUBCOMMAND`` line magic: one small function per subcommand.
 
 Each subcommand takes the ChatMagics instance and its parsed arguments, prints a short
-summary and may return a value (``%chat status`` returns the session's status object).
+summary and may return a value (``%chat panel`` returns the session's panel).
 User mistakes raise ``UsageError`` with one sentence; nothing here talks to a model
 except ``compact`` (through the session).
 """
@@ -25,8 +25,7 @@ from .display import EventPrinter
 if TYPE_CHECKING:
     from .magics import ChatMagics
 
-__all__ = ["SUBCOMMANDS", "run_subcommand"]
-
+__all__ = ["SUBCOMMANDS", "run_subcommand", "summary_text"]
 
 
 class _Parser(argparse.ArgumentParser):
