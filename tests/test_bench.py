@@ -1,0 +1,41 @@
+"""Smoke test for bench/: each benchmark runs with tiny parameters and prints its figures.
+
+Benchmarks print ratios, never verdicts, so nothing here looks at a timing: only that each
+script completes in a fresh interpreter and prints one figure line per case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                          text=True, timeout=120, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_recovery_vs_blind_prints_a_ratio_line_per_mode() -> None:
+    out = run("recovery_vs_blind.py", "--turns", "6", "--scale", "0.2")
+    for key in ("window", "413", "waf", "drop"):
+        assert f"ratio {key} ours/baseline: answered " in out, out
+        assert f"== {key}:" in out
+    assert out.count("turns answered") == 4
+
+
+def test_recovery_vs_blind_rejects_an_unknown_mode() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "recovery_vs_blind.py"), "--modes",
+                           "nope"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown mode" in done.stderr
+
+
+def test_overhead_prints_ratios_per_history_size() -> None:
+    out = run("overhead.py", "--sizes", "10,40", "--repeat", "1", "--result-chars", "4000")
+    for n in (10, 40):
+        assert f"ratio overhead n={n}: pipeline/round_trip " in out, out
+    assert "encode/json.dumps" in out
