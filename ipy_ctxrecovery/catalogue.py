@@ -25,9 +25,12 @@ class ModelInfo:
     window_overridden: bool = False
 
 
-# family -> (context window tokens, max output tokens), from the providers' model pages.
+# family -> (context window tokens, max output tokens), from the providers' model pages
+# (searched 2026-11-30). A family also covers its dated snapshots and ``-latest``/``-vN:M``
+# aliases; the longest family at a ``-`` boundary wins, so every id that extends a shorter
+# family with different limits needs its own row (``claude-opus-4-6`` vs ``claude-opus-4``).
 MODELS: Mapping[str, tuple[int, int]] = {
-    # OpenAI
+    # OpenAI, legacy: platform.openai.com/docs/models/<id> (numbers predate this update)
     "gpt-3.5-turbo": (16_385, 4_096),
     "gpt-4": (8_192, 8_192),
     "gpt-4-32k": (32_768, 8_192),
@@ -39,12 +42,6 @@ MODELS: Mapping[str, tuple[int, int]] = {
     "gpt-4.1-mini": (1_047_576, 32_768),
     "gpt-4.1-nano": (1_047_576, 32_768),
     "gpt-4.5-preview": (128_000, 16_384),
-    "gpt-5": (400_000, 128_000),
-    "gpt-5-mini": (400_000, 128_000),
-    "gpt-5-nano": (400_000, 128_000),
-    "gpt-5-chat": (128_000, 16_384),
-    "gpt-5.1": (400_000, 128_000),
-    "gpt-5.2": (400_000, 128_000),
     "o1": (200_000, 100_000),
     "o1-mini": (128_000, 65_536),
     "o1-preview": (128_000, 32_768),
@@ -52,7 +49,44 @@ MODELS: Mapping[str, tuple[int, int]] = {
     "o3-mini": (200_000, 100_000),
     "o3-pro": (200_000, 100_000),
     "o4-mini": (200_000, 100_000),
-    # Anthropic
+    # OpenAI GPT-5 / 5.1 / 5.2: developers.openai.com/api/docs/models/gpt-5.1 (400,000 / 128,000);
+    # gpt-5.2(-pro): docs.oxen.ai gpt-5-2-2025-12-11, vercel.com/ai-gateway gpt-5.2-pro.
+    "gpt-5": (400_000, 128_000),
+    "gpt-5-mini": (400_000, 128_000),
+    "gpt-5-nano": (400_000, 128_000),
+    "gpt-5.1": (400_000, 128_000),
+    "gpt-5.2": (400_000, 128_000),
+    "gpt-5.2-pro": (400_000, 128_000),
+    # OpenAI chat snapshots (ChatGPT "Instant"): developers.openai.com/api/docs/models/
+    # gpt-5.3-chat-latest (128,000 / 16,384); gpt-5.2-chat-latest: docs.oxen.ai; gpt-5.1-chat-latest:
+    # only a third-party table (labring/fastgpt-plugin #297, 128,000 / 16,000). Without these rows
+    # the chat ids would inherit the 400K window of gpt-5.1/gpt-5.2.
+    "gpt-5-chat": (128_000, 16_384),
+    "gpt-5.1-chat": (128_000, 16_000),
+    "gpt-5.2-chat": (128_000, 16_384),
+    "gpt-5.3-chat": (128_000, 16_384),
+    # OpenAI GPT-5.4 / 5.5: vercel.com/ai-gateway/models/gpt-5.4(-nano, -mini-fast), docs.oxen.ai
+    # gpt-5-5-2026-04-23, runware.ai/docs/models/openai-gpt-5-5 (OpenAI's own page not stored).
+    "gpt-5.4": (1_050_000, 128_000),
+    "gpt-5.4-mini": (400_000, 128_000),
+    "gpt-5.4-nano": (400_000, 128_000),
+    "gpt-5.5": (1_050_000, 128_000),
+    # OpenAI GPT-5.6 (``gpt-5.6`` is the alias of Sol): vercel.com/ai-gateway/models/gpt-5.6-*,
+    # developer.box.com GPT-5.6 Luna model card.
+    "gpt-5.6": (1_050_000, 128_000),
+    "gpt-5.6-sol": (1_050_000, 128_000),
+    "gpt-5.6-terra": (1_050_000, 128_000),
+    "gpt-5.6-luna": (1_050_000, 128_000),
+    # OpenAI GPT-6: developers.openai.com/api/docs/models/gpt-6-sol (1,050,000 / 128,000); the
+    # other tiers from vercel.com/ai-gateway/models/gpt-6-*, runware.ai, docs.laozhang.ai GPT-6.2.
+    "gpt-6-astra": (1_050_000, 128_000),
+    "gpt-6-sol": (1_050_000, 128_000),
+    "gpt-6-luna": (1_050_000, 128_000),
+    "gpt-6.1-sol": (1_050_000, 128_000),
+    "gpt-6.1-terra": (1_050_000, 128_000),
+    "gpt-6.2-astra": (1_050_000, 128_000),
+    "gpt-6.2-sol": (1_050_000, 128_000),
+    # Anthropic, retired or pre-4.5 (numbers predate this update)
     "claude-3-haiku": (200_000, 4_096),
     "claude-3-opus": (200_000, 4_096),
     "claude-3-sonnet": (200_000, 4_096),
@@ -60,11 +94,35 @@ MODELS: Mapping[str, tuple[int, int]] = {
     "claude-3-5-sonnet": (200_000, 8_192),
     "claude-3-7-sonnet": (200_000, 64_000),
     "claude-sonnet-4": (200_000, 64_000),
-    "claude-sonnet-4-5": (200_000, 64_000),
     "claude-opus-4": (200_000, 32_000),
     "claude-opus-4-1": (200_000, 32_000),
+    # Anthropic 4.5: platform.claude.com/docs/en/models/{sonnet,opus,haiku}-4-5/overview. Sonnet 4.5
+    # retires 2026-11-30 and Opus 4.5 on 2027-01-22 (the SDK's DEPRECATED_MODELS); kept so old
+    # sessions still get correct limits.
+    "claude-sonnet-4-5": (200_000, 64_000),
     "claude-opus-4-5": (200_000, 64_000),
     "claude-haiku-4-5": (200_000, 64_000),
+    # Anthropic 4.6-4.8: platform.claude.com/docs/en/models/{opus-4-6,opus-4-8,sonnet-4-6}/overview;
+    # Opus 4.7: the Bedrock and Vertex AI model cards (docs.aws.amazon.com model-card-anthropic-
+    # claude-opus-4-7, docs.cloud.google.com .../claude/opus-4-7).
+    "claude-opus-4-6": (1_000_000, 128_000),
+    "claude-opus-4-7": (1_000_000, 128_000),
+    "claude-opus-4-8": (1_000_000, 128_000),
+    "claude-sonnet-4-6": (1_000_000, 128_000),
+    # Anthropic 5.x: platform.claude.com/docs/en/models/{opus-5,sonnet-5,fable-5,haiku-5-5}/overview
+    # and the "compares to the current lineup" table on those pages (Opus/Sonnet/Haiku 5.5, Fable
+    # 5.1, 5.2). Mythos 5 "shares Claude Fable 5's specifications" (fable-5 overview); Mythos 5.2:
+    # docs.aws.amazon.com model-card-anthropic-claude-mythos-5-2.
+    "claude-opus-5": (1_000_000, 128_000),
+    "claude-opus-5-5": (1_000_000, 128_000),
+    "claude-sonnet-5": (1_000_000, 128_000),
+    "claude-sonnet-5-5": (1_000_000, 128_000),
+    "claude-haiku-5-5": (1_000_000, 128_000),
+    "claude-fable-5": (1_000_000, 128_000),
+    "claude-fable-5-1": (1_000_000, 128_000),
+    "claude-fable-5-2": (1_000_000, 128_000),
+    "claude-mythos-5": (1_000_000, 128_000),
+    "claude-mythos-5-2": (1_000_000, 128_000),
     # The built-in emulator's defaults (an Emulator instance reports its own limits).
     "emulator": (8_192, 4_096),
 }
