@@ -209,7 +209,12 @@ class Streamer:
         if self.live and self._parts:
             self._publish()
 
-    def finish(self) -> None:
-        """Empty the live area: the final answer is shown once, as the cell's result."""
-        if self._handle is not None:
+    def finish(self, *, clear: bool = True) -> None:
+        """End the stream: empty the live area when the answer is shown as the cell's result
+        (so it appears once), else leave the streamed text in place."""
+        if self._handle is None:
+            return
+        if clear:
             self._handle.update({"text/plain": ""}, raw=True)
+        else:
+            self._publish()

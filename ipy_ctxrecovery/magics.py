@@ -374,7 +374,9 @@ class ChatMagics(Magics):
             self._failed(str(e), e)
             return None
         finally:
-            streamer.finish()
+            # The answer shown as the cell's result replaces the streamed text; called from
+            # code (a loop of run_cell_magic), the streamed text is all the user will see.
+            streamer.finish(clear=silent or self._is_cell_result())
             if unsubscribe:
                 unsubscribe()
             self.refresh_panel_text(args.session)
@@ -383,6 +385,12 @@ class ChatMagics(Magics):
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
         return None if silent else answer
+
+    def _is_cell_result(self) -> bool:
+        """True when this call is the running cell's own ``%%chat`` (IPython displays its value)."""
+        history = getattr(self.shell, "history_manager", None)
+        raw = history.input_hist_raw if history is not None else []
+        return bool(raw) and raw[-1].lstrip().startswith("%%chat")
 
     def _parse(self, parser: Any, line: str, prog: str) -> Any:
         try:

@@ -172,6 +172,23 @@ def test_streaming_goes_through_one_display_handle(chat: ChatMagics, ip: Any) ->
     assert calls[-1]["data"] == {"text/plain": ""}  # the answer itself is the cell's result
 
 
+def test_called_from_code_the_streamed_answer_stays_visible(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        result = ip.run_cell("for n in (2, 3):\n"
+                             "    get_ipython().run_cell_magic('chat', '', f'[[words {n}]]')\n",
+                             store_history=True)
+    finally:
+        ip.display_pub = saved
+    assert result.success and result.result is None  # a loop shows no Out[n]
+    last: dict[str, str] = {}
+    for call in publisher.calls:
+        last[call["transient"]["display_id"]] = call["data"]["text/plain"]
+    assert sorted(last.values()) == ["w1 w2", "w1 w2 w3"]
+
+
 def test_streamed_updates_are_coalesced(chat: ChatMagics, ip: Any) -> None:
     chat.live_display, chat.stream_interval, chat.show_panel = "always", 3600.0, False
     publisher = RecordingPublisher(shell=ip)
