@@ -252,15 +252,19 @@ class ChatCLIBaseline:
             assert r is not None
             if len(r.content) > per_result:
                 out[i] = _previewed(r)
-        total = sum(len(out[i].tool_result.content) for i in idx)  # type: ignore[union-attr]
-        for i in sorted(idx, key=lambda j: -len(out[j].tool_result.content)):  # type: ignore[union-attr]
+        def size(j: int) -> int:
+            r = out[j].tool_result
+            return len(r.content) if r is not None else 0
+
+        total = sum(size(i) for i in idx)
+        for i in sorted(idx, key=lambda j: -size(j)):
             if total <= turn_budget:
                 break
             r = out[i].tool_result
             assert r is not None
-            new = _previewed(r)
-            total -= len(r.content) - len(new.tool_result.content)  # type: ignore[union-attr]
-            out[i] = new
+            before = size(i)
+            out[i] = _previewed(r)
+            total -= before - size(i)
         self.history = out
 
     def _preflight(self) -> None:

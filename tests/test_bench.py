@@ -39,3 +39,13 @@ def test_overhead_prints_ratios_per_history_size() -> None:
     for n in (10, 40):
         assert f"ratio overhead n={n}: pipeline/round_trip " in out, out
     assert "encode/json.dumps" in out
+
+
+def test_microcompact_savings_prints_the_ratio_and_ours_summarizes() -> None:
+    out = run("microcompact_savings.py", "--turns", "8")
+    assert "ratio microcompact ours/chatcli: bytes freed " in out, out
+    ours = next(line for line in out.splitlines() if line.strip().startswith("ours:"))
+    chatcli = next(line for line in out.splitlines() if line.strip().startswith("chatcli:"))
+    # ANCHORS weakness 9: ChatCLI's one-line summary never fires; ours must.
+    assert " 0 results summarized" in chatcli
+    assert " 0 results summarized" not in ours
