@@ -365,18 +365,23 @@ class ChatMagics(Magics):
                             interval=self.stream_interval)
         printer = EventPrinter(verbose=self.verbose) if self.show_events else None
         unsubscribe = session.subscribe(printer) if printer else None
+        outcome = "interrupted"
         try:
             reply = session.send(cell, max_tokens=max_tokens, stream=stream,
                                  on_text=streamer if stream else None,
                                  record=not args.no_history, options=options or None)
             streamer.flush()
+            outcome = "answered"
         except errors.ChatError as e:
+            outcome = "failed"
             self._failed(str(e), e)
             return None
         finally:
             # The answer shown as the cell's result replaces the streamed text; called from
-            # code (a loop of run_cell_magic), the streamed text is all the user will see.
-            streamer.finish(clear=silent or self._is_cell_result())
+            # code (a loop of run_cell_magic) the streamed text is all the user will see, and
+            # after an interrupt the partial answer stays visible.
+            streamer.finish(clear=outcome == "failed" or (
+                outcome == "answered" and (silent or self._is_cell_result())))
             if unsubscribe:
                 unsubscribe()
             self.refresh_panel_text(args.session)

@@ -189,6 +189,29 @@ def test_called_from_code_the_streamed_answer_stays_visible(chat: ChatMagics, ip
     assert sorted(last.values()) == ["w1 w2", "w1 w2 w3"]
 
 
+def test_an_interrupt_leaves_the_partial_answer_visible(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    cell(ip, "", "before")
+    length = len(chat.session().history)
+
+    class InterruptingPublisher(RecordingPublisher):
+        def publish(self, data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+            super().publish(data, *args, **kwargs)
+            if len(self.calls) == 3:
+                raise KeyboardInterrupt  # as if the user pressed "interrupt kernel"
+
+    publisher = InterruptingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        result = cell(ip, "", "[[words 40]]")
+    finally:
+        ip.display_pub = saved
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    shown = publisher.calls[-1]["data"]["text/plain"]
+    assert shown and " ".join(f"w{i}" for i in range(1, 41)).startswith(shown)
+    assert len(chat.session().history) == length  # the interrupted turn left no trace
+
+
 def test_streamed_updates_are_coalesced(chat: ChatMagics, ip: Any) -> None:
     chat.live_display, chat.stream_interval, chat.show_panel = "always", 3600.0, False
     publisher = RecordingPublisher(shell=ip)
