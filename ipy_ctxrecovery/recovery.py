@@ -108,13 +108,18 @@ class RequestLoop:
                        tools=tuple(t.spec for t in self._tools.values()),
                        options=dict(options or {}), stream=stream)
 
-    def _encode(self, request: Request) -> bytes:
-        """The request's body, encoded once (the last encoding is kept for the send)."""
+    def _encode(self, request: Request) -> tuple[Request, bytes]:
+        """The request and its body, encoded once.
+
+        An equal request built again returns the first object: the provider keeps the
+        encoding of the object it last encoded, so sending that object does not encode
+        the body a second time.
+        """
         if self._encoded is not None and self._encoded[0] == request:
-            return self._encoded[1]
+            return self._encoded
         body = self._provider.encode(request)
         self._encoded = (request, body)
-        return body
+        return self._encoded
 
     def _measure(self, history: History, max_tokens: int | None,
                  options: Mapping[str, Any] | None = None, *, stream: bool = False) -> int:
@@ -152,7 +157,7 @@ class RequestLoop:
                 replaced=br.replaced, persisted=paths), turn)
 
         request = self._request(history, max_tokens, stream=stream, options=options)
-        encoded = self._encode(request)
+        _, encoded = self._encode(request)
         body = len(encoded)
         max_tokens = self._fit_max_tokens(body, encoded, max_tokens, turn)
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
@@ -252,8 +257,9 @@ class RequestLoop:
         transient = 0
         steps = 0
         while True:
-            request = self._request(history, max_tokens, stream=stream, options=options)
-            body = len(self._encode(request))
+            request, encoded = self._encode(
+                self._request(history, max_tokens, stream=stream, options=options))
+            body = len(encoded)
             try:
                 response = self._provider.send(request, on_text=on_text if stream else None)
             except ChatError as e:
