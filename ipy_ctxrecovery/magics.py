@@ -323,19 +323,21 @@ class ChatMagics(Magics):
     @magic_arguments(name="%chat")  # the help formatter adds one "%": the usage reads %%chat
     @argument("MODEL", nargs="?", default=None,
               help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic.")
-    @argument("-m", "--model", dest="model_flag", default=None, help="Model (same as MODEL).")
-    @argument("-S", "--session", default=DEFAULT_SESSION,
+    @argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
+              help="Model (same as the positional MODEL).")
+    @argument("-S", "--session", default=DEFAULT_SESSION, metavar="NAME",
               help="Named conversation (default: one per kernel).")
     @argument("-f", "--format", choices=FORMATS, default=None,
               help="markdown (default), text, code (answer goes to a new cell) or json.")
-    @argument("--system", default=None, help="System prompt for this session.")
-    @argument("--max-tokens", type=int, default=None, help="Output token limit for this answer.")
+    @argument("--system", default=None, metavar="TEXT", help="System prompt for this session.")
+    @argument("--max-tokens", type=int, default=None, metavar="N",
+              help="Output token limit for this answer.")
     @argument("--new", action="store_true", help="Start this session afresh.")
     @argument("--no-history", action="store_true", help="Don't record this exchange.")
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
               help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
-    @argument("--tools", default=None,
+    @argument("--tools", default=None, metavar="NAME,...",
               help="Comma-separated @chat_tool names to offer (they stay offered in the session).")
     @cell_magic("chat")
     def chat_cell(self, line: str, cell: str) -> Answer | None:

@@ -426,7 +426,7 @@ def test_failure_fails_the_cell_with_one_sentence(
 def test_help(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_cell("%%chat?")
     out = capsys.readouterr().out
-    assert "%%chat [-m MODEL_FLAG]" in out
+    assert "%%chat [-m MODEL] [-S NAME]" in out
     for flag in ("--session", "--format", "--system", "--max-tokens", "--new", "--no-history",
                  "--no-stream", "--option", "--tools", "MODEL"):
         assert flag in out
