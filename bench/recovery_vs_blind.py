@@ -37,6 +37,7 @@ from chatcli_baseline import ChatCLIBaseline  # noqa: E402
 
 SYSTEM = "You are a careful assistant helping a developer debug a service."
 SUMMARY_MARK = "STRUCTURED SUMMARY"
+NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
 _WORDS = ("error", "request", "timeout", "worker", "cache", "retry", "socket", "parse",
           "config", "deploy", "queue", "token", "handler", "latency", "upstream", "commit")
 
@@ -114,19 +115,36 @@ class Figures:
     kept_messages: int = 0
     kept_bytes: int = 0
     missing_request_turns: int = 0
+    most_notices: int = 0
     uploaded: int = 0
     errors: list[str] = field(default_factory=list)
 
 
 def _is_summarizer(body: Any) -> bool:
-    return isinstance(body, dict) and any(
+    """A compaction request: its system prompt (Anthropic: top-level) asks for a summary."""
+    if not isinstance(body, dict):
+        return False
+    return SUMMARY_MARK in str(body.get("system") or "") or any(
         m.get("role") == "system" and SUMMARY_MARK in str(m.get("content"))
         for m in body.get("messages", ()))
 
 
+def _user_texts(body: Any) -> list[str]:
+    """The user texts of a request body, either wire format (Anthropic: text blocks)."""
+    texts = []
+    for m in body.get("messages", ()):
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(str(b.get("text", "")) for b in content if b.get("type") == "text")
+    return texts
+
+
 def _has_turn(body: Any, marker: str) -> bool:
-    return any(m.get("role") == "user" and str(m.get("content") or "").startswith(marker)
-               for m in body.get("messages", ()))
+    return any(t.startswith(marker) for t in _user_texts(body))
 
 
 def measure(emu: Emulator, spans: Sequence[tuple[int, int]], figures: Figures) -> None:
@@ -136,6 +154,8 @@ def measure(emu: Emulator, spans: Sequence[tuple[int, int]], figures: Figures) -
     figures.rejected = sum(1 for r in records if r.status != 200)
     figures.uploaded = sum(r.body_bytes for r in records)
     figures.summarizer = sum(1 for r in records if _is_summarizer(r.body))
+    figures.most_notices = max((sum(t.startswith(NOTICE_HEAD) for t in _user_texts(r.body))
+                                for r in records if isinstance(r.body, dict)), default=0)
     for i, (start, end) in enumerate(spans):
         marker = f"[turn {i}]"
         for r in records[start:end]:
@@ -146,14 +166,22 @@ def measure(emu: Emulator, spans: Sequence[tuple[int, int]], figures: Figures) -
                 break
 
 
-def run_ours(mode: Mode, texts: Sequence[str]) -> Figures:
+def _trace_event(event: Any) -> None:
+    if type(event).__name__ not in ("ToolRun", "TurnFinished", "CompactionPhase"):
+        print(f"    event {type(event).__name__}: {event.message.replace(chr(10), ' | ')[:300]}")
+
+
+def run_ours(mode: Mode, texts: Sequence[str], *, model: str = "emulator",
+             trace: bool = False) -> Figures:
     figures = Figures()
     spans: list[tuple[int, int]] = []
     with Emulator(**mode.emulator) as emu:
-        session = ChatSession("emulator", emulator=emu, settings=Settings(), system=SYSTEM,
+        session = ChatSession(model, emulator=emu, settings=Settings(), system=SYSTEM,
                               tools=[fetch_log], builtin_tools=False)
+        if trace:
+            session.subscribe(_trace_event)
         try:
-            for text in texts:
+            for i, text in enumerate(texts):
                 start = len(emu.requests)
                 try:
                     session.send(text, stream=False)
@@ -162,6 +190,10 @@ def run_ours(mode: Mode, texts: Sequence[str]) -> Figures:
                     figures.lost += 1
                     figures.errors.append(str(e))
                 spans.append((start, len(emu.requests)))
+                if trace:
+                    for r in emu.requests[start:]:
+                        print(f"  turn {i}: status {r.status} body {r.body_bytes:,} B "
+                              f"fault {r.fault} summarizer {_is_summarizer(r.body)}")
             figures.kept_messages = len(session.history)
             figures.kept_bytes = len(json.dumps(to_openai(session.history)).encode())
         finally:
@@ -211,6 +243,7 @@ def report(key: str, mode: Mode, turns: int, ours: Figures, base: Figures,
             ("turns lost", "lost"), ("history messages kept", "kept_messages"),
             ("history bytes kept", "kept_bytes"),
             ("turns sent w/o user request", "missing_request_turns"),
+            ("most notices in a request", "most_notices"),
             ("bytes uploaded", "uploaded")]
     for label, attr in rows:
         out(f"{label:28}{getattr(ours, attr):>12,}{getattr(base, attr):>12,}")
@@ -229,6 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated, from {', '.join(MODES)}")
+    parser.add_argument("--wire", choices=("openai", "anthropic"), default="openai",
+                        help="our session's wire format (the baseline speaks openai)")
+    parser.add_argument("--trace", action="store_true",
+                        help="print our session's events and each request it caused")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply pasted-text and tool-result sizes (smoke tests: 0.2)")
     args = parser.parse_args(argv)
@@ -246,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             (int(mode.paste[0] * args.scale), int(mode.paste[1] * args.scale)),
                             int(mode.tool_chars * args.scale))
             texts = script(args.turns, mode)
-            ours = run_ours(mode, texts)
+            model = "emulator" if args.wire == "openai" else "emulator:anthropic"
+            ours = run_ours(mode, texts, model=model, trace=args.trace)
             base = run_baseline(mode, texts)
             report(key, mode, args.turns, ours, base)
     return 0
