@@ -36,15 +36,18 @@ from .display import (
 __all__ = ["ChatMagics", "get_magics", "load", "unload"]
 
 DEFAULT_SESSION = "default"
+# Used when only a key is configured: current, non-deprecated models in both SDKs' lists.
+DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
+DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
 
 
 def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The model used when none is configured, and why: a key in the environment, else the emulator."""
     source = os.environ if env is None else env
     if source.get("OPENAI_API_KEY", "").strip():
-        return "openai:gpt-4o-mini", "OPENAI_API_KEY is set"
+        return DEFAULT_OPENAI_MODEL, "OPENAI_API_KEY is set"
     if source.get("ANTHROPIC_API_KEY", "").strip():
-        return "anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY is set"
+        return DEFAULT_ANTHROPIC_MODEL, "ANTHROPIC_API_KEY is set"
     return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
 
 

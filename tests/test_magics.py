@@ -73,7 +73,7 @@ def test_load_ext_prints_one_line_naming_the_emulator_and_the_cap(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
     ip.run_line_magic("load_ext", "ipy_ctxrecovery")
     out = capsys.readouterr().out
-    assert "openai:gpt-4o-mini (OPENAI_API_KEY is set)" in out
+    assert "openai:gpt-5.4-mini (OPENAI_API_KEY is set)" in out
     assert "payload cap 5 MB" in out
     assert "sk-test" not in out
 
@@ -589,7 +589,8 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_line_magic("chat", "models")
     out = capsys.readouterr().out
-    assert "default: emulator" in out and "anthropic:claude-sonnet-4-5" in out
+    assert "default: emulator" in out
+    assert "anthropic:claude-sonnet-5-5" in out and "openai:gpt-5.4-mini" in out
     from ipy_ctxrecovery import chat_tool
 
     @chat_tool
