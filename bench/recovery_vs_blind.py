@@ -10,8 +10,11 @@ openai SDK with its defaults. Everything is deterministic, so the figures are re
 
 Printed per mode and system, from what the emulator received (``emu.requests``): requests
 sent (and how many were summarizer requests), requests rejected, turns answered and lost,
-messages and bytes kept in the working history at the end, turns where a request went out
-without that turn's user request, bytes uploaded; then ``ratio`` lines ours/baseline.
+answers that quote the turn's request (the emulator's default reply quotes the latest real
+user message, so an answer without it was given to something else), messages and bytes
+kept in the working history at the end, turns where a request went out without that
+turn's user request, the most SYSTEM NOTICEs in one request, bytes uploaded; then
+``ratio`` lines ours/baseline.
 Figures, not verdicts: nothing here passes or fails.
 """
 
@@ -111,6 +114,7 @@ class Figures:
     summarizer: int = 0
     rejected: int = 0
     answered: int = 0
+    on_topic: int = 0
     lost: int = 0
     kept_messages: int = 0
     kept_bytes: int = 0
@@ -184,8 +188,9 @@ def run_ours(mode: Mode, texts: Sequence[str], *, model: str = "emulator",
             for i, text in enumerate(texts):
                 start = len(emu.requests)
                 try:
-                    session.send(text, stream=False)
+                    reply = session.send(text, stream=False)
                     figures.answered += 1
+                    figures.on_topic += f"[turn {i}]" in reply.text
                 except ChatError as e:
                     figures.lost += 1
                     figures.errors.append(str(e))
@@ -213,11 +218,12 @@ def run_baseline(mode: Mode, texts: Sequence[str]) -> Figures:
         bot = ChatCLIBaseline(client, model="emulator", window_tokens=emu.context_window,
                               tools={"fetch_log": fetch_log}, tool_specs=specs, system=SYSTEM)
         try:
-            for text in texts:
+            for i, text in enumerate(texts):
                 start = len(emu.requests)
                 turn = bot.send(text)
                 if turn.answered:
                     figures.answered += 1
+                    figures.on_topic += f"[turn {i}]" in turn.text
                 else:
                     figures.lost += 1
                     figures.errors.append(turn.error)
@@ -240,6 +246,7 @@ def report(key: str, mode: Mode, turns: int, ours: Figures, base: Figures,
     out(f"{'':28}{'ours':>12}{'baseline':>12}")
     rows = [("requests sent", "requests"), ("  of which summarizer", "summarizer"),
             ("requests rejected", "rejected"), ("turns answered", "answered"),
+            ("  answer quotes its request", "on_topic"),
             ("turns lost", "lost"), ("history messages kept", "kept_messages"),
             ("history bytes kept", "kept_bytes"),
             ("turns sent w/o user request", "missing_request_turns"),
@@ -248,6 +255,7 @@ def report(key: str, mode: Mode, turns: int, ours: Figures, base: Figures,
     for label, attr in rows:
         out(f"{label:28}{getattr(ours, attr):>12,}{getattr(base, attr):>12,}")
     out(f"ratio {key} ours/baseline: answered {_ratio(ours.answered, base.answered)}, "
+        f"on_topic {_ratio(ours.on_topic, base.on_topic)}, "
         f"requests {_ratio(ours.requests, base.requests)}, "
         f"rejected {_ratio(ours.rejected, base.rejected)}, "
         f"kept_bytes {_ratio(ours.kept_bytes, base.kept_bytes)}, "
