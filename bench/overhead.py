@@ -10,7 +10,10 @@ runs, after one warm-up):
   budget + ``provider.encode`` (the exact body bytes, through the SDK) + ``preflight.check``;
 * one round trip to a local emulator (``provider.send`` of a fresh Request: SDK, HTTP on
   127.0.0.1, the emulator's parse and token count, the SDK's parse);
-* ``provider.encode`` against ``json.dumps`` of the same payload.
+* ``provider.encode`` against ``json.dumps`` of the same payload;
+* in a whole session (the ``window`` and ``413`` conversations of ``recovery_vs_blind``,
+  ``--session-turns``): how many times the session encoded a body per request sent, and
+  the share of the session's wall time spent encoding.
 
 It prints ratios, never verdicts: the round trip here is a loopback call with no model
 behind it, so the ratio is an upper bound of the share a real provider would see.
@@ -20,13 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ipy_ctxrecovery import Settings, budget, microcompact, preflight
+from ipy_ctxrecovery import ChatSession, Settings, budget, microcompact, preflight
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.history import History, Message, ToolCall, to_openai
 from ipy_ctxrecovery.providers import make_provider
@@ -71,11 +76,51 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def session_encodes(key: str, turns: int) -> None:
+    """Encodes per request and encode share of wall time over one scripted conversation."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import recovery_vs_blind as rvb
+
+    mode = rvb.MODES[key]
+    texts = rvb.script(turns, mode)
+    calls = [0]
+    spent = [0.0]
+    with Emulator(**mode.emulator) as emu:
+        session = ChatSession("emulator", emulator=emu, settings=Settings(), system=rvb.SYSTEM,
+                              tools=[rvb.fetch_log], builtin_tools=False)
+        provider = session.provider
+        original = provider.encode
+
+        def counted(request: Request) -> bytes:
+            start = time.perf_counter()
+            try:
+                return original(request)
+            finally:
+                calls[0] += 1
+                spent[0] += time.perf_counter() - start
+
+        provider.encode = counted  # type: ignore[method-assign]
+        start = time.perf_counter()
+        try:
+            for text in texts:
+                session.send(text, stream=False)
+        finally:
+            total = time.perf_counter() - start
+            session.close()
+        sent = len(emu.requests)
+    print(f"session {key} ({turns} turns): {calls[0]} encodes for {sent} requests, "
+          f"{spent[0]:.2f} s encoding of {total:.2f} s")
+    print(f"ratio session {key}: encodes/request {calls[0] / sent:.2f}, "
+          f"encode_time/session_time {spent[0] / total:.2f}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,500", help="history sizes in messages")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--result-chars", type=int, default=12_000)
+    parser.add_argument("--session-turns", type=int, default=40,
+                        help="turns of the whole-session figure (0 skips it)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     settings = Settings()
@@ -137,6 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             close = getattr(provider, "close", None)
             if callable(close):
                 close()
+    if args.session_turns > 0:
+        with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp:
+            os.environ["IPY_CTXRECOVERY_DIR"] = tmp
+            for key in ("window", "413"):
+                session_encodes(key, args.session_turns)
     return 0
 
 

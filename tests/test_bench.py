@@ -35,10 +35,13 @@ def test_recovery_vs_blind_rejects_an_unknown_mode() -> None:
 
 
 def test_overhead_prints_ratios_per_history_size() -> None:
-    out = run("overhead.py", "--sizes", "10,40", "--repeat", "1", "--result-chars", "4000")
+    out = run("overhead.py", "--sizes", "10,40", "--repeat", "1", "--result-chars", "4000",
+              "--session-turns", "3")
     for n in (10, 40):
         assert f"ratio overhead n={n}: pipeline/round_trip " in out, out
     assert "encode/json.dumps" in out
+    for key in ("window", "413"):
+        assert f"ratio session {key}: encodes/request " in out, out
 
 
 def test_microcompact_savings_prints_the_ratio_and_ours_summarizes() -> None:
