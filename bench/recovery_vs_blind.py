@@ -85,6 +85,9 @@ MODES = {
                 (4_000, 12_000), 30_000),
     "drop": Mode("connection drop at 600KB", {"context_window": 2_000_000,
                                               "drop_over": "600KB"}, (40_000, 100_000), 30_000),
+    "combo": Mode("window 4096 tokens and nginx 413 at 16KB", {"context_window": 4096,
+                                                               "max_body": "16KB"},
+                  (2_000, 6_000), 30_000),
 }
 
 

@@ -22,10 +22,10 @@ def run(script: str, *args: str) -> str:
 
 def test_recovery_vs_blind_prints_a_ratio_line_per_mode() -> None:
     out = run("recovery_vs_blind.py", "--turns", "6", "--scale", "0.2")
-    for key in ("window", "413", "waf", "drop"):
+    for key in ("window", "413", "waf", "drop", "combo"):
         assert f"ratio {key} ours/baseline: answered " in out, out
         assert f"== {key}:" in out
-    assert out.count("turns answered") == 4
+    assert out.count("turns answered") == 5
 
 
 def test_recovery_vs_blind_rejects_an_unknown_mode() -> None:
