@@ -21,6 +21,7 @@ Figures, not verdicts: nothing here passes or fails.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -41,6 +42,9 @@ from chatcli_baseline import ChatCLIBaseline  # noqa: E402
 SYSTEM = "You are a careful assistant helping a developer debug a service."
 SUMMARY_MARK = "STRUCTURED SUMMARY"
 NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
+# Fixed-length session names: previews name their file's path, so the generated names
+# (with a timestamp and a pid) would move byte counts between runs.
+_session_names = (f"bench-{n:03d}" for n in itertools.count(1))
 _WORDS = ("error", "request", "timeout", "worker", "cache", "retry", "socket", "parse",
           "config", "deploy", "queue", "token", "handler", "latency", "upstream", "commit")
 
@@ -184,7 +188,8 @@ def run_ours(mode: Mode, texts: Sequence[str], *, model: str = "emulator",
     spans: list[tuple[int, int]] = []
     with Emulator(**mode.emulator) as emu:
         session = ChatSession(model, emulator=emu, settings=Settings(), system=SYSTEM,
-                              tools=[fetch_log], builtin_tools=False)
+                              tools=[fetch_log], builtin_tools=False,
+                              name=next(_session_names))
         if trace:
             session.subscribe(_trace_event)
         try:
