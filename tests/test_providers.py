@@ -13,12 +13,16 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import valid_histories
 
 from ipy_ctxrecovery.catalogue import ModelInfo
 from ipy_ctxrecovery.config import Settings
@@ -32,6 +36,7 @@ from ipy_ctxrecovery.providers import (
     make_provider,
 )
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider, to_anthropic
+from ipy_ctxrecovery.providers.base import Measurable
 from ipy_ctxrecovery.providers.openai import OpenAIProvider, uses_max_completion_tokens
 
 OPENAI_KEY = "sk-test-SECRETSECRETSECRET1234"
@@ -926,3 +931,96 @@ def test_owned_emulator_started_and_stopped(spec: str) -> None:
     assert not emu.running
     with pytest.raises(RuntimeError, match="is closed"):
         provider.send(Request((Message.user("hi"),)))
+
+
+# -- measure(): the fast body size -------------------------------------------------------------
+
+NOWHERE = "http://127.0.0.1:9"  # encode() and measure() never connect
+
+
+def _offline(kind: str, model: str | None = None) -> Any:
+    if kind == "openai":
+        return OpenAIProvider(model or "gpt-4o", client=openai.OpenAI(
+            base_url=NOWHERE, api_key=OPENAI_KEY, max_retries=0))
+    return AnthropicProvider(model or "claude-sonnet-4-5", client=anthropic.Anthropic(
+        base_url=NOWHERE, api_key=ANTHROPIC_KEY, max_retries=0))
+
+
+OPTION_SETS: list[dict[str, Any]] = [
+    {},
+    {"temperature": 0.25, "top_k": 5},
+    {"temperature": None, "extra_body": {"ünï": "cödé ✓", "n": [1, 2.5, None]}},
+    {"stop": ["\n\n", "☃"], "metadata": {"user_id": "u-1"}},
+]
+
+
+def _variants(history: Any) -> list[Request]:
+    return [Request(history, max_tokens=mt, tools=tools, options=opts, stream=stream)
+            for stream in (True, False) for tools in ((), (WEATHER,))
+            for mt, opts in ((None, OPTION_SETS[0]), (300, OPTION_SETS[1]),
+                             (None, OPTION_SETS[2]), (64, OPTION_SETS[3]))]
+
+
+@pytest.mark.parametrize("kind, model", [("openai", "gpt-4o"), ("openai", "o3-mini"),
+                                         ("anthropic", "claude-sonnet-4-5")])
+def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
+    provider = _offline(kind, model)
+    assert isinstance(_offline(kind, model), Measurable)
+    requests = requests_to_check() + _variants(HISTORY_WITH_TOOLS)
+    for request in requests + requests:       # the second pass uses the learnt offsets
+        assert provider.measure(request) == len(provider.encode(request))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=valid_histories(max_turns=4, max_result_chars=4_000), pick=st.integers(0, 15))
+def test_measure_is_exact_on_generated_histories(history: Any, pick: int) -> None:
+    request = _variants(history)[pick]
+    for kind in ("openai", "anthropic"):
+        provider = _MEASURED[kind]
+        assert provider.measure(request) == len(provider.encode(request))
+
+
+_MEASURED = {"openai": _offline("openai"), "anthropic": _offline("anthropic")}
+
+
+def test_measure_falls_back_to_the_sdk_for_values_json_cannot_take() -> None:
+    when = datetime(2026, 11, 30, 2, 0, 0)
+    for kind in ("openai", "anthropic"):
+        provider = _offline(kind)
+        request = Request((Message.user("hi"),), options={"extra_body": {"when": when}})
+        assert provider.measure(request) == len(provider.encode(request))
+        assert when.isoformat().encode() in provider.encode(request)
+
+
+def test_measure_through_azure_and_bedrock_rewrites() -> None:
+    azure = make_provider("openai:my-deployment", client=openai.AzureOpenAI(
+        api_key="az-SECRET", api_version="2024-06-01", azure_endpoint=NOWHERE, max_retries=0))
+    providers: list[Any] = [azure]
+    try:
+        import botocore  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        providers.append(make_provider("anthropic.claude-3-5-sonnet-20241022-v2:0",
+                                       client=anthropic.AnthropicBedrock(
+                                           aws_access_key="AKIAXXXXXXXXXXXXXXXX",
+                                           aws_secret_key="not-a-secret",
+                                           aws_region="us-east-1", base_url=NOWHERE,
+                                           max_retries=0)))
+    for provider in providers:
+        for request in _variants(HISTORY_WITH_TOOLS):
+            assert provider.measure(request) == len(provider.encode(request))
+
+
+def test_measure_is_optional_for_providers() -> None:
+    class Bare:
+        model = "x"
+        info = ModelInfo("x", 1000, 100)
+
+        def encode(self, request: Request) -> bytes:
+            return b"{}"
+
+        def send(self, request: Request, on_text: Any = None) -> Any:
+            raise NotImplementedError
+
+    assert isinstance(Bare(), Provider) and not isinstance(Bare(), Measurable)

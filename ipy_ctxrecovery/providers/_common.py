@@ -10,6 +10,7 @@ middleware, ``extra_body`` merging, JSON encoding — and not from a re-implemen
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -24,6 +25,7 @@ from ..errors import ChatError, Failure, FailureKind, classify
 
 __all__ = [
     "BodyCapture",
+    "BodySizer",
     "SingleShot",
     "chat_error",
     "incomplete_reply",
@@ -109,6 +111,79 @@ class BodyCapture:
             self._copy = None
 
 
+# ``create`` keyword arguments that never become body fields by themselves (extra_body is
+# merged into the body, shallowly, exactly as the SDKs' ``_build_request`` does).
+_NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+# What the calibration key leaves out: the bulk of the body, passed through untransformed.
+_BULK = frozenset({"messages", "system", "tools"})
+
+
+def _dumps_size(body: dict[str, Any]) -> int:
+    """UTF-8 length of ``body`` encoded as both SDKs' ``openapi_dumps`` does."""
+    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode())
+
+
+def _plain_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, Mapping):
+        body.update(extra)
+    return body
+
+
+class BodySizer:
+    """``measure()``'s engine: the body size from ``json.dumps``, without the SDK pipeline.
+
+    The SDK's pipeline may add, drop or rewrite fields that do not depend on the
+    messages (Bedrock/Vertex move ``model``/``stream`` out and add ``anthropic_version``;
+    a named option may become a header). So the first time a request *shape* is seen —
+    every kwarg except messages/system/tools, plus which of those are present — one
+    probe with no messages goes through ``capture`` (the real pipeline) and the
+    difference to the plain ``json.dumps`` size is kept as that shape's offset. Later
+    requests of the same shape cost one ``json.dumps``. Values the plain encoder cannot
+    take (pydantic models, NaN, …) fall back to the exact ``capture``.
+    """
+
+    _MAX_SHAPES = 64
+
+    def __init__(self, capture: Callable[[dict[str, Any]], bytes]) -> None:
+        self._capture = capture
+        self._offsets: dict[str, int] = {}
+
+    def size(self, kwargs: dict[str, Any]) -> int:
+        try:
+            shape = json.dumps(
+                [sorted(k for k in kwargs if k in _BULK),
+                 {k: v for k, v in kwargs.items() if k not in _BULK and k != "timeout"}],
+                ensure_ascii=False, sort_keys=True, allow_nan=False)
+            plain = _dumps_size(_plain_body(kwargs))
+        except (TypeError, ValueError):
+            return len(self._capture(kwargs))
+        offset = self._offsets.get(shape)
+        if offset is None:
+            probe = {**kwargs, "messages": []}
+            offset = len(self._capture(probe)) - _dumps_size(_plain_body(probe))
+            if len(self._offsets) >= self._MAX_SHAPES:
+                self._offsets.clear()
+            self._offsets[shape] = offset
+        return plain + offset
+
+
+@functools.lru_cache(maxsize=32)
+def _parameter_names(function: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(function).parameters) - {"self"}
+
+
+def _named_parameters(create: Callable[..., Any]) -> frozenset[str]:
+    # inspect.signature is slow next to a small body's json.dumps; the underlying
+    # function of a bound ``create`` is the same for every client of a class.
+    function = getattr(create, "__func__", None)
+    if function is None:
+        return frozenset(inspect.signature(create).parameters)
+    return _parameter_names(function)
+
+
 def split_options(create: Callable[..., Any], options: Mapping[str, Any],
                   reserved: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split ``Request.options`` into named SDK kwargs and ``extra_body`` entries.
@@ -117,7 +192,7 @@ def split_options(create: Callable[..., Any], options: Mapping[str, Any],
     (``top_k`` for vLLM, new fields an older SDK lacks) go in ``extra_body`` so they reach
     the server instead of raising ``TypeError``. ``reserved`` keys are the adapter's own.
     """
-    named = set(inspect.signature(create).parameters)
+    named = _named_parameters(create)
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in options.items():

@@ -5,6 +5,14 @@ bytes the SDK will put on the wire (pre-flight measures these); ``send`` perform
 request and either returns a :class:`Response` or raises :class:`ChatError` whose
 ``failure`` was classified with ``request_bytes`` attached. SDK exceptions never cross
 this boundary.
+
+Optional capability — :class:`Measurable`: a provider may also offer
+``measure(request) -> int``, a fast ``len(encode(request))`` (within 1%, exact for the
+built-in adapters) that skips the SDK's request pipeline. Callers that size many
+candidate histories (the compactor's search) use it when present
+(``isinstance(provider, Measurable)``) and fall back to ``len(encode(...))``; the bytes
+actually sent are still measured with ``encode``. It is not a required ``Provider``
+member, so test fakes and third-party providers need not implement it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..catalogue import ModelInfo
 from ..history import History, Message
 
-__all__ = ["Provider", "Request", "Response", "StopReason", "TextCallback", "ToolSpec", "Usage"]
+__all__ = ["Measurable", "Provider", "Request", "Response", "StopReason", "TextCallback", "ToolSpec", "Usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +85,13 @@ class Provider(Protocol):
 
     def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
         """Send; stream text deltas to ``on_text``; raise ChatError on failure."""
+        ...
+
+
+@runtime_checkable
+class Measurable(Protocol):
+    """Optional provider capability: a fast size of the request body (see module docstring)."""
+
+    def measure(self, request: Request) -> int:
+        """``len(encode(request))`` computed cheaply; within 1% of it, ideally exact."""
         ...

@@ -26,6 +26,7 @@ from ..errors import ConfigError, redact
 from ..history import Message, ToolCall, to_openai
 from ._common import (
     BodyCapture,
+    BodySizer,
     SingleShot,
     chat_error,
     incomplete_reply,
@@ -102,6 +103,7 @@ class OpenAIProvider:
         self.client = client
         self._capture = BodyCapture(client, "/chat/completions", openai.APIConnectionError)
         self._senders = SingleShot(client)
+        self._sizer = BodySizer(self._encode)
         self._on_close = on_close
         self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
@@ -148,6 +150,15 @@ class OpenAIProvider:
         # Pre-flight encodes, then sends the same Request object: keep one encoding.
         self._last = (request, kwargs, body)
         return body
+
+    def measure(self, request: Request) -> int:
+        """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
+
+        One ``json.dumps`` of the body, plus a per-shape offset learnt once from the real
+        pipeline (``_common.BodySizer``): for the compactor's many candidate histories.
+        Pre-flight still measures what is sent with ``encode``.
+        """
+        return self._sizer.size(self._kwargs(request))
 
     def _encode(self, kwargs: dict[str, Any]) -> bytes:
         try:
