@@ -309,6 +309,80 @@ def test_summarization_request_gets_an_extractive_summary(
     assert summary == summarize(text)
 
 
+SUMMARY_BLOCK = "[STRUCTURED SUMMARY — covering 6 earlier messages]\n## Key points\n- x"
+NOTICE_BLOCK = "[SYSTEM NOTICE: 3 older tool results were cleared to save context.]"
+COMPACTED_BLOCK = "[Context was automatically compacted: 12 messages summarized.]"
+
+
+def _blocks(*texts: str) -> list[dict[str, Any]]:
+    """One user message made of several text blocks (Anthropic) / parts (OpenAI)."""
+    return [{"type": "text", "text": t} for t in texts]
+
+
+@pytest.mark.parametrize("machine", [SUMMARY_BLOCK, NOTICE_BLOCK, COMPACTED_BLOCK])
+@pytest.mark.parametrize("wire", WIRES)
+def test_request_after_a_notice_block_in_the_same_message_is_seen(
+        emulator: Callable[..., Emulator], wire: str, machine: str) -> None:
+    emu = emulator()
+    got = ask(emu, wire, [{"role": "user", "content": _blocks(machine, "[[words 5]] please")}])
+    assert got["text"] == "w1 w2 w3 w4 w5"
+    # An earlier request is not quoted instead of the one after the notice.
+    history: list[dict[str, Any]] = [{"role": "user", "content": "first question"},
+               {"role": "assistant", "content": "an answer"},
+               {"role": "user", "content": _blocks(machine, "second question ✓")}]
+    got = ask(emu, wire, history)
+    assert got["text"].startswith('Emulator reply: you said "second question ✓" (')
+    # A notice block alone is still not a request: the earlier one is answered.
+    history[-1] = {"role": "user", "content": _blocks(machine)}
+    assert ask(emu, wire, history)["text"].startswith('Emulator reply: you said "first question"')
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_tool_directive_after_a_summary_block_is_obeyed(
+        emulator: Callable[..., Emulator], wire: str) -> None:
+    emu = emulator()
+    tools = [{"name": "read_file", "description": "Read a file.",
+              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    content = _blocks(SUMMARY_BLOCK, NOTICE_BLOCK, 'now [[tool read_file {"path": "a.py"}]]')
+    got = ask(emu, wire, [{"role": "user", "content": content}], tools=tools)
+    assert [(name, args) for _, name, args in got["calls"]] == [("read_file", {"path": "a.py"})]
+
+
+@pytest.mark.parametrize("spec", ["emulator", "emulator:anthropic"])
+def test_summary_then_request_through_the_adapters(spec: str,
+                                                   emulator: Callable[..., Emulator]) -> None:
+    """The compactor's history shape: a summary user message right before the request;
+    the Anthropic adapter merges the two into one message of two text blocks."""
+    from ipy_ctxrecovery.history import Message
+    from ipy_ctxrecovery.providers import Request, make_provider
+
+    emu = emulator()
+    provider: Any = make_provider(spec, emulator=emu, max_retries=0)
+    try:
+        history = (Message.system("Be brief."), Message.user(SUMMARY_BLOCK),
+                   Message.user("[[words 5]] please"))
+        assert provider.send(Request(history, stream=False)).message.text == "w1 w2 w3 w4 w5"
+    finally:
+        provider.close()
+    if spec == "emulator:anthropic":
+        assert len(emu.requests[-1].body["messages"]) == 1
+
+
+def test_continuation_after_a_notice_block_still_resumes() -> None:
+    from ipy_ctxrecovery.emulator.replies import anthropic_turns
+
+    request = "[[words 40]] go"
+    full = plan([Turn("user", request, request)]).text
+    first = plan([Turn("user", request, request)], limit=10).text
+    assert first and full.startswith(first) and first != full
+    body = {"messages": [
+        {"role": "user", "content": request},
+        {"role": "assistant", "content": [{"type": "text", "text": first}]},
+        {"role": "user", "content": _blocks(NOTICE_BLOCK, CONTINUATION_PROMPT)}]}
+    rest = plan(anthropic_turns(body)).text
+    assert first + rest == full
+
+
 def test_summary_of_a_tiny_text_is_only_the_header() -> None:
     assert summarize("hi") == "[STRUCTURED SUMMARY — covering 1 earlier messages]"
 

@@ -24,9 +24,12 @@ tokens are ``tokens(reply text + tool-call arguments)``.
 
 Replies (deterministic)
 -----------------------
-The *latest real user message* is the last user message with text that is not a
-continuation prompt and not a notice the recovery machinery wrote (starting with
-``[SYSTEM NOTICE``, ``[Context was automatically compacted`` or ``[STRUCTURED SUMMARY``).
+The *latest real user message* is the last user text that is not a continuation prompt
+and not a notice the recovery machinery wrote (starting with ``[SYSTEM NOTICE``,
+``[Context was automatically compacted`` or ``[STRUCTURED SUMMARY``). Each text block
+(Anthropic) or text part (OpenAI list content) is judged on its own — the Anthropic adapter
+merges consecutive user messages, so a summary block followed by the request is one
+message — and the request is the last such block.
 
 * Default: ``Emulator reply: you said "<first 60 chars of it>" (<k> messages, <p> prompt
   tokens).`` — ``k`` counts every message (system included), ``p`` is the prompt tokens.
@@ -45,8 +48,8 @@ continuation prompt and not a notice the recovery machinery wrote (starting with
   ``max_tokens``/``max_completion_tokens``, ``max_output_tokens`` and the room left in the
   window, whichever is smallest — with ``finish_reason="length"`` /
   ``stop_reason="max_tokens"``.
-* Continuation: when the latest user message starts with ``Your response was cut off at
-  the token limit.`` the emulator recomputes the original answer from the request that
+* Continuation: when the latest user message (its last block that is not a notice)
+  starts with ``Your response was cut off at the token limit.`` the emulator recomputes the original answer from the request that
   produced the first partial and resumes exactly after the assistant text already
   produced since (no repetition; their longest common prefix is skipped).
 

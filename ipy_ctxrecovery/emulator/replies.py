@@ -78,6 +78,13 @@ class Turn:
     """(name, arguments) of each tool call an assistant turn made."""
     tool_results: tuple[str, ...] = ()
     """Content of each tool result the turn carries."""
+    pieces: tuple[str, ...] | None = None
+    """Each text block (Anthropic) / text part (OpenAI list content) on its own; None means
+    the one piece ``text``. The Anthropic adapter merges consecutive user messages, so a
+    summary or notice and the real request can arrive as blocks of one message."""
+
+    def text_pieces(self) -> tuple[str, ...]:
+        return (self.text,) if self.pieces is None else self.pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +116,12 @@ def prompt_tokens(turns: Sequence[Turn], tools: Any = None) -> int:
 # --------------------------------------------------------------------------- normalization
 
 
-def _text_of(content: Any) -> str:
-    """Text of a content value: a string, or a list of parts/blocks with text."""
+def _pieces_of(content: Any) -> list[str]:
+    """Text pieces of a content value: a string, or a list of parts/blocks with text."""
     if content is None:
-        return ""
+        return []
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -122,8 +129,13 @@ def _text_of(content: Any) -> str:
                 parts.append(part)
             elif isinstance(part, Mapping) and part.get("type") in (None, "text", "input_text"):
                 parts.append(str(part.get("text", "")))
-        return "".join(parts)
-    return str(content)
+        return parts
+    return [str(content)]
+
+
+def _text_of(content: Any) -> str:
+    """Text of a content value, its pieces joined."""
+    return "".join(_pieces_of(content))
 
 
 def openai_turns(body: Mapping[str, Any]) -> list[Turn]:
@@ -135,7 +147,8 @@ def openai_turns(body: Mapping[str, Any]) -> list[Turn]:
         role = str(msg.get("role", "user"))
         if role == "developer":
             role = "system"
-        text = _text_of(msg.get("content"))
+        pieces = _pieces_of(msg.get("content"))
+        text = "".join(pieces)
         counted = [text]
         refusal = msg.get("refusal")
         if isinstance(refusal, str):
@@ -154,7 +167,7 @@ def openai_turns(body: Mapping[str, Any]) -> list[Turn]:
         if role in ("tool", "function"):
             turns.append(Turn("tool", "", text, tool_results=(text,)))
         else:
-            turns.append(Turn(role, text, "".join(counted), tuple(calls)))
+            turns.append(Turn(role, text, "".join(counted), tuple(calls), pieces=tuple(pieces)))
     return turns
 
 
@@ -200,27 +213,47 @@ def anthropic_turns(body: Mapping[str, Any]) -> list[Turn]:
         if role == "user" and results and not text.strip():
             turns.append(Turn("tool", "", "".join(counted), tool_results=tuple(results)))
         else:
-            turns.append(Turn(role, text, "".join(counted), tuple(calls), tuple(results)))
+            turns.append(Turn(role, text, "".join(counted), tuple(calls), tuple(results),
+                              tuple(texts)))
     return turns
 
 
 # --------------------------------------------------------------------------- the script
 
 
+def _piece_kind(piece: str) -> str:
+    """``blank`` | ``machine`` (summary/notice) | ``continuation`` | ``real``."""
+    stripped = piece.lstrip()
+    if not stripped:
+        return "blank"
+    if stripped.startswith(_MACHINE_PREFIXES):
+        return "machine"
+    if stripped.startswith(CONTINUATION_MARK):
+        return "continuation"
+    return "real"
+
+
 def _is_continuation(turn: Turn) -> bool:
-    return turn.role == "user" and turn.text.lstrip().startswith(CONTINUATION_MARK)
-
-
-def _is_real_user(turn: Turn) -> bool:
-    if turn.role != "user" or not turn.text.strip():
+    """A user turn whose last piece that is not blank or a notice is the continuation prompt."""
+    if turn.role != "user":
         return False
-    stripped = turn.text.lstrip()
-    return not stripped.startswith(CONTINUATION_MARK) and not stripped.startswith(_MACHINE_PREFIXES)
+    kinds = [k for k in map(_piece_kind, turn.text_pieces()) if k not in ("blank", "machine")]
+    return bool(kinds) and kinds[-1] == "continuation"
+
+
+def _real_text(turn: Turn) -> str | None:
+    """The user's own request in ``turn``: its last real piece (None if it has none)."""
+    if turn.role != "user":
+        return None
+    for piece in reversed(turn.text_pieces()):
+        if _piece_kind(piece) == "real":
+            return piece
+    return None
 
 
 def _last_real_user(turns: Sequence[Turn]) -> int | None:
     for i in range(len(turns) - 1, -1, -1):
-        if _is_real_user(turns[i]):
+        if _real_text(turns[i]) is not None:
             return i
     return None
 
@@ -266,7 +299,7 @@ def _compose(turns: Sequence[Turn], tools: Any) -> tuple[str, tuple[tuple[str, s
         supplied = "\n\n".join(t.text for t in turns if t.role == "user" and t.text.strip())
         return summarize(supplied), ()
     u = _last_real_user(turns)
-    user_text = turns[u].text if u is not None else ""
+    user_text = (_real_text(turns[u]) or "") if u is not None else ""
     after = turns[u + 1:] if u is not None else turns
     results = [r for t in after for r in t.tool_results]
     directives = _parse_tools(user_text)
