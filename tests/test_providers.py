@@ -966,7 +966,12 @@ def _variants(history: Any) -> list[Request]:
 def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
     provider = _offline(kind, model)
     assert isinstance(_offline(kind, model), Measurable)
-    requests = requests_to_check() + _variants(HISTORY_WITH_TOOLS)
+    merged = (Message.user("a"), Message.system("mid-way ✓"), Message.user(""),
+              Message.user("[STRUCTURED SUMMARY — covering 3 earlier messages]"),
+              Message.user("b 日本"), Message(Role.ASSISTANT, (Reasoning("unsigned"),)),
+              Message.assistant("c"), Message(Role.ASSISTANT, (Reasoning("r", "sig"),)),
+              Message.user("d"))
+    requests = requests_to_check() + _variants(HISTORY_WITH_TOOLS) + _variants(merged)
     for request in requests + requests:       # the second pass uses the learnt offsets
         assert provider.measure(request) == len(provider.encode(request))
 

@@ -26,6 +26,8 @@ from ..errors import ChatError, Failure, FailureKind, classify
 __all__ = [
     "BodyCapture",
     "BodySizer",
+    "SizeMemo",
+    "json_size",
     "SingleShot",
     "chat_error",
     "incomplete_reply",
@@ -118,10 +120,39 @@ _NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 _BULK = frozenset({"messages", "system", "tools"})
 
 
-def _dumps_size(body: dict[str, Any]) -> int:
-    """UTF-8 length of ``body`` encoded as both SDKs' ``openapi_dumps`` does."""
-    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+def json_size(value: Any) -> int:
+    """UTF-8 length of ``value`` encoded as both SDKs' ``openapi_dumps`` does."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode())
+
+
+_dumps_size = json_size
+
+
+_MISSING = object()
+
+
+class SizeMemo:
+    """Per-message memo of converted sizes, so the compactor's candidate histories — which
+    share most of their messages — cost a dict lookup per message after the first.
+
+    Keyed on the frozen ``Message`` itself (its hash leaves out ``meta``; conversion does
+    not read ``meta`` either). Bounded: cleared when full, which only costs speed.
+    """
+
+    _MAX_ENTRIES = 16_384
+
+    def __init__(self) -> None:
+        self._sizes: dict[Any, Any] = {}
+
+    def get(self, key: Any, compute: Callable[[Any], Any]) -> Any:
+        value = self._sizes.get(key, _MISSING)
+        if value is _MISSING:
+            value = compute(key)
+            if len(self._sizes) >= self._MAX_ENTRIES:
+                self._sizes.clear()
+            self._sizes[key] = value
+        return value
 
 
 def _plain_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,7 +182,12 @@ class BodySizer:
         self._capture = capture
         self._offsets: dict[str, int] = {}
 
-    def size(self, kwargs: dict[str, Any]) -> int:
+    def size(self, kwargs: dict[str, Any], messages_size: int | None = None) -> int:
+        """Body size of ``kwargs``; ``messages_size`` is the size of the encoded
+        ``messages`` array when the caller measured it itself (``kwargs["messages"]`` is
+        then ``[]``)."""
+        if messages_size is not None:
+            return self.size(kwargs) - len("[]") + messages_size
         try:
             shape = json.dumps(
                 [sorted(k for k in kwargs if k in _BULK),

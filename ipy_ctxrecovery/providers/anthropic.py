@@ -35,8 +35,10 @@ from ._common import (
     BodyCapture,
     BodySizer,
     SingleShot,
+    SizeMemo,
     chat_error,
     incomplete_reply,
+    json_size,
     malformed_reply,
     parse_arguments,
     plain,
@@ -84,22 +86,61 @@ NO_KEY_MESSAGE = (
 
 def to_anthropic(history: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """``(system, messages)`` for the Messages API; see the module docstring for the rules."""
-    system_parts: list[str] = []
     out: list[dict[str, Any]] = []
     for m in history:
         if m.role is Role.SYSTEM:
-            if m.text:
-                system_parts.append(m.text)
             continue
-        role = "assistant" if m.role is Role.ASSISTANT else "user"
-        blocks = [b for b in (_block(x) for x in m.blocks) if b is not None]
+        role = _role(m)
+        blocks = _blocks(m)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
-    return ("\n\n".join(system_parts) or None), out
+    return _system(history), out
+
+
+def _system(history: Sequence[Message]) -> str | None:
+    return "\n\n".join(m.text for m in history if m.role is Role.SYSTEM and m.text) or None
+
+
+def _role(m: Message) -> str:
+    return "assistant" if m.role is Role.ASSISTANT else "user"
+
+
+def _blocks(m: Message) -> list[dict[str, Any]]:
+    return [b for b in (_block(x) for x in m.blocks) if b is not None]
+
+
+def _message_size(m: Message) -> tuple[str, int, int] | None:
+    """(role, total encoded size of its blocks, number of blocks); None if not sent."""
+    if m.role is Role.SYSTEM:
+        return None
+    blocks = _blocks(m)
+    if not blocks:
+        return None
+    return _role(m), sum(json_size(b) for b in blocks), len(blocks)
+
+
+_EMPTY_MESSAGE = {role: json_size({"role": role, "content": []}) for role in ("user", "assistant")}
+
+
+def _messages_size(sizes: Sequence[tuple[str, int, int] | None]) -> int:
+    """Encoded size of ``to_anthropic``'s messages array from per-message sizes: runs of
+    one role merge into one message whose content joins all their blocks."""
+    units: list[list[Any]] = []
+    for item in sizes:
+        if item is None:
+            continue
+        role, size, count = item
+        if units and units[-1][0] == role:
+            units[-1][1] += size
+            units[-1][2] += count
+        else:
+            units.append([role, size, count])
+    inner = sum(_EMPTY_MESSAGE[role] + size + count - 1 for role, size, count in units)
+    return 2 + inner + max(len(units) - 1, 0)
 
 
 def _block(block: Block) -> dict[str, Any] | None:
@@ -153,6 +194,7 @@ class AnthropicProvider:
         self._capture = BodyCapture(client, "/messages", anthropic.APIConnectionError)
         self._senders = SingleShot(client)
         self._sizer = BodySizer(self._encode)
+        self._memo = SizeMemo()
         self._on_close = on_close
         self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
@@ -161,12 +203,15 @@ class AnthropicProvider:
                 f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
 
     # -- request building ---------------------------------------------------------------
-    def _kwargs(self, request: Request) -> dict[str, Any]:
+    def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; make a new provider.")
         create = self.client.messages.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
-        system, messages = to_anthropic(request.messages)
+        if convert:
+            system, messages = to_anthropic(request.messages)
+        else:
+            system, messages = _system(request.messages), []
         max_tokens = request.max_tokens
         if max_tokens is None:
             # Never reserve more than half the window by default: with a small window
@@ -201,11 +246,18 @@ class AnthropicProvider:
     def measure(self, request: Request) -> int:
         """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
 
-        One ``json.dumps`` of the body, plus a per-shape offset learnt once from the real
-        pipeline (``_common.BodySizer``): for the compactor's many candidate histories.
-        Pre-flight still measures what is sent with ``encode``.
+        Each message's encoded blocks are memoized (``_common.SizeMemo``: candidate
+        histories share most messages) and merged as ``to_anthropic`` merges them; the rest
+        of the body is one small ``json.dumps`` plus a per-shape offset learnt once from the
+        real pipeline (``_common.BodySizer``). Pre-flight still measures what is sent with
+        ``encode``.
         """
-        return self._sizer.size(self._kwargs(request))
+        kwargs = self._kwargs(request, convert=False)
+        try:
+            sizes = [self._memo.get(m, _message_size) for m in request.messages]
+        except (TypeError, ValueError):
+            return self._sizer.size(self._kwargs(request))
+        return self._sizer.size(kwargs, _messages_size(sizes))
 
     def _encode(self, kwargs: dict[str, Any]) -> bytes:
         try:

@@ -28,8 +28,10 @@ from ._common import (
     BodyCapture,
     BodySizer,
     SingleShot,
+    SizeMemo,
     chat_error,
     incomplete_reply,
+    json_size,
     malformed_reply,
     plain,
     safe_url,
@@ -104,6 +106,7 @@ class OpenAIProvider:
         self._capture = BodyCapture(client, "/chat/completions", openai.APIConnectionError)
         self._senders = SingleShot(client)
         self._sizer = BodySizer(self._encode)
+        self._memo = SizeMemo()
         self._on_close = on_close
         self._last: tuple[Request, dict[str, Any], bytes] | None = None
 
@@ -112,13 +115,13 @@ class OpenAIProvider:
                 f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
 
     # -- request building ---------------------------------------------------------------
-    def _kwargs(self, request: Request) -> dict[str, Any]:
+    def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; make a new provider.")
         create = self.client.chat.completions.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
-        kwargs["messages"] = to_openai(request.messages)
+        kwargs["messages"] = to_openai(request.messages) if convert else []
         if request.tools:
             kwargs["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description,
@@ -154,11 +157,17 @@ class OpenAIProvider:
     def measure(self, request: Request) -> int:
         """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
 
-        One ``json.dumps`` of the body, plus a per-shape offset learnt once from the real
-        pipeline (``_common.BodySizer``): for the compactor's many candidate histories.
+        Each message's encoded size is memoized (``_common.SizeMemo``: candidate histories
+        share most messages), the rest of the body is one small ``json.dumps`` plus a
+        per-shape offset learnt once from the real pipeline (``_common.BodySizer``).
         Pre-flight still measures what is sent with ``encode``.
         """
-        return self._sizer.size(self._kwargs(request))
+        kwargs = self._kwargs(request, convert=False)
+        try:
+            sizes = [self._memo.get(m, _message_size) for m in request.messages]
+        except (TypeError, ValueError):
+            return self._sizer.size(self._kwargs(request))
+        return self._sizer.size(kwargs, 2 + sum(sizes) + max(len(sizes) - 1, 0))
 
     def _encode(self, kwargs: dict[str, Any]) -> bytes:
         try:
@@ -197,6 +206,10 @@ class OpenAIProvider:
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             on_close()
+
+
+def _message_size(message: Message) -> int:
+    return json_size(to_openai((message,))[0])
 
 
 # -- reading replies ------------------------------------------------------------------------
