@@ -11,6 +11,10 @@ runs, after one warm-up):
 * one round trip to a local emulator (``provider.send`` of a fresh Request: SDK, HTTP on
   127.0.0.1, the emulator's parse and token count, the SDK's parse);
 * ``provider.encode`` against ``json.dumps`` of the same payload;
+* ``provider.measure`` (the fast body size the compactor's search uses) against
+  ``provider.encode``, on both wires: *warm* (the messages were measured before, as in a
+  search over one history's candidates) and *cold* (every message new to its memo), and
+  whether the size equals ``len(encode())``;
 * in a whole session (the ``window`` and ``413`` conversations of ``recovery_vs_blind``,
   ``--session-turns``): how many times the session encoded a body per request sent, and
   the share of the session's wall time spent encoding.
@@ -64,6 +68,32 @@ def history_of(n: int, *, result_chars: int = 12_000) -> History:
     if out[-1].role.value != "user":
         out.append(Message.user(f"[turn {i}] and now?"))
     return tuple(out)
+
+
+def fresh_copies(history: History, count: int) -> list[History]:
+    """``count`` copies of ``history`` whose messages are new to a measure() memo (a tag
+    no other copy has: same bytes on the wire, different message identity)."""
+    return [tuple(Message(m.role, m.blocks, tag=f"bench-cold-{k}") for m in history)
+            for k in range(count)]
+
+
+def measure_ratios(label: str, provider: object, request: Request, repeat: int) -> None:
+    """measure() vs encode() on one provider: speed ratios (warm/cold) and exactness."""
+    encode = provider.encode  # type: ignore[attr-defined]
+    measure = provider.measure  # type: ignore[attr-defined]
+    copies = iter(fresh_copies(request.messages, repeat + 1))
+
+    def cold() -> int:
+        return int(measure(Request(next(copies), tools=request.tools, stream=request.stream)))
+
+    t_enc = median_time(lambda: encode(request), repeat)
+    t_warm = median_time(lambda: measure(request), repeat)
+    t_cold = median_time(cold, repeat)
+    exact = measure(request) == len(encode(request))
+    print(f"  measure {label}: warm {t_warm * 1e3:.3f} ms, cold {t_cold * 1e3:.2f} ms, "
+          f"encode {t_enc * 1e3:.2f} ms, size equals len(encode()): {exact}")
+    print(f"ratio measure {label}: encode/measure warm {t_enc / t_warm:.1f}, "
+          f"cold {t_enc / t_cold:.1f}")
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
@@ -130,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Emulator(context_window=50_000_000) as emu:
         store = budget.ResultStore(Path(tmp) / "results")
         provider = make_provider("emulator", emulator=emu)
+        a_provider = make_provider("emulator:anthropic", emulator=emu)
         caps = preflight.Caps.from_settings(settings)
         estimator = preflight.TokenEstimator.from_settings(settings)
         try:
@@ -178,10 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{t_enc * 1e3:.2f} ms, json.dumps {t_json * 1e3:.2f} ms")
                 print(f"ratio overhead n={n}: pipeline/round_trip {t_pipe / t_rt:.2f}, "
                       f"encode/json.dumps {t_enc / t_json:.2f}")
+                for wire, p in (("openai", provider), ("anthropic", a_provider)):
+                    measure_ratios(f"n={n} {wire}", p, request, args.repeat)
         finally:
-            close = getattr(provider, "close", None)
-            if callable(close):
-                close()
+            for p in (provider, a_provider):
+                close = getattr(p, "close", None)
+                if callable(close):
+                    close()
     if args.session_turns > 0:
         with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp:
             os.environ["IPY_CTXRECOVERY_DIR"] = tmp
