@@ -61,6 +61,7 @@ __all__ = [
     "compaction_notice",
     "decide",
     "drop_oldest",
+    "preflight_fit",
     "truncate_text",
 ]
 
@@ -614,3 +615,38 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
                                 "(CHATCLI_MAX_PAYLOAD)."))
     return LadderResult(out, Level.EXACT_FIT, dropped, tuple(notes),
                         payload_notice_added=added, compaction_notice_added=noticed)
+
+
+def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | None,
+                  payload_related: bool, settings: Settings, store: ResultStore,
+                  measure: Callable[[History], int]) -> LadderResult:
+    """Fit a history that pre-flight measured over a known limit, *before* it is sent.
+
+    Sending it would only buy a rejection (ANCHORS: no blind retries). Tool results are
+    shrunk first, biggest first — each becomes a budget preview naming its persisted file,
+    so nothing is lost (the model can read ranges back) — and only when previews are not
+    enough are the oldest units dropped, exactly as :data:`Level.EXACT_FIT` drops them.
+    ``limit_bytes``: the size no request can exceed (a payload limit is exact: above it
+    after every cut the result is GIVE_UP with a sentence). Same guarantees as :func:`apply`.
+    """
+    original = tuple(history)
+    h, report = pairing.repair_pairing(original)
+    h = _dedupe_payload_notices(tuple(h))
+    notes: list[str] = []
+    if report.changed:
+        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
+                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+    decision = Decision(Level.EXACT_FIT, 0, LadderState(), target_bytes=target_bytes,
+                        limit_bytes=limit_bytes, payload_related=payload_related)
+    reason = _hopeless(h, decision, measure, settings)
+    if reason is not None:
+        return LadderResult(original, Level.GIVE_UP, 0, tuple(notes), give_up_reason=reason)
+    h, shrunk = _shrink_to(h, target_bytes, measure=measure, settings=settings, store=store)
+    if shrunk:
+        notes.append(f"{shrunk} tool results previewed to fit {format_size(target_bytes)}")
+    if measure(h) <= target_bytes:
+        return LadderResult(h, Level.EXACT_FIT, 0, tuple(notes), changed=h != original)
+    fitted = _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
+    if fitted.level is Level.GIVE_UP:
+        return replace(fitted, history=original)
+    return replace(fitted, changed=fitted.history != original)

@@ -159,9 +159,11 @@ class RequestLoop:
         request = self._request(history, max_tokens, stream=stream, options=options)
         _, encoded = self._encode(request)
         body = len(encoded)
+        requested = max_tokens
         max_tokens = self._fit_max_tokens(body, encoded, max_tokens, turn)
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
-                             window_tokens=self.window, max_tokens=max_tokens,
+                             window_tokens=self.window,
+                             max_tokens=_body_max_tokens(encoded, max_tokens),
                              warned=self._warned)
         if pf.warned:
             self._warned = True
@@ -173,10 +175,98 @@ class RequestLoop:
             settings, window_tokens=self.window,
             bytes_per_token=self.estimator.bytes_per_token, cap=self.caps.effective(),
             ratio=pf.budget_ratio or settings.chat_budget_ratio)
+        target = compactor.compaction_target(trigger, settings)
         if pf.action == "compact" or body > trigger:
-            history = self._compact(history, compactor.compaction_target(trigger, settings),
-                                    max_tokens, turn, options=options, stream=stream)
+            compacted = self._compact(history, target, max_tokens, turn, options=options,
+                                      stream=stream)
+            if compacted is not history:
+                history = compacted
+                _, encoded = self._encode(
+                    self._request(history, max_tokens, stream=stream, options=options))
+            history = self._fit_known_limits(history, encoded, max_tokens, target, turn,
+                                             options=options, stream=stream)
+            if history is not compacted:
+                # Room was made for the answer: the max_tokens lowered for the body before
+                # the cut may be larger again (never above what was asked for).
+                _, encoded = self._encode(
+                    self._request(history, requested, stream=stream, options=options))
+                max_tokens = self._fit_max_tokens(len(encoded), encoded, requested, turn)
         return history, max_tokens
+
+    def _fit_known_limits(self, history: History, encoded: bytes, max_tokens: int | None,
+                          target: int, turn: Turn, *, options: Mapping[str, Any] | None,
+                          stream: bool) -> History:
+        """Never send blind what pre-flight already knows is too big (ANCHORS: no blind retry).
+
+        After compaction the body can still be over a known limit — the current turn's own
+        tool results are in the kept tail, or the summary could not shrink enough. Such a
+        body would only be rejected (and, over a learned cap, again for a limit already
+        learned), so the ladder's fit step runs now, aimed at the compaction target: tool
+        results become previews of their persisted files first, then the oldest units go.
+        A body at or over the smallest size ever rejected is never sent: that is an error.
+        """
+        body = len(encoded)
+        reserve = _body_max_tokens(encoded, max_tokens) or 0
+        cap = self.caps.effective()
+        rejected = self.caps.smallest_rejected
+        over_cap = cap is not None and body > cap
+        over_window = self.estimator.estimate(body) + reserve > self.window
+        if not (over_cap or over_window):
+            return history
+        margin = self.settings.exact_fit_margin
+        window_limit = self.estimator.bytes_for(self.window - reserve) \
+            if self.window > reserve else None
+        goals = [target]
+        if cap is not None:
+            goals.append(math.floor(cap * (1 - margin)))
+        if window_limit:
+            goals.append(math.floor(window_limit * (1 - margin)))
+        goal = max(1, min(goals))
+        # The hard limit: a payload size proven to fail, else the window's (an estimate,
+        # given the exact-fit margin by the ladder).
+        payload_limit = rejected - 1 if rejected is not None else None
+        limit: int | None
+        if payload_limit is not None and (window_limit is None or payload_limit <= window_limit):
+            limit, payload = payload_limit, True
+        else:
+            limit, payload = window_limit, False
+        result = ladder.preflight_fit(
+            history, target_bytes=goal, limit_bytes=limit, payload_related=payload,
+            settings=self.settings, store=self._store,
+            measure=lambda h: self._measure(h, max_tokens, options, stream=stream))
+        what = (f"over the {format_size(cap)} {self.caps.source} cap"
+                if over_cap and cap is not None else
+                f"≈{self.estimator.estimate(body):,} tokens"
+                + (f" + max_tokens {reserve:,}" if reserve else "")
+                + f" over the {self.window:,}-token window")
+        if result.level is ladder.Level.GIVE_UP:
+            if rejected is not None and body >= rejected:
+                reason = result.give_up_reason or (
+                    f"The request is {format_size(body)}, at least the "
+                    f"{format_size(rejected)} the proxy/gateway already rejected.")
+                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                        request_bytes=body), reason)
+            return history      # not proven too big: the provider's answer will tell
+        if not result.changed:
+            return history
+        self._emit(Preflight(
+            message=f"ℹ pre-flight: still {format_size(body)} after compaction, {what} — "
+                    f"fitting to {format_size(goal)} before sending"
+                    + (f"\n  ↳ {'; '.join(result.notes)}" if result.notes else ""),
+            body_bytes=body, est_tokens=self.estimator.estimate(body), cap=cap,
+            window=self.window, action="compact"), turn)
+        if result.compaction_notice_added:
+            self._emit(NoticeInjected(message="ℹ the model was told that earlier context was "
+                                              "compacted", notice="compaction"), turn)
+        return result.history
+
+    def _compaction_target(self) -> int:
+        """Where compaction aims in chat, with the cap known now (hysteresis below the trigger)."""
+        trigger = compactor.compaction_budget(
+            self.settings, window_tokens=self.window,
+            bytes_per_token=self.estimator.bytes_per_token, cap=self.caps.effective(),
+            ratio=self.settings.chat_budget_ratio)
+        return compactor.compaction_target(trigger, self.settings)
 
     def _fit_max_tokens(self, body: int, encoded: bytes, max_tokens: int | None,
                         turn: Turn) -> int | None:
@@ -260,6 +350,23 @@ class RequestLoop:
             request, encoded = self._encode(
                 self._request(history, max_tokens, stream=stream, options=options))
             body = len(encoded)
+            rejected = self.caps.smallest_rejected
+            if rejected is not None and body >= rejected:
+                # A body this size was already rejected: sending it again only repeats
+                # the rejection. Fit it (or fail with a sentence), never resend it blind.
+                history = self._fit_known_limits(history, encoded, max_tokens,
+                                                 self._compaction_target(), turn,
+                                                 options=options, stream=stream)
+                request, encoded = self._encode(
+                    self._request(history, max_tokens, stream=stream, options=options))
+                body = len(encoded)
+                if body >= rejected:
+                    reason = (f"The request is {format_size(body)} even after fitting, at "
+                              f"least the {format_size(rejected)} the proxy/gateway already "
+                              "rejected; send a shorter message or raise the proxy/gateway "
+                              "limit (CHATCLI_MAX_PAYLOAD).")
+                    raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                            request_bytes=body), reason)
             try:
                 response = self._provider.send(request, on_text=on_text if stream else None)
             except ChatError as e:
@@ -385,6 +492,14 @@ class RequestLoop:
         closer = getattr(old, "close", None)
         if callable(closer):
             closer()
+
+
+def _body_max_tokens(encoded: bytes, max_tokens: int | None) -> int | None:
+    """The max_tokens the body carries: the one asked for, else the provider's own default."""
+    if max_tokens is not None:
+        return max_tokens
+    found = _MAX_TOKENS_RE.search(encoded)
+    return int(found.group(1)) if found else None
 
 
 def _sentence(failure: Failure) -> str:

@@ -40,6 +40,7 @@ from ipy_ctxrecovery.ladder import (
     compaction_notice,
     decide,
     drop_oldest,
+    preflight_fit,
     truncate_text,
 )
 from ipy_ctxrecovery.pairing import repair_pairing
@@ -676,3 +677,32 @@ def test_applying_a_level_twice_is_stable(hist: History, level: Level,
     assert twice.removed_messages == 0
     assert not twice.changed
     assert once.changed == (once.history != hist)
+
+
+def test_preflight_fit_previews_tool_results_before_dropping_anything(
+        store: ResultStore) -> None:
+    calls = [ToolCall(f"c{k}", "fetch", "{}") for k in range(3)]
+    h: History = (Message.system("sys"), Message.user("old question"),
+                  Message.assistant("old answer"), Message.user("fetch three"),
+                  Message.assistant("", calls),
+                  *(Message.tool(c.id, f"{k} " + "log line\n" * 3000, name="fetch")
+                    for k, c in enumerate(calls)))
+    target = measure(h) // 4
+    result = preflight_fit(h, target_bytes=target, limit_bytes=measure(h) // 2,
+                           payload_related=True, settings=S, store=store, measure=measure)
+    assert result.level is Level.EXACT_FIT and result.changed
+    assert measure(result.history) <= target
+    assert result.removed_messages == 0
+    assert [m.text for m in result.history[:4]] == [m.text for m in h[:4]]
+    previews = [m.text for m in result.history if m.role is Role.TOOL]
+    assert len(previews) == 3 and sum(map(len, previews)) < target
+    assert problems(result.history) == [] and h[-1].text.startswith("2 log line")
+
+
+def test_preflight_fit_gives_up_when_the_request_alone_is_over_the_limit(
+        store: ResultStore) -> None:
+    h: History = (Message.system("sys"), Message.user("x" * 5000))
+    result = preflight_fit(h, target_bytes=1000, limit_bytes=2000, payload_related=True,
+                           settings=S, store=store, measure=measure)
+    assert result.level is Level.GIVE_UP and result.history == h
+    assert result.give_up_reason and "shorter message" in result.give_up_reason

@@ -351,3 +351,43 @@ def test_output_limit_is_learned_once(emulator: Any, wire: str) -> None:
     assert len(rejected) == 1 and rejected[0].fault == "output_limit"
     assert all(r.body.get("max_tokens", r.body.get("max_completion_tokens")) <= 300
                for r in emu.requests[1:])
+
+
+def logs_request(*sizes: int) -> str:
+    return "three logs " + " ".join(f'[[tool fetch {{"n": {n}}}]]' for n in sizes)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_turn_over_the_window_after_compaction_is_fitted_before_it_is_sent(
+        emulator: Any, wire: str) -> None:
+    # The turn's own tool results stay in the kept tail, so compaction cannot reach its
+    # target; the body must be fitted (previews of the persisted results), not sent blind.
+    emu = emulator(context_window=4096)
+    session = ChatSession(wire, emulator=emu, tools=[fetch], builtin_tools=False,
+                          name=f"fit-{wire.replace(':', '-')}")
+    texts = ["here is my trace:\n" + "trace line 0123456789\n" * 300,
+             logs_request(30_000, 30_001, 30_002), "what do the logs say?"]
+    run = converse(session, emu, texts, stream=False)
+    assert [r.status for r in emu.requests] == [200] * len(emu.requests)
+    check_run(run, tool_results=True)
+    last = body_history(emu.requests[run.spans[1][1] - 1])
+    results = [m.text for m in last if m.role is Role.TOOL]
+    assert len(results) == 3 and all(len(t) < 30_000 for t in results)
+    # Fitted below the compaction trigger: the next turn does not summarize again.
+    start, end = run.spans[2]
+    assert not any(is_summarizer(body_history(r)) for r in emu.requests[start:end])
+
+
+def test_a_body_over_a_learned_cap_is_fitted_not_rejected_again(emulator: Any) -> None:
+    emu = emulator(context_window=200_000, max_body="16KB")
+    session = ChatSession("emulator", emulator=emu, tools=[fetch], builtin_tools=False,
+                          name="learned-cap-fit")
+    texts = [filler(1, 9000), filler(2, 9000), logs_request(30_000, 30_001, 30_002),
+             "what do the logs say?"]
+    run = converse(session, emu, texts, stream=False)
+    rejected = [r for r in emu.requests if r.status != 200]
+    assert len(rejected) == 1 and rejected[0].status == 413
+    after = emu.requests[emu.requests.index(rejected[0]) + 1:]
+    assert all(r.body_bytes < rejected[0].body_bytes for r in after)
+    assert session.caps.smallest_rejected == rejected[0].body_bytes
+    check_run(run, payload=True, tool_results=True)
