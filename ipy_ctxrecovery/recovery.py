@@ -395,7 +395,7 @@ class RequestLoop:
                     raise ChatError(failure, _sentence(failure)) from e
                 history, state, max_tokens = self._climb(
                     history, state, failure, body, max_tokens, turn, e, stream=stream,
-                    options=options)
+                    options=options, sent_max_tokens=_body_max_tokens(encoded, max_tokens))
                 steps += 1
                 continue
             # Success: learn from it.
@@ -415,9 +415,14 @@ class RequestLoop:
 
     def _climb(self, history: History, state: ladder.LadderState, failure: Failure, body: int,
                max_tokens: int | None, turn: Turn, error: ChatError, *, stream: bool,
-               options: Mapping[str, Any] | None,
+               options: Mapping[str, Any] | None, sent_max_tokens: int | None = None,
                ) -> tuple[History, ladder.LadderState, int | None]:
-        """One ladder step for a recoverable failure; raise ChatError when it gives up."""
+        """One ladder step for a recoverable failure; raise ChatError when it gives up.
+
+        ``sent_max_tokens``: the max_tokens the rejected body carried — the provider's own
+        default when none was asked for (Anthropic always sends one) — so exact fit leaves
+        room for the answer the resend will reserve too.
+        """
         settings = self.settings
         cap_before = self.caps.effective()
         if failure.payload_related:
@@ -431,7 +436,9 @@ class RequestLoop:
         # recorded too, but a cap learned from the rejected size wins and is what the user
         # is told about, as it is the one in effect.
         decision = ladder.decide(settings, state, failure, history_bytes=body,
-                                 max_tokens=max_tokens, cap=cap_before,
+                                 max_tokens=sent_max_tokens if max_tokens is None
+                                 else max_tokens,
+                                 cap=cap_before,
                                  cap_configured=self.caps.configured is not None)
         if decision.level is ladder.Level.GIVE_UP:
             raise ChatError(failure, decision.message or _sentence(failure)) from error

@@ -16,7 +16,7 @@ from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError, Fai
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.events import Escalation, Event, Failed, Retrying, ToolRun, TurnFinished
 from ipy_ctxrecovery.history import Role, problems
-from ipy_ctxrecovery.providers.base import StopReason
+from ipy_ctxrecovery.providers.base import StopReason, Usage
 
 SETTINGS = Settings()
 
@@ -413,3 +413,50 @@ def test_bad_arguments_fail_before_anything_starts() -> None:
     with pytest.raises(TypeError, match="parameter 'x'"):
         ChatSession("emulator", tools=[untyped])
     assert running() == before
+
+
+class WindowFake(FakeProvider):
+    """A provider that enforces a token window with its own (denser) token rule and, like
+    Anthropic's adapter, puts a default ``max_tokens`` in every body that sets none."""
+
+    DEFAULT_MAX_TOKENS = 2048
+
+    def encode(self, request: Any) -> bytes:
+        payload = json.loads(super().encode(request))
+        payload["max_tokens"] = request.max_tokens or self.DEFAULT_MAX_TOKENS
+        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+    def send(self, request: Any, on_text: Any = None) -> Any:
+        body = self.encode(request)
+        prompt = len(body) * 2 // 3          # 1.5 bytes per token: pre-flight guesses 4
+        sent = json.loads(body)["max_tokens"]
+        window = self.info.context_window
+        if prompt > window:
+            self.requests.append(request)
+            raise failure(FailureKind.CONTEXT_OVERFLOW,
+                          f"prompt is too long: {prompt} tokens > {window} maximum",
+                          prompt_tokens=prompt, limit_tokens=window)
+        if prompt + sent > window:
+            self.requests.append(request)
+            raise failure(FailureKind.CONTEXT_OVERFLOW,
+                          f"input length and max_tokens exceed context limit: {prompt} + "
+                          f"{sent} > {window}", prompt_tokens=prompt, output_tokens=sent,
+                          limit_tokens=window)
+        reply = super().send(request, on_text)
+        return type(reply)(reply.message, reply.stop, Usage(0, 1), len(body))
+
+
+def test_exact_fit_leaves_room_for_the_max_tokens_the_provider_adds() -> None:
+    fake = WindowFake(window=4096)
+    s, _, _ = session(provider=fake)
+    events: list[Event] = []
+    s.subscribe(events.append)
+    s.send("note 0: " + "x" * 2200)
+    s.send("note 1: " + "x" * 2200)
+    sent = len(fake.requests)
+    s.send("note 2: " + "x" * 2200)     # over the window: the provider says by how much
+    # One rejection for the window, then the resend fits prompt + the default max_tokens.
+    assert len(fake.requests) - sent == 2
+    assert fake.requests[-1].max_tokens is None
+    assert any("room kept for max_tokens 2,048" in e.message for e in events)
+
