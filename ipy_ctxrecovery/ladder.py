@@ -142,7 +142,8 @@ class LadderResult:
 # -- decide -----------------------------------------------------------------------------
 
 def decide(settings: Settings, state: LadderState, failure: Failure, *, history_bytes: int,
-           max_tokens: int | None, cap: int | None, cap_configured: bool) -> Decision:
+           max_tokens: int | None, cap: int | None, cap_configured: bool,
+           target_ceiling: int | None = None) -> Decision:
     """Choose the next step for a recoverable failure (exact fit first, then levels 1-3).
 
     ``history_bytes``: the size of the request that failed, as the ``measure`` given to
@@ -152,6 +153,9 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
     the rejected size, else at ``learned_cap_fraction`` × the rejected size.
     ``cap_configured``: the user configured one (CHATCLI_MAX_PAYLOAD); when not, the
     turn's first payload decision carries ``assume_cap`` and the SPEC's "Assuming" line.
+    ``target_ceiling``: an exact fit never aims above it (the session passes its
+    compaction target, so a history fitted after a failure does not sit above the
+    compaction trigger and get summarized again on the very next turn).
     """
     requested = max_tokens if max_tokens is not None else failure.output_tokens
     if failure.kind is FailureKind.OUTPUT_LIMIT:
@@ -174,6 +178,8 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
                      "CHATCLI_MAX_PAYLOAD (e.g. 5MB, 512KB) to adjust")
     limit, target, why = _fit_numbers(settings, failure, history_bytes=history_bytes,
                                       max_tokens=requested, cap=cap)
+    if target is not None and target_ceiling is not None and 0 < target_ceiling < target:
+        target = target_ceiling
     attempt = state.attempt + 1
     if attempt > settings.max_recovery_attempts:
         done = state.attempt

@@ -435,11 +435,14 @@ class RequestLoop:
         # The ladder wants the cap the request was sent under. Its SPEC auto-cap (4 MB) is
         # recorded too, but a cap learned from the rejected size wins and is what the user
         # is told about, as it is the one in effect.
+        # An exact fit aims no higher than the compaction target, so the fitted history
+        # ends below the compaction trigger and the next turn does not summarize again.
         decision = ladder.decide(settings, state, failure, history_bytes=body,
                                  max_tokens=sent_max_tokens if max_tokens is None
                                  else max_tokens,
                                  cap=cap_before,
-                                 cap_configured=self.caps.configured is not None)
+                                 cap_configured=self.caps.configured is not None,
+                                 target_ceiling=self._compaction_target())
         if decision.level is ladder.Level.GIVE_UP:
             raise ChatError(failure, decision.message or _sentence(failure)) from error
         lines = decision.message.splitlines()

@@ -679,6 +679,16 @@ def test_applying_a_level_twice_is_stable(hist: History, level: Level,
     assert once.changed == (once.history != hist)
 
 
+def test_exact_fit_never_aims_above_the_ceiling() -> None:
+    free = decide(S, LadderState(), overflow(5000, 4096), history_bytes=20_000,
+                  max_tokens=None, cap=None, cap_configured=False)
+    capped = decide(S, LadderState(), overflow(5000, 4096), history_bytes=20_000,
+                    max_tokens=None, cap=None, cap_configured=False, target_ceiling=7_000)
+    assert free.target_bytes is not None and free.target_bytes > 7_000
+    assert capped.level is Level.EXACT_FIT and capped.target_bytes == 7_000
+    assert "7 KB" in capped.message or "6.8 KB" in capped.message
+
+
 def test_preflight_fit_previews_tool_results_before_dropping_anything(
         store: ResultStore) -> None:
     calls = [ToolCall(f"c{k}", "fetch", "{}") for k in range(3)]

@@ -460,3 +460,32 @@ def test_exact_fit_leaves_room_for_the_max_tokens_the_provider_adds() -> None:
     assert fake.requests[-1].max_tokens is None
     assert any("room kept for max_tokens 2,048" in e.message for e in events)
 
+
+def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:
+    limit = 12_000
+
+    def proxy(request: Any) -> Any:
+        if len(FakeProvider().encode(request)) > limit:
+            return failure(FailureKind.PAYLOAD_TOO_LARGE, "413 Request Entity Too Large",
+                           status=413)
+        return None
+
+    class Proxy(FakeProvider):
+        def send(self, request: Any, on_text: Any = None) -> Any:
+            rejection = proxy(request)
+            if rejection is not None:
+                self.requests.append(request)
+                raise rejection
+            return super().send(request, on_text)
+
+    fake = Proxy()
+    s, _, _ = session(provider=fake)
+    for i in range(4):
+        s.send(f"note {i}: " + "x" * 3000)
+    assert s.status().recoveries == 1
+    sent = len(fake.requests)
+    s.send("a short question")
+    summaries = [r for r in fake.requests[sent:]
+                 if any("STRUCTURED SUMMARY" in m.text for m in r.messages
+                        if m.role is Role.SYSTEM)]
+    assert summaries == [] and s.status().compactions == 0
