@@ -123,7 +123,16 @@ class RequestLoop:
 
     def _measure(self, history: History, max_tokens: int | None,
                  options: Mapping[str, Any] | None = None, *, stream: bool = False) -> int:
+        """A history's body size for searches and reports, not for the body sent.
+
+        The provider's fast ``measure`` when it has one (exact for the built-in adapters,
+        without the SDK's request pipeline that makes ``encode`` ~100× a json.dumps);
+        else ``len(encode())``. The body actually sent is encoded once, by ``_encode``.
+        """
         request = self._request(history, max_tokens, stream=stream, options=options)
+        fast = getattr(self._provider, "measure", None)
+        if callable(fast):
+            return int(fast(request))
         return len(self._provider.encode(request))
 
     # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
@@ -157,13 +166,16 @@ class RequestLoop:
                 replaced=br.replaced, persisted=paths), turn)
 
         request = self._request(history, max_tokens, stream=stream, options=options)
-        _, encoded = self._encode(request)
+        _, encoded = self._encode(request)     # the one exact encoding pre-flight reads
         body = len(encoded)
         requested = max_tokens
-        max_tokens = self._fit_max_tokens(body, encoded, max_tokens, turn)
+        # What the provider puts in the body when no max_tokens is asked for (Anthropic
+        # always sends one); it does not depend on the history, so it is read once.
+        default = _body_max_tokens(encoded, None) if requested is None else None
+        max_tokens = self._fit_max_tokens(body, default, max_tokens, turn)
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
                              window_tokens=self.window,
-                             max_tokens=_body_max_tokens(encoded, max_tokens),
+                             max_tokens=max_tokens if max_tokens is not None else default,
                              warned=self._warned)
         if pf.warned:
             self._warned = True
@@ -181,21 +193,20 @@ class RequestLoop:
                                       stream=stream)
             if compacted is not history:
                 history = compacted
-                _, encoded = self._encode(
-                    self._request(history, max_tokens, stream=stream, options=options))
-            history = self._fit_known_limits(history, encoded, max_tokens, target, turn,
+                body = self._measure(history, max_tokens, options, stream=stream)
+            reserve = max_tokens if max_tokens is not None else default
+            history = self._fit_known_limits(history, body, reserve, max_tokens, target, turn,
                                              options=options, stream=stream)
             if history is not compacted:
                 # Room was made for the answer: the max_tokens lowered for the body before
                 # the cut may be larger again (never above what was asked for).
-                _, encoded = self._encode(
-                    self._request(history, requested, stream=stream, options=options))
-                max_tokens = self._fit_max_tokens(len(encoded), encoded, requested, turn)
+                body = self._measure(history, requested, options, stream=stream)
+                max_tokens = self._fit_max_tokens(body, default, requested, turn)
         return history, max_tokens
 
-    def _fit_known_limits(self, history: History, encoded: bytes, max_tokens: int | None,
-                          target: int, turn: Turn, *, options: Mapping[str, Any] | None,
-                          stream: bool) -> History:
+    def _fit_known_limits(self, history: History, body: int, sent_max_tokens: int | None,
+                          max_tokens: int | None, target: int, turn: Turn, *,
+                          options: Mapping[str, Any] | None, stream: bool) -> History:
         """Never send blind what pre-flight already knows is too big (ANCHORS: no blind retry).
 
         After compaction the body can still be over a known limit — the current turn's own
@@ -205,8 +216,7 @@ class RequestLoop:
         results become previews of their persisted files first, then the oldest units go.
         A body at or over the smallest size ever rejected is never sent: that is an error.
         """
-        body = len(encoded)
-        reserve = _body_max_tokens(encoded, max_tokens) or 0
+        reserve = sent_max_tokens or 0
         cap = self.caps.effective()
         rejected = self.caps.smallest_rejected
         over_cap = cap is not None and body > cap
@@ -268,18 +278,15 @@ class RequestLoop:
             ratio=self.settings.chat_budget_ratio)
         return compactor.compaction_target(trigger, self.settings)
 
-    def _fit_max_tokens(self, body: int, encoded: bytes, max_tokens: int | None,
+    def _fit_max_tokens(self, body: int, default: int | None, max_tokens: int | None,
                         turn: Turn) -> int | None:
         """Lower max_tokens before sending when prompt + answer cannot fit the window.
 
         Without an explicit max_tokens the provider may still send one (Anthropic always
-        does); it is read from the body, so a default that cannot fit is caught here
-        instead of costing a rejected request every turn.
+        does); ``default`` is that one, read from the body, so a default that cannot fit
+        is caught here instead of costing a rejected request every turn.
         """
-        requested = max_tokens
-        if requested is None:
-            found = _MAX_TOKENS_RE.search(encoded)
-            requested = int(found.group(1)) if found else None
+        requested = max_tokens if max_tokens is not None else default
         if requested is None:
             return max_tokens
         limit = self._output_limit
@@ -354,7 +361,9 @@ class RequestLoop:
             if rejected is not None and body >= rejected:
                 # A body this size was already rejected: sending it again only repeats
                 # the rejection. Fit it (or fail with a sentence), never resend it blind.
-                history = self._fit_known_limits(history, encoded, max_tokens,
+                history = self._fit_known_limits(history, body,
+                                                 _body_max_tokens(encoded, max_tokens),
+                                                 max_tokens,
                                                  self._compaction_target(), turn,
                                                  options=options, stream=stream)
                 request, encoded = self._encode(

@@ -391,3 +391,29 @@ def test_a_body_over_a_learned_cap_is_fitted_not_rejected_again(emulator: Any) -
     assert all(r.body_bytes < rejected[0].body_bytes for r in after)
     assert session.caps.smallest_rejected == rejected[0].body_bytes
     check_run(run, payload=True, tool_results=True)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_sizes_are_measured_without_the_sdk_encoding_each_candidate(emulator: Any,
+                                                                    wire: str) -> None:
+    # Compaction and fitting size many candidate histories: the provider's fast
+    # ``measure`` does that; the SDK encodes a body once per request sent (plus the
+    # pre-flight measurement of a request that compaction then replaced).
+    emu = emulator(context_window=4096)
+    session = ChatSession(wire, emulator=emu, tools=[fetch], builtin_tools=False,
+                          name=f"encodes-{wire.replace(':', '-')}")
+    encodes = 0
+    encode = session.provider.encode
+
+    def counted(request: Any) -> bytes:
+        nonlocal encodes
+        encodes += 1
+        return encode(request)
+
+    session.provider.encode = counted  # type: ignore[method-assign]
+    converse(session, emu, ["here is my trace:\n" + "trace line 0123456789\n" * 300,
+                            logs_request(30_000, 30_001, 30_002), "what do the logs say?"],
+             stream=False)
+    compactions = session.status().compactions
+    assert compactions >= 1
+    assert encodes <= len(emu.requests) + compactions
