@@ -1,7 +1,8 @@
 """The recovery ladder (SPEC §3): decide the next step from policy, state and failure; apply it.
 
 ``decide`` is pure and does no I/O; ``apply`` is a pure history -> history step. The
-session does the sending.
+session does the sending. ``preflight_fit`` is the same fitting used *before* a send, when
+pre-flight already knows the body is over a limit (no rejection needed to act).
 
 Order of :func:`decide` for one turn (a fresh :class:`LadderState` per turn):
 

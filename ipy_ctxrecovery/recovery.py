@@ -6,7 +6,10 @@ the one-shot warning, the payload notice) lives on the session object.
 
 For one request: microcompact → tool-result budget → measure the exact body once →
 lower ``max_tokens`` if prompt + answer cannot fit the window → pre-flight (SPEC §2) →
-compaction when over budget → send. On failure: auth → refresh once; transient → retry
+compaction when over budget → when the body is still over a known limit (cap, window),
+``ladder.preflight_fit`` (previews, then the oldest units) instead of a blind send → send.
+Candidate sizes (compaction's search, fitting, reports) use the provider's fast
+``measure`` when it has one; the body sent is encoded once. On failure: auth → refresh once; transient → retry
 with backoff through the injected ``sleep`` (``retry_after`` honoured); everything
 recoverable (and ``output_limit``) → ``ladder.decide`` / ``ladder.apply`` → resend;
 ``GIVE_UP`` → :class:`ChatError` with one sentence.
