@@ -25,6 +25,8 @@ working history and its snapshot.
 A session without a ``name`` gets a generated one (``session-<date>-<time>-<pid>-<n>``),
 so its transcript and persisted tool results are on disk too; :meth:`ChatSession.resume`
 reopens a session by name (after a kernel restart, say) with its working history.
+:meth:`ChatSession.update` changes a live session's settings, tools, model, provider or
+emulator in place, keeping what it learned where that still applies.
 
 All learned state (caps, token calibration, the one-shot warnings, the payload notice)
 belongs to the session object: two sessions in one process never affect each other.
@@ -60,7 +62,7 @@ from .recovery import RequestLoop, Turn
 from .tools import Tool, as_tool, make_read_file
 from .transcript import Transcript, validate_name
 
-__all__ = ["ChatSession", "Reply", "SessionStatus"]
+__all__ = ["KEEP", "ChatSession", "Reply", "SessionStatus"]
 
 _PARTIAL = "partial_answer"
 """``meta`` key marking the partial assistant answer inside a continuation request."""
@@ -69,6 +71,24 @@ _TOOL_LIMIT_RESULT = (
     "Answer with what you have so far.]"
 )
 _session_counter = itertools.count(1)
+
+
+class _Keep:
+    """The type of :data:`KEEP`: "argument not given", distinct from None."""
+
+    _instance: _Keep | None = None
+
+    def __new__(cls) -> _Keep:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = _Keep()
+"""Default of :meth:`ChatSession.update` arguments where None is a value (``max_tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +123,8 @@ class SessionStatus:
     completion_tokens: int = 0
     compactions: int = 0
     recoveries: int = 0
+    cap_note: str | None = None
+    """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
 
     def __str__(self) -> str:
         window = f"{self.window:,} tokens" + (" (guessed — set CHATCLI_CONTEXT_WINDOW)"
@@ -113,6 +135,8 @@ class SessionStatus:
         else:
             cap = (f"{format_size(self.cap)} ({self.cap_source}); history is "
                    f"{100 * self.history_bytes / self.cap:.0f}% of it")
+        if self.cap_note:
+            cap += f" — {self.cap_note}"
         return "\n".join([
             f"session {self.name} · model {self.model}",
             f"history: {self.messages} messages, {format_size(self.history_bytes)} "
@@ -148,11 +172,11 @@ class ChatSession(RequestLoop):
         self._files = Transcript(self.name)
         self._store = budget.ResultStore(self._files.results_dir)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
-        self._tools: dict[str, Tool] = {}
+        self._builtin: dict[str, Tool] = {}
         if builtin_tools:
             builtin = make_read_file(self._files_root, self._files.results_dir)
-            self._tools[builtin.name] = builtin
-        self._tools.update((t.name, t) for t in user_tools)
+            self._builtin[builtin.name] = builtin
+        self._tools: dict[str, Tool] = {**self._builtin, **{t.name: t for t in user_tools}}
         self._owns_provider = provider is None
         self._provider = provider if provider is not None else self._make_provider(model)
         self.model = self._provider.model
@@ -173,6 +197,7 @@ class ChatSession(RequestLoop):
         self._encoded: tuple[Request, bytes] | None = None
         self._last_compaction: compactor.CompactionReport | None = None
         self._output_limit: int | None = None
+        self._cap_note: str | None = None
 
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
@@ -214,6 +239,112 @@ class ChatSession(RequestLoop):
         if snapshot is not None:
             session._history = snapshot
         return session
+
+    def update(self, *, settings: Settings | None = None,
+               tools: Iterable[Tool | Callable[..., Any]] | None = None,
+               model: str | None = None, provider: Provider | None = None,
+               emulator: Any = None, client: Any = KEEP,
+               max_tokens: int | None | _Keep = KEEP) -> tuple[str, ...]:
+        """Change this live session in place; what it learned stays where it still applies.
+
+        An argument left out (None, or :data:`KEEP` where None is a value) changes nothing.
+        The history, the transcript and the counters (usage tokens, compactions,
+        recoveries) always stay. Everything is checked, and a new provider built, before
+        anything changes: on an error the session is exactly as it was.
+
+        - ``settings``: used from the next request. A new ``max_payload`` replaces the
+          configured cap; the learned bounds (largest body that passed, smallest rejected)
+          stay, so a cap learned below the new configured one still wins. The token
+          calibration stays; before any calibration sample, a new ``chars_per_token`` is
+          the new starting estimate.
+        - ``tools``: the tools offered from the next request, replacing the ones given
+          before; the built-in ``read_file`` stays when the session has it.
+        - ``model``: a new provider for that model string, built by the session (with
+          ``emulator`` for ``emulator*`` models). ``client`` defaults to the session's own
+          client on the same model and to the SDK's default client on another one.
+        - ``provider``: use this provider as is (the caller keeps ownership of it).
+        - ``emulator``: the emulator an ``emulator*`` model talks to (a restarted one);
+          the session's provider is rebuilt on it.
+        - ``max_tokens``: the default output limit (None: the provider's default).
+
+        What a new provider resets:
+
+        - token calibration and a learned output limit belong to the model and its
+          tokenizer: they stay when the model string is unchanged (``emulator`` vs
+          ``emulator:anthropic`` are different wire formats, so different) and reset
+          otherwise;
+        - learned payload caps (largest ok, smallest rejected, an assumed cap) belong to
+          the network path: they stay when the new provider talks to the same base URL
+          through the same emulator (another model behind the same proxy), and reset
+          otherwise. A new emulator is a new path (its limits may differ), so its
+          learned cap and learned output limit reset; the configured cap always stays.
+
+        Returns one sentence per piece of learned state that was dropped (empty when
+        nothing was); :meth:`status` also says why a learned cap is gone until a new
+        one is learned.
+        """
+        if provider is not None and (model is not None or emulator is not None):
+            raise CtxRecoveryError("give update() either provider= or model=/emulator=, "
+                                   "not both.")
+        new_settings = settings if settings is not None else self.settings
+        new_tools = None if tools is None else [as_tool(t) for t in tools]
+        old_provider = self._provider
+        new_provider: Provider | None = provider
+        if new_provider is None and (model is not None or emulator is not None):
+            spec = model if model is not None else self.model
+            same_model = spec == self.model
+            use_client = client if not isinstance(client, _Keep) \
+                else (self._client if same_model else None)
+            from . import providers
+
+            new_provider = providers.make_provider(
+                spec, client=use_client,
+                emulator=emulator if emulator is not None else self._emulator,
+                settings=new_settings)
+            self._client = use_client
+            if emulator is not None:
+                self._emulator = emulator
+        notes: list[str] = []
+
+        if settings is not None:
+            self.settings = settings
+            self.caps.configured = settings.max_payload
+            self.caps.learned_fraction = settings.learned_cap_fraction
+            if self.estimator.samples == 0:
+                self.estimator.bytes_per_token = settings.chars_per_token
+        if new_tools is not None:
+            self._tools = {**self._builtin, **{t.name: t for t in new_tools}}
+        if not isinstance(max_tokens, _Keep):
+            self.max_tokens = max_tokens
+
+        if new_provider is not None and new_provider is not old_provider:
+            why = _path_change(old_provider, new_provider)
+            if new_provider.model != old_provider.model:
+                if self.estimator.samples:
+                    notes.append(f"token calibration reset for the new model "
+                                 f"{new_provider.model}")
+                self.estimator = preflight.TokenEstimator.from_settings(self.settings)
+                self._output_limit = None
+            if why is not None:
+                learned = self.caps.learned
+                if learned is not None or self.caps.assumed is not None:
+                    shown = format_size(learned if learned is not None
+                                        else self.caps.assumed or 0)
+                    kind = "learned" if learned is not None else "assumed"
+                    note = f"{kind} payload cap {shown} forgotten: {why} may have other limits"
+                    notes.append(note)
+                    self._cap_note = note
+                self.caps = preflight.Caps.from_settings(self.settings)
+                self._output_limit = None
+            self._provider = new_provider
+            self.model = new_provider.model
+            owned, self._owns_provider = self._owns_provider, provider is None
+            self._files.save_meta({"model": self.model, "system": self.system})
+            closer = getattr(old_provider, "close", None)
+            if owned and callable(closer):
+                closer()  # only what the session built itself, never a user's provider
+        self._encoded = None  # the cached body belongs to the old provider, tools or limit
+        return tuple(notes)
 
     # -- public views ---------------------------------------------------------------------
     @property
@@ -263,7 +394,9 @@ class ChatSession(RequestLoop):
             cap=self.caps.effective(), cap_source=self.caps.source,
             messages=len(self._history), transcript_messages=len(self._transcript),
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
-            compactions=self._compactions, recoveries=self._recoveries)
+            compactions=self._compactions, recoveries=self._recoveries,
+            cap_note=self._cap_note if self.caps.learned is None and self.caps.assumed is None
+            else None)
 
     # -- events ---------------------------------------------------------------------------
     def _emit(self, event: Event, turn: Turn | None = None) -> None:
@@ -479,6 +612,24 @@ class ChatSession(RequestLoop):
     def __repr__(self) -> str:
         return (f"ChatSession(model={self.model!r}, name={self.name!r}, "
                 f"messages={len(self._history)})")
+
+
+def _path_change(old: Provider, new: Provider) -> str | None:
+    """Why ``new`` reaches the model over another network path than ``old`` (None: same path).
+
+    The path is the client's base URL and the emulator behind it; a provider that shows
+    neither is taken as a new path (relearning costs at most one rejection).
+    """
+    old_emulator, new_emulator = getattr(old, "emulator", None), getattr(new, "emulator", None)
+    if old_emulator is not new_emulator:
+        return "the new emulator"
+    old_url = getattr(getattr(old, "client", None), "base_url", None)
+    new_url = getattr(getattr(new, "client", None), "base_url", None)
+    if old_url is None or new_url is None:
+        return "the new provider"
+    if str(old_url) != str(new_url):
+        return "the new endpoint"
+    return None
 
 
 def _auto_name() -> str:

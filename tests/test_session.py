@@ -489,3 +489,140 @@ def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:
                  if any("STRUCTURED SUMMARY" in m.text for m in r.messages
                         if m.role is Role.SYSTEM)]
     assert summaries == [] and s.status().compactions == 0
+
+
+# -- update(): changing a live session ------------------------------------------------------------
+
+def _rejected_once() -> tuple[ChatSession, FakeProvider]:
+    """A session that learned a payload cap from one 413 and has usage counted."""
+    s, fake, _ = session(
+        "first", failure(FailureKind.PAYLOAD_TOO_LARGE, "413 Request Entity Too Large",
+                         status=413), "recovered", name="learner")
+    s.send("z" * 3000)
+    s.send("y" * 500)
+    assert s.status().cap_source == "learned"
+    return s, fake
+
+
+def test_update_settings_keeps_learned_caps_counters_and_history() -> None:
+    s, fake = _rejected_once()
+    before = s.status()
+    learned, rejected, history = s.caps.learned, s.caps.smallest_rejected, s.history
+    assert learned is not None
+    notes = s.update(settings=SETTINGS.replace(max_payload=5 * 1024 * 1024))
+    assert notes == ()
+    after = s.status()
+    assert s.settings.max_payload == s.caps.configured == 5 * 1024 * 1024
+    # The learned cap is below the configured one, so it still wins.
+    assert s.caps.smallest_rejected == rejected
+    assert after.cap == learned and after.cap_source == "learned"
+    assert s.history == history and s.provider is fake
+    for field in ("prompt_tokens", "completion_tokens", "compactions", "recoveries"):
+        assert getattr(after, field) == getattr(before, field)
+    assert after.recoveries == 1
+    # A configured cap below the learned one takes over.
+    s.update(settings=SETTINGS.replace(max_payload=1024))
+    assert s.status().cap == 1024 and s.status().cap_source == "configured"
+
+
+def test_a_cap_set_mid_session_applies_at_the_next_preflight() -> None:
+    s, fake, _ = session("a", "b", "c")
+    s.send("q" * 6000)
+    assert len(fake.bodies[-1]) > 6000
+    s.update(settings=SETTINGS.replace(max_payload=4096))
+    s.send("next")
+    assert fake.bodies, "nothing sent"
+    assert len(fake.bodies[-1]) <= 4096
+    assert s.status().cap == 4096
+
+
+def test_calibration_stays_unless_the_model_changes() -> None:
+    s, _, _ = session("ok", "ok")
+    s.send("hello there")
+    calibrated = s.estimator.bytes_per_token
+    assert s.estimator.samples == 1
+    s.update(settings=SETTINGS.replace(chars_per_token=2.0))
+    assert s.estimator.bytes_per_token == calibrated  # measured beats the heuristic
+    fresh, _, _ = session()
+    fresh.update(settings=SETTINGS.replace(chars_per_token=2.0))
+    assert fresh.estimator.bytes_per_token == 2.0  # nothing measured yet
+
+
+def test_tools_update_is_offered_on_the_next_request() -> None:
+    s, fake, _ = session("one", "two", "three")
+    s.send("before")
+    assert [t.name for t in fake.requests[-1].tools] == ["read_file"]
+
+    def word_count(text: str) -> int:
+        """Count words."""
+        return len(text.split())
+
+    s.update(tools=[word_count])
+    s.send("after")
+    assert [t.name for t in fake.requests[-1].tools] == ["read_file", "word_count"]
+    s.update(tools=())
+    s.send("none")
+    assert [t.name for t in fake.requests[-1].tools] == ["read_file"]
+
+
+def test_max_tokens_keep_versus_none() -> None:
+    s, fake, _ = session("a", "b", "c", max_tokens=50)
+    s.update(settings=SETTINGS)
+    s.send("x")
+    assert fake.requests[-1].max_tokens == 50
+    s.update(max_tokens=None)
+    s.send("y")
+    assert fake.requests[-1].max_tokens is None
+
+
+def test_a_new_provider_resets_what_belongs_to_the_old_path_and_model() -> None:
+    s, _ = _rejected_once()
+    s.estimator.calibrate(1000, 100)
+    counters = (s.status().prompt_tokens, s.status().recoveries)
+    other = FakeProvider(["hello"], model="other-model")
+    notes = s.update(provider=other)
+    assert s.provider is other and s.model == "other-model"
+    assert s.estimator.samples == 0  # another tokenizer
+    assert s.caps.learned is None and s.caps.smallest_rejected is None
+    assert any("token calibration reset" in n for n in notes)
+    assert any("learned payload cap" in n and "forgotten" in n for n in notes)
+    status = s.status()
+    assert status.cap is None and status.cap_note is not None
+    assert "forgotten" in str(status)
+    assert (status.prompt_tokens, status.recoveries) == counters
+    s.send("on the new provider")
+    assert other.requests and s.status().recoveries == counters[1]
+
+
+def test_update_checks_everything_before_changing_anything() -> None:
+    s, fake, _ = session("ok")
+    with pytest.raises(CtxRecoveryError, match="either provider= or model="):
+        s.update(provider=FakeProvider(), model="emulator")
+    with pytest.raises(ConfigError):
+        s.update(settings=SETTINGS.replace(max_payload=123), model="azure:gpt-4o")
+    assert s.settings is SETTINGS and s.caps.configured is None and s.provider is fake
+
+
+def test_update_to_a_new_emulator_forgets_the_learned_cap_and_is_saved(emulator: Any) -> None:
+    first = emulator(max_body="16KB")
+    s = ChatSession("emulator", emulator=first, settings=SETTINGS, name="moving")
+    for i in range(5):  # the history outgrows 16 KB: rejected once, learned, recovered
+        s.send(f"{i} " + "a" * 5000)
+    assert s.status().cap_source == "learned"
+    tokens = s.status().prompt_tokens
+    second = emulator()
+    notes = s.update(emulator=second)
+    assert len(notes) == 1 and "the new emulator" in notes[0]
+    assert s.status().cap is None and s.status().prompt_tokens == tokens
+    assert s.estimator.samples >= 1  # same model string, same tokenizer
+    s.send("hello")
+    assert second.requests and s.model == "emulator"
+    notes = s.update(model="emulator:anthropic", emulator=second)
+    assert s.model == "emulator:anthropic"
+    assert notes == ("token calibration reset for the new model emulator:anthropic",)
+    assert s.estimator.samples == 0
+    s.send("in the other wire format")
+    assert second.requests[-1].path.endswith("/v1/messages")
+    s.close()
+    assert ChatSession.resume("moving", emulator=second, settings=SETTINGS).model == \
+        "emulator:anthropic"
