@@ -218,7 +218,7 @@ def oa_provider(server: Recorder, model: str = "gpt-4o", **kw: Any) -> OpenAIPro
     return OpenAIProvider(model, client=client, **kw)
 
 
-def an_provider(server: Recorder, model: str = "claude-sonnet-4-5", **kw: Any) -> AnthropicProvider:
+def an_provider(server: Recorder, model: str = "claude-sonnet-5-5", **kw: Any) -> AnthropicProvider:
     client = anthropic.Anthropic(base_url=server.anthropic_url, api_key=ANTHROPIC_KEY, max_retries=0)
     return AnthropicProvider(model, client=client, **kw)
 
@@ -828,7 +828,7 @@ def test_missing_keys_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(ConfigError, match="No OpenAI key found — set OPENAI_API_KEY"):
         make_provider("openai:gpt-4o")
     with pytest.raises(ConfigError, match="No Anthropic key found — set ANTHROPIC_API_KEY"):
-        make_provider("anthropic:claude-sonnet-4-5")
+        make_provider("anthropic:claude-sonnet-5-5")
 
 
 # -- (5) make_provider --------------------------------------------------------------------------
@@ -942,7 +942,7 @@ def _offline(kind: str, model: str | None = None) -> Any:
     if kind == "openai":
         return OpenAIProvider(model or "gpt-4o", client=openai.OpenAI(
             base_url=NOWHERE, api_key=OPENAI_KEY, max_retries=0))
-    return AnthropicProvider(model or "claude-sonnet-4-5", client=anthropic.Anthropic(
+    return AnthropicProvider(model or "claude-sonnet-5-5", client=anthropic.Anthropic(
         base_url=NOWHERE, api_key=ANTHROPIC_KEY, max_retries=0))
 
 
@@ -962,7 +962,7 @@ def _variants(history: Any) -> list[Request]:
 
 
 @pytest.mark.parametrize("kind, model", [("openai", "gpt-4o"), ("openai", "o3-mini"),
-                                         ("anthropic", "claude-sonnet-4-5")])
+                                         ("anthropic", "claude-sonnet-5-5")])
 def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
     provider = _offline(kind, model)
     assert isinstance(_offline(kind, model), Measurable)
