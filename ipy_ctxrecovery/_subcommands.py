@@ -108,7 +108,8 @@ def summary_text() -> str:
     return "\n".join(lines)
 
 
-@_subcommand("status", "Sizes against the cap and the window, learned or assumed cap, counts.")
+@_subcommand("status", "How big the history is against the payload cap and the context window; "
+             "tokens used, compactions, recoveries.")
 def _status(magics: ChatMagics, args: Any) -> Any:
     session = _session(magics, args)
     status = session.status()
@@ -246,7 +247,11 @@ def _tools(magics: ChatMagics, args: Any) -> None:
 
 
 @_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names.",
-             _arg("assignments", nargs="*", metavar="KEY=VALUE"), session_flag=False)
+             _arg("assignments", nargs="*", metavar="KEY=VALUE",
+                  help="e.g. CHATCLI_MAX_PAYLOAD=5MB or raise_on_error=False; none: show all "
+                       "settings and where each comes from. Live sessions keep their "
+                       "history, usage and learned limits."),
+             session_flag=False)
 def _config(magics: ChatMagics, args: Any) -> None:
     if not args.assignments:
         _show_config(magics)
@@ -265,10 +270,7 @@ def _config(magics: ChatMagics, args: Any) -> None:
             settings_values[field] = value
             as_typed[key] = value
         else:
-            try:
-                trait_values[field] = traits[field].from_string(value)
-            except Exception as e:
-                raise UsageError(f"%chat config: {key}={value!r} is not valid: {e}.") from e
+            trait_values[field] = _trait_value(magics, traits[field], key, value)
     try:
         magics.settings().updated(as_typed, source="setting")
     except ConfigError as e:
@@ -284,6 +286,35 @@ def _config(magics: ChatMagics, args: Any) -> None:
         for field, value in trait_values.items():
             setattr(magics, field, value)
     print("set " + ", ".join(args.assignments))
+
+
+def _trait_value(magics: ChatMagics, trait: Any, key: str, text: str) -> Any:
+    """``text`` as a value of ``trait``, checked as setting it would (one-sentence errors)."""
+    from traitlets import Bool, Enum, Float, Int, TraitError
+
+    if isinstance(trait, Bool):
+        expected = "use True or False"
+    elif isinstance(trait, Enum):
+        expected = "use one of " + ", ".join(str(v) for v in trait.values or ())
+    elif isinstance(trait, Int):
+        expected = "use a whole number" + (" or None" if trait.allow_none else "")
+    elif isinstance(trait, Float):
+        expected = "use a number"
+    else:
+        expected = "see %chat config for the current values"
+    try:
+        value = trait.from_string(text)
+    except Exception as e:
+        raise UsageError(f"%chat config: {key}={text!r} is not valid; {expected}.") from e
+    try:
+        # What ``setattr`` would check (type and the class's @validate hooks), before any
+        # value is set, so a bad item leaves every setting as it was.
+        return trait._validate(magics, value)
+    except TraitError as e:
+        own = str(e).rstrip(".")  # a ChatMagics @validate hook's sentence names the setting
+        if own.startswith(trait.name):
+            raise UsageError(f"%chat config: {own}.") from e
+        raise UsageError(f"%chat config: {key}={text!r} is not valid; {expected}.") from e
 
 
 def _show_config(magics: ChatMagics) -> None:
@@ -314,7 +345,8 @@ _EMULATOR_FLAGS = (
 )
 
 
-@_subcommand("emulator", "Restart the embedded emulator with these limits (none: show them).",
+@_subcommand("emulator", "Restart the built-in emulator with these limits, e.g. --max-body 32KB to "
+             "rehearse a proxy (no flags: show the current ones).",
              *_EMULATOR_FLAGS, session_flag=False)
 def _emulator(magics: ChatMagics, args: Any) -> None:
     limits: dict[str, Any] = {}
@@ -336,11 +368,14 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
         magics.ensure_emulator()
         print(f"emulator at {magics.emulator.openai_base_url}: {_emulator_limits(magics)}")
         return
+    notes: list[tuple[str, str]] = []
     try:
-        emulator = magics.restart_emulator(limits)
+        emulator = magics.restart_emulator(limits, notes)
     except (ConfigError, ValueError, TypeError) as e:
         raise UsageError(f"%chat emulator: {e}") from e
     print(f"emulator restarted at {emulator.openai_base_url}: {_emulator_limits(magics)}")
+    for name, note in notes:
+        magics.tell(name, [note])
 
 
 def _emulator_limits(magics: ChatMagics) -> str:

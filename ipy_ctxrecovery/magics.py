@@ -146,16 +146,25 @@ class ChatMagics(Magics):
         except ConfigError as e:
             raise TraitError(str(e)) from None
 
+    @validate("max_tokens")
+    def _check_max_tokens(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if value is not None and value < 1:
+            raise TraitError(f"max_tokens {value} is too small; give a positive number, "
+                             "or None for the model's default")
+        return value
+
     @observe("max_payload", "context_window", "settings_overrides")
     def _settings_changed(self, change: Any) -> None:
-        # A session's Settings are frozen: reopen each session with the new ones.
-        for name in list(self.sessions):
-            self.rebuild_session(name)
+        # Updated in place: a cap learned from a rejection and the usage counters stay.
+        settings = self.settings()
+        for name, session in self.sessions.items():
+            self.tell(name, session.update(settings=settings))
 
     @observe("max_tokens")
     def _max_tokens_changed(self, change: Any) -> None:
         for session in self.sessions.values():
-            session.max_tokens = change["new"]
+            session.update(max_tokens=change["new"])
 
     def settings(self) -> Settings:
         """The effective Settings: env vars, then %config/%chat config values on top."""
@@ -175,6 +184,11 @@ class ChatMagics(Magics):
 
     def model(self) -> str:
         return self.default_model.strip() or auto_model()[0]
+
+    def tell(self, name: str, notes: tuple[str, ...] | list[str]) -> None:
+        """Print what a session forgot when it was updated (one ℹ line each)."""
+        for note in notes:
+            print(f"ℹ session {name}: {note}")
 
     def warn_once(self, line: str) -> None:
         if line not in self._warned:
@@ -199,8 +213,14 @@ class ChatMagics(Magics):
             self.emulator = emulator
         return self.emulator
 
-    def restart_emulator(self, limits: dict[str, Any]) -> Any:
-        """Replace the embedded emulator with one using ``limits``; sessions on it move over."""
+    def restart_emulator(self, limits: dict[str, Any],
+                         notes: list[tuple[str, str]] | None = None) -> Any:
+        """Replace the embedded emulator with one using ``limits``; sessions on it move over.
+
+        Each session keeps its history and counters; a cap it learned from the old
+        emulator is forgotten (the new one may have other limits): ``(session, sentence)``
+        pairs saying so are appended to ``notes``.
+        """
         from .emulator import Emulator
 
         new = Emulator(**limits)
@@ -208,7 +228,10 @@ class ChatMagics(Magics):
         old, self.emulator, self.emulator_limits = self.emulator, new, dict(limits)
         for name, session in list(self.sessions.items()):
             if is_emulator(session.model):
-                self.rebuild_session(name, new_provider=True)
+                with _as_usage_error():
+                    forgotten = session.update(emulator=new)
+                if notes is not None:
+                    notes.extend((name, note) for note in forgotten)
         if old is not None:
             old.close()
         return new
@@ -249,25 +272,27 @@ class ChatMagics(Magics):
                 kwargs.update(provider=provider, emulator=None)
             return ChatSession.resume(stored_name, model=model, **kwargs)
 
-    def rebuild_session(self, name: str, *, model: str | None = None,
-                        tools: tuple[Any, ...] = (), new_provider: bool = False) -> Any:
-        """Reopen session ``name`` (same history) on a new model, emulator, settings or tools.
+    def update_session(self, name: str, *, model: str | None = None,
+                       tools: tuple[Any, ...] = ()) -> Any:
+        """Move session ``name`` to another model and/or offer it more tools, in place.
 
-        Every turn saves the working history, so the reopened session continues exactly
-        where the old one stopped; learned state (a learned or assumed cap) starts afresh,
-        which is right for a new limit. On the same model the provider is kept, and with
-        it any SDK client the user built (proxy, CA bundle, headers).
+        The same session object carries on (``ChatSession.update``): history, usage
+        counters and what it learned stay; a learned cap is forgotten only when the new
+        model is reached another way (said in one ℹ line). On the same model the
+        provider is kept, and with it any SDK client the user built.
         """
-        old = self.sessions[name]
-        keep = tuple(old.tools) + tuple(t for t in tools if t not in old.tools)
-        if new_provider or (model is not None and model != old.model):
-            session = self.resume_session(old.name, model=model or old.model, tools=keep)
-            self.replace_session(name, session, keep_usage=True)
-        else:
-            session = self.resume_session(old.name, model=old.model, tools=keep,
-                                          provider=old.provider)
-            # The old object is dropped, not closed: closing would close the shared client.
-            self.replace_session(name, session, keep_usage=True, close_old=False)
+        session = self.sessions[name]
+        offered = {t.name: t for t in session.tools}
+        changes: dict[str, Any] = {}
+        if any(offered.get(t.name) is not t for t in tools):  # new, or redefined
+            changes["tools"] = tuple({**offered, **{t.name: t for t in tools}}.values())
+        if model is not None and model != session.model:
+            changes["model"] = model
+            if is_emulator(model):
+                changes["emulator"] = self.ensure_emulator()
+        if changes:
+            with _as_usage_error():
+                self.tell(name, session.update(**changes))
         return session
 
     def replace_session(self, name: str, session: Any, *, keep_usage: bool = False,
@@ -427,11 +452,8 @@ class ChatMagics(Magics):
         if args.system is not None and args.system != existing.system:
             raise UsageError(f"--system applies when a session starts; add --new to restart "
                              f"session {name!r} with it.")
-        names = {t.name for t in existing.tools}
-        if (model and model != existing.model) or any(t.name not in names for t in tools):
-            # Same conversation, new model or more tools: reopen it from its saved history.
-            return self.rebuild_session(name, model=model, tools=tools)
-        return existing
+        # Same conversation, perhaps on another model or with more tools.
+        return self.update_session(name, model=model, tools=tools)
 
     def _failed(self, sentence: str, error: BaseException) -> None:
         if self.raise_on_error:

@@ -279,9 +279,9 @@ class ChatSession(RequestLoop):
           otherwise. A new emulator is a new path (its limits may differ), so its
           learned cap and learned output limit reset; the configured cap always stays.
 
-        Returns one sentence per piece of learned state that was dropped (empty when
-        nothing was); :meth:`status` also says why a learned cap is gone until a new
-        one is learned.
+        Returns a sentence for a learned or assumed payload cap that was dropped (empty
+        when none was: recalibrating tokens needs no action from anyone);
+        :meth:`status` also says why the cap is gone until a new one is learned.
         """
         if provider is not None and (model is not None or emulator is not None):
             raise CtxRecoveryError("give update() either provider= or model=/emulator=, "
@@ -320,9 +320,6 @@ class ChatSession(RequestLoop):
         if new_provider is not None and new_provider is not old_provider:
             why = _path_change(old_provider, new_provider)
             if new_provider.model != old_provider.model:
-                if self.estimator.samples:
-                    notes.append(f"token calibration reset for the new model "
-                                 f"{new_provider.model}")
                 self.estimator = preflight.TokenEstimator.from_settings(self.settings)
                 self._output_limit = None
             if why is not None:

@@ -496,17 +496,17 @@ def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
     from ipy_ctxrecovery.session import ChatSession
 
     gateway = emulator()  # stands for a corporate gateway the user's client is set up for
-    mine = ChatSession("openai:emulator", client=gateway.openai_client(max_retries=0),
-                       name="work")
+    gateway_client = gateway.openai_client(max_retries=0)
+    mine = ChatSession("openai:emulator", client=gateway_client, name="work")
     chat.replace_session("work", mine)
     assert cell(ip, "-S work", "through my client").success
     ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=1MB")
-    reopened = chat.sessions["work"]
-    assert reopened is not mine and reopened.provider is mine.provider
-    assert reopened.settings.max_payload == 1024 * 1024
+    updated = chat.sessions["work"]
+    assert updated is mine and updated.provider.client is gateway_client
+    assert updated.settings.max_payload == 1024 * 1024
     assert cell(ip, "-S work", "still through my client").success
     assert [r.status for r in gateway.requests] == [200, 200]
-    assert reopened.history[0].text == "through my client"
+    assert updated.history[0].text == "through my client"
 
 
 # -- %chat subcommands ----------------------------------------------------------------------------
@@ -641,3 +641,85 @@ def test_emulator_restart_moves_sessions_and_recovers(chat: ChatMagics, ip: Any,
     capsys.readouterr()
     ip.run_line_magic("chat", "emulator")
     assert "max-body 32 KB" in capsys.readouterr().out
+
+
+def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --max-body 16KB")
+    for i in range(5):  # the history outgrows 16 KB: one 413, a learned cap, recovered
+        assert cell(ip, "", f"part {i}: " + "x" * 5000).success
+    session = chat.session()
+    assert session.status().cap_source == "learned"
+    learned = session.status().cap
+    capsys.readouterr()
+    ip.run_line_magic("chat", "usage")
+    usage_before = capsys.readouterr().out
+    assert "over 5 cells" in usage_before
+    ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=1MB")
+    assert chat.session() is session
+    status = session.status()
+    assert session.settings.max_payload == 1024 * 1024
+    assert status.cap == learned and status.cap_source == "learned"  # below the 1 MB
+    assert status.recoveries >= 1
+    capsys.readouterr()
+    ip.run_line_magic("chat", "usage")
+    assert capsys.readouterr().out == usage_before
+    ip.run_line_magic("config", "ChatMagics.max_payload = '8KB'")
+    assert session.status().cap == 8 * 1024 and session.status().cap_source == "configured"
+
+
+def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --max-body 16KB")
+    for i in range(5):
+        assert cell(ip, "", f"part {i}: " + "x" * 5000).success
+    session = chat.session()
+    assert session.status().cap_source == "learned"
+    tokens = session.status().prompt_tokens
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator --max-body 64KB")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("emulator restarted at") and "max-body 64 KB" in out[0]
+    assert out[1].startswith("ℹ session default: learned payload cap ")
+    assert out[1].endswith("forgotten: the new emulator may have other limits")
+    assert chat.session() is session and session.status().prompt_tokens == tokens
+    ip.run_line_magic("chat", "status")
+    out = capsys.readouterr().out
+    assert "payload cap: no payload cap configured — learned payload cap" in out
+    assert cell(ip, "", "on the new emulator").success
+    assert chat.emulator.requests[-1].status == 200
+
+
+def test_switching_model_or_adding_tools_keeps_the_session_object(chat: ChatMagics,
+                                                                  ip: Any) -> None:
+    from ipy_ctxrecovery import chat_tool
+
+    @chat_tool
+    def echo_back(text: str) -> str:
+        """Return the text."""
+        return text
+
+    cell(ip, "", "first")
+    session = chat.session()
+    cell(ip, "emulator:anthropic --tools echo_back", "second")
+    assert chat.session() is session and session.model == "emulator:anthropic"
+    assert "echo_back" in json.dumps(chat.emulator.requests[-1].body["tools"])
+    assert session.status().prompt_tokens > 0 and chat.usage_totals["default"]["turns"] == 2
+
+
+def test_chat_config_rejects_bad_values_in_one_sentence_and_sets_nothing(
+        chat: ChatMagics, ip: Any) -> None:
+    for bad, sentence in (
+            ("stream=maybe", "%chat config: stream='maybe' is not valid; use True or False."),
+            ("default_format=xml", "%chat config: default_format='xml' is not valid; use one "
+                                   "of markdown, text, code, json."),
+            ("max_tokens=-3", "%chat config: max_tokens -3 is too small; give a positive "
+                              "number, or None for the model's default."),
+            ("max_tokens=lots", "%chat config: max_tokens='lots' is not valid; use a whole "
+                                "number or None.")):
+        with pytest.raises(UsageError) as raised:
+            ip.run_line_magic("chat", f"config stream=False {bad}")
+        assert str(raised.value) == sentence
+        assert chat.stream is True  # the good item before the bad one was not applied
+    assert chat.max_tokens is None and chat.default_format == "markdown"
+    assert cell(ip, "", "still fine").success
