@@ -1,4 +1,5 @@
-"""What both SDK adapters share: body capture, option splitting, error conversion, reprs.
+"""What both SDK adapters share: body capture, option splitting, error conversion, reprs,
+and ``SDKAdapter``, the encode/measure/send/close skeleton around each adapter's one SDK call.
 
 ``BodyCapture`` is how ``encode()`` gets the exact bytes: it runs the adapter's real SDK
 call on a private copy of the user's client, made with the SDKs' public
@@ -21,11 +22,15 @@ from typing import Any
 import httpx2
 
 from .._classify import LIKELY_PAYLOAD_MIN_BYTES
+from ..catalogue import ModelInfo, lookup
 from ..errors import ChatError, Failure, FailureKind, classify
+from ..history import Message
+from .base import Request, Response, TextCallback
 
 __all__ = [
     "BodyCapture",
     "BodySizer",
+    "SDKAdapter",
     "SizeMemo",
     "json_size",
     "SingleShot",
@@ -324,3 +329,124 @@ _USERINFO = re.compile(r"//[^/@\s]*@")
 def safe_url(url: object) -> str:
     """A base URL for reprs: any ``user:password@`` part masked."""
     return _USERINFO.sub("//[REDACTED]@", str(url))
+
+
+class SDKAdapter:
+    """The half of a provider that does not depend on the SDK: the body ``encode`` made
+    is reused by ``send`` for the same Request, ``measure`` sizes from memoized message
+    sizes, every SDK exception becomes a ChatError with the body size, ``close`` releases
+    what the provider owns. A subclass builds its client, calls :meth:`_bind`, and fills in
+    the hooks below (its kwargs, its one SDK call, its errors, its reply readers).
+    """
+
+    api: str = ""
+    emulator: Any = None
+    """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
+
+    def _bind(self, model_id: str, client: Any, *, prefix: str, endpoint: str,
+              connection_error: type[BaseException], info: ModelInfo | None,
+              spec: str | None, on_close: Callable[[], None] | None,
+              owns_client: bool) -> None:
+        self._owns_client = owns_client
+        self._closed = False
+        self.model_id = model_id
+        self.model = spec or f"{prefix}:{model_id}"
+        self.info = info or lookup(model_id)
+        self.client = client
+        self._capture = BodyCapture(client, endpoint, connection_error)
+        self._senders = SingleShot(client)
+        self._sizer = BodySizer(self._encode)
+        self._memo = SizeMemo()
+        self._on_close = on_close
+        self._last: tuple[Request, dict[str, Any], bytes] | None = None
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(model={self.model!r}, "
+                f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
+
+    # -- hooks ------------------------------------------------------------------------
+    def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
+        """The SDK call's keyword arguments; ``convert=False`` leaves the messages empty."""
+        raise NotImplementedError
+
+    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        """The one SDK call, on ``client`` (the user's, or a capture/single-shot copy)."""
+        raise NotImplementedError
+
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
+        raise NotImplementedError
+
+    def _messages_size(self, messages: tuple[Message, ...]) -> int:
+        """Encoded size of the body's messages array (TypeError/ValueError: not JSON-able)."""
+        raise NotImplementedError
+
+    def _read_reply(self, result: Any, size: int) -> Response:
+        raise NotImplementedError
+
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; make a new provider.")
+
+    def encode(self, request: Request) -> bytes:
+        """The exact body bytes ``send`` puts on the wire (see ``BodyCapture``)."""
+        kwargs = self._kwargs(request)
+        body = self._encode(kwargs)
+        # Pre-flight encodes, then sends the same Request object: keep one encoding.
+        self._last = (request, kwargs, body)
+        return body
+
+    def measure(self, request: Request) -> int:
+        """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
+
+        Each message's encoded size is memoized (``SizeMemo``: candidate histories share
+        most messages), the rest of the body is one small ``json.dumps`` plus a per-shape
+        offset learnt once from the real pipeline (``BodySizer``). Pre-flight still
+        measures what is sent with ``encode``.
+        """
+        kwargs = self._kwargs(request, convert=False)
+        try:
+            messages = self._messages_size(request.messages)
+        except (TypeError, ValueError):
+            return self._sizer.size(self._kwargs(request))
+        return self._sizer.size(kwargs, messages)
+
+    def _encode(self, kwargs: dict[str, Any]) -> bytes:
+        try:
+            return self._capture.capture(lambda c: self._create(c, kwargs))
+        except self._sdk_errors() as exc:
+            # Only a side request (e.g. a credential provider's token fetch) can fail here.
+            raise chat_error(exc, None) from exc
+
+    def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        last = self._last
+        if last is not None and last[0] is request and not self._closed:
+            kwargs, size = last[1], len(last[2])
+        else:
+            kwargs = self._kwargs(request)
+            size = len(self._encode(kwargs))
+        self._last = None
+        try:
+            result = self._create(self._senders.for_size(size), kwargs)
+            if request.stream:
+                with result as stream:
+                    return self._read_stream(stream, on_text, size)
+            return self._read_reply(result, size)
+        except self._sdk_errors() as exc:
+            raise chat_error(exc, size) from exc
+        except json.JSONDecodeError as exc:
+            # A 2xx reply (or an SSE event) that is not valid JSON: cut off or garbled.
+            raise malformed_reply(exc, size, self.api) from exc
+
+    def close(self) -> None:
+        """Release the capture client, and the SDK client and emulator if this provider made them."""
+        self._closed = True
+        self._capture.close()
+        if self._owns_client:
+            self.client.close()
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close()

@@ -13,7 +13,6 @@ Streaming asks for ``stream_options={"include_usage": True}`` so usage arrives t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -21,20 +20,14 @@ from typing import Any
 import httpx2
 import openai
 
-from ..catalogue import ModelInfo, lookup
+from ..catalogue import ModelInfo
 from ..errors import ConfigError, redact
 from ..history import Message, ToolCall, to_openai
 from ._common import (
-    BodyCapture,
-    BodySizer,
-    SingleShot,
-    SizeMemo,
-    chat_error,
+    SDKAdapter,
     incomplete_reply,
     json_size,
-    malformed_reply,
     plain,
-    safe_url,
     split_options,
 )
 from .base import Request, Response, StopReason, TextCallback, Usage
@@ -70,18 +63,15 @@ def uses_max_completion_tokens(model_id: str) -> bool:
     return bool(_COMPLETION_TOKENS_MODELS.match(model_id.strip().lower().rsplit("/", 1)[-1]))
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKAdapter):
     """Chat Completions through ``client.chat.completions.create``."""
 
     api = "OpenAI"
-    emulator: Any = None
-    """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
                  on_close: Callable[[], None] | None = None, owns_client: bool = False) -> None:
-        self._owns_client = owns_client or client is None
-        self._closed = False
+        owns_client = owns_client or client is None
         if client is None:
             try:
                 client = openai.OpenAI() if max_retries is None else openai.OpenAI(max_retries=max_retries)
@@ -99,25 +89,13 @@ class OpenAIProvider:
                 )
             if max_retries is not None:
                 client = client.with_options(max_retries=max_retries)
-        self.model_id = model_id
-        self.model = spec or f"openai:{model_id}"
-        self.info = info or lookup(model_id)
-        self.client = client
-        self._capture = BodyCapture(client, "/chat/completions", openai.APIConnectionError)
-        self._senders = SingleShot(client)
-        self._sizer = BodySizer(self._encode)
-        self._memo = SizeMemo()
-        self._on_close = on_close
-        self._last: tuple[Request, dict[str, Any], bytes] | None = None
-
-    def __repr__(self) -> str:
-        return (f"OpenAIProvider(model={self.model!r}, "
-                f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
+        self._bind(model_id, client, prefix="openai", endpoint="/chat/completions",
+                   connection_error=openai.APIConnectionError, info=info, spec=spec,
+                   on_close=on_close, owns_client=owns_client)
 
     # -- request building ---------------------------------------------------------------
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed; make a new provider.")
+        self._check_open()
         create = self.client.chat.completions.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
@@ -146,66 +124,21 @@ class OpenAIProvider:
             kwargs["extra_body"] = extra
         return kwargs
 
-    def encode(self, request: Request) -> bytes:
-        """The exact body bytes ``send`` puts on the wire (see ``_common.BodyCapture``)."""
-        kwargs = self._kwargs(request)
-        body = self._encode(kwargs)
-        # Pre-flight encodes, then sends the same Request object: keep one encoding.
-        self._last = (request, kwargs, body)
-        return body
+    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**kwargs)
 
-    def measure(self, request: Request) -> int:
-        """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
+        return _SDK_ERRORS
 
-        Each message's encoded size is memoized (``_common.SizeMemo``: candidate histories
-        share most messages), the rest of the body is one small ``json.dumps`` plus a
-        per-shape offset learnt once from the real pipeline (``_common.BodySizer``).
-        Pre-flight still measures what is sent with ``encode``.
-        """
-        kwargs = self._kwargs(request, convert=False)
-        try:
-            sizes = [self._memo.get(m, _message_size) for m in request.messages]
-        except (TypeError, ValueError):
-            return self._sizer.size(self._kwargs(request))
-        return self._sizer.size(kwargs, 2 + sum(sizes) + max(len(sizes) - 1, 0))
+    def _messages_size(self, messages: tuple[Message, ...]) -> int:
+        sizes = [self._memo.get(m, _message_size) for m in messages]
+        return 2 + sum(sizes) + max(len(sizes) - 1, 0)
 
-    def _encode(self, kwargs: dict[str, Any]) -> bytes:
-        try:
-            return self._capture.capture(lambda c: c.chat.completions.create(**kwargs))
-        except _SDK_ERRORS as exc:
-            # Only a side request (e.g. a credential provider's token fetch) can fail here.
-            raise chat_error(exc, None) from exc
+    def _read_reply(self, result: Any, size: int) -> Response:
+        return _read_completion(result, size, self.api)
 
-    # -- sending ------------------------------------------------------------------------
-    def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        last = self._last
-        if last is not None and last[0] is request and not self._closed:
-            kwargs, size = last[1], len(last[2])
-        else:
-            kwargs = self._kwargs(request)
-            size = len(self._encode(kwargs))
-        self._last = None
-        try:
-            result = self._senders.for_size(size).chat.completions.create(**kwargs)
-            if request.stream:
-                with result as stream:
-                    return _read_stream(stream, on_text, size, self.api)
-            return _read_completion(result, size, self.api)
-        except _SDK_ERRORS as exc:
-            raise chat_error(exc, size) from exc
-        except json.JSONDecodeError as exc:
-            # A 2xx reply (or an SSE event) that is not valid JSON: cut off or garbled.
-            raise malformed_reply(exc, size, self.api) from exc
-
-    def close(self) -> None:
-        """Release the capture client, and the SDK client and emulator if this provider made them."""
-        self._closed = True
-        self._capture.close()
-        if self._owns_client:
-            self.client.close()
-        if self._on_close is not None:
-            on_close, self._on_close = self._on_close, None
-            on_close()
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
+        return _read_stream(stream, on_text, size, self.api)
 
 
 def _message_size(message: Message) -> int:
