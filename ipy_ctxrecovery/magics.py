@@ -186,9 +186,13 @@ class ChatMagics(Magics):
         return self.default_model.strip() or auto_model()[0]
 
     def tell(self, name: str, notes: tuple[str, ...] | list[str]) -> None:
-        """Print what a session forgot when it was updated (one ℹ line each)."""
+        """After session ``name`` was updated: print what it forgot (one ℹ line each) and
+        bring its panel up to date (the cap and window may have changed)."""
         for note in notes:
             print(f"ℹ session {name}: {note}")
+        panel, session = self.panels.get(name), self.sessions.get(name)
+        if panel is not None and session is not None:
+            panel.attach(session)  # the widgets update live; the saved text at the next cell
 
     def warn_once(self, line: str) -> None:
         if line not in self._warned:
@@ -232,6 +236,7 @@ class ChatMagics(Magics):
                     forgotten = session.update(emulator=new)
                 if notes is not None:
                     notes.extend((name, note) for note in forgotten)
+                self.tell(name, ())  # the notes are printed after the restart line
         if old is not None:
             old.close()
         return new

@@ -468,7 +468,7 @@ def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
     assert chat.context_window == 32000 and chat.session().window == 32000
 
 
-def test_chat_config_sets_validates_and_reopens_sessions(
+def test_chat_config_sets_validates_and_updates_sessions(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "remember me")
     ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=64KB emergency_keep_messages=6")
@@ -670,11 +670,14 @@ def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
 
 def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    chat.live_display = "always"  # with a panel, which must follow the update
     ip.run_line_magic("chat", "emulator --max-body 16KB")
     for i in range(5):
         assert cell(ip, "", f"part {i}: " + "x" * 5000).success
     session = chat.session()
     assert session.status().cap_source == "learned"
+    panel = chat.panels["default"]
+    assert panel.cap == session.status().cap
     tokens = session.status().prompt_tokens
     capsys.readouterr()
     ip.run_line_magic("chat", "emulator --max-body 64KB")
@@ -683,6 +686,7 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     assert out[1].startswith("ℹ session default: learned payload cap ")
     assert out[1].endswith("forgotten: the new emulator may have other limits")
     assert chat.session() is session and session.status().prompt_tokens == tokens
+    assert panel.cap is None and panel.cap_source == "none"
     ip.run_line_magic("chat", "status")
     out = capsys.readouterr().out
     assert "payload cap: no payload cap configured — learned payload cap" in out
