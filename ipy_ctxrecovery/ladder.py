@@ -476,6 +476,16 @@ def _shrink_to(h: History, target: int, *, measure: Callable[[History], int],
 
 # -- apply --------------------------------------------------------------------------------
 
+def _repaired(history: History) -> tuple[History, list[str]]:
+    """Pairing repaired and payload notices deduplicated: where every level starts."""
+    h, report = pairing.repair_pairing(history)
+    notes: list[str] = []
+    if report.changed:
+        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
+                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+    return _dedupe_payload_notices(tuple(h)), notes
+
+
 def apply(decision: Decision, history: History, *, settings: Settings, store: ResultStore,
           measure: Callable[[History], int]) -> LadderResult:
     """Carry out ``decision`` on ``history`` (pure; persisted results go to ``store``).
@@ -489,12 +499,7 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
     level = decision.level
     if level in (Level.LOWER_MAX_TOKENS, Level.GIVE_UP):
         return LadderResult(original, level, 0)
-    h, report = pairing.repair_pairing(original)
-    h = _dedupe_payload_notices(tuple(h))
-    notes: list[str] = []
-    if report.changed:
-        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
-                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+    h, notes = _repaired(original)
 
     reason = _hopeless(h, decision, measure, settings)
     if reason is not None:
@@ -637,12 +642,7 @@ def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | Non
     after every cut the result is GIVE_UP with a sentence). Same guarantees as :func:`apply`.
     """
     original = tuple(history)
-    h, report = pairing.repair_pairing(original)
-    h = _dedupe_payload_notices(tuple(h))
-    notes: list[str] = []
-    if report.changed:
-        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
-                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+    h, notes = _repaired(original)
     decision = Decision(Level.EXACT_FIT, 0, LadderState(), target_bytes=target_bytes,
                         limit_bytes=limit_bytes, payload_related=payload_related)
     reason = _hopeless(h, decision, measure, settings)
