@@ -263,8 +263,9 @@ class ChatSession(RequestLoop):
           ``emulator`` for ``emulator*`` models). ``client`` defaults to the session's own
           client on the same model and to the SDK's default client on another one.
         - ``provider``: use this provider as is (the caller keeps ownership of it).
-        - ``emulator``: the emulator an ``emulator*`` model talks to (a restarted one);
-          the session's provider is rebuilt on it.
+        - ``emulator``: the emulator ``emulator*`` models talk to (a restarted one); a
+          session on such a model gets a provider rebuilt on it, another one only keeps
+          it for a later switch.
         - ``max_tokens``: the default output limit (None: the provider's default).
 
         What a new provider resets:
@@ -290,8 +291,10 @@ class ChatSession(RequestLoop):
         new_tools = None if tools is None else [as_tool(t) for t in tools]
         old_provider = self._provider
         new_provider: Provider | None = provider
-        if new_provider is None and (model is not None or emulator is not None):
-            spec = model if model is not None else self.model
+        spec = model if model is not None else self.model
+        on_emulator = spec.split(":", 1)[0].strip().lower() == "emulator"
+        if new_provider is None and (model is not None or (emulator is not None
+                                                           and on_emulator)):
             same_model = spec == self.model
             use_client = client if not isinstance(client, _Keep) \
                 else (self._client if same_model else None)
@@ -302,11 +305,13 @@ class ChatSession(RequestLoop):
                 emulator=emulator if emulator is not None else self._emulator,
                 settings=new_settings)
             self._client = use_client
-            if emulator is not None:
-                self._emulator = emulator
+        if emulator is not None:
+            self._emulator = emulator  # kept for a later switch back to an emulator model
         notes: list[str] = []
 
         if settings is not None:
+            if settings.max_payload != self.caps.configured:
+                self._cap_note = None  # the user chose a cap: the old note is moot
             self.settings = settings
             self.caps.configured = settings.max_payload
             self.caps.learned_fraction = settings.learned_cap_fraction

@@ -588,6 +588,8 @@ def test_a_new_provider_resets_what_belongs_to_the_old_path_and_model() -> None:
     status = s.status()
     assert status.cap is None and status.cap_note is not None
     assert "forgotten" in str(status)
+    s.update(settings=SETTINGS.replace(max_payload=1024 * 1024))
+    assert s.status().cap_note is None and "forgotten" not in str(s.status())
     assert (status.prompt_tokens, status.recoveries) == counters
     s.send("on the new provider")
     assert other.requests and s.status().recoveries == counters[1]
@@ -600,6 +602,8 @@ def test_update_checks_everything_before_changing_anything() -> None:
     with pytest.raises(ConfigError):
         s.update(settings=SETTINGS.replace(max_payload=123), model="azure:gpt-4o")
     assert s.settings is SETTINGS and s.caps.configured is None and s.provider is fake
+    s.update(emulator=object())  # not on an emulator model: kept for later, nothing rebuilt
+    assert s.provider is fake
 
 
 def test_update_to_a_new_emulator_forgets_the_learned_cap_and_is_saved(emulator: Any) -> None:
