@@ -44,6 +44,8 @@ __all__ = [
     "compacted_message",
     "compaction_info",
     "count_lines",
+    "cut_head",
+    "cut_tail",
     "detect_kind",
     "enforce_budget",
     "is_boundary",
@@ -173,6 +175,7 @@ def is_boundary(text: str, i: int) -> bool:
 
 
 def _safe_head(text: str, end: int) -> int:
+    """``end``, moved back to the nearest cluster boundary (at most ``_MAX_CLUSTER_SHIFT``)."""
     k = end
     while k > 0 and end - k < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
         k -= 1
@@ -180,10 +183,21 @@ def _safe_head(text: str, end: int) -> int:
 
 
 def _safe_tail(text: str, start: int) -> int:
+    """``start``, moved on to the nearest cluster boundary (at most ``_MAX_CLUSTER_SHIFT``)."""
     k = start
     while k < len(text) and k - start < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
         k += 1
     return k if is_boundary(text, k) else start
+
+
+def cut_head(text: str, n: int) -> str:
+    """The first ``n`` chars of ``text`` or fewer, ending on a cluster boundary."""
+    return text[:_safe_head(text, max(0, min(n, len(text))))]
+
+
+def cut_tail(text: str, n: int) -> str:
+    """The last ``n`` chars of ``text`` or fewer, starting on a cluster boundary."""
+    return text[_safe_tail(text, max(0, len(text) - max(0, n))):]
 
 
 # -- markers ---------------------------------------------------------------------------------

@@ -391,19 +391,13 @@ def truncate_text(text: str, max_chars: int, *, what: str = "text") -> str:
     marker = f"\n[... {len(text):,} chars omitted from {what} ...]\n"
     room = max_chars - len(marker)
     if room <= 0:
-        head = max_chars
-        while head > 0 and not budget.is_boundary(text, head):
-            head -= 1
-        return text[:head]
-    head = room * 4 // 5
-    tail_start = len(text) - (room - head)
-    while head > 0 and not budget.is_boundary(text, head):
-        head -= 1
-    while tail_start < len(text) and not budget.is_boundary(text, tail_start):
-        tail_start += 1
-    omitted = tail_start - head
+        return budget.cut_head(text, max_chars)
+    keep_head = room * 4 // 5
+    head = budget.cut_head(text, keep_head)
+    tail = budget.cut_tail(text, room - keep_head)
+    omitted = len(text) - len(head) - len(tail)
     marker = f"\n[... {omitted:,} chars omitted from {what} ...]\n"
-    return text[:head] + marker + text[tail_start:]
+    return head + marker + tail
 
 
 def _truncate_assistants(h: History, max_chars: int) -> tuple[History, int]:

@@ -32,8 +32,9 @@ from .budget import (
     compacted_message,
     compaction_info,
     count_lines,
+    cut_head,
+    cut_tail,
     detect_kind,
-    is_boundary,
 )
 from .config import Settings, format_size
 from .history import History, Message, Role, ages
@@ -111,35 +112,19 @@ def _original(m: Message, info: CompactionInfo | None, store: ResultStore) -> st
     return loaded
 
 
-def _cut_head(text: str, n: int) -> str:
-    k = min(n, len(text))
-    while k > 0 and not is_boundary(text, k):
-        k -= 1
-    return text[:k]
-
-
-def _cut_tail(text: str, n: int) -> str:
-    if n <= 0:
-        return ""
-    k = max(0, len(text) - n)
-    while k < len(text) and not is_boundary(text, k):
-        k += 1
-    return text[k:]
-
-
 def _truncate(m: Message, info: CompactionInfo | None, original: str | None,
               settings: Settings, store: ResultStore) -> Message | None:
     if original is not None:
         path: Path | None = store.path_for(original)
-        head = _cut_head(original, settings.microcompact_head_chars)
-        tail = _cut_tail(original[len(head):], settings.microcompact_tail_chars)
+        head = cut_head(original, settings.microcompact_head_chars)
+        tail = cut_tail(original[len(head):], settings.microcompact_tail_chars)
         total = len(original)
     else:
         # The original is gone from the store: what the earlier preview kept is all we have.
         assert info is not None
         path = info.path
-        head = _cut_head(info.head, settings.microcompact_head_chars)
-        tail = _cut_tail(info.tail, settings.microcompact_tail_chars)
+        head = cut_head(info.head, settings.microcompact_head_chars)
+        tail = cut_tail(info.tail, settings.microcompact_tail_chars)
         total = info.original_chars
     omitted = total - len(head) - len(tail)
     if omitted <= 0:
