@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .config import format_size
 from .errors import Failure, FailureKind, redact
 
 __all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify_failure"]
@@ -693,7 +694,7 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
                     f"The response was cut off mid-stream ({culprit}); the request itself was "
                     "accepted, so this is retried as a network failure.")
     if request_bytes is not None and request_bytes > LIKELY_PAYLOAD_MIN_BYTES:
-        size = _size(request_bytes)
+        size = format_size(request_bytes)
         return make(FailureKind.LIKELY_PAYLOAD,
                     f"The connection dropped while sending a {size} request ({culprit}); a "
                     "proxy body-size limit is the likely cause.")
@@ -714,9 +715,3 @@ def _root_cause(ev: _Evidence) -> str:
     text = str(best).strip()
     name = type(best).__name__
     return _clean(f"{name}: {text}" if text else name, 200)
-
-
-def _size(num_bytes: int) -> str:
-    if num_bytes >= 1024 * 1024:
-        return f"{num_bytes / (1024 * 1024):.1f} MB"
-    return f"{num_bytes / 1024:.0f} KB"
