@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compactor import SUMMARY_HEADER, summary_header
 from ..escalation import CONTINUATION_PROMPT
+from ..ladder import COMPACTION_NOTICE, PAYLOAD_NOTICE
 
 __all__ = [
     "Plan",
@@ -44,11 +46,12 @@ SUMMARY_ITEM_CHARS = 160
 
 CONTINUATION_MARK = CONTINUATION_PROMPT.split("\n", 1)[0]
 SUMMARY_MARK = "STRUCTURED SUMMARY"
-#: User messages the recovery machinery writes; they are not the user's request.
+#: User messages the recovery machinery writes; they are not the user's request. Taken
+#: from the texts the package writes, so a rewording cannot make the emulator answer them.
 _MACHINE_PREFIXES = (
-    "[SYSTEM NOTICE",
-    "[Context was automatically compacted",
-    "[STRUCTURED SUMMARY",
+    PAYLOAD_NOTICE.partition(" —")[0],              # "[SYSTEM NOTICE"
+    COMPACTION_NOTICE.partition(" due to")[0],      # "[Context was automatically compacted"
+    SUMMARY_HEADER.partition(" —")[0],              # "[STRUCTURED SUMMARY"
 )
 
 _WORDS_RE = re.compile(r"\[\[words\s+(\d+)\s*\]\]")
@@ -381,7 +384,7 @@ def summarize(text: str) -> str:
     """Extractive summary: a ``[STRUCTURED SUMMARY — covering N earlier messages]`` header
     and sections of lines copied from ``text``, at most min(len(text)/4, 2000) chars."""
     n = len(_MESSAGE_MARK_RE.findall(text)) or 1
-    header = f"[STRUCTURED SUMMARY — covering {n} earlier messages]"
+    header = summary_header(n)
     bound = max(min(len(text) // SUMMARY_FRACTION, SUMMARY_MAX_CHARS), len(header))
     lines: list[str] = []
     seen: set[str] = set()
