@@ -4,7 +4,8 @@ Exception tree::
 
     CtxRecoveryError                 every error this package raises on purpose
     ├── ConfigError (ValueError)     a bad setting: names the variable, the value, the accepted forms
-    └── ChatError                    a request failed for good; ``.failure`` says why and how
+    ├── ChatError                    a request failed for good; ``.failure`` says why and how
+    └── ToolError                    raised inside a tool: reported to the model as an error result
 
 Provider adapters catch their SDK's exceptions at the boundary, call :func:`classify`
 with the request size attached and raise :class:`ChatError` from them; nothing above the
@@ -27,6 +28,7 @@ __all__ = [
     "CtxRecoveryError",
     "Failure",
     "FailureKind",
+    "ToolError",
     "classify",
     "redact",
 ]
@@ -116,6 +118,10 @@ class ChatError(CtxRecoveryError):
     def __init__(self, failure: Failure, message: str | None = None) -> None:
         super().__init__(redact(message or failure.reason))
         self.failure = failure
+
+
+class ToolError(CtxRecoveryError):
+    """Raised inside a tool to report a problem to the model as an error result."""
 
 
 _SECRET_PATTERNS = [

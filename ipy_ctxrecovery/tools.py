@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
+from .errors import ToolError
 from .providers.base import ToolSpec
 
 __all__ = [
@@ -47,10 +48,6 @@ READ_FILE_DEFAULT_LINES = 200
 """Lines returned by read_file when the model gives no ``limit``."""
 READ_FILE_MAX_CHARS = 20_000
 """A read_file result never exceeds this, whatever ``limit`` says (the per-result budget)."""
-
-
-class ToolError(Exception):
-    """Raised inside a tool to report a problem to the model as an error result."""
 
 
 @dataclass(frozen=True, slots=True)
