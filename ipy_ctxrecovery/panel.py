@@ -1,4 +1,4 @@
-"""The live context panel: an ipywidgets view of one session's size, ladder and summarizer.
+"""The live context panel: an ipywidgets view of one session's size, recovery and summarizer.
 
 The widget tree is built once; events from the session (it subscribes to them) only set
 trait values. ``text()`` is the plain-text fallback used wherever widgets cannot render
@@ -22,9 +22,9 @@ import ipywidgets as widgets
 from . import events as ev
 from .config import Settings, format_size
 
-__all__ = ["LADDER_LEVELS", "ContextPanel"]
+__all__ = ["LADDER_LEVELS", "STEP_WORDS", "ContextPanel"]
 
-#: ladder.Level value -> the rung shown on the panel's 0-3 bar (0: no recovery this turn).
+#: ladder.Level value -> the step shown on the panel's 0-3 bar (0: no recovery this turn).
 LADDER_LEVELS: dict[str, int] = {
     "lower_max_tokens": 0,
     "exact_fit": 0,
@@ -33,9 +33,21 @@ LADDER_LEVELS: dict[str, int] = {
     "nuclear_truncate": 3,
     "give_up": 3,
 }
-_LEVEL_NAMES = {0: "no recovery needed", 1: "level 1 — aggressive budget",
-                2: "level 2 — emergency truncate", 3: "level 3 — nuclear truncate"}
+#: ladder.Level value -> what that recovery step did, in plain words.
+STEP_WORDS: dict[str, str] = {
+    "lower_max_tokens": "asked for a shorter answer (smaller max_tokens)",
+    "exact_fit": "trimmed the history just enough to fit",
+    "aggressive_budget": "shortened big tool results",
+    "emergency_truncate": "dropped older messages",
+    "nuclear_truncate": "kept only the latest messages",
+    "give_up": "gave up",
+}
+_NONE_NEEDED = "none needed"
 _MAX_LEVEL = 3
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def _bar_style(fraction: float, warn_at: float) -> str:
@@ -47,7 +59,8 @@ def _bar_style(fraction: float, warn_at: float) -> str:
 
 
 class ContextPanel:
-    """History size against the cap, tokens against the window, ladder rung, summarizer state."""
+    """History size against the cap, tokens against the window, the last turn's recovery
+    (with the session's counts), summarizer state."""
 
     def __init__(self, *, title: str = "chat", settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
@@ -60,7 +73,10 @@ class ContextPanel:
         self.cap: int | None = self.settings.max_payload
         self.cap_source = "configured" if self.cap else "none"
         self.ladder_level = 0
-        self.ladder_text = _LEVEL_NAMES[0]
+        self.ladder_text = _NONE_NEEDED
+        self.counts_text = ""            # recoveries/compactions so far, from session.status()
+        self._session: Any = None
+        self._in_turn = False            # the next turn event starts a new turn
         self.summary_text = "summarizer idle"
         self.last_action = "no turn yet"
 
@@ -75,8 +91,8 @@ class ContextPanel:
         self.token_label = widgets.Label(value="")
         self.ladder_bar = widgets.IntProgress(value=0, min=0, max=_MAX_LEVEL,
                                               layout=widgets.Layout(width="320px"),
-                                              description="ladder", bar_style="success")
-        self.ladder_label = widgets.Label(value=self.ladder_text)
+                                              description="recovery", bar_style="success")
+        self.ladder_label = widgets.Label(value="")
         self.summary_label = widgets.Label(value=self.summary_text)
         self.action_label = widgets.Label(value=self.last_action)
         self.widget = widgets.VBox([
@@ -94,14 +110,21 @@ class ContextPanel:
         """Follow ``session``'s events (replacing any session followed before)."""
         self.detach()
         self._unsubscribe = session.subscribe(self.handle)
-        status = getattr(session, "status", None)
-        if callable(status):
-            self.update_status(status())
+        self._session = session
+        self.refresh()
 
     def detach(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self._session = None
+
+    def refresh(self) -> None:
+        """Take sizes and counts from the followed session's ``status()`` (what
+        ``%chat status`` prints), so the two always agree."""
+        status = getattr(self._session, "status", None)
+        if callable(status):
+            self.update_status(status())
 
     def update_status(self, status: Any) -> None:
         """Take sizes from a ``session.status()`` value (attribute names as in the session)."""
@@ -111,6 +134,11 @@ class ContextPanel:
         self.cap = getattr(status, "cap", self.cap)
         source = getattr(status, "cap_source", None)
         self.cap_source = str(source) if source else ("configured" if self.cap else "none")
+        recoveries = getattr(status, "recoveries", None)
+        compactions = getattr(status, "compactions", None)
+        if recoveries is not None and compactions is not None:
+            self.counts_text = (f"{_plural(int(recoveries), 'recovery', 'recoveries')}, "
+                                f"{_plural(int(compactions), 'compaction')} so far")
         self._render()
 
     # -- events ---------------------------------------------------------------------------
@@ -125,32 +153,40 @@ class ContextPanel:
 
     def _apply(self, event: ev.Event) -> None:
         message = (event.message or "").strip()
+        if not isinstance(event, ev.CapChanged) and not self._in_turn:
+            # The first event of a turn: the panel shows the recovery of the LAST turn
+            # only; earlier ones live on in the counts.
+            self._in_turn = True
+            self.ladder_level, self.ladder_text = 0, _NONE_NEEDED
         if isinstance(event, ev.Preflight):
             self.history_bytes, self.est_tokens = event.body_bytes, event.est_tokens
             self.window = event.window
             self._set_cap(event.cap)
-            # A new turn starts on the bottom rung.
-            self.ladder_level, self.ladder_text = 0, _LEVEL_NAMES[0]
             if event.action == "ok":
                 return
         elif isinstance(event, ev.TurnFinished):
+            self._in_turn = False
             self.history_bytes, self.est_tokens = event.history_bytes, event.est_tokens
             self.window = event.window
             self._set_cap(event.cap)
+            self.refresh()  # the same numbers as %chat status
             return
         elif isinstance(event, ev.LadderStep):
             rung = LADDER_LEVELS.get(event.level, min(event.attempt, _MAX_LEVEL))
             self.ladder_level = max(self.ladder_level, rung)
-            self.ladder_text = (f"attempt {event.attempt}: {event.level.replace('_', ' ')} "
+            words = STEP_WORDS.get(event.level, event.level.replace("_", " "))
+            self.ladder_text = (f"step {event.attempt}: {words} "
                                 f"({event.before_messages} → {event.after_messages} msgs)")
         elif isinstance(event, ev.CompactionPhase):
             self.summary_text = message or f"compaction: {event.phase}"
         elif isinstance(event, ev.CapChanged):
             self.cap, self.cap_source = event.cap, event.source
         elif isinstance(event, ev.Recovered):
-            self.ladder_text = f"recovered after {event.attempts} attempt(s)"
+            self.ladder_text = f"recovered in {_plural(event.attempts, 'step')}"
         elif isinstance(event, ev.Failed):
-            self.ladder_text = f"failed: {event.failure_kind}"
+            self._in_turn = False
+            self.ladder_text = f"failed ({event.failure_kind.replace('_', ' ')})"
+            self.refresh()
         if message:
             self.last_action = message
 
@@ -172,9 +208,9 @@ class ContextPanel:
         fraction = self.history_bytes / reference if reference else 0.0
         self.size_bar.value = min(fraction, 1.0)
         self.size_bar.bar_style = _bar_style(fraction, warn_at)
-        cap_text = (f"cap {format_size(self.cap)} ({self.cap_source})" if self.cap
-                    else "no cap configured")
-        self.size_label.value = f"{format_size(self.history_bytes)} of {cap_text}"
+        size = format_size(self.history_bytes)
+        self.size_label.value = (f"{size} of {format_size(self.cap)} cap ({self.cap_source})"
+                                 if self.cap else f"{size} (no payload cap)")
         window = self.window or 0
         tfraction = self.est_tokens / window if window else 0.0
         self.token_bar.value = min(tfraction, 1.0)
@@ -183,7 +219,9 @@ class ContextPanel:
                                   else f"≈{self.est_tokens:,} tokens")
         self.ladder_bar.value = self.ladder_level
         self.ladder_bar.bar_style = ("success", "warning", "warning", "danger")[self.ladder_level]
-        self.ladder_label.value = self.ladder_text
+        when = "this turn" if self._in_turn else "last turn"
+        self.ladder_label.value = f"{when}: {self.ladder_text}" + (
+            f" · {self.counts_text}" if self.counts_text else "")
         self.summary_label.value = self.summary_text
         self.action_label.value = f"last: {self.last_action}"
 
@@ -192,7 +230,7 @@ class ContextPanel:
         return "\n".join([
             f"history  {self.size_label.value}",
             f"tokens   {self.token_label.value}",
-            f"ladder   {self.ladder_level}/{_MAX_LEVEL} — {self.ladder_label.value}",
+            f"recovery {self.ladder_label.value}",
             f"summary  {self.summary_label.value}",
             self.action_label.value,
         ])

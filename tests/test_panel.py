@@ -38,7 +38,7 @@ def test_sizes_against_cap_and_window() -> None:
     panel.handle(preflight(56 * KB, cap=64 * KB, tokens=4096, window=8192))
     assert panel.size_bar.value == 56 / 64
     assert panel.size_bar.bar_style == "warning"  # above the 85% pre-flight fraction
-    assert panel.size_label.value == "56 KB of cap 64 KB (configured)"
+    assert panel.size_label.value == "56 KB of 64 KB cap (configured)"
     assert panel.token_bar.value == 0.5
     assert panel.token_bar.bar_style == "success"
     assert panel.token_label.value == "≈4,096 of 8,192 tokens"
@@ -49,7 +49,8 @@ def test_no_cap_measures_against_the_warning_threshold() -> None:
     panel = ContextPanel(settings=settings)
     panel.handle(preflight(settings.no_cap_warn_bytes // 2, cap=None))
     assert panel.size_bar.value == 0.5
-    assert "no cap configured" in panel.size_label.value
+    assert panel.size_label.value == "1.2 MB (no payload cap)"
+    assert panel.text().startswith("history  1.2 MB (no payload cap)\n")
 
 
 def test_ladder_rungs_and_recovery() -> None:
@@ -63,13 +64,31 @@ def test_ladder_rungs_and_recovery() -> None:
                                    after_messages=12))
         assert panel.ladder_bar.value == LADDER_LEVELS[level] == attempt
     assert panel.ladder_bar.bar_style == "warning"
-    assert "emergency truncate (20 → 12 msgs)" in panel.ladder_label.value
+    assert panel.ladder_label.value == "this turn: step 2: dropped older messages (20 → 12 msgs)"
     panel.handle(ev.Recovered(message="✓ recovered", attempts=2))
-    assert panel.ladder_label.value == "recovered after 2 attempt(s)"
-    assert panel.ladder_bar.value == 2  # the turn's highest rung stays visible
+    panel.handle(ev.TurnFinished(message="", history_bytes=9 * KB, est_tokens=900,
+                                 window=8192, cap=None))
+    assert panel.ladder_label.value == "last turn: recovered in 2 steps"
+    assert panel.ladder_bar.value == 2  # the turn's highest step stays visible
     panel.handle(preflight(10 * KB))  # the next turn starts at the bottom again
     assert panel.ladder_bar.value == 0
     assert panel.action_label.value == "last: ✓ recovered"  # a routine check is not an action
+
+
+def test_a_turn_without_recovery_after_one_with_shows_none_needed() -> None:
+    # A turn may emit nothing before TurnFinished (no pre-flight message): it still resets.
+    panel = ContextPanel()
+    panel.handle(ev.LadderStep(message="⚠ exact fit", level="exact_fit", attempt=1,
+                               failure_kind="context_overflow", before_messages=9,
+                               after_messages=5))
+    panel.handle(ev.Recovered(message="✓ recovered", attempts=1))
+    panel.handle(ev.TurnFinished(message="", history_bytes=KB, est_tokens=256, window=8192,
+                                 cap=None))
+    assert "recovered in 1 step" in panel.text()
+    panel.handle(ev.TurnFinished(message="", history_bytes=2 * KB, est_tokens=512,
+                                 window=8192, cap=None))
+    assert panel.ladder_label.value == "last turn: none needed"
+    assert panel.text().splitlines()[2] == "recovery last turn: none needed"
 
 
 def test_nuclear_level_is_danger() -> None:
@@ -92,9 +111,9 @@ def test_summarization_status_and_cap_changes() -> None:
     panel.handle(ev.CapChanged(message="ℹ Assuming a 4 MB/payload limit", cap=4 * 1024 * KB,
                                source="assumed"))
     panel.handle(preflight(1024 * KB, cap=4 * 1024 * KB))
-    assert panel.size_label.value == "1 MB of cap 4 MB (assumed)"
+    assert panel.size_label.value == "1 MB of 4 MB cap (assumed)"
     panel.handle(ev.Failed(message="✗ gave up", failure_kind="payload_too_large"))
-    assert panel.ladder_label.value == "failed: payload_too_large"
+    assert panel.ladder_label.value == "last turn: failed (payload too large)"
     assert panel.action_label.value == "last: ✗ gave up"
 
 
@@ -116,8 +135,11 @@ def test_plain_text_fallback_in_the_mimebundle() -> None:
     assert "application/vnd.jupyter.widget-view+json" in bundle
     text = bundle["text/plain"]
     assert text == panel.text()
-    assert "history  16 KB of cap 64 KB (configured)" in text
-    assert "ladder   0/3" in text
+    assert text.splitlines()[:3] == ["history  16 KB of 64 KB cap (configured)",
+                                     "tokens   ≈1,000 of 8,192 tokens",
+                                     "recovery this turn: none needed"]
+    for jargon in ("ladder", "rung", "exact_fit", "no cap configured"):
+        assert jargon not in text
 
 
 def test_events_from_another_thread_wait_for_the_owning_thread() -> None:
@@ -146,9 +168,15 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     session.send("hello " * 200)
     grown = session.status()
     assert grown.history_bytes > status.history_bytes
-    assert panel.history_bytes == grown.history_bytes  # from the turn's TurnFinished event
+    assert panel.history_bytes == grown.history_bytes  # from the session's status
     assert panel.est_tokens == grown.est_tokens
+    session.send("a short one", max_tokens=7)  # measured differently by the turn itself
+    assert panel.est_tokens == session.status().est_tokens
+    assert panel.history_bytes == session.status().history_bytes
+    assert panel.text().splitlines()[2] == ("recovery last turn: none needed · 0 recoveries, "
+                                            "0 compactions so far")
+    followed = panel.history_bytes
     panel.detach()
     session.send("again")
-    assert panel.history_bytes == grown.history_bytes  # no longer following
+    assert panel.history_bytes == followed  # no longer following
     session.close()
