@@ -8,7 +8,8 @@ provider is ``auth`` even when the provider sits behind Cloudflare.
 
 SDK exceptions are read by duck typing only (``status_code``, ``body``, ``response.headers``,
 ``response.text``, ``message``, the ``__cause__``/``__context__`` chain and class names);
-no SDK is imported here.
+no SDK is imported here. The evidence tables (wordings, error codes and types, header and
+exception class names) live in ``_patterns``; the order of evidence and the decisions here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import _patterns as P
 from .config import format_size
 from .errors import Failure, FailureKind, redact
 
@@ -34,189 +36,6 @@ LIKELY_PAYLOAD_MIN_BYTES = 500 * 1024
 
 #: How much of a provider message goes into ``Failure.reason``.
 _REASON_MAX_CHARS = 300
-
-# --------------------------------------------------------------------------- patterns
-_I = re.IGNORECASE
-_S = re.IGNORECASE | re.DOTALL
-
-# Output limit: the max_tokens parameter itself is above the model's output cap.
-# (requested, model max) groups named.
-_OUTPUT_LIMIT_PATTERNS = [
-    # OpenAI: "max_tokens is too large: 200000. This model supports at most 16384
-    # completion tokens, whereas you provided 200000."
-    re.compile(r"(?:max_tokens|max_completion_tokens|max_output_tokens)'?\s+is too large:\s*"
-               r"(?P<req>\d+)\.\s*This model supports at most (?P<max>\d+)", _I),
-    # Anthropic: "max_tokens: 100000 > 64000, which is the maximum allowed number of output
-    # tokens for claude-…"
-    re.compile(r"max_tokens:\s*(?P<req>\d+)\s*>\s*(?P<max>\d+),\s*which is the maximum "
-               r"allowed number of output tokens", _I),
-]
-
-# Context overflow with numbers. Named groups: p = prompt, o = output, lim = window.
-_OVERFLOW_NUMERIC = [
-    # Anthropic: "input length and `max_tokens` exceed context limit: 143653 + 64000 > 200000"
-    re.compile(r"exceed context limit:\s*(?P<p>\d+)\s*\+\s*(?P<o>\d+)\s*>\s*(?P<lim>\d+)", _I),
-    # Anthropic: "prompt is too long: 219898 tokens > 200000 maximum"
-    re.compile(r"prompt is too long:\s*(?P<p>\d+)\s*tokens\s*>\s*(?P<lim>\d+)", _I),
-    # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum
-    # context length is 4096 tokens and your request has 3500 input tokens (…)"
-    re.compile(r"is too large:\s*(?P<o>\d+)\.\s*This model's maximum context length is "
-               r"(?P<lim>\d+) tokens and your request has (?P<p>\d+) input tokens", _I),
-    # OpenAI/vLLM/DeepSeek/OpenRouter/Azure: "maximum context length is 4097 tokens, however
-    # you requested 4927 tokens (3927 in your prompt; 1000 for the completion)" and
-    # "(677 in the messages, 8000 in the completion)", "(10535 of text input, 131072 in the
-    # output)".
-    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
-               r"(?:about )?\d+ tokens\s*\((?P<p>\d+) (?:in the messages|in your prompt|of text "
-               r"input)[;,]\s*(?P<o>\d+) (?:in the completion|for the completion|in the output)",
-               _I),
-    # OpenAI: "maximum context length is 128000 tokens. However, your messages resulted in
-    # 192041 tokens."
-    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? your messages "
-               r"resulted in (?P<p>\d+) tokens", _I),
-    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
-               r"(?:about )?(?P<p>\d+) tokens", _I),
-    # Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed
-    # (1048576)."
-    re.compile(r"input token count \((?P<p>\d+)\) exceeds the maximum number of tokens "
-               r"allowed \((?P<lim>\d+)\)", _I),
-    # xAI: "This model's maximum prompt length is 131072 but the request contains 136973
-    # tokens."
-    re.compile(r"maximum prompt length is (?P<lim>\d+) but the request contains (?P<p>\d+)", _I),
-    # Mistral: "Prompt contains 40005 tokens and 0 draft tokens, too large for model with
-    # 32768 maximum context length"
-    re.compile(r"prompt contains (?P<p>\d+) tokens.{0,80}?too large for model with "
-               r"(?P<lim>\d+) maximum context length", _S),
-    # llama.cpp (text form): "request (5000 tokens) exceeds the available context size
-    # (4096 tokens)"
-    re.compile(r"request \((?P<p>\d+) tokens\) exceeds the available context size "
-               r"\((?P<lim>\d+) tokens\)", _I),
-    # Hugging Face TGI: "`inputs` tokens + `max_new_tokens` must be <= 8192. Given: 6204
-    # `inputs` tokens and 2047 `max_new_tokens`"
-    re.compile(r"`inputs` tokens \+ `max_new_tokens` must be <= (?P<lim>\d+)\.\s*Given: "
-               r"(?P<p>\d+) `inputs` tokens and (?P<o>\d+) `max_new_tokens`", _I),
-    # Bedrock Titan: "Too many input tokens. Max input tokens: 8192, request input token
-    # count: 9279"
-    re.compile(r"max input tokens:\s*(?P<lim>\d+),\s*request input token count:\s*(?P<p>\d+)", _I),
-    # vLLM (offline/older): "The prompt (total length 25938) is too long to fit into the model
-    # (context length 4096)"
-    re.compile(r"prompt \(total length (?P<p>\d+)\) is too long to fit into the model "
-               r"\(context length (?P<lim>\d+)\)", _I),
-]
-
-# OpenAI/Groq per-request TPM rejection: the single request is bigger than the per-minute
-# token budget, so waiting never helps; shrinking the prompt does. "Request too large for
-# gpt-4o in organization org-… on tokens per min (TPM): Limit 30000, Requested 50000."
-_REQUEST_TOO_LARGE_TPM = re.compile(
-    r"request too large for .{0,200}?limit (?P<lim>\d+),\s*requested (?P<p>\d+)", _S)
-
-# Overflow wordings without numbers (lower-case substrings). These are "weak": a rate
-# limit marker in the same text vetoes them ("Too many tokens, please wait" is Bedrock
-# throttling, not an overflow).
-_OVERFLOW_WORDS = (
-    "context_length_exceeded", "context length exceeded", "exceed_context_size_error",
-    "exceeds the available context size", "maximum context length", "exceeds the context window",
-    "exceeds the maximum number of tokens", "input token count", "maximum prompt length",
-    "prompt is too long", "input is too long", "input too long", "exceed context limit",
-    "max_tokens exceed", "input length exceeds the context length",
-    "input length exceeds context length", "reduce the length of the messages",
-    "too many input tokens", "too many tokens", "token limit", "context length of only",
-    "model_context_window_exceeded", "context size has been exceeded", "context window exceeded",
-    "request too large",  # SPEC §1 seed list; the OpenAI/Groq TPM form is matched with numbers
-)
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
-                             "model_context_window_exceeded"})
-_RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", "please wait",
-                 "try again in", "tokens per day", "(tpm)", "(rpm)", "quota")
-
-# Payload size in the text (status not 413/431, e.g. a proxy page relayed as 400/502).
-# (Covers SPEC's "413 payload too large" and "431 request header fields too large" too.)
-_PAYLOAD_WORDS = (
-    "request entity too large", "payload too large", "payloadtoolargeerror", "body too large",
-    "maximum request size", "request_too_large", "request header fields too large",
-    "failed to buffer the request body",
-)
-# OpenAI per-field byte limit: "Invalid 'messages[1].content': string too long. Expected a
-# string with maximum length 10485760, but got a string with length 12000000 instead."
-_STRING_TOO_LONG = re.compile(r"string too long\. expected a string with maximum length", _I)
-
-# 403 proxy/WAF signals in the body text.
-_WAF_WORDS = (
-    "firewall", "waf", "security policy", "blocked by", "cloudflare", "cf-ray", "ray id",
-    "mod_security", "modsecurity", "akamai", "proxy denied", "policy violation",
-    "request blocked", "you have been blocked", "attention required", "incapsula",
-    "imperva", "sucuri", "the request could not be satisfied", "access denied",
-    "zscaler", "barracuda", "fortiguard", "blocked url", "web filter",
-)
-_WAF_WORD_RE = re.compile(
-    r"(?<![a-z0-9_])(?:" + "|".join(re.escape(w) for w in _WAF_WORDS) + r")(?![a-z0-9_])", _I)
-# 403 proxy signals in the headers: header names and Server values.
-_WAF_HEADER_NAMES = ("cf-ray", "cf-mitigated", "x-amzn-waf-action", "x-iinfo", "x-sucuri-id",
-                     "x-akamai-request-id", "akamai-grn", "x-azure-ref", "x-cdn")
-_WAF_SERVER_WORDS = ("cloudflare", "akamaighost", "akamai", "awselb", "cloudfront",
-                     "incapsula", "imperva", "sucuri", "bigip", "big-ip", "barracuda",
-                     "microsoft-azure-application-gateway", "zscaler", "fortiweb",
-                     "mod_security")
-
-_AUTH_TYPES = frozenset({"authentication_error", "permission_error", "invalid_api_key",
-                         "unauthenticated", "permission_denied", "forbidden",
-                         "request_forbidden", "oauth_error"})
-_AUTH_CODES = frozenset({"invalid_api_key", "api_key_invalid", "unauthenticated",
-                         "permission_denied", "invalid_authentication", "401", "403",
-                         "unsupported_country_region_territory", "missing_api_key"})
-_AUTH_WORDS = ("incorrect api key", "invalid api key", "api key not valid", "invalid x-api-key",
-               "no auth credentials", "invalid authentication", "invalid subscription key",
-               "authentication_error", "permission_error", "unauthorized")
-
-# Structured error types/codes that name a retryable condition. They matter most for errors
-# that arrive inside a 200 stream (Anthropic "event: error", OpenAI "data: {"error": …}"),
-# where the HTTP status says nothing.
-_TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error",
-                              "server_error", "rate_limit_exceeded", "timeout_error",
-                              "service_unavailable", "unavailable", "resource_exhausted",
-                              "deadline_exceeded", "internal", "internal_error",
-                              "throttlingexception", "serviceunavailableexception",
-                              "modelnotreadyexception"})
-_PAYLOAD_TYPES = frozenset({"request_too_large", "request_body_too_large_after_decoding"})
-
-# Non-retryable 429: out of money, not out of time.
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached",
-                          "billing_not_active"})
-
-# Connection-level failures, by exception class name anywhere in the MRO of any exception
-# in the cause chain.
-_TIMEOUT_NAMES = frozenset({"TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout",
-                            "PoolTimeout", "TimeoutError", "APITimeoutError", "timeout",
-                            "DeadlineExceeded"})
-_CONNECT_NAMES = frozenset({"ConnectError", "ConnectionRefusedError", "gaierror",
-                            "UnsupportedProtocol", "InvalidURL", "ProxyError"})
-_DROP_NAMES = frozenset({"RemoteProtocolError", "ReadError", "WriteError", "NetworkError",
-                         "CloseError", "ProtocolError", "ConnectionResetError",
-                         "BrokenPipeError", "ConnectionAbortedError", "ConnectionError",
-                         "EndOfStream", "BrokenResourceError", "ClosedResourceError",
-                         "IncompleteRead", "SSLEOFError", "RemoteDisconnected",
-                         "ServerDisconnectedError", "ClientPayloadError",
-                         "APIConnectionError", "StreamError", "LocalProtocolError"})
-_DROP_WORDS = ("server disconnected", "unexpected eof", "connection reset", "broken pipe",
-               "stream error", "peer closed connection", "connection aborted",
-               "incomplete chunked read", "eof occurred in violation of protocol",
-               "connection closed", "remote end closed connection", "connection was closed")
-_TIMEOUT_WORDS = ("timed out", "timeout")
-# A drop after the response had started (the request was accepted, the answer was cut):
-# never a request-size problem.
-_RESPONSE_STARTED_WORDS = ("incomplete chunked read", "without sending complete message body",
-                           "response ended prematurely", "incomplete message body")
-
-# Class-name fallbacks for SDK exceptions that carry no status (or for a class whose name
-# says more than its status).
-_NAME_KINDS: tuple[tuple[tuple[str, ...], FailureKind], ...] = (
-    (("ContentTooLarge", "RequestTooLarge", "RequestHeaderFieldsTooLarge"),
-     FailureKind.PAYLOAD_TOO_LARGE),
-    (("Authentication", "PermissionDenied", "Credentials", "OAuth", "IdentityToken",
-      "WorkloadIdentity", "SubjectTokenProvider"), FailureKind.AUTH),
-    (("RateLimit", "Overloaded", "ServiceUnavailable", "InternalServer", "GatewayTimeout",
-      "RequestTimeout", "Retryable"), FailureKind.TRANSIENT),
-)
 
 
 # --------------------------------------------------------------------------- evidence
@@ -242,7 +61,7 @@ class _Evidence:
         ctype = self.headers.get("content-type", "").lower()
         if "html" in ctype:
             return True
-        return bool(re.search(r"<\s*(?:!doctype\s+html|html|head|body|title)\b", self.text[:4000], _I))
+        return bool(re.search(r"<\s*(?:!doctype\s+html|html|head|body|title)\b", self.text[:4000], re.IGNORECASE))
 
     def field_str(self, name: str) -> str:
         value = self.err.get(name)
@@ -380,7 +199,7 @@ def _html_summary(ev: _Evidence) -> str:
     """Describe an HTML page without dumping it: title/h1, vendor, ray/reference id."""
     title = ""
     for tag in ("title", "h1"):
-        m = re.search(rf"<{tag}[^>]*>(.*?)</{tag}>", ev.text, _S)
+        m = re.search(rf"<{tag}[^>]*>(.*?)</{tag}>", ev.text, re.IGNORECASE | re.DOTALL)
         if m:
             title = html.unescape(re.sub(r"<[^>]+>", " ", m.group(1)))
             title = " ".join(title.split())
@@ -390,7 +209,7 @@ def _html_summary(ev: _Evidence) -> str:
     bits = [b for b in (vendor, f'"{title}"' if title else "") if b]
     ray = ev.headers.get("cf-ray", "")
     cf_id = ev.headers.get("x-amz-cf-id", "")
-    ref = re.search(r"Reference\s*(?:&#32;|\s)?(?:#|&#35;)\s*([0-9a-f.]+|[0-9a-f&#;]+)", ev.text, _I)
+    ref = re.search(r"Reference\s*(?:&#32;|\s)?(?:#|&#35;)\s*([0-9a-f.]+|[0-9a-f&#;]+)", ev.text, re.IGNORECASE)
     if ray:
         bits.append(f"ray {ray}")
     elif cf_id:
@@ -421,12 +240,12 @@ def _proxy_vendor(ev: _Evidence) -> str:
 
 
 def _has_proxy_signal(ev: _Evidence) -> bool:
-    if any(name in ev.headers for name in _WAF_HEADER_NAMES):
+    if any(name in ev.headers for name in P.WAF_HEADER_NAMES):
         return True
     if any(k.startswith("x-amzn-waf") for k in ev.headers):
         return True
     server = ev.headers.get("server", "").lower()
-    return any(word in server for word in _WAF_SERVER_WORDS)
+    return any(word in server for word in P.WAF_SERVER_WORDS)
 
 
 def _structured_provider_error(ev: _Evidence) -> bool:
@@ -472,7 +291,7 @@ def _overflow_numbers(text: str, err: Mapping[str, Any]) -> tuple[bool, int | No
     n_prompt, n_ctx = _int(err.get("n_prompt_tokens")), _int(err.get("n_ctx"))
     if n_prompt is not None or n_ctx is not None:
         return True, n_prompt, n_ctx, None
-    for pattern in _OVERFLOW_NUMERIC:
+    for pattern in P.OVERFLOW_NUMERIC:
         m = pattern.search(text)
         if m:
             groups = m.groupdict()
@@ -546,7 +365,7 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     param = ev.field_str("param").lower()
 
     # 2. Output limit: the max_tokens parameter itself is over the model's cap.
-    for pattern in _OUTPUT_LIMIT_PATTERNS:
+    for pattern in P.OUTPUT_LIMIT_PATTERNS:
         m = pattern.search(text)
         if m:
             requested, model_max = int(m.group("req")), int(m.group("max"))
@@ -558,17 +377,17 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     # 3. Context overflow, strongest evidence first.
     matched, prompt, limit, output = _overflow_numbers(text, ev.err)
     if not matched:
-        tpm = _REQUEST_TOO_LARGE_TPM.search(text)
+        tpm = P.REQUEST_TOO_LARGE_TPM.search(text)
         if tpm:
             matched, prompt, limit = True, int(tpm.group("p")), int(tpm.group("lim"))
-    if not matched and (code in _OVERFLOW_CODES or etype in _OVERFLOW_CODES):
+    if not matched and (code in P.OVERFLOW_CODES or etype in P.OVERFLOW_CODES):
         matched = True
     if not matched and param in ("max_tokens", "max_completion_tokens") and "too large" in text \
             and code in ("invalid_value", ""):
         return make(FailureKind.OUTPUT_LIMIT,
                     f"{where}: max_tokens is above this model's output limit{said}.")
-    rate_limited = status == 429 or any(marker in text for marker in _RATE_MARKERS)
-    if not matched and not rate_limited and any(word in text for word in _OVERFLOW_WORDS):
+    rate_limited = status == 429 or any(marker in text for marker in P.RATE_MARKERS)
+    if not matched and not rate_limited and any(word in text for word in P.OVERFLOW_WORDS):
         matched = True
     if matched:
         numbers = ""
@@ -582,7 +401,7 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
                     prompt_tokens=prompt, limit_tokens=limit, output_tokens=output)
 
     # 4. Payload size named in the text (a relayed proxy page, a per-field byte limit).
-    if any(word in text for word in _PAYLOAD_WORDS) or _STRING_TOO_LONG.search(text):
+    if any(word in text for word in P.PAYLOAD_WORDS) or P.STRING_TOO_LONG.search(text):
         return make(FailureKind.PAYLOAD_TOO_LARGE,
                     f"{where}: the request body is too large for the server or a proxy{said}.")
 
@@ -590,23 +409,23 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     # key with 400 API_KEY_INVALID).
     reasons = {str(d.get("reason", "")).lower() for d in ev.err.get("details", []) or []
                if isinstance(d, dict)}
-    if (etype in _AUTH_TYPES or code in _AUTH_CODES - {"401", "403"}
+    if (etype in P.AUTH_TYPES or code in P.AUTH_CODES - {"401", "403"}
             or "api_key_invalid" in reasons
-            or any(word in text for word in _AUTH_WORDS[:6])):
+            or any(word in text for word in P.AUTH_WORDS[:6])):
         return make(FailureKind.AUTH, f"{where}: the provider rejected the credentials{said}.")
 
     # 6. Out of quota/billing: retrying does not help.
-    if code in _QUOTA_CODES or etype in _QUOTA_CODES:
+    if code in P.QUOTA_CODES or etype in P.QUOTA_CODES:
         return make(FailureKind.OTHER, f"{where}: the account is out of quota or credit{said}.")
 
     # 7. Retryable structured types when no status speaks (a stream error), then retryable
     # statuses.
     gstatus = ev.field_str("status").lower()
     xtype = ev.headers.get("x-amzn-errortype", "").split(":")[0].lower()
-    if etype in _PAYLOAD_TYPES or code in _PAYLOAD_TYPES:
+    if etype in P.PAYLOAD_TYPES or code in P.PAYLOAD_TYPES:
         return make(FailureKind.PAYLOAD_TOO_LARGE,
                     f"{where}: the request body is too large{said}.")
-    if status is None and {etype, code, gstatus, xtype} & _TRANSIENT_TYPES:
+    if status is None and {etype, code, gstatus, xtype} & P.TRANSIENT_TYPES:
         return make(FailureKind.TRANSIENT, f"{where} failed with a temporary error, worth "
                     f"retrying{said}.")
     if status is not None and (status in (408, 409, 425, 429, 499) or 500 <= status <= 599):
@@ -616,7 +435,7 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
 
     # 8. No status: the exception type and message decide.
     if status is None:
-        for fragments, kind in _NAME_KINDS:
+        for fragments, kind in P.NAME_KINDS:
             if any(fragment in name for name in ev.names for fragment in fragments):
                 culprit = type(ev.chain[0]).__name__ if ev.chain else "error"
                 return make(kind, f"{where} failed ({culprit}){said}.")
@@ -638,16 +457,16 @@ def _classify_403(ev: _Evidence, make: Any, where: str) -> Failure:
                     f"A proxy returned {where} with an HTML block page"
                     f"{' (' + _html_summary(ev) + ')' if _html_summary(ev) else ''}; "
                     "the request body likely tripped a firewall rule.")
-    words = _WAF_WORD_RE.search(ev.haystack)
+    words = P.WAF_WORD_RE.search(ev.haystack)
     if _structured_provider_error(ev):
         etype = ev.field_str("type").lower()
         strong = any(k.startswith(("x-amzn-waf", "cf-mitigated", "x-iinfo", "x-sucuri"))
                      for k in ev.headers)
-        if strong and etype not in _AUTH_TYPES:
+        if strong and etype not in P.AUTH_TYPES:
             return make(FailureKind.WAF_REJECTION,
                         f"A firewall ({_proxy_vendor(ev) or 'proxy'}) blocked the request with "
                         f"{where} ({_clean(ev.message, 200)}).")
-        if words and etype not in _AUTH_TYPES and not any(
+        if words and etype not in P.AUTH_TYPES and not any(
                 w in ev.haystack for w in ("api key", "permission", "not allowed", "access to")):
             return make(FailureKind.WAF_REJECTION,
                         f"{where}: a proxy or firewall blocked the request "
@@ -674,22 +493,22 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
     def make(kind: FailureKind, reason: str) -> Failure:
         return Failure(kind, redact(reason), request_bytes=request_bytes)
 
-    if names & _TIMEOUT_NAMES:
+    if names & P.TIMEOUT_NAMES:
         return make(FailureKind.TRANSIENT, f"The request timed out ({culprit}); worth retrying.")
-    if names & _CONNECT_NAMES and not names & {"RemoteProtocolError", "ReadError", "WriteError"}:
+    if names & P.CONNECT_NAMES and not names & {"RemoteProtocolError", "ReadError", "WriteError"}:
         return make(FailureKind.TRANSIENT,
                     f"Could not connect to the server ({culprit}); worth retrying.")
-    dropped = bool(names & _DROP_NAMES) or any(word in messages for word in _DROP_WORDS)
+    dropped = bool(names & P.DROP_NAMES) or any(word in messages for word in P.DROP_WORDS)
     if not dropped and not ev.chain:
         # A bare text triple (no exception, no status): the words alone decide.
         low = ev.haystack
-        dropped = any(word in low for word in _DROP_WORDS)
-        if not dropped and any(word in low for word in _TIMEOUT_WORDS):
+        dropped = any(word in low for word in P.DROP_WORDS)
+        if not dropped and any(word in low for word in P.TIMEOUT_WORDS):
             return make(FailureKind.TRANSIENT, f"The request timed out ({_clean(low, 120)}).")
         culprit = _clean(ev.text or ev.message, 160)
     if not dropped:
         return None
-    if any(word in messages or word in ev.haystack for word in _RESPONSE_STARTED_WORDS):
+    if any(word in messages or word in ev.haystack for word in P.RESPONSE_STARTED_WORDS):
         return make(FailureKind.TRANSIENT,
                     f"The response was cut off mid-stream ({culprit}); the request itself was "
                     "accepted, so this is retried as a network failure.")
@@ -709,8 +528,8 @@ def _root_cause(ev: _Evidence) -> str:
         return "no response"
     best = ev.chain[-1]
     for exc in ev.chain:
-        if type(exc).__name__ in _DROP_NAMES - {"APIConnectionError"} or \
-                type(exc).__name__ in _TIMEOUT_NAMES | _CONNECT_NAMES:
+        if type(exc).__name__ in P.DROP_NAMES - {"APIConnectionError"} or \
+                type(exc).__name__ in P.TIMEOUT_NAMES | P.CONNECT_NAMES:
             best = exc
     text = str(best).strip()
     name = type(best).__name__

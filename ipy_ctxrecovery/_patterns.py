@@ -1,0 +1,194 @@
+"""The evidence tables behind :mod:`._classify`: wordings, error codes and types, header
+names and exception class names that mark each failure kind.
+
+Data only (compiled regexes, tuples, frozensets), so a provider's new wording is a one-line
+change here; the order of evidence and the decisions stay in ``_classify``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import FailureKind
+
+_I = re.IGNORECASE
+_S = re.IGNORECASE | re.DOTALL
+
+# Output limit: the max_tokens parameter itself is above the model's output cap.
+# (requested, model max) groups named.
+OUTPUT_LIMIT_PATTERNS = [
+    # OpenAI: "max_tokens is too large: 200000. This model supports at most 16384
+    # completion tokens, whereas you provided 200000."
+    re.compile(r"(?:max_tokens|max_completion_tokens|max_output_tokens)'?\s+is too large:\s*"
+               r"(?P<req>\d+)\.\s*This model supports at most (?P<max>\d+)", _I),
+    # Anthropic: "max_tokens: 100000 > 64000, which is the maximum allowed number of output
+    # tokens for claude-…"
+    re.compile(r"max_tokens:\s*(?P<req>\d+)\s*>\s*(?P<max>\d+),\s*which is the maximum "
+               r"allowed number of output tokens", _I),
+]
+
+# Context overflow with numbers. Named groups: p = prompt, o = output, lim = window.
+OVERFLOW_NUMERIC = [
+    # Anthropic: "input length and `max_tokens` exceed context limit: 143653 + 64000 > 200000"
+    re.compile(r"exceed context limit:\s*(?P<p>\d+)\s*\+\s*(?P<o>\d+)\s*>\s*(?P<lim>\d+)", _I),
+    # Anthropic: "prompt is too long: 219898 tokens > 200000 maximum"
+    re.compile(r"prompt is too long:\s*(?P<p>\d+)\s*tokens\s*>\s*(?P<lim>\d+)", _I),
+    # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum
+    # context length is 4096 tokens and your request has 3500 input tokens (…)"
+    re.compile(r"is too large:\s*(?P<o>\d+)\.\s*This model's maximum context length is "
+               r"(?P<lim>\d+) tokens and your request has (?P<p>\d+) input tokens", _I),
+    # OpenAI/vLLM/DeepSeek/OpenRouter/Azure: "maximum context length is 4097 tokens, however
+    # you requested 4927 tokens (3927 in your prompt; 1000 for the completion)" and
+    # "(677 in the messages, 8000 in the completion)", "(10535 of text input, 131072 in the
+    # output)".
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?:about )?\d+ tokens\s*\((?P<p>\d+) (?:in the messages|in your prompt|of text "
+               r"input)[;,]\s*(?P<o>\d+) (?:in the completion|for the completion|in the output)",
+               _I),
+    # OpenAI: "maximum context length is 128000 tokens. However, your messages resulted in
+    # 192041 tokens."
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? your messages "
+               r"resulted in (?P<p>\d+) tokens", _I),
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?:about )?(?P<p>\d+) tokens", _I),
+    # Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed
+    # (1048576)."
+    re.compile(r"input token count \((?P<p>\d+)\) exceeds the maximum number of tokens "
+               r"allowed \((?P<lim>\d+)\)", _I),
+    # xAI: "This model's maximum prompt length is 131072 but the request contains 136973
+    # tokens."
+    re.compile(r"maximum prompt length is (?P<lim>\d+) but the request contains (?P<p>\d+)", _I),
+    # Mistral: "Prompt contains 40005 tokens and 0 draft tokens, too large for model with
+    # 32768 maximum context length"
+    re.compile(r"prompt contains (?P<p>\d+) tokens.{0,80}?too large for model with "
+               r"(?P<lim>\d+) maximum context length", _S),
+    # llama.cpp (text form): "request (5000 tokens) exceeds the available context size
+    # (4096 tokens)"
+    re.compile(r"request \((?P<p>\d+) tokens\) exceeds the available context size "
+               r"\((?P<lim>\d+) tokens\)", _I),
+    # Hugging Face TGI: "`inputs` tokens + `max_new_tokens` must be <= 8192. Given: 6204
+    # `inputs` tokens and 2047 `max_new_tokens`"
+    re.compile(r"`inputs` tokens \+ `max_new_tokens` must be <= (?P<lim>\d+)\.\s*Given: "
+               r"(?P<p>\d+) `inputs` tokens and (?P<o>\d+) `max_new_tokens`", _I),
+    # Bedrock Titan: "Too many input tokens. Max input tokens: 8192, request input token
+    # count: 9279"
+    re.compile(r"max input tokens:\s*(?P<lim>\d+),\s*request input token count:\s*(?P<p>\d+)", _I),
+    # vLLM (offline/older): "The prompt (total length 25938) is too long to fit into the model
+    # (context length 4096)"
+    re.compile(r"prompt \(total length (?P<p>\d+)\) is too long to fit into the model "
+               r"\(context length (?P<lim>\d+)\)", _I),
+]
+
+# OpenAI/Groq per-request TPM rejection: the single request is bigger than the per-minute
+# token budget, so waiting never helps; shrinking the prompt does. "Request too large for
+# gpt-4o in organization org-… on tokens per min (TPM): Limit 30000, Requested 50000."
+REQUEST_TOO_LARGE_TPM = re.compile(
+    r"request too large for .{0,200}?limit (?P<lim>\d+),\s*requested (?P<p>\d+)", _S)
+
+# Overflow wordings without numbers (lower-case substrings). These are "weak": a rate
+# limit marker in the same text vetoes them ("Too many tokens, please wait" is Bedrock
+# throttling, not an overflow).
+OVERFLOW_WORDS = (
+    "context_length_exceeded", "context length exceeded", "exceed_context_size_error",
+    "exceeds the available context size", "maximum context length", "exceeds the context window",
+    "exceeds the maximum number of tokens", "input token count", "maximum prompt length",
+    "prompt is too long", "input is too long", "input too long", "exceed context limit",
+    "max_tokens exceed", "input length exceeds the context length",
+    "input length exceeds context length", "reduce the length of the messages",
+    "too many input tokens", "too many tokens", "token limit", "context length of only",
+    "model_context_window_exceeded", "context size has been exceeded", "context window exceeded",
+    "request too large",  # SPEC §1 seed list; the OpenAI/Groq TPM form is matched with numbers
+)
+OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
+                             "model_context_window_exceeded"})
+RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", "please wait",
+                 "try again in", "tokens per day", "(tpm)", "(rpm)", "quota")
+
+# Payload size in the text (status not 413/431, e.g. a proxy page relayed as 400/502).
+# (Covers SPEC's "413 payload too large" and "431 request header fields too large" too.)
+PAYLOAD_WORDS = (
+    "request entity too large", "payload too large", "payloadtoolargeerror", "body too large",
+    "maximum request size", "request_too_large", "request header fields too large",
+    "failed to buffer the request body",
+)
+# OpenAI per-field byte limit: "Invalid 'messages[1].content': string too long. Expected a
+# string with maximum length 10485760, but got a string with length 12000000 instead."
+STRING_TOO_LONG = re.compile(r"string too long\. expected a string with maximum length", _I)
+
+# 403 proxy/WAF signals in the body text.
+WAF_WORDS = (
+    "firewall", "waf", "security policy", "blocked by", "cloudflare", "cf-ray", "ray id",
+    "mod_security", "modsecurity", "akamai", "proxy denied", "policy violation",
+    "request blocked", "you have been blocked", "attention required", "incapsula",
+    "imperva", "sucuri", "the request could not be satisfied", "access denied",
+    "zscaler", "barracuda", "fortiguard", "blocked url", "web filter",
+)
+WAF_WORD_RE = re.compile(
+    r"(?<![a-z0-9_])(?:" + "|".join(re.escape(w) for w in WAF_WORDS) + r")(?![a-z0-9_])", _I)
+# 403 proxy signals in the headers: header names and Server values.
+WAF_HEADER_NAMES = ("cf-ray", "cf-mitigated", "x-amzn-waf-action", "x-iinfo", "x-sucuri-id",
+                     "x-akamai-request-id", "akamai-grn", "x-azure-ref", "x-cdn")
+WAF_SERVER_WORDS = ("cloudflare", "akamaighost", "akamai", "awselb", "cloudfront",
+                     "incapsula", "imperva", "sucuri", "bigip", "big-ip", "barracuda",
+                     "microsoft-azure-application-gateway", "zscaler", "fortiweb",
+                     "mod_security")
+
+AUTH_TYPES = frozenset({"authentication_error", "permission_error", "invalid_api_key",
+                         "unauthenticated", "permission_denied", "forbidden",
+                         "request_forbidden", "oauth_error"})
+AUTH_CODES = frozenset({"invalid_api_key", "api_key_invalid", "unauthenticated",
+                         "permission_denied", "invalid_authentication", "401", "403",
+                         "unsupported_country_region_territory", "missing_api_key"})
+AUTH_WORDS = ("incorrect api key", "invalid api key", "api key not valid", "invalid x-api-key",
+               "no auth credentials", "invalid authentication", "invalid subscription key",
+               "authentication_error", "permission_error", "unauthorized")
+
+# Structured error types/codes that name a retryable condition. They matter most for errors
+# that arrive inside a 200 stream (Anthropic "event: error", OpenAI "data: {"error": …}"),
+# where the HTTP status says nothing.
+TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error",
+                              "server_error", "rate_limit_exceeded", "timeout_error",
+                              "service_unavailable", "unavailable", "resource_exhausted",
+                              "deadline_exceeded", "internal", "internal_error",
+                              "throttlingexception", "serviceunavailableexception",
+                              "modelnotreadyexception"})
+PAYLOAD_TYPES = frozenset({"request_too_large", "request_body_too_large_after_decoding"})
+
+# Non-retryable 429: out of money, not out of time.
+QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached",
+                          "billing_not_active"})
+
+# Connection-level failures, by exception class name anywhere in the MRO of any exception
+# in the cause chain.
+TIMEOUT_NAMES = frozenset({"TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout",
+                            "PoolTimeout", "TimeoutError", "APITimeoutError", "timeout",
+                            "DeadlineExceeded"})
+CONNECT_NAMES = frozenset({"ConnectError", "ConnectionRefusedError", "gaierror",
+                            "UnsupportedProtocol", "InvalidURL", "ProxyError"})
+DROP_NAMES = frozenset({"RemoteProtocolError", "ReadError", "WriteError", "NetworkError",
+                         "CloseError", "ProtocolError", "ConnectionResetError",
+                         "BrokenPipeError", "ConnectionAbortedError", "ConnectionError",
+                         "EndOfStream", "BrokenResourceError", "ClosedResourceError",
+                         "IncompleteRead", "SSLEOFError", "RemoteDisconnected",
+                         "ServerDisconnectedError", "ClientPayloadError",
+                         "APIConnectionError", "StreamError", "LocalProtocolError"})
+DROP_WORDS = ("server disconnected", "unexpected eof", "connection reset", "broken pipe",
+               "stream error", "peer closed connection", "connection aborted",
+               "incomplete chunked read", "eof occurred in violation of protocol",
+               "connection closed", "remote end closed connection", "connection was closed")
+TIMEOUT_WORDS = ("timed out", "timeout")
+# A drop after the response had started (the request was accepted, the answer was cut):
+# never a request-size problem.
+RESPONSE_STARTED_WORDS = ("incomplete chunked read", "without sending complete message body",
+                           "response ended prematurely", "incomplete message body")
+
+# Class-name fallbacks for SDK exceptions that carry no status (or for a class whose name
+# says more than its status).
+NAME_KINDS: tuple[tuple[tuple[str, ...], FailureKind], ...] = (
+    (("ContentTooLarge", "RequestTooLarge", "RequestHeaderFieldsTooLarge"),
+     FailureKind.PAYLOAD_TOO_LARGE),
+    (("Authentication", "PermissionDenied", "Credentials", "OAuth", "IdentityToken",
+      "WorkloadIdentity", "SubjectTokenProvider"), FailureKind.AUTH),
+    (("RateLimit", "Overloaded", "ServiceUnavailable", "InternalServer", "GatewayTimeout",
+      "RequestTimeout", "Retryable"), FailureKind.TRANSIENT),
+)
