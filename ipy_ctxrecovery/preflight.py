@@ -71,25 +71,24 @@ class Caps:
         value = max(self.largest_ok, int(rejected * self.learned_fraction))
         return max(0, min(value, rejected - 1))
 
-    def effective(self) -> int | None:
+    def _pick(self) -> tuple[int | None, CapSource | None]:
+        """The cap in force and where it comes from: a learned cap below the configured
+        one wins (the configured value was proved too high), then configured, then assumed."""
         learned = self.learned
+        if learned is not None and (self.configured is None or learned < self.configured):
+            return learned, "learned"
         if self.configured is not None:
-            if learned is not None and learned < self.configured:
-                return learned
-            return self.configured
-        if learned is not None:
-            return learned
-        return self.assumed
+            return self.configured, "configured"
+        if self.assumed is not None:
+            return self.assumed, "assumed"
+        return None, None
+
+    def effective(self) -> int | None:
+        return self._pick()[0]
 
     @property
     def source(self) -> CapSource | None:
-        learned = self.learned
-        if self.configured is not None:
-            return "learned" if learned is not None and learned < self.configured \
-                else "configured"
-        if learned is not None:
-            return "learned"
-        return "assumed" if self.assumed is not None else None
+        return self._pick()[1]
 
     def record_success(self, body_bytes: int) -> None:
         """A body of this size went through. A success at or above the smallest rejected
