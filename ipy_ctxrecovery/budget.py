@@ -18,18 +18,16 @@ Also the primitives the other shrinking steps share (microcompact, the ladder):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import tempfile
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._files import ensure_private_dir, write_private_atomic
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [
@@ -88,20 +86,9 @@ class ResultStore:
         path = self.path_for(content)
         if path.exists():
             return path
-        self._make_directory()
+        ensure_private_dir(self.directory)
         # Written to a temporary file and renamed: a reader never sees half a result.
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".txt")
-        done = False
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(_encode(content))
-            os.replace(tmp, path)
-            done = True
-        finally:
-            if not done:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        write_private_atomic(path, _encode(content))
         return path
 
     def load(self, path: Path | str) -> str | None:
@@ -113,17 +100,6 @@ class ResultStore:
             return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:
             return None
-
-    def _make_directory(self) -> None:
-        missing: list[Path] = []
-        d = self.directory
-        while not d.exists():
-            missing.append(d)
-            d = d.parent
-        for d in reversed(missing):
-            with contextlib.suppress(FileExistsError):
-                d.mkdir(mode=0o700)
-            os.chmod(d, 0o700)      # the umask may have removed bits we asked for
 
 
 def _encode(content: str) -> bytes:

@@ -20,16 +20,15 @@ Nothing here is global: each :class:`Transcript` belongs to one session object.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._files import DIR_MODE, FILE_MODE, ensure_private_dir, open_private, write_private_atomic
 from .errors import ConfigError
 from .history import History, Message
 
@@ -43,8 +42,6 @@ __all__ = [
     "validate_name",
 ]
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 ENV_DIR = "IPY_CTXRECOVERY_DIR"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -83,38 +80,6 @@ def list_sessions() -> list[str]:
                   if _NAME_RE.match(p.name) and (p / "transcript.jsonl").is_file())
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) with mode 0700 and make sure the leaf is 0700."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    # mkdir's mode is filtered by the umask, and an existing directory keeps its mode.
-    if path.stat().st_mode & 0o777 != DIR_MODE:
-        os.chmod(path, DIR_MODE)
-    return path
-
-
-def _open_private(path: Path, flags: int) -> int:
-    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
-    # O_CREAT's mode is filtered by the umask and ignored for an existing file.
-    os.fchmod(fd, FILE_MODE)
-    return fd
-
-
-def write_private_atomic(path: Path, data: str) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file in the same dir, 0600, rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 class Transcript:
     """One session's files. Creating it creates the directory; it never deletes anything."""
 
@@ -129,7 +94,7 @@ class Transcript:
         self.history_path = self.directory / "history.json"
         self.meta_path = self.directory / "session.json"
         if not self.path.exists():
-            os.close(_open_private(self.path, os.O_WRONLY))
+            os.close(open_private(self.path, os.O_WRONLY))
 
     @staticmethod
     def exists(name: str) -> bool:
@@ -138,7 +103,7 @@ class Transcript:
     # -- the append-only log ------------------------------------------------------------
     def _append_record(self, record: Mapping[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False) + "\n"
-        fd = _open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             # One write per record keeps lines whole even if two processes append.
             os.write(fd, line.encode("utf-8"))
