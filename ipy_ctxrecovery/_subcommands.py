@@ -232,18 +232,37 @@ def _models(magics: ChatMagics, args: Any) -> None:
               f"{output:>7,} (the embedded emulator; %chat emulator changes it)")
 
 
-@_subcommand("tools", "Tools registered with @chat_tool (offer them with %%chat --tools).",
-             session_flag=False)
+@_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
+             "with @chat_tool (offer those with %%chat --tools NAME).")
 def _tools(magics: ChatMagics, args: Any) -> None:
     from .tools import registered_tools
 
     registry = registered_tools()
-    if not registry:
-        print("no tools registered; decorate a function with "
-              "@chat_tool (from ipy_ctxrecovery import chat_tool)")
-    for name, tool in registry.items():
-        first = (tool.description or "").strip().splitlines()
-        print(f"{name}: {first[0] if first else ''}")
+    session = _session(magics, args)
+    offered = {tool.name: tool for tool in session.tools}
+    print(f"offered to the model in session {args.session}:"
+          + ("" if offered else " none"))
+    for name, tool in offered.items():
+        print(f"  {name}{' (built-in)' if _is_builtin(tool) else ''}: {_first_line(tool)}")
+    others = {name: tool for name, tool in registry.items() if name not in offered}
+    if others:
+        print("registered, not offered yet (add with %%chat --tools NAME):")
+        for name, tool in others.items():
+            print(f"  {name}: {_first_line(tool)}")
+    elif not registry:
+        print("register your own with @chat_tool (from ipy_ctxrecovery import chat_tool)")
+
+
+def _is_builtin(tool: Any) -> bool:
+    """A tool the package itself provides (``read_file``), not one the user wrote."""
+    from . import tools as tools_module
+
+    return getattr(tool.function, "__module__", None) == tools_module.__name__
+
+
+def _first_line(tool: Any) -> str:
+    lines = (tool.description or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 @_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names.",

@@ -209,12 +209,15 @@ class Streamer:
         if self.live and self._parts:
             self._publish()
 
-    def finish(self, *, clear: bool = True) -> None:
-        """End the stream: empty the live area when the answer is shown as the cell's result
-        (so it appears once), else leave the streamed text in place."""
+    def finish(self, final: Any = None) -> bool:
+        """End the stream. With ``final`` (the Answer), the live area becomes the finished
+        answer, with its formats and metadata, so the cell keeps ONE output and no empty
+        leftover; without, the streamed text stays as shown (a loop of cells, an interrupt,
+        a failure). Returns True when ``final`` was shown here."""
         if self._handle is None:
-            return
-        if clear:
-            self._handle.update({"text/plain": ""}, raw=True)
-        else:
+            return False
+        if final is None:
             self._publish()
+            return True
+        self._handle.update(final)
+        return True

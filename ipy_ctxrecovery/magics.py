@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
 
 from . import _subcommands, errors
+from . import events as ev
 from .config import ENV_VARS, ConfigError, Settings, format_size
 from .display import (
     FORMATS,
@@ -336,6 +337,7 @@ class ChatMagics(Magics):
         """
         handle, panel = self.panel_handles.get(name), self.panels.get(name)
         if handle is not None and panel is not None:
+            panel.refresh()  # the same numbers as %chat status
             handle.update(panel)
 
     def close(self) -> None:
@@ -396,35 +398,62 @@ class ChatMagics(Magics):
         self.show_panel_for(args.session, session)
 
         stream = self.stream and not args.no_stream
-        streamer = Streamer(live=stream and self.is_live(), fmt=fmt,
+        # A silenced cell (";") shows no answer at all, so it does not stream one either.
+        streamer = Streamer(live=stream and self.is_live() and not silent, fmt=fmt,
                             interval=self.stream_interval)
         printer = EventPrinter(verbose=self.verbose) if self.show_events else None
-        unsubscribe = session.subscribe(printer) if printer else None
-        outcome = "interrupted"
+        # Escalations, and the session's own "still cut" event where it has one.
+        cut_events: list[ev.Event] = []
+        watched = tuple(k for k in (ev.Escalation, getattr(ev, "Truncated", None)) if k)
+        subscriptions = [session.subscribe(printer)] if printer else []
+        subscriptions.append(session.subscribe(
+            lambda e: cut_events.append(e) if isinstance(e, watched) else None))
+        answered = False
         try:
             reply = session.send(cell, max_tokens=max_tokens, stream=stream,
                                  on_text=streamer if stream else None,
                                  record=not args.no_history, options=options or None)
-            streamer.flush()
-            outcome = "answered"
+            answered = True
         except errors.ChatError as e:
-            outcome = "failed"
             self._failed(str(e), e)
             return None
         finally:
-            # The answer shown as the cell's result replaces the streamed text; called from
-            # code (a loop of run_cell_magic) the streamed text is all the user will see, and
-            # after an interrupt the partial answer stays visible.
-            streamer.finish(clear=outcome == "failed" or (
-                outcome == "answered" and (silent or self._is_cell_result())))
-            if unsubscribe:
+            # A failure or an interrupt leaves the partial streamed text as the user saw it.
+            if not answered:
+                streamer.finish()
+            for unsubscribe in subscriptions:
                 unsubscribe()
             self.refresh_panel_text(args.session)
         answer = self._answer(reply, fmt, args.session)
+        if answer.finish_reason == "length":
+            told = [e for e in cut_events if not isinstance(e, ev.Escalation)]
+            if not told:
+                print(_still_cut([e for e in cut_events if isinstance(e, ev.Escalation)],
+                                 max_tokens))
+            elif printer is None:  # the printer, when on, showed the session's line already
+                print(told[-1].message)
         if fmt == "code":
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
-        return None if silent else answer
+        if silent:
+            return None
+        if not self._is_cell_result():
+            streamer.finish()  # called from code: the streamed text is all the user sees
+            return answer
+        if streamer.finish(answer):
+            # The streamed area now holds the answer: returning it too would show it twice
+            # (and leave an empty output if the area were cleared), so it is put in Out[n]
+            # and _ the way IPython's display hook does, and the cell returns None.
+            self._store_result(answer)
+            return None
+        return answer
+
+    def _store_result(self, answer: Answer) -> None:
+        hook = getattr(self.shell, "displayhook", None)
+        if hook is None:
+            return
+        hook.update_user_ns(answer)
+        hook.fill_exec_result(answer)
 
     def _is_cell_result(self) -> bool:
         """True when this call is the running cell's own ``%%chat`` (IPython displays its value)."""
@@ -512,6 +541,16 @@ def _as_usage_error() -> Iterator[None]:
         raise UsageError(f"cannot use the session directory {e.filename or ''} "
                          f"({e.strerror or e}); set IPY_CTXRECOVERY_DIR to a writable "
                          "directory.") from e
+
+
+def _still_cut(escalations: list[Any], requested: int | None) -> str:
+    """One line for an answer still cut at the token limit once escalations ran out."""
+    limit = escalations[-1].max_tokens if escalations else requested
+    at = f"max_tokens={limit:,}" if limit else "the model's output limit"
+    tried = (f"after {len(escalations)} escalation{'s' if len(escalations) != 1 else ''}"
+             if escalations else "with no escalation left")
+    return (f"⚠ answer still cut at {at} {tried} — raise --max-tokens or "
+            "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
 
 
 def _str(value: Any) -> str | None:

@@ -43,14 +43,28 @@ def test_streamer_coalesces_updates_by_the_clock() -> None:
     streamer("d")            # interval passed: one update with everything so far
     streamer("e")
     streamer.flush()         # the end of the answer: what is left
-    streamer.finish()
+    assert streamer.finish() is True   # without a final answer: the text stays as shown
     assert log == [
         ("display", {"text/plain": "a", "text/markdown": "a"}),
         ("update", {"text/plain": "abcd", "text/markdown": "abcd"}),
         ("update", {"text/plain": "abcde", "text/markdown": "abcde"}),
-        ("update", {"text/plain": ""}),
     ]
     assert streamer.text == "abcde" and streamer.updates == 3
+
+
+def test_streamer_finish_shows_the_final_answer_in_place() -> None:
+    log, display = recorder()
+    streamer = Streamer(live=True, fmt="markdown", interval=0.0, display=display)
+    streamer("par")
+    streamer("tial")
+    answer = Answer("partial", model="m")
+    assert streamer.finish(answer) is True
+    # The live area becomes the answer object (its formats and metadata); nothing empty.
+    assert log[-1] == ("update", answer) and log[-1][1] is answer
+    assert all(entry[1] for entry in log)
+    quiet = Streamer(live=False, fmt="markdown", interval=0.0, display=display)
+    quiet("x")
+    assert quiet.finish(answer) is False  # nothing shown live: the caller returns the answer
 
 
 def test_streamer_not_live_collects_without_displaying() -> None:

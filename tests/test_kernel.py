@@ -60,13 +60,17 @@ def test_chat_cell_streams_returns_and_fails_in_a_real_kernel(kernel: Any) -> No
     updates = [u for u in of_type(messages, "update_display_data")
                if u["transient"]["display_id"] == stream_id]
     words = " ".join(f"w{i}" for i in range(1, 31))
-    assert words in [u["data"]["text/plain"] for u in updates]
-    assert updates[-1]["data"] == {"text/plain": ""}  # the answer is the execute_result
-    result = of_type(messages, "execute_result")
-    assert len(result) == 1
-    assert result[0]["data"]["text/markdown"] == words
-    meta = result[0]["metadata"]["ipy_ctxrecovery"]
+    # The streamed area ends as the answer itself (formats and metadata): the cell's one
+    # answer output, no empty leftover and no second copy as an execute_result.
+    assert all(u["data"].get("text/plain") for u in updates)
+    assert updates[-1]["data"] == {"text/plain": words, "text/markdown": words}
+    meta = updates[-1]["metadata"]["ipy_ctxrecovery"]
     assert meta["model"] == "emulator" and meta["usage"]["completion_tokens"] > 0
+    assert of_type(messages, "execute_result") == []
+    count = reply["execution_count"]
+    reply, messages = run(kernel, f"print(repr(str(_)), Out[{count}] is _, type(_).__name__)")
+    printed = "".join(s["text"] for s in of_type(messages, "stream"))
+    assert printed == f"{words!r} True Answer\n"  # _ and Out[n] hold the answer
 
     reply, _ = run(kernel, "from ipy_ctxrecovery.magics import get_magics\n"
                            "get_magics().emulator.fail_next(400, message='Model is busy.')")

@@ -27,7 +27,8 @@ class RecordingPublisher(DisplayPublisher):
 
     def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *,
                 transient: Any = None, update: bool = False, **kwargs: Any) -> None:
-        self.calls.append({"data": data, "transient": transient or {}, "update": update})
+        self.calls.append({"data": data, "metadata": metadata or {},
+                           "transient": transient or {}, "update": update})
 
 
 @pytest.fixture
@@ -153,23 +154,77 @@ def test_body_is_sent_as_written_without_variable_expansion(chat: ChatMagics, ip
     assert chat.session().history[-2].text == "keep {name} and $name as they are"
 
 
-def test_streaming_goes_through_one_display_handle(chat: ChatMagics, ip: Any) -> None:
+def test_streaming_goes_through_one_display_handle(chat: ChatMagics, ip: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
     publisher = RecordingPublisher(shell=ip)
     saved, ip.display_pub = ip.display_pub, publisher
     try:
+        capsys.readouterr()
         result = cell(ip, "", "count [[words 40]]")
     finally:
         ip.display_pub = saved
     calls = publisher.calls
-    assert len(calls) >= 3  # first display, at least one update, the final clearing update
+    assert len(calls) >= 3  # first display, at least one update, the final answer
     ids = {c["transient"].get("display_id") for c in calls}
     assert len(ids) == 1 and None not in ids
     assert not calls[0]["update"] and all(c["update"] for c in calls[1:])
-    shown = [c["data"]["text/plain"] for c in calls[:-1]]
+    shown = [c["data"]["text/plain"] for c in calls]
     assert all(b.startswith(a) for a, b in zip(shown, shown[1:], strict=False))
-    assert shown[-1] == str(result.result) == " ".join(f"w{i}" for i in range(1, 41))
-    assert calls[-1]["data"] == {"text/plain": ""}  # the answer itself is the cell's result
+    words = " ".join(f"w{i}" for i in range(1, 41))
+    # The live area ends as the finished answer, formats and metadata included: the
+    # cell's one output, never an empty leftover, and the answer is not shown twice.
+    assert calls[-1]["data"] == {"text/plain": words, "text/markdown": words}
+    assert calls[-1]["metadata"]["ipy_ctxrecovery"]["model"] == "emulator"
+    assert all(c["data"]["text/plain"] for c in calls)
+    assert "Out[" not in capsys.readouterr().out
+    # Out[n] and _ still hold the answer.
+    assert isinstance(result.result, Answer) and str(result.result) == words
+    assert ip.user_ns["_"] is result.result
+    assert ip.user_ns["Out"][ip.execution_count - 1] is result.result
+    assert ip.user_ns[f"_{ip.execution_count - 1}"] is result.result
+
+
+def test_a_silenced_cell_streams_nothing(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        result = cell(ip, ";", "[[words 40]]")
+    finally:
+        ip.display_pub = saved
+    assert result.success and result.result is None
+    assert publisher.calls == []
+    assert chat.session().history[-1].text.endswith("w40")
+
+
+def test_an_answer_still_cut_says_so_in_one_line(chat: ChatMagics, ip: Any,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    result = cell(ip, "--max-tokens 20", "[[words 400]]")
+    out = capsys.readouterr().out
+    assert result.result.finish_reason == "length"
+    said = [line for line in out.splitlines() if "still cut" in line]
+    assert len(said) == 1  # from the session's event, or derived by the magic: once
+    assert said[0].startswith("⚠ answer still cut at max_tokens=80 after 2 escalations — raise")
+    assert "CHATCLI_MAX_TOKEN_ESCALATIONS" in said[0]
+    chat.show_events = False  # the recovery lines off: this one is still said
+    cell(ip, "--max-tokens 20", "[[words 400]]")
+    assert capsys.readouterr().out.count("still cut") == 1
+    cell(ip, "--max-tokens 20", "[[words 10]]")
+    assert "still cut" not in capsys.readouterr().out  # a complete answer says nothing
+
+
+def test_still_cut_wording_without_a_session_event() -> None:
+    from ipy_ctxrecovery import events as ev
+    from ipy_ctxrecovery.magics import _still_cut
+
+    steps = [ev.Escalation(message="", attempt=n, max_tokens=t)
+             for n, t in ((1, 200), (2, 400))]
+    assert _still_cut(steps, 100) == (
+        "⚠ answer still cut at max_tokens=400 after 2 escalations — raise --max-tokens or "
+        "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
+    assert _still_cut([], None).startswith("⚠ answer still cut at the model's output limit "
+                                           "with no escalation left")
 
 
 def test_called_from_code_the_streamed_answer_stays_visible(chat: ChatMagics, ip: Any) -> None:
@@ -220,8 +275,9 @@ def test_streamed_updates_are_coalesced(chat: ChatMagics, ip: Any) -> None:
         cell(ip, "", "count [[words 40]]")
     finally:
         ip.display_pub = saved
-    # The first delta, then one flush of everything else, then the clearing update.
-    assert len(publisher.calls) == 3
+    # The first delta, then the final answer (which carries everything else at once).
+    assert len(publisher.calls) == 2
+    assert publisher.calls[-1]["data"]["text/plain"].endswith("w40")
 
 
 def test_no_stream_and_terminal_show_no_live_display(chat: ChatMagics, ip: Any) -> None:
@@ -335,8 +391,8 @@ def test_system_max_tokens_options_new_and_no_history(chat: ChatMagics, ip: Any)
     answer = result.result
     assert answer.finish_reason == "length"
     assert " ".join(f"w{i}" for i in range(1, 60)).startswith(str(answer).rsplit(" ", 1)[0])
-    assert [a.split(" — ")[0] for a in answer.actions] == [
-        "↗ answer cut at max_tokens=7", "↗ answer cut at max_tokens=14"]
+    escalated = [a.split(" — ")[0] for a in answer.actions if a.startswith("↗")]
+    assert escalated == ["↗ answer cut at max_tokens=7", "↗ answer cut at max_tokens=14"]
 
     length = len(session.history)
     cell(ip, "--no-history", "off the record")
@@ -599,7 +655,19 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
         return text.upper()
 
     ip.run_line_magic("chat", "tools")
-    assert "shout: Upper-case a text." in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    # Every request offers the built-in read_file: it is listed, marked built-in.
+    assert out[0] == "offered to the model in session default:"
+    assert out[1].startswith("  read_file (built-in): Read lines of a text file")
+    assert out[2] == "registered, not offered yet (add with %%chat --tools NAME):"
+    assert "  shout: Upper-case a text." in out[3:]  # (other tests register tools too)
+    cell(ip, "--tools shout", "hi")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "tools")
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("  read_file (built-in): ")
+    assert out[2] == "  shout: Upper-case a text."
+    assert "  shout: Upper-case a text." not in out[3:]
     ip.run_line_magic("chat", "help")
     out = capsys.readouterr().out
     for name in ("status", "history", "compact", "undo-compact", "reset", "sessions", "resume",
