@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from . import errors
+from . import errors, history
 from .config import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
 
@@ -130,8 +130,18 @@ def _history(magics: ChatMagics, args: Any) -> None:
     for i, message in enumerate(messages):
         text = " ".join(message.text.split()) or _describe_blocks(message)
         cut = text if len(text) <= args.width else text[: args.width - 1] + "…"
-        tag = f" [{message.tag}]" if message.tag else ""
+        tag = f" [{_TAG_WORDS.get(message.tag, message.tag)}]" if message.tag else ""
         print(f"{i:>3} {message.role.value:<9}{tag} {cut}")
+
+
+#: history.TAG_* -> how a tagged message is labelled in %chat history.
+_TAG_WORDS = {
+    history.TAG_PAYLOAD_NOTICE: "notice: request was too big",
+    history.TAG_COMPACTION_NOTICE: "notice: older messages dropped",
+    history.TAG_SUMMARY: "summary",
+    history.TAG_CONTINUATION: "continue request",
+    history.TAG_SYNTHETIC_RESULT: "placeholder tool result",
+}
 
 
 def _describe_blocks(message: Any) -> str:
@@ -389,23 +399,32 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
         return
     notes: list[tuple[str, str]] = []
     try:
-        emulator = magics.restart_emulator(limits, notes)
+        magics.restart_emulator(limits, notes)
     except (ConfigError, ValueError, TypeError) as e:
         raise UsageError(f"%chat emulator: {e}") from e
-    print(f"emulator restarted at {emulator.openai_base_url}: {_emulator_limits(magics)}")
+    print(f"emulator restarted: {_emulator_limits(magics)}")
     for name, note in notes:
         magics.tell(name, [note])
+
+
+#: How each emulator limit reads in a status line (plain words, not the flag names).
+_LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
+    "context_window": lambda v: f"context window {v:,} tokens",
+    "max_body": lambda v: f"rejects requests over {format_size(v)} (HTTP 413)",
+    "body_limit_style": lambda v: f"{v}-style 413 page",
+    "waf_over": lambda v: f"firewall blocks requests over {format_size(v)} (HTTP 403)",
+    "drop_over": lambda v: f"drops the connection for requests over {format_size(v)}",
+    "max_output_tokens": lambda v: f"answers at most {v:,} tokens",
+    "latency": lambda v: f"{v:g} s delay per answer",
+}
 
 
 def _emulator_limits(magics: ChatMagics) -> str:
     limits = magics.emulator_limits
     if not limits:
         return "default limits (context window 8,192 tokens, no body limit)"
-    parts = []
-    for key, value in limits.items():
-        shown = format_size(value) if key in ("max_body", "waf_over", "drop_over") else value
-        parts.append(f"{key.replace('_', '-')} {shown}")
-    return ", ".join(parts)
+    return "; ".join(_LIMIT_WORDS[key](value) if key in _LIMIT_WORDS
+                     else f"{key.replace('_', ' ')} {value}" for key, value in limits.items())
 
 
 @_subcommand("export", "Write the transcript to PATH (.json or .md), private to you (0600).",

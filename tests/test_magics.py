@@ -688,8 +688,11 @@ def test_emulator_restart_moves_sessions_and_recovers(chat: ChatMagics, ip: Any,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "before the proxy")
     old = chat.emulator
+    capsys.readouterr()
     ip.run_line_magic("chat", "emulator --max-body 32KB --context-window 16000")
-    assert "emulator restarted" in capsys.readouterr().out
+    # Plain words, not the flag names; no port number that changes with every run.
+    assert capsys.readouterr().out == ("emulator restarted: context window 16,000 tokens; "
+                                       "rejects requests over 32 KB (HTTP 413)\n")
     assert not old.running and chat.emulator is not old
     assert chat.emulator.max_body == 32 * 1024 and chat.emulator.context_window == 16000
     session = chat.session()
@@ -708,7 +711,13 @@ def test_emulator_restart_moves_sessions_and_recovers(chat: ChatMagics, ip: Any,
         ip.run_line_magic("chat", "emulator --body-limit-style teapot")
     capsys.readouterr()
     ip.run_line_magic("chat", "emulator")
-    assert "max-body 32 KB" in capsys.readouterr().out
+    assert "rejects requests over 32 KB (HTTP 413)" in capsys.readouterr().out
+    ip.run_line_magic("chat", "emulator --waf-over 24KB --drop-over 600KB --max-output-tokens 300 "
+                              "--latency 0.5 --body-limit-style nginx")
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "emulator restarted: answers at most 300 tokens; 0.5 s delay per answer; nginx-style "
+        "413 page; firewall blocks requests over 24 KB (HTTP 403); drops the connection for "
+        "requests over 600 KB")
 
 
 def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
@@ -720,6 +729,9 @@ def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
     assert session.status().cap_source == "learned"
     learned = session.status().cap
     capsys.readouterr()
+    ip.run_line_magic("chat", "history")
+    tagged = [line for line in capsys.readouterr().out.splitlines() if " [" in line[:25]]
+    assert tagged and all("_" not in line.split("]")[0] for line in tagged), tagged  # plain
     ip.run_line_magic("chat", "usage")
     usage_before = capsys.readouterr().out
     assert "over 5 cells" in usage_before
@@ -750,7 +762,7 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     capsys.readouterr()
     ip.run_line_magic("chat", "emulator --max-body 64KB")
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("emulator restarted at") and "max-body 64 KB" in out[0]
+    assert out[0] == "emulator restarted: rejects requests over 64 KB (HTTP 413)"
     assert out[1].startswith("ℹ session default: learned payload cap ")
     assert out[1].endswith("forgotten: the new emulator may have other limits")
     assert chat.session() is session and session.status().prompt_tokens == tokens
