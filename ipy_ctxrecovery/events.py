@@ -26,7 +26,9 @@ __all__ = [
     "Recovered",
     "Retrying",
     "ToolRun",
+    "Truncated",
     "TurnFinished",
+    "WindowLearned",
 ]
 
 
@@ -91,6 +93,22 @@ class CapChanged(Event):
 class Escalation(Event):
     attempt: int
     max_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Truncated(Event):
+    """The answer was still cut by max_tokens when the escalations ran out (it is kept as is)."""
+
+    max_tokens: int
+    escalations: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowLearned(Event):
+    """A context overflow reported a window below the session's: used from now on."""
+
+    window: int
+    previous: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

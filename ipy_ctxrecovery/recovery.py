@@ -38,8 +38,9 @@ from .events import (
     Preflight,
     Recovered,
     Retrying,
+    WindowLearned,
 )
-from .history import History, Message
+from .history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from .providers.base import Provider, Request, Response, TextCallback
 from .tools import Tool
 
@@ -87,10 +88,15 @@ class RequestLoop:
     _last_compaction: compactor.CompactionReport | None
     _output_limit: int | None
     """A max_tokens ceiling learned from an output-limit rejection (this session only)."""
+    _learned_window: int | None
+    """A context window a context-overflow error reported below ours (this session only)."""
 
     @property
     def window(self) -> int:
-        return self.settings.context_window or self._provider.info.context_window
+        """The window in tokens: configured or the model's, or a smaller one learned."""
+        base = self.settings.context_window or self._provider.info.context_window
+        learned = self._learned_window
+        return min(base, learned) if learned else base
 
     @property
     def output_cap(self) -> int:
@@ -326,6 +332,13 @@ class RequestLoop:
         window_chars = int(self.window * self.estimator.bytes_per_token)
         settings = self.settings
         input_bound = max(1, min(settings.summarizer_input_max_chars, window_chars // 2))
+        cap = self.caps.effective()
+        if cap is not None:
+            # ... and under the payload cap: a summarizer request over a (learned) cap
+            # would only be rejected by the same proxy. Half of what the cap leaves after
+            # the system prompt, as JSON escaping can grow the text.
+            room = cap - len(compactor.SUMMARIZE_SYSTEM_PROMPT.encode("utf-8"))
+            input_bound = max(1, min(input_bound, room // 2))
         summary_bound = max(1, min(settings.summary_max_chars, window_chars // 4))
         if (input_bound, summary_bound) != (settings.summarizer_input_max_chars,
                                             settings.summary_max_chars):
@@ -437,13 +450,21 @@ class RequestLoop:
         """
         settings = self.settings
         cap_before = self.caps.effective()
+        # What this failure teaches (a payload cap, a window) is learned before deciding,
+        # so the decision uses it; the lines saying so come after the ⚠ line.
+        learned_events: list[Event] = []
         if failure.payload_related:
-            learned = self.caps.record_rejection(failure.request_bytes or body)
+            size = failure.request_bytes or body
+            learned = self.caps.record_rejection(size)
             if learned is not None and learned != cap_before:
-                self._emit(CapChanged(
+                verb = "dropped" if failure.kind is FailureKind.LIKELY_PAYLOAD else "rejected"
+                learned_events.append(CapChanged(
                     message=f"ℹ Learned a payload limit of about {format_size(learned)} (a "
-                            f"{format_size(failure.request_bytes or body)} request was "
-                            "rejected)", cap=learned, source="learned"), turn)
+                            f"{format_size(size)} request was {verb})",
+                    cap=learned, source="learned"))
+        window_event = self._learn_window(failure)
+        if window_event is not None:
+            learned_events.append(window_event)
         # The ladder wants the cap the request was sent under. Its SPEC auto-cap (4 MB) is
         # recorded too, but a cap learned from the rejected size wins and is what the user
         # is told about, as it is the one in effect.
@@ -456,36 +477,56 @@ class RequestLoop:
                                  cap_configured=self.caps.configured is not None,
                                  target_ceiling=self._compaction_target())
         if decision.level is ladder.Level.GIVE_UP:
+            for event in learned_events:
+                self._emit(event, turn)
             raise ChatError(failure, decision.message or _sentence(failure)) from error
         lines = decision.message.splitlines()
         assume_lines = [line for line in lines if line.startswith("ℹ Assuming")]
         if decision.assume_cap is not None and self.caps.assumed is None:
             self.caps.assumed = decision.assume_cap
             if self.caps.source == "assumed":
-                self._emit(CapChanged(message="\n".join(assume_lines) or
-                                      f"ℹ Assuming a {format_size(decision.assume_cap)}"
-                                      "/payload limit", cap=decision.assume_cap,
-                                      source="assumed"), turn)
+                learned_events.insert(0, CapChanged(
+                    message="\n".join(assume_lines) or
+                    f"ℹ Assuming a {format_size(decision.assume_cap)}/payload limit",
+                    cap=decision.assume_cap, source="assumed"))
         if decision.level is ladder.Level.LOWER_MAX_TOKENS:
             if failure.kind is FailureKind.OUTPUT_LIMIT and decision.max_tokens is not None:
                 self._output_limit = decision.max_tokens
             max_tokens = decision.max_tokens
-        result = ladder.apply(decision, history, settings=settings, store=self._store,
-                              measure=lambda h: self._measure(h, max_tokens, options,
-                                                              stream=stream))
-        if result.level is ladder.Level.GIVE_UP:
-            raise ChatError(failure, result.give_up_reason or _sentence(failure)) from error
+        message = "\n".join(line for line in lines if line not in assume_lines)
+        if failure.kind is FailureKind.LIKELY_PAYLOAD:
+            # The connection was dropped: nothing answered, so nothing "rejected" it.
+            message = message.replace("request was rejected", "request was dropped")
         before = len(history)
+
+        def measure(h: History) -> int:
+            return self._measure(h, max_tokens, options, stream=stream)
+
+        summarized, not_used = self._summarize_to_fit(
+            history, decision, failure, message, learned_events, max_tokens, turn,
+            options=options, stream=stream)
+        if summarized is not None:
+            return summarized, decision.state, max_tokens
+        if not_used is not None:
+            # The ⚠ line is out already; say why the summary was not used, then the drop.
+            message = f"  ↳ summary not used ({not_used}) — dropping the oldest messages"
+        result = ladder.apply(decision, history, settings=settings, store=self._store,
+                              measure=measure)
+        if result.level is ladder.Level.GIVE_UP:
+            for event in learned_events:
+                self._emit(event, turn)
+            raise ChatError(failure, result.give_up_reason or _sentence(failure)) from error
         history = result.history
         if decision.inject_payload_notice:
             self._payload_notice_sent = True
-        message = "\n".join(line for line in lines if line not in assume_lines)
         if result.notes:
             message += f"\n  ↳ {result.level.value}: " + "; ".join(result.notes)
         self._emit(LadderStep(message=message or f"⚠ recovery: {decision.level.value}",
                               level=result.level.value, attempt=decision.attempt,
                               failure_kind=failure.kind.value, before_messages=before,
                               after_messages=len(history)), turn)
+        for event in learned_events:
+            self._emit(event, turn)
         if result.payload_notice_added:
             self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) given to "
                                               "the model", notice="payload"), turn)
@@ -493,6 +534,87 @@ class RequestLoop:
             self._emit(NoticeInjected(message="ℹ the model was told that earlier context was "
                                               "compacted", notice="compaction"), turn)
         return history, decision.state, max_tokens
+
+    def _learn_window(self, failure: Failure) -> WindowLearned | None:
+        """Adopt the window a context overflow reported when it is below ours.
+
+        A wrong CHATCLI_CONTEXT_WINDOW (or catalogue entry) would otherwise let the history
+        grow past the real window again every few turns; the reported limit is the truth
+        for this session (``update(settings=…)`` with a new context_window replaces it).
+        """
+        limit = failure.limit_tokens
+        if failure.kind is not FailureKind.CONTEXT_OVERFLOW or limit is None:
+            return None
+        previous = self.window
+        if not 0 < limit < previous:
+            return None
+        self._learned_window = limit
+        self._encoded = None
+        return WindowLearned(
+            message=f"ℹ Learned a context window of {limit:,} tokens from the provider "
+                    f"(this session assumed {previous:,}) — using it from now on; set "
+                    f"CHATCLI_CONTEXT_WINDOW={limit} to start with it",
+            window=limit, previous=previous)
+
+    def _summarize_to_fit(self, history: History, decision: ladder.Decision, failure: Failure,
+                          message: str, learned_events: list[Event], max_tokens: int | None,
+                          turn: Turn, *, options: Mapping[str, Any] | None,
+                          stream: bool) -> tuple[History | None, str | None]:
+        """An exact fit by summary: the oldest messages summarized instead of dropped.
+
+        Tried first for an exact fit (a payload rejection or a context overflow with
+        numbers) when the target leaves room for a summary beside what must stay. Returns
+        (None, None) — the caller then drops messages as before — when a summary is not
+        worth trying; (None, why) when it was tried (its ⚠ line is out) but failed or did
+        not bring the history to the target. The summary costs one request, but a history
+        that keeps its substance is worth it.
+        """
+        target = decision.target_bytes
+        if decision.level is not ladder.Level.EXACT_FIT or target is None:
+            return None, None
+
+        def measure(h: History) -> int:
+            return self._measure(h, max_tokens, options, stream=stream)
+
+        start = history
+        notice_added = False
+        if decision.inject_payload_notice \
+                and not any(m.tag == TAG_PAYLOAD_NOTICE for m in history):
+            # Placed before compacting, so the summary's room accounts for it (the
+            # compactor never summarizes the notice away).
+            at = latest_user_index(history)
+            at = len(history) if at is None else at
+            notice = Message.user(ladder.PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
+            start = (*history[:at], notice, *history[at:])
+            notice_added = True
+        floor = measure(ladder.drop_oldest(start, len(start))[0])
+        if target - floor < ladder.MIN_PREVIEW_CHARS:
+            return None, None   # no room for a summary beside what must stay: drop instead
+        before = len(history)
+        self._emit(LadderStep(message=message.replace("cutting history to",
+                                                      "summarizing history to"),
+                              level=decision.level.value, attempt=decision.attempt,
+                              failure_kind=failure.kind.value, before_messages=before,
+                              after_messages=before), turn)
+        for event in learned_events:
+            self._emit(event, turn)
+        learned_events.clear()
+        compacted_from, compactions = turn.compacted_from, self._compactions
+        new = self._compact(start, target, max_tokens, turn, options=options, stream=stream)
+        report = self._last_compaction
+        size = measure(new) if report is not None and report.applied else None
+        if size is None or size > target or report is None or not report.summarized_messages:
+            # Undo the bookkeeping of a compaction that is not used.
+            turn.compacted_from, self._compactions = compacted_from, compactions
+            why = (report.rejected_reason if report is not None and report.rejected_reason
+                   else f"the summary left {format_size(size or 0)}, over the target")
+            return None, why
+        if decision.inject_payload_notice:
+            self._payload_notice_sent = True
+        if notice_added:
+            self._emit(NoticeInjected(message="ℹ SYSTEM NOTICE (payload limit hit) given to "
+                                              "the model", notice="payload"), turn)
+        return new, None
 
     def _refresh_provider(self) -> None:
         """Re-create the provider (and so its client) so a changed key is re-read."""

@@ -54,6 +54,7 @@ from .events import (
     EventCallback,
     Failed,
     ToolRun,
+    Truncated,
     TurnFinished,
 )
 from .history import TAG_CONTINUATION, History, Message, Role, ToolCall
@@ -125,10 +126,13 @@ class SessionStatus:
     recoveries: int = 0
     cap_note: str | None = None
     """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
+    window_learned: bool = False
+    """The window is the one a context-overflow error reported (below the configured one)."""
 
     def __str__(self) -> str:
-        window = f"{self.window:,} tokens" + (" (guessed — set CHATCLI_CONTEXT_WINDOW)"
-                                              if self.window_guessed else "")
+        window = f"{self.window:,} tokens" + (
+            " (learned from the provider)" if self.window_learned else
+            " (guessed — set CHATCLI_CONTEXT_WINDOW)" if self.window_guessed else "")
         share = f"{100 * self.est_tokens / self.window:.0f}%" if self.window else "?"
         if self.cap is None:
             cap = "no payload cap configured"
@@ -197,6 +201,7 @@ class ChatSession(RequestLoop):
         self._encoded: tuple[Request, bytes] | None = None
         self._last_compaction: compactor.CompactionReport | None = None
         self._output_limit: int | None = None
+        self._learned_window: int | None = None
         self._cap_note: str | None = None
 
         self._history: History = (Message.system(system),) if system else ()
@@ -310,6 +315,9 @@ class ChatSession(RequestLoop):
         notes: list[str] = []
 
         if settings is not None:
+            if settings.context_window is not None \
+                    and settings.context_window != self.settings.context_window:
+                self._learned_window = None  # the user chose a window: it replaces the learned one
             if settings.max_payload != self.caps.configured:
                 self._cap_note = None  # the user chose a cap: the old note is moot
             self.settings = settings
@@ -327,6 +335,7 @@ class ChatSession(RequestLoop):
             if new_provider.model != old_provider.model:
                 self.estimator = preflight.TokenEstimator.from_settings(self.settings)
                 self._output_limit = None
+                self._learned_window = None
             if why is not None:
                 learned = self.caps.learned
                 if learned is not None or self.caps.assumed is not None:
@@ -338,6 +347,7 @@ class ChatSession(RequestLoop):
                     self._cap_note = note
                 self.caps = preflight.Caps.from_settings(self.settings)
                 self._output_limit = None
+                self._learned_window = None
             self._provider = new_provider
             self.model = new_provider.model
             owned, self._owns_provider = self._owns_provider, provider is None
@@ -392,7 +402,9 @@ class ChatSession(RequestLoop):
         return SessionStatus(
             name=self.name, model=self.model, history_bytes=body,
             est_tokens=self.estimator.estimate(body), window=self.window,
-            window_guessed=info.guessed and self.settings.context_window is None,
+            window_guessed=info.guessed and self.settings.context_window is None
+            and self._learned_window is None,
+            window_learned=self._learned_window is not None,
             cap=self.caps.effective(), cap_source=self.caps.source,
             messages=len(self._history), transcript_messages=len(self._transcript),
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
@@ -538,6 +550,12 @@ class ChatSession(RequestLoop):
                 current, escalations, model_cap=self.output_cap,
                 max_escalations=self.settings.max_token_escalations)
             if nxt is None:
+                # Out of escalations: the answer is kept as it is, cut — say so.
+                self._emit(Truncated(
+                    message=f"⚠ answer still cut at max_tokens={current:,} after "
+                            f"{escalations} escalation{'s' if escalations != 1 else ''} — "
+                            "raise max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS",
+                    max_tokens=current, escalations=escalations), turn)
                 break
             escalations += 1
             self._emit(Escalation(

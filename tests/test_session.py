@@ -14,7 +14,15 @@ from fakes import FakeProvider, cut_reply, failure, tool_call_reply
 from ipy_ctxrecovery import ChatSession, Reply, Settings
 from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError, FailureKind
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
-from ipy_ctxrecovery.events import Escalation, Event, Failed, Retrying, ToolRun, TurnFinished
+from ipy_ctxrecovery.events import (
+    Escalation,
+    Event,
+    Failed,
+    Retrying,
+    ToolRun,
+    Truncated,
+    TurnFinished,
+)
 from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
 
@@ -155,6 +163,27 @@ def test_escalation_stops_after_the_configured_number() -> None:
     assert reply.text == "a b c "
     assert reply.finish_reason == "length"
     assert len(fake.requests) == SETTINGS.max_token_escalations + 1
+
+
+def test_an_answer_still_cut_after_the_escalations_says_so() -> None:
+    events: list[Event] = []
+    s, _, _ = session(cut_reply("a "), cut_reply("b "), cut_reply("c "), max_tokens=10,
+                      on_event=events.append)
+    reply = s.send("q")
+    truncated = [e for e in events if isinstance(e, Truncated)]
+    n = SETTINGS.max_token_escalations
+    assert len(truncated) == 1 and truncated[0].escalations == n
+    last = [e.max_tokens for e in events if isinstance(e, Escalation)][-1]
+    assert truncated[0].max_tokens == last
+    assert truncated[0].message == (
+        f"⚠ answer still cut at max_tokens={last:,} after {n} escalations — raise "
+        "max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS")
+    assert truncated[0].message in reply.actions
+    # An answer that ends by itself says nothing of the kind.
+    events.clear()
+    s2, _, _ = session(cut_reply("a "), "done", max_tokens=10, on_event=events.append)
+    s2.send("q")
+    assert not any(isinstance(e, Truncated) for e in events)
 
 
 def test_tools_run_with_validated_arguments_and_errors_become_results() -> None:

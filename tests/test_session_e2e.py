@@ -22,8 +22,11 @@ import pytest
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.errors import ChatError, FailureKind
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
-from ipy_ctxrecovery.events import Event, NoticeInjected
+from ipy_ctxrecovery.events import Event, LadderStep, NoticeInjected, WindowLearned
 from ipy_ctxrecovery.history import (
+    TAG_COMPACTION_NOTICE,
+    TAG_PAYLOAD_NOTICE,
+    TAG_SUMMARY,
     History,
     Message,
     Role,
@@ -417,3 +420,136 @@ def test_sizes_are_measured_without_the_sdk_encoding_each_candidate(emulator: An
     compactions = session.status().compactions
     assert compactions >= 1
     assert encodes <= len(emu.requests) + compactions
+
+
+# -- a window learned from the provider; event order and wording; summary before drop -------
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_window_reported_by_the_provider_is_learned_once(emulator: Any, wire: str) -> None:
+    # The user set CHATCLI_CONTEXT_WINDOW=32000, the server's real window is 4096: the
+    # first overflow teaches the window, so it does not come back every few turns.
+    emu = emulator(context_window=4096)
+    session = ChatSession(wire, emulator=emu, settings=Settings(context_window=32_000),
+                          name=f"learn-window-{wire.replace(':', '-')}")
+    texts = [f"Turn {i}: " + f"value{i} " * 100 for i in range(20)]
+    run = converse(session, emu, texts, stream=False)
+    rejected = check_run(run)
+    assert [r.fault for r in rejected] == ["context"]
+    learned = [e for e in run.events if isinstance(e, WindowLearned)]
+    assert [(e.window, e.previous) for e in learned] == [(4096, 32_000)]
+    status = session.status()
+    assert status.window == 4096 and status.window_learned
+    assert "4,096 tokens (learned from the provider)" in str(status)
+    # An explicit new window replaces the learned one; the same settings again do not.
+    session.update(settings=session.settings)
+    assert session.window == 4096
+    session.update(settings=Settings(context_window=3000))
+    assert session.window == 3000 and not session.status().window_learned
+
+
+def payload_turns(n: int) -> list[str]:
+    return [filler(i, 1500) for i in range(n)]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_after_a_413_the_oldest_messages_are_summarized_not_dropped(emulator: Any,
+                                                                    wire: str) -> None:
+    emu = emulator(context_window=200_000)
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    session = ChatSession(wire, provider=provider, settings=Settings(),
+                          name=f"p413-summary-{wire.replace(':', '-')}")
+    texts = payload_turns(12)
+    events: list[Event] = []
+    session.subscribe(events.append)
+    for text in texts[:10]:
+        session.send(text, stream=False)
+    emu.script("413:nginx")
+    first = len(emu.requests)
+    for text in texts[10:]:
+        session.send(text, stream=False)
+    statuses = [r.status for r in emu.requests[first:]]
+    assert statuses.count(413) == 1 and statuses.count(200) == len(statuses) - 1
+    assert is_summarizer(body_history(emu.requests[first + 1]))
+    tags = [m.tag for m in session.history]
+    assert TAG_SUMMARY in tags and TAG_COMPACTION_NOTICE not in tags
+    assert tags.count(TAG_PAYLOAD_NOTICE) == 1
+    steps = [e for e in events if isinstance(e, LadderStep)]
+    assert len(steps) == 1 and "dropped" not in steps[0].message
+    assert steps[0].message.startswith("⚠ Recoverable failure (payload too large (413))")
+    # The ⚠ line comes before what was learned from it.
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("LadderStep") < kinds.index("CapChanged")
+    # Every later request stays under the learned cap; all user messages stay known.
+    cap = session.caps.effective()
+    assert cap is not None
+    assert all(r.body_bytes <= cap for r in emu.requests[first + 1:])
+    assert [m.text for m in session.transcript if m.role is Role.USER] == texts
+    assert problems(session.history) == []
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_failing_summarizer_after_a_413_still_recovers_by_dropping(emulator: Any,
+                                                                     wire: str) -> None:
+    emu = emulator(context_window=200_000)
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    session = ChatSession(wire, provider=provider, settings=Settings(),
+                          name=f"p413-nosummary-{wire.replace(':', '-')}")
+    texts = payload_turns(11)
+    events: list[Event] = []
+    session.subscribe(events.append)
+    for text in texts[:10]:
+        session.send(text, stream=False)
+    emu.script("413:nginx", 500)     # the request, then the summarizer's request
+    first = len(emu.requests)
+    reply = session.send(texts[10], stream=False)
+    assert reply.finish_reason == "end"
+    assert [r.status for r in emu.requests[first:]] == [413, 500, 200]
+    tags = [m.tag for m in session.history]
+    assert TAG_SUMMARY not in tags and TAG_COMPACTION_NOTICE in tags
+    assert session.status().compactions == 0
+    steps = [e.message for e in events if isinstance(e, LadderStep)]
+    assert steps[0].startswith("⚠ Recoverable failure")
+    assert "summary not used (the summarizer failed" in steps[1]
+    assert "messages dropped" in steps[1] and "⚠" not in steps[1]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_dropped_connection_is_called_dropped_and_the_warning_comes_first(
+        emulator: Any, wire: str) -> None:
+    emu = emulator(context_window=2_000_000)
+    provider = make_provider(wire, emulator=emu, max_retries=0)
+    session = ChatSession(wire, provider=provider, settings=Settings(),
+                          name=f"drop-words-{wire.replace(':', '-')}")
+    big = "x" * 520_000     # over 500 KB: a dropped connection then means "payload"
+    session.send("first " + big[:100_000], stream=False)
+    events: list[Event] = []
+    session.subscribe(events.append)
+    emu.script("drop")
+    session.send("second " + big, stream=False)
+    lines = [line for e in events for line in e.message.splitlines()]
+    warn = next(i for i, line in enumerate(lines) if line.startswith("⚠"))
+    learned = next(i for i, line in enumerate(lines) if line.startswith("ℹ Learned"))
+    assert warn < learned
+    assert "request was dropped" in lines[learned]
+    assert not any("request was rejected" in line for line in lines)
+
+
+def test_the_summarizer_input_is_bounded_by_the_learned_cap(emulator: Any) -> None:
+    # A history far above a cap learned late: the summarizer's own request must fit the
+    # cap too, or the proxy that taught it would reject the summary as well.
+    emu = emulator(context_window=200_000)
+    provider = make_provider("emulator", emulator=emu, max_retries=0)
+    session = ChatSession("emulator", provider=provider, settings=Settings(),
+                          name="summarizer-under-cap")
+    for i in range(12):
+        session.send(filler(i, 4000), stream=False)
+    assert session.status().history_bytes > 45 * 1024
+    session.caps.record_rejection(30 * 1024)       # a learned cap of about 22 KB
+    cap = session.caps.effective()
+    assert cap is not None and cap < 30 * 1024
+    first = len(emu.requests)
+    session.send("and now?", stream=False)
+    summarizer = [r for r in emu.requests[first:] if is_summarizer(body_history(r))]
+    assert summarizer
+    assert all(r.body_bytes <= cap for r in emu.requests[first:])
+    assert any(m.tag == TAG_SUMMARY for m in session.history)
