@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .budget import cut_head, cut_tail
 from .config import Settings, format_size
 from .errors import redact
 from .events import CompactionPhase, EventCallback
@@ -438,13 +439,13 @@ def _render(message: Message) -> str:
 
 
 def _cut_middle(text: str, limit: int) -> str:
-    """Head and tail of ``text`` within about ``limit`` chars (str slices never split a char)."""
+    """Head and tail of ``text`` within about ``limit`` chars, cut on cluster boundaries."""
     if len(text) <= limit:
         return text
-    head = int(limit * _HEAD_SHARE)
-    tail = max(0, limit - head)
-    omitted = len(text) - head - tail
-    return f"{text[:head]}\n[… {omitted} chars omitted …]\n{text[len(text) - tail:]}"
+    keep_head = int(limit * _HEAD_SHARE)
+    head, tail = cut_head(text, keep_head), cut_tail(text, limit - keep_head)
+    omitted = len(text) - len(head) - len(tail)
+    return f"{head}\n[… {omitted} chars omitted …]\n{tail}"
 
 
 def _summarizer_input(messages: Sequence[Message], settings: Settings,
