@@ -378,8 +378,8 @@ class ChatMagics(Magics):
     def chat_cell(self, line: str, cell: str) -> Answer | None:
         """Send the cell body, as written, as the user message of a conversation.
 
-        The answer streams into the cell and is returned (``Out[n]``, ``_``); end the
-        ``%%chat`` line or the body with ``;`` to silence it. When recovery is exhausted
+        The answer streams into the cell and is the cell's result (``Out[n]``, ``_``);
+        end the ``%%chat`` line or the body with ``;`` to silence it. When recovery is exhausted
         the cell fails with one sentence (``%config ChatMagics.raise_on_error = False`` to
         print it instead). Recovery actions are shown one line each.
         """
