@@ -12,7 +12,10 @@ Candidate sizes (compaction's search, fitting, reports) use the provider's fast
 ``measure`` when it has one; the body sent is encoded once. On failure: auth → refresh once; transient → retry
 with backoff through the injected ``sleep`` (``retry_after`` honoured); everything
 recoverable (and ``output_limit``) → ``ladder.decide`` / ``ladder.apply`` → resend;
-``GIVE_UP`` → :class:`ChatError` with one sentence.
+``GIVE_UP`` → :class:`ChatError` with one sentence. An exact fit first tries an LLM summary
+of the oldest messages to its target (the conversation keeps its substance) and drops
+them only when that fails. A context overflow that reports a window below ours teaches
+the session that window (``_learned_window``), as a rejection teaches a payload cap.
 """
 
 from __future__ import annotations

@@ -261,7 +261,8 @@ class ChatSession(RequestLoop):
           configured cap; the learned bounds (largest body that passed, smallest rejected)
           stay, so a cap learned below the new configured one still wins. The token
           calibration stays; before any calibration sample, a new ``chars_per_token`` is
-          the new starting estimate.
+          the new starting estimate. A new explicit ``context_window`` replaces a window
+          learned from a context-overflow error (a new model or path forgets it too).
         - ``tools``: the tools offered from the next request, replacing the ones given
           before; the built-in ``read_file`` stays when the session has it.
         - ``model``: a new provider for that model string, built by the session (with
