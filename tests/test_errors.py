@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from quiet_server import QuietHTTPServer
 
 from ipy_ctxrecovery import _classify
 from ipy_ctxrecovery.config import Settings
@@ -144,8 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
+    server = QuietHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

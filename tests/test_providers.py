@@ -9,13 +9,12 @@ truncated bodies, dropped connections) can be produced on demand.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anthropic
@@ -23,6 +22,7 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from quiet_server import QuietHTTPServer
 from strategies import valid_histories
 
 from ipy_ctxrecovery.catalogue import ModelInfo
@@ -67,17 +67,6 @@ class Recorded:
         return json.loads(self.body)
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up mid-answer is part of these tests (a callback raising
-        # mid-stream closes it); stay quiet about that, report anything else.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-
 class Recorder:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -118,7 +107,7 @@ class Recorder:
                 if reply.declare:
                     self.close_connection = True
 
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
