@@ -178,11 +178,21 @@ def cut_tail(text: str, n: int) -> str:
 
 # -- markers ---------------------------------------------------------------------------------
 
-def _budget_markers(omitted: int, path: Path | None) -> list[str]:
-    """Marker texts from most to least informative; the first that fits the limit wins."""
+def _budget_markers(omitted: int, path: Path | None,
+                    lines: tuple[int, int, int] | None = None) -> list[str]:
+    """Marker texts from most to least informative; the first that fits the limit wins.
+
+    ``lines`` is (first omitted line, last omitted line, total lines), counted from 0 as
+    ``read_file``'s offset is, so the model can ask for exactly the part it did not see.
+    """
     n = f"{omitted}"
     out = []
     if path is not None:
+        if lines is not None:
+            first, last, total = lines
+            out.append(f"\n[… {n} chars omitted: lines {first}–{last} of {total} — full output "
+                       f"saved to {path}; read them with read_file(path, offset={first}, "
+                       f"limit={last - first + 1})]\n")
         out.append(f"\n[… {n} chars omitted — full output saved to {path}; "
                    "read ranges with read_file(path, offset, limit)]\n")
         out.append(f"\n[… {n} chars omitted — full output saved to {path}]\n")
@@ -191,9 +201,21 @@ def _budget_markers(omitted: int, path: Path | None) -> list[str]:
     return out
 
 
+def _widest_lines(content: str) -> tuple[int, int, int]:
+    """Line counts at least as wide as any the marker of ``content`` can show."""
+    line_total = content.count("\n") + 1
+    return (line_total, 2 * line_total, line_total)
+
+
+def _marker_room(content: str, store: ResultStore) -> int:
+    """Chars the most informative marker of a preview of ``content`` can take."""
+    return len(_budget_markers(len(content), store.path_for(content), _widest_lines(content))[0])
+
+
 _BUDGET_RE = re.compile(
-    r"\n?\[… (?P<n>\d+) chars omitted(?: — full output saved to (?P<path>.+?)"
-    r"(?:; read ranges with read_file\(path, offset, limit\))?)?\]\n?")
+    r"\n?\[… (?P<n>\d+) chars omitted(?:: lines \d+–\d+ of \d+)?"
+    r"(?: — full output saved to (?P<path>.+?)"
+    r"(?:; read (?:ranges|them) with read_file\(path, offset(?:=\d+)?, limit(?:=\d+)?\))?)?\]\n?")
 OLD_PREVIEW_RE = re.compile(
     r"\n?\[\.\.\. (?P<n>\d+) chars omitted from old tool result"
     r"(?: — full output saved to (?P<path>.+?))? \.\.\.\]\n?")
@@ -220,8 +242,10 @@ def _preview_parts(content: str, *, limit: int, head: int, tail: int,
         return content, total, 0
     limit = max(0, limit)
     head, tail = max(0, head), max(0, tail)
-    # Sized with the widest possible count, so the real (smaller or equal) count fits too.
-    for index, marker_at_width in enumerate(_budget_markers(total, path)):
+    line_total = content.count("\n") + 1
+    widest = _widest_lines(content)
+    # Sized with the widest possible counts, so the real (smaller or equal) ones fit too.
+    for index, marker_at_width in enumerate(_budget_markers(total, path, widest)):
         avail = limit - len(marker_at_width)
         if avail < 0:
             continue
@@ -231,7 +255,9 @@ def _preview_parts(content: str, *, limit: int, head: int, tail: int,
             t = avail - h
         h_end = _safe_head(content, h)
         t_start = max(_safe_tail(content, total - t) if t else total, h_end)
-        marker = _budget_markers(t_start - h_end, path)[index]
+        first = content.count("\n", 0, h_end)
+        last = line_total - 1 - content.count("\n", t_start)
+        marker = _budget_markers(t_start - h_end, path, (first, max(first, last), line_total))[index]
         return content[:h_end] + marker + content[t_start:], h_end, total - t_start
     h_end = _safe_head(content, limit)
     return content[:h_end], h_end, 0
@@ -469,7 +495,7 @@ def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: i
         if total() <= turn_budget_chars:
             break
         size = len(out[i].text)
-        standard = head_chars + tail_chars + len(_budget_markers(size, store.path_for(out[i].text))[0])
+        standard = head_chars + tail_chars + _marker_room(out[i].text, store)
         if standard < size:
             replace(i, min(per_result_max_chars, standard), head_chars, tail_chars)
     for i in fresh:
@@ -479,7 +505,7 @@ def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: i
         if i in replaced:
             continue
         size = len(out[i].text)
-        floor = MIN_PREVIEW_BODY_CHARS + len(_budget_markers(size, store.path_for(out[i].text))[0])
+        floor = MIN_PREVIEW_BODY_CHARS + _marker_room(out[i].text, store)
         replace(i, max(size - excess, floor), head_chars, tail_chars)
 
     if not replaced:

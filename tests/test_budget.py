@@ -99,8 +99,13 @@ def test_preview_spec_shape_head_marker_tail(tmp_path: Path) -> None:
     path = tmp_path / "abc.txt"
     out = preview(content, limit=20_000, head=4_000, tail=1_000, path=path)
     omitted = len(content) - 5_000
-    marker = (f"\n[… {omitted} chars omitted — full output saved to {path}; "
-              "read ranges with read_file(path, offset, limit)]\n")
+    lines = content.split("\n")
+    first = content.count("\n", 0, 4_000)                  # the line the head cut into
+    last = len(lines) - 1 - content.count("\n", len(content) - 1_000)
+    assert lines[first] in content[:4_000 + 20] and lines[last] in content[-1_000 - 20:]
+    marker = (f"\n[… {omitted} chars omitted: lines {first}–{last} of {len(lines)} — full "
+              f"output saved to {path}; read them with read_file(path, offset={first}, "
+              f"limit={last - first + 1})]\n")
     assert out == content[:4_000] + marker + content[-1_000:]
 
 
