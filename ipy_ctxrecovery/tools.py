@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from .errors import ToolError
+from .errors import ToolError, redact
 from .providers.base import ToolSpec
 
 __all__ = [
@@ -77,9 +77,10 @@ class Tool:
         try:
             result = self.function(**raw)
         except ToolError as e:
-            return f"Error: {e}", True
+            return redact(f"Error: {e}"), True
         except Exception as e:  # a tool's bug must not end the conversation
-            return f"Error: {self.name} raised {type(e).__name__}: {e}", True
+            # Error text goes to the model and the transcript: mask any key it quotes.
+            return redact(f"Error: {self.name} raised {type(e).__name__}: {e}"), True
         return _to_text(result), False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

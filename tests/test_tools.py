@@ -149,6 +149,15 @@ def test_exceptions_become_error_results_not_crashes() -> None:
     assert build_tool(refuse).run('{"path": "/x"}') == ("Error: /x is not allowed here.", True)
 
 
+def test_a_key_quoted_by_a_failing_tool_is_masked() -> None:
+    def call_api(q: str) -> str:
+        """Call an internal API."""
+        raise RuntimeError(f"401 for {q} with Authorization: Bearer sk-live0123456789abcdef")
+
+    text, is_error = build_tool(call_api).run('{"q": "sales"}')
+    assert is_error and "sk-live0123456789abcdef" not in text and "REDACTED" in text
+
+
 def test_results_are_text() -> None:
     def data(n: int) -> Any:
         """Data."""
