@@ -12,7 +12,7 @@ import ipy_ctxrecovery
 
 HEAVY = ("IPython", "ipywidgets", "openai", "anthropic")
 CORE = ("config", "errors", "history", "events", "catalogue", "budget", "pairing",
-        "microcompact", "compactor", "ladder", "preflight", "escalation")
+        "microcompact", "compactor", "ladder", "_decide", "preflight", "escalation")
 
 
 def test_all_is_pinned() -> None:
