@@ -30,7 +30,8 @@ emulator in place, keeping what it learned where that still applies.
 
 All learned state (caps, token calibration, the one-shot warnings, the payload notice)
 belongs to the session object: two sessions in one process never affect each other.
-It is not persisted: a resumed session learns its limits again.
+It is saved with the session's files after each turn where it changed, and ``resume``
+restores what still applies (same path for caps, same model for calibration: ``learned.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ from .events import (
     TurnFinished,
 )
 from .history import TAG_CONTINUATION, History, Message, Role, ToolCall
+from .learned import restore as restore_learned
+from .learned import save as save_learned
 from .providers.base import Provider, Request, StopReason, TextCallback, Usage
 from .recovery import RequestLoop, Turn
 from .tools import Tool, as_tool, make_read_file
@@ -203,6 +206,7 @@ class ChatSession(RequestLoop):
         self._output_limit: int | None = None
         self._learned_window: int | None = None
         self._cap_note: str | None = None
+        self._learned_saved: dict[str, Any] | None = None  # what learned.save last wrote
 
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
@@ -228,7 +232,9 @@ class ChatSession(RequestLoop):
         """Reopen the named session from disk: its transcript and its working history.
 
         ``kwargs`` are the constructor's (a new ``emulator``/``client``/``provider``...);
-        the model and system prompt default to the stored ones.
+        the model and system prompt default to the stored ones. What the session learned
+        comes back where it still applies: caps on the same base URL and emulator object,
+        token calibration on the same model string (``learned.py``).
         """
         if not Transcript.exists(name):
             raise CtxRecoveryError(
@@ -243,6 +249,7 @@ class ChatSession(RequestLoop):
         session = cls(name=name, **kwargs)
         if snapshot is not None:
             session._history = snapshot
+        session._cap_note = restore_learned(session)
         return session
 
     def update(self, *, settings: Settings | None = None,
@@ -357,6 +364,7 @@ class ChatSession(RequestLoop):
             if owned and callable(closer):
                 closer()  # only what the session built itself, never a user's provider
         self._encoded = None  # the cached body belongs to the old provider, tools or limit
+        save_learned(self)
         return tuple(notes)
 
     # -- public views ---------------------------------------------------------------------
@@ -452,6 +460,8 @@ class ChatSession(RequestLoop):
         except ChatError as e:
             self._emit(Failed(message=f"✗ {e}", failure_kind=e.failure.kind.value), turn)
             raise
+        finally:
+            save_learned(self)  # a failed turn may still have learned a limit
         if record:
             self._history = final
             if turn.compacted_from is not None:
@@ -593,6 +603,7 @@ class ChatSession(RequestLoop):
             self._undo = (before, len(new))
             self._history = new
             self._files.save_history(new)
+        save_learned(self)
         return report
 
     def undo_compact(self) -> None:
@@ -620,6 +631,7 @@ class ChatSession(RequestLoop):
     def close(self) -> None:
         """Save the history snapshot and release the provider's client when it has one."""
         self._files.save_history(self._history)
+        save_learned(self)
         closer = getattr(self._provider, "close", None)
         if self._owns_provider and callable(closer):
             closer()  # releases what the provider opened itself, never a user's client

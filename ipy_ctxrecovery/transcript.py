@@ -13,6 +13,8 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
 - ``history.json`` (0600): the working history (what the model sees), rewritten
   atomically after each turn, so ``resume`` restores exactly what the model saw.
 - ``session.json`` (0600): the model string and the system prompt (never a key).
+- ``learned.json`` (0600): what the session learned (caps, window, calibration...), written
+  atomically when it changed; its format and restore rules live in ``learned.py``.
 - ``results/`` (0700): the budget's persisted tool results (``budget.ResultStore``).
 
 Nothing here is global: each :class:`Transcript` belongs to one session object.
@@ -93,6 +95,7 @@ class Transcript:
         self.path = self.directory / "transcript.jsonl"
         self.history_path = self.directory / "history.json"
         self.meta_path = self.directory / "session.json"
+        self.learned_path = self.directory / "learned.json"
         if not self.path.exists():
             os.close(open_private(self.path, os.O_WRONLY))
 
@@ -156,3 +159,15 @@ class Transcript:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
         return data if isinstance(data, dict) else {}
+
+    # -- learned state (format: learned.py) ------------------------------------------------
+    def save_learned(self, text: str) -> None:
+        write_private_atomic(self.learned_path, text)
+
+    def load_learned(self) -> str | None:
+        """The saved learned state as text (None: never saved); unreadable bytes are kept
+        as replacement characters so the caller reports the file as invalid."""
+        try:
+            return self.learned_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None

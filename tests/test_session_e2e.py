@@ -553,3 +553,64 @@ def test_the_summarizer_input_is_bounded_by_the_learned_cap(emulator: Any) -> No
     assert summarizer
     assert all(r.body_bytes <= cap for r in emu.requests[first:])
     assert any(m.tag == TAG_SUMMARY for m in session.history)
+
+
+def test_a_learned_cap_survives_resume_on_the_same_emulator_only(emulator: Any) -> None:
+    emu = emulator(context_window=200_000, max_body="16KB", api_key=API_KEY)
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="persist-cap")
+    run = converse(session, emu, [filler(i, 6000) for i in range(4)], stream=False)
+    rejected = check_run(run, payload=True)
+    assert len(rejected) == 1 and rejected[0].status == 413
+    cap, bpt = session.caps.effective(), session.estimator.bytes_per_token
+    assert session.status().cap_source == "learned" and session.estimator.samples >= 1
+    session.close()
+    saved = session.directory / "learned.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert API_KEY not in saved.read_text(encoding="utf-8")
+
+    # Same emulator (same path, same model): the cap is back, no second 413.
+    first = len(emu.requests)
+    again = ChatSession.resume("persist-cap", emulator=emu)
+    assert again.caps.effective() == cap and again.status().cap_source == "learned"
+    assert again.estimator.bytes_per_token == bpt
+    more = [filler(i, 6000) for i in range(4, 8)]
+    for text in more:
+        assert again.send(text, stream=False).text
+    after = emu.requests[first:]
+    assert len(after) >= len(more) and [r.status for r in after if r.status != 200] == []
+    assert all(r.body_bytes <= cap for r in after)
+    # The payload notice is in the restored history already: not injected a second time.
+    assert all(sum(m.text.count(NOTICE_HEAD) for m in body_history(r)) <= 1 for r in after
+               if r.body is not None and not is_summarizer(body_history(r)))
+    bpt = again.estimator.bytes_per_token
+    again.close()
+
+    # A new emulator is a new path: no learned cap (status says why), calibration kept.
+    fresh = emulator(context_window=200_000, max_body="16KB")
+    third = ChatSession.resume("persist-cap", emulator=fresh)
+    status = third.status()
+    assert status.cap is None and status.cap_source is None
+    assert "not restored" in str(status) and "no payload cap configured" in str(status)
+    assert third.estimator.bytes_per_token == bpt and third.estimator.samples >= 1
+    third.close()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"version": 99, "model": "emulator"}',
+                                     '{"version": 1, "model": "emulator", "caps": "x"}'])
+def test_a_corrupt_learned_state_file_is_ignored_with_one_warning(emulator: Any,
+                                                                  content: str) -> None:
+    emu = emulator(context_window=200_000, max_body="16KB")
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="persist-bad")
+    session.send("hello", stream=False)
+    session.close()
+    (session.directory / "learned.json").write_text(content, encoding="utf-8")
+    with pytest.warns(RuntimeWarning) as caught:
+        again = ChatSession.resume("persist-bad", emulator=emu)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "learned.json" in messages[0] and "\n" not in messages[0]
+    assert ("unknown format version 99" in messages[0]) == ("99" in content)
+    assert again.status().cap is None and again.estimator.samples == 0
+    assert again.send("still works", stream=False).text
+    again.close()
+    # The next save replaced the bad file with a valid one.
+    assert json.loads((session.directory / "learned.json").read_text())["version"] == 1
