@@ -658,3 +658,80 @@ def test_update_to_a_new_emulator_forgets_the_learned_cap_and_is_saved(emulator:
     s.close()
     assert ChatSession.resume("moving", emulator=second, settings=SETTINGS).model == \
         "emulator:anthropic"
+
+
+class _ProxiedFake(FakeProvider):
+    """A fake provider that shows a base URL, as SDK-backed providers do."""
+
+    def __init__(self, *args: Any, url: str = "https://user:pw@proxy.example/v1?key=s3cret",
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.client = type("Client", (), {"base_url": url})()
+
+
+def _learned_file(s: ChatSession) -> dict[str, Any]:
+    path = s.directory / "learned.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_learned_state_is_restored_on_the_same_model_and_path_only() -> None:
+    s, _, _ = session("a", "b", provider=_ProxiedFake(["a", "b"]), name="persisted",
+                      settings=Settings(context_window=8000))
+    s.send("hello")
+    s.caps.record_rejection(30_000)
+    s._learned_window, s._output_limit, s._warned = 6000, 1000, True
+    s.send("again")                                  # the turn after a change writes it
+    data = _learned_file(s)
+    text = (s.directory / "learned.json").read_text(encoding="utf-8")
+    assert "s3cret" not in text and "pw" not in text and data["path"].startswith("https://proxy")
+    assert data["caps"]["smallest_rejected"] == 30_000
+    bpt = s.estimator.bytes_per_token
+    s.close()
+
+    cap = Settings(context_window=8000, max_payload=40_000)
+    again = ChatSession.resume("persisted", provider=_ProxiedFake(), settings=cap)
+    assert again.caps.smallest_rejected == 30_000 and again.caps.configured == 40_000
+    assert again.status().cap_source == "learned" and again.window == 6000
+    assert again.output_cap == 1000 and again._warned
+    assert again.estimator.bytes_per_token == bpt and again.estimator.samples == 2
+    again.close()
+
+    # Another configured window: the learned one is not restored (the caps are).
+    other = ChatSession.resume("persisted", provider=_ProxiedFake(),
+                               settings=Settings(context_window=7000))
+    assert other.window == 7000 and other.caps.smallest_rejected == 30_000
+    # Another base URL: neither caps nor window nor output limit; calibration stays.
+    moved = ChatSession.resume("persisted", provider=_ProxiedFake(url="https://elsewhere/v1"),
+                               settings=Settings(context_window=8000))
+    assert moved.caps.effective() is None and moved.window == 8000
+    assert moved.output_cap == 4096 and moved.estimator.bytes_per_token == bpt
+    assert "not restored" in str(moved.status())
+    # Another model on the same path: the caps stay, calibration and window do not.
+    model = ChatSession.resume("persisted", provider=_ProxiedFake(model="other"),
+                               settings=Settings(context_window=8000))
+    assert model.caps.smallest_rejected == 30_000 and model.window == 8000
+    assert model.estimator.samples == 0
+
+
+def test_learned_state_is_written_only_when_it_changed() -> None:
+    s, _, _ = session("a", provider=_ProxiedFake(["a"]), name="quiet-writes")
+    s.send("hello")
+    path = s.directory / "learned.json"
+    inode = path.stat().st_ino
+    s.update(max_tokens=50)                          # nothing learned changed: no rewrite
+    s.close()
+    assert path.stat().st_ino == inode
+    s.caps.assumed = 1234
+    s.close()
+    assert path.stat().st_ino != inode and _learned_file(s)["caps"]["assumed"] == 1234
+
+
+def test_a_provider_without_a_base_url_never_restores_caps() -> None:
+    s, _, _ = session("a", name="no-url")
+    s.send("hello")
+    s.caps.record_rejection(30_000)
+    s.close()
+    again = ChatSession.resume("no-url", provider=FakeProvider(), settings=SETTINGS)
+    assert again.caps.effective() is None and again.estimator.samples == 1

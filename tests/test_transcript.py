@@ -115,3 +115,14 @@ def test_list_sessions() -> None:
     Transcript("a")
     assert list_sessions() == ["a", "b"]
     assert Transcript.exists("a") and not Transcript.exists("c")
+
+
+def test_learned_state_file_is_private_atomic_and_optional() -> None:
+    t = Transcript("learned-files")
+    assert t.load_learned() is None
+    t.save_learned('{"version": 1}')
+    assert t.load_learned() == '{"version": 1}'
+    assert mode(t.learned_path) == 0o600 and t.learned_path.parent == t.directory
+    t.learned_path.write_bytes(b"\xff\xfe broken")
+    assert "broken" in (t.load_learned() or "")     # undecodable bytes do not raise
+    assert [p.name for p in t.directory.iterdir() if p.name.endswith(".tmp")] == []
