@@ -19,6 +19,13 @@ exceed the bound, an earlier summary (if any) is always kept, then the most rece
 sections that fit, and a note says how many older messages were omitted. The user's
 ``instructions`` (a manual compact) are appended after the bounded part.
 
+Split rule: the summarized part is the fewest oldest messages that reach the target, in
+units never split apart (a tool call with its results; system messages and the payload
+notice stay pinned; the latest request and everything after it are never summarized),
+extended forward to an exchange boundary so the kept part starts at a real user request
+and an answer is never separated from its question. Only if that boundary split did not
+reach the target would the finer unit split be used.
+
 The summary's ``N`` counts original conversation messages: a summary that absorbs an
 earlier summary adds the N that one covered, so the header stays true over repeated
 compactions (there is only ever one summary message; earlier ones are summarized again).
@@ -375,7 +382,13 @@ def _replace(history: History, chosen: set[int], summary: Message) -> History:
 
 def _choose_split(history: History, units: list[list[int]], target: int, measure: Measure,
                   settings: Settings) -> int:
-    """Fewest oldest units whose replacement by a summary brings the history to ``target``.
+    """Fewest oldest exchanges whose replacement by a summary brings the history to ``target``.
+
+    The split is first the fewest oldest *units*, then moved forward to the next exchange
+    boundary (a unit that is a real user request, or the latest request itself), so the
+    kept part never opens with an answer whose question went into the summary. Should the
+    boundary split not fit (it cannot while size grows with content), the finer unit split
+    is used.
 
     The summary's size is not known before the LLM writes it, so it is reserved at its
     maximum (``summary_max_chars``, or the replaced text if that is smaller). Size falls as
@@ -404,7 +417,20 @@ def _choose_split(history: History, units: list[list[int]], target: int, measure
             hi = mid
         else:
             lo = mid + 1
+    # Exchange boundary: the kept part starts at a real user request, so no answer is kept
+    # without its question. Summarizing more only shrinks the history, so the snapped split
+    # fits too; the check is the documented fallback to the finer split should it not.
+    snapped = next((j for j in range(lo, len(units)) if _starts_exchange(history, units[j])),
+                   len(units))
+    if snapped != lo and fits(snapped):
+        return snapped
     return lo
+
+
+def _starts_exchange(history: History, unit: list[int]) -> bool:
+    """Whether ``unit`` opens an exchange: it is a real user request (no tag)."""
+    m = history[unit[0]]
+    return m.role is Role.USER and m.tag is None
 
 
 def _covered(message: Message) -> int:

@@ -249,20 +249,28 @@ def test_trim_does_not_mutate_meta() -> None:
 # -- compact: the SPEC's phases and messages ----------------------------------------------------
 
 def spec_example() -> History:
-    """23 messages, 4.2 MB; summarizing the oldest 15 leaves 9 messages, 1.8 MB."""
+    """23 messages, 4.2 MB; summarizing the oldest 15 (whole exchanges) leaves 9, 1.8 MB."""
     def turn(t: int, result_chars: int) -> list[Message]:
         return [Message.user(f"request {t}"),
                 Message.assistant("", [ToolCall(f"c{t}", "read_file", "{}")]),
                 Message.tool(f"c{t}", "x" * result_chars, name="read_file"),
                 Message.assistant(f"answer {t}")]
     msgs = [Message.system("You are a coding assistant.")]
-    msgs += turn(1, int(0.6 * MiB)) + turn(2, int(0.6 * MiB)) + turn(3, 1_000)
-    msgs += turn(4, int(1.2 * MiB))[:3]                      # 15 old non-system messages
-    msgs += [Message.assistant("answer 4"), Message.user("request 5"),
+    msgs += turn(1, int(0.6 * MiB)) + turn(2, int(0.6 * MiB))
+    msgs += [Message.user("request 3"), Message.assistant("answer 3"),
+             Message.user("request 4"),
+             Message.assistant("", [ToolCall("d", "read_file", "{}"),
+                                    ToolCall("e", "read_file", "{}")]),
+             Message.tool("d", "v" * 1_000, name="read_file"),
+             Message.tool("e", "w" * int(1.2 * MiB), name="read_file"),
+             Message.assistant("answer 4")]                 # 15 old non-system messages
+    msgs += [Message.user("request 5"),
              Message.assistant("", [ToolCall("a", "read_file", "{}"),
-                                    ToolCall("b", "read_file", "{}")]),
+                                    ToolCall("b", "read_file", "{}"),
+                                    ToolCall("c", "read_file", "{}")]),
              Message.tool("a", "y" * MiB, name="read_file"),
              Message.tool("b", "z" * int(0.75 * MiB), name="read_file"),
+             Message.tool("c", "ok", name="read_file"),
              Message.assistant("answer 5"), Message.user("request 6: go on")]
     return tuple(msgs)
 
@@ -286,6 +294,7 @@ def test_spec_messages_exactly() -> None:
     assert report.after_bytes == wire_bytes(out) <= int(2.9 * MiB)
     assert out[1].tag == TAG_SUMMARY
     assert out[1].text == "[STRUCTURED SUMMARY — covering 15 earlier messages]\n" + summary
+    assert out[2] == Message.user("request 5")     # the kept part opens an exchange
     check_invariants(h, out)
     assert problems(out) == []
     last = events[-1]
@@ -595,3 +604,62 @@ def test_with_the_emulators_extractive_summarizer() -> None:
     assert summary.text.startswith(header)
     assert summary.text.count("[STRUCTURED SUMMARY") == 1
     assert problems(out) == [] and wire_bytes(out) <= wire_bytes(h) // 3
+
+
+# -- the split falls on exchange boundaries ----------------------------------------------------
+
+def kept_after_summary(out: History) -> list[Message]:
+    """The messages after the summary that are not pinned (system, payload notice)."""
+    at = next(i for i, m in enumerate(out) if m.tag == TAG_SUMMARY)
+    return [m for m in out[at + 1:] if m.role is not Role.SYSTEM and m.tag != TAG_PAYLOAD_NOTICE]
+
+
+def test_an_answer_is_never_kept_without_its_question() -> None:
+    # Summarizing the first two messages alone would reach the target, keeping "answer 2"
+    # with its request summarized; the split moves on to request 3 instead.
+    notice = Message.user("[SYSTEM NOTICE — PAYLOAD LIMIT HIT] …", tag=TAG_PAYLOAD_NOTICE)
+    h: History = (Message.system("s"), Message.user("request 1 " + "a" * 40_000),
+                  Message.assistant("answer 1"), Message.user("request 2 " + "b" * 40_000),
+                  Message.assistant("answer 2 " + "c" * 2_000), notice,
+                  Message.user("request 3"), Message.assistant("answer 3"),
+                  Message.user("request 4"))
+    target = wire_bytes(h) - 60_000
+    out, report = compact(h, target_bytes=target, measure=wire_bytes,
+                          summarize=Recorder("## Current task state\n- going on"), settings=S)
+    assert report.applied and report.summarized_messages == 4
+    assert [m.text for m in kept_after_summary(out)] == \
+        ["request 3", "answer 3", "request 4"]
+    assert out[0] == h[0] and notice in out
+    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 4 earlier messages]")
+    check_invariants(h, out)
+
+
+def test_a_tool_loop_is_summarized_whole_with_its_request() -> None:
+    h: History = (Message.user("request 1"),
+                  Message.assistant("", [ToolCall("c1", "read_file", "{}")]),
+                  Message.tool("c1", "x" * 80_000, name="read_file"),
+                  Message.assistant("", [ToolCall("c2", "read_file", "{}")]),
+                  Message.tool("c2", "y" * 5_000, name="read_file"),
+                  Message.assistant("answer 1"), Message.user("request 2"))
+    out, report = compact(h, target_bytes=wire_bytes(h) // 2, measure=wire_bytes,
+                          summarize=Recorder("## Files read\n- a.py"), settings=S)
+    assert report.summarized_messages == 6
+    assert [m.text for m in kept_after_summary(out)] == ["request 2"]
+    assert problems(out) == []
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=valid_histories(max_result_chars=20_000), fraction=st.floats(0.05, 1.0))
+def test_the_kept_part_starts_at_a_user_request(h: History, fraction: float) -> None:
+    out, report = compact(h, target_bytes=int(wire_bytes(h) * fraction), measure=wire_bytes,
+                          summarize=Recorder(), settings=S)
+    check_invariants(h, out)
+    assert problems(out) == []
+    if not report.summarized_messages:
+        return
+    kept = kept_after_summary(out)
+    latest = latest_user_index(h)
+    if latest is not None:
+        # The latest request is never summarized, so a user message is always in range.
+        assert kept and kept[0].role is Role.USER
+        assert kept[0].tag is None or kept[0] == h[latest]
