@@ -871,3 +871,60 @@ def test_close_also_ends_keep_alive_connections() -> None:
     with pytest.raises(openai.APIConnectionError):
         oc.chat.completions.create(model="emulator", messages=[{"role": "user", "content": "b"}])
     assert len(emu.requests) == 2
+
+
+def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing() -> None:
+    from ipy_ctxrecovery.compactor import compact
+    from ipy_ctxrecovery.config import Settings
+    from ipy_ctxrecovery.history import Message as HMessage
+    from ipy_ctxrecovery.history import ToolCall as HToolCall
+    from ipy_ctxrecovery.history import to_openai
+
+    def measure(history: tuple[HMessage, ...]) -> int:
+        return len(json.dumps(to_openai(history), ensure_ascii=False).encode("utf-8"))
+
+    earlier = HMessage.user("[STRUCTURED SUMMARY — covering 4 earlier messages]\n"
+                            "## Files read\n- notes/plan.md", tag="summary")
+    history = (HMessage.system("Be brief."), earlier,
+               HMessage.user("please fix the failing test in src/app.py"),
+               HMessage.assistant("", [HToolCall("c1", "read_file", '{"path": "src/app.py"}')]),
+               HMessage.tool("c1", "def f():\n    raise ValueError('bad input')\n" * 40,
+                             name="read_file"),
+               HMessage.assistant("We decided to validate the input before calling f."),
+               HMessage.user("now run the tests"))
+    inputs: list[str] = []
+
+    def summarizer(text: str) -> str:
+        inputs.append(text)
+        return summarize(text)
+
+    settings = Settings().replace(summarizer_input_max_chars=1_500)
+    out, report = compact(history, target_bytes=measure(history) // 3, measure=measure,
+                          summarize=summarizer, settings=settings,
+                          instructions="focus on the tests")
+    assert report.applied and inputs
+    sent = inputs[0]
+    assert sent.startswith("Summarize these 5 earlier messages")     # the framing is there…
+    assert "--- user ---" in sent and "chars omitted" in sent
+    raw = summarize(sent)
+    assert raw.startswith("[STRUCTURED SUMMARY — covering 5 earlier messages]\n")
+    items = [ln[2:].rstrip("…") for ln in raw.splitlines() if ln.startswith("- ")]
+    assert items                                                      # …but never quoted
+    for item in items:
+        assert not item.startswith(("Summarize these", "---", "[…", "Additional instructions",
+                                    "[STRUCTURED SUMMARY", "## "))
+        assert "omitted" not in item
+        assert item in sent
+    assert any("src/app.py" in item for item in items)
+    assert "notes/plan.md" in raw              # the earlier summary's fact, not its heading
+    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 8 earlier messages]\n")
+
+
+def test_framing_lines_alone_give_only_the_header() -> None:
+    from ipy_ctxrecovery import compactor
+
+    text = ("Summarize these 3 earlier messages of the conversation (oldest first).\n\n"
+            "--- user ---\n\n--- assistant ---\n[… 120 chars omitted …]\n"
+            + compactor._OMITTED_NOTE.format(k=2, chars=300) + "\n"
+            "Additional instructions for this summary: keep it short") * 3
+    assert summarize(text) == "[STRUCTURED SUMMARY — covering 3 earlier messages]"

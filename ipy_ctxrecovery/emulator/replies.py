@@ -379,20 +379,52 @@ _COMMAND_RE = re.compile(r"^\s*(?:\$|>>>|%|!)\s*\S|`[^`]+`")
 _ERROR_RE = re.compile(r"error|exception|traceback|failed|failure", re.I)
 _DECISION_RE = re.compile(r"\b(decid|chose|choose|agreed|plan|will|should|must)\w*", re.I)
 
+# The compactor's framing of the summarizer input (compactor._summarizer_input): an
+# instruction line naming the count, one "--- label ---" line per message, omission
+# markers and the user's extra instructions. None of it is conversation, so none of it is
+# quoted; the count and the labels give the header's N.
+_PREAMBLE_RE = re.compile(r"^Summarize these (\d+) earlier messages\b", re.I)
+_SECTION_RE = re.compile(r"^--- [^\n]* ---$")
+_FRAMING_RE = re.compile(
+    r"^(?:\[\d+ older messages? \(\d+ chars\) omitted\b"     # the omitted-messages note
+    r"|\[… \d+ chars omitted …\]$"                             # a cut message's marker
+    r"|Additional instructions for this summary:"                 # a manual compact's focus
+    r"|\[?\s*STRUCTURED SUMMARY\b"                                # an earlier summary's header
+    r"|##\s+(?:Files|Commands|Key|Errors|Current task)\b)")       # an earlier summary's headings
 
-def summarize(text: str) -> str:
-    """Extractive summary: a ``[STRUCTURED SUMMARY — covering N earlier messages]`` header
-    and sections of lines copied from ``text``, at most min(len(text)/4, 2000) chars."""
-    n = len(_MESSAGE_MARK_RE.findall(text)) or 1
-    header = summary_header(n)
-    bound = max(min(len(text) // SUMMARY_FRACTION, SUMMARY_MAX_CHARS), len(header))
+
+def _conversation_lines(text: str) -> tuple[list[str], int]:
+    """The distinct conversation lines of ``text`` (framing skipped) and its message count."""
     lines: list[str] = []
     seen: set[str] = set()
+    announced = sections = 0
     for raw in text.splitlines():
         line = " ".join(raw.split())
+        preamble = _PREAMBLE_RE.match(line)
+        if preamble:
+            announced = announced or int(preamble.group(1))
+            continue
+        if _SECTION_RE.match(line):
+            sections += 1
+            continue
+        if _FRAMING_RE.match(line):
+            continue
+        if line.startswith("- "):       # an earlier summary's bullet: quote the fact only
+            line = line[2:].strip()
         if line and line not in seen:
             seen.add(line)
             lines.append(line)
+    n = announced or sections or len(_MESSAGE_MARK_RE.findall(text)) or 1
+    return lines, n
+
+
+def summarize(text: str) -> str:
+    """Extractive summary: a ``[STRUCTURED SUMMARY — covering N earlier messages]`` header
+    and sections of conversation lines copied from ``text`` (the compactor's instruction
+    and framing lines are skipped), at most min(len(text)/4, 2000) chars."""
+    lines, n = _conversation_lines(text)
+    header = summary_header(n)
+    bound = max(min(len(text) // SUMMARY_FRACTION, SUMMARY_MAX_CHARS), len(header))
     sections = [
         ("Files", [ln for ln in lines if _PATH_RE.search(ln)]),
         ("Commands", [ln for ln in lines if _COMMAND_RE.search(ln)]),
