@@ -9,7 +9,8 @@ One :meth:`ChatSession.send` is one user turn::
     append their results, go round again (at most ``settings.max_tool_rounds``).
 
 The provider-facing half (one request with pre-flight and recovery) is the
-:class:`~ipy_ctxrecovery.recovery.RequestLoop` mixin in ``recovery.py``.
+:class:`~ipy_ctxrecovery.recovery.RequestLoop` mixin in ``recovery.py``; the values a
+session hands back (:class:`Reply`, :class:`SessionStatus`, ``KEEP``) live in ``_values.py``.
 
 Every step is a pure function of the history; the session swaps the new history in only
 when the whole turn succeeded, so a failed turn leaves :attr:`ChatSession.history` exactly
@@ -41,11 +42,11 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import budget, compactor, escalation, preflight
+from ._values import KEEP, Reply, SessionStatus, _Keep
 from .catalogue import ModelInfo
 from .config import Settings, format_size
 from .errors import ChatError, CtxRecoveryError
@@ -75,84 +76,6 @@ _TOOL_LIMIT_RESULT = (
     "Answer with what you have so far.]"
 )
 _session_counter = itertools.count(1)
-
-
-class _Keep:
-    """The type of :data:`KEEP`: "argument not given", distinct from None."""
-
-    _instance: _Keep | None = None
-
-    def __new__(cls) -> _Keep:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP = _Keep()
-"""Default of :meth:`ChatSession.update` arguments where None is a value (``max_tokens``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The assistant's answer to one :meth:`ChatSession.send`."""
-
-    text: str
-    finish_reason: str
-    usage: Usage
-    actions: tuple[str, ...] = ()
-    model: str = ""
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True, slots=True)
-class SessionStatus:
-    """Where a session stands: sizes against window and cap, counts, totals."""
-
-    name: str
-    model: str
-    history_bytes: int
-    est_tokens: int
-    window: int
-    window_guessed: bool
-    cap: int | None
-    cap_source: str | None
-    messages: int
-    transcript_messages: int
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    compactions: int = 0
-    recoveries: int = 0
-    cap_note: str | None = None
-    """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
-    window_learned: bool = False
-    """The window is the one a context-overflow error reported (below the configured one)."""
-
-    def __str__(self) -> str:
-        window = f"{self.window:,} tokens" + (
-            " (learned from the provider)" if self.window_learned else
-            " (guessed — set CHATCLI_CONTEXT_WINDOW)" if self.window_guessed else "")
-        share = f"{100 * self.est_tokens / self.window:.0f}%" if self.window else "?"
-        if self.cap is None:
-            cap = "no payload cap configured"
-        else:
-            cap = (f"{format_size(self.cap)} ({self.cap_source}); history is "
-                   f"{100 * self.history_bytes / self.cap:.0f}% of it")
-        if self.cap_note:
-            cap += f" — {self.cap_note}"
-        return "\n".join([
-            f"session {self.name} · model {self.model}",
-            f"history: {self.messages} messages, {format_size(self.history_bytes)} "
-            f"≈ {self.est_tokens:,} tokens ({share} of the {window} window)",
-            f"payload cap: {cap}",
-            f"transcript: {self.transcript_messages} messages",
-            f"usage: {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens",
-            f"compactions: {self.compactions} · recoveries: {self.recoveries}",
-        ])
 
 
 class ChatSession(RequestLoop):

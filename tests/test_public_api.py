@@ -60,5 +60,18 @@ def test_core_modules_import_no_ui_or_sdk() -> None:
 
 def test_session_layer_imports_no_sdk_until_a_provider_is_made() -> None:
     statement = ("from ipy_ctxrecovery import ChatSession, Reply, chat_tool\n"
-                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools, ipy_ctxrecovery.recovery")
+                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools, ipy_ctxrecovery.recovery\n"
+                 "import ipy_ctxrecovery._fitting, ipy_ctxrecovery._values")
     assert _loaded_after(statement) == []
+
+
+def test_split_out_names_keep_their_public_homes() -> None:
+    from ipy_ctxrecovery import _fitting, _values, recovery, session
+
+    assert session.Reply is _values.Reply is ipy_ctxrecovery.Reply
+    assert session.SessionStatus is _values.SessionStatus
+    assert session.KEEP is _values.KEEP
+    assert session.__all__ == ["KEEP", "ChatSession", "Reply", "SessionStatus"]
+    assert recovery.Turn is _fitting.Turn
+    assert recovery.__all__ == ["RequestLoop", "Turn"]
+    assert issubclass(session.ChatSession, _fitting.RequestSizing)

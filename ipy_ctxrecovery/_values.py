@@ -1,0 +1,96 @@
+"""The session API's small values: :class:`Reply`, :class:`SessionStatus` and the ``KEEP`` sentinel.
+
+:class:`Reply` is one answer, :class:`SessionStatus` where a session stands (with its
+text formatting), :data:`KEEP` the "argument not given" default of
+:meth:`~ipy_ctxrecovery.session.ChatSession.update`. All are re-exported from
+:mod:`ipy_ctxrecovery.session`, their public home (``from ipy_ctxrecovery.session import
+Reply, SessionStatus, KEEP``; ``ipy_ctxrecovery.Reply``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import format_size
+from .providers.base import Usage
+
+__all__ = ["KEEP", "Reply", "SessionStatus"]
+
+
+class _Keep:
+    """The type of :data:`KEEP`: "argument not given", distinct from None."""
+
+    _instance: _Keep | None = None
+
+    def __new__(cls) -> _Keep:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = _Keep()
+"""Default of :meth:`ChatSession.update` arguments where None is a value (``max_tokens``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The assistant's answer to one :meth:`ChatSession.send`."""
+
+    text: str
+    finish_reason: str
+    usage: Usage
+    actions: tuple[str, ...] = ()
+    model: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """Where a session stands: sizes against window and cap, counts, totals."""
+
+    name: str
+    model: str
+    history_bytes: int
+    est_tokens: int
+    window: int
+    window_guessed: bool
+    cap: int | None
+    cap_source: str | None
+    messages: int
+    transcript_messages: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    compactions: int = 0
+    recoveries: int = 0
+    cap_note: str | None = None
+    """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
+    window_learned: bool = False
+    """The window is the one a context-overflow error reported (below the configured one)."""
+
+    def __str__(self) -> str:
+        window = f"{self.window:,} tokens" + (
+            " (learned from the provider)" if self.window_learned else
+            " (guessed — set CHATCLI_CONTEXT_WINDOW)" if self.window_guessed else "")
+        share = f"{100 * self.est_tokens / self.window:.0f}%" if self.window else "?"
+        if self.cap is None:
+            cap = "no payload cap configured"
+        else:
+            cap = (f"{format_size(self.cap)} ({self.cap_source}); history is "
+                   f"{100 * self.history_bytes / self.cap:.0f}% of it")
+        if self.cap_note:
+            cap += f" — {self.cap_note}"
+        return "\n".join([
+            f"session {self.name} · model {self.model}",
+            f"history: {self.messages} messages, {format_size(self.history_bytes)} "
+            f"≈ {self.est_tokens:,} tokens ({share} of the {window} window)",
+            f"payload cap: {cap}",
+            f"transcript: {self.transcript_messages} messages",
+            f"usage: {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens",
+            f"compactions: {self.compactions} · recoveries: {self.recoveries}",
+        ])
+
