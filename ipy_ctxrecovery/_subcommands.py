@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
+from IPython.core.magic_arguments import MagicArgumentParser
 
 from . import errors, history
 from .config import ENV_VARS, ConfigError, format_size, parse_size
@@ -28,20 +29,16 @@ if TYPE_CHECKING:
 __all__ = ["SUBCOMMANDS", "run_subcommand", "summary_text"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser whose mistakes are UsageErrors (one line, no traceback)."""
-
-    def error(self, message: str) -> Any:
-        raise UsageError(message)
-
-
 Handler = Callable[["ChatMagics", Any], Any]
-SUBCOMMANDS: dict[str, tuple[Handler, _Parser, str]] = {}
+SUBCOMMANDS: dict[str, tuple[Handler, MagicArgumentParser, str]] = {}
 
 
 def _subcommand(name: str, summary: str, *arguments: tuple[tuple[str, ...], dict[str, Any]],
                 session_flag: bool = True) -> Callable[[Handler], Handler]:
-    parser = _Parser(prog=f"%chat {name}", description=summary, add_help=False)
+    # IPython's parser: its mistakes are UsageErrors (one line, no traceback). The plain
+    # formatter keeps the usage "%chat NAME" (MagicHelpFormatter would prefix another "%").
+    parser = MagicArgumentParser(prog=f"%chat {name}", description=summary,
+                                 formatter_class=argparse.HelpFormatter)
     if session_flag:
         parser.add_argument("-S", "--session", default="default", metavar="NAME",
                             help="Session name.")
