@@ -49,7 +49,7 @@ from . import budget, compactor, escalation, preflight
 from ._values import KEEP, Reply, SessionStatus, _Keep
 from .catalogue import ModelInfo
 from .config import Settings, format_size
-from .errors import ChatError, CtxRecoveryError
+from .errors import ChatError, CtxRecoveryError, redact
 from .events import (
     Escalation,
     Event,
@@ -352,7 +352,8 @@ class ChatSession(RequestLoop):
             try:
                 callback(event)
             except Exception as e:  # a display bug must not end the turn, nor go unnoticed
-                warnings.warn(f"event subscriber {callback!r} raised {type(e).__name__}: {e}",
+                warnings.warn(redact(f"event subscriber {callback!r} raised "
+                                     f"{type(e).__name__}: {e}"),
                               RuntimeWarning, stacklevel=2)
 
     # -- transcript -----------------------------------------------------------------------

@@ -81,7 +81,9 @@ class Tool:
         except Exception as e:  # a tool's bug must not end the conversation
             # Error text goes to the model and the transcript: mask any key it quotes.
             return redact(f"Error: {self.name} raised {type(e).__name__}: {e}"), True
-        return _to_text(result), False
+        # A tool may read a file that holds a key (an .env, a config): results go to the
+        # model, the transcript and the history files, where keys must never appear.
+        return redact(_to_text(result)), False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)

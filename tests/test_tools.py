@@ -149,6 +149,14 @@ def test_exceptions_become_error_results_not_crashes() -> None:
     assert build_tool(refuse).run('{"path": "/x"}') == ("Error: /x is not allowed here.", True)
 
 
+def test_a_key_in_a_file_read_by_a_tool_is_masked(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-proj-abcdef0123456789abcdef\nDEBUG=1\n")
+    read_file = make_read_file(tmp_path, tmp_path / "results")
+    text, is_error = read_file.run(json.dumps({"path": str(tmp_path / ".env")}))
+    assert not is_error and "DEBUG=1" in text
+    assert "abcdef0123456789abcdef" not in text and "REDACTED" in text
+
+
 def test_a_key_quoted_by_a_failing_tool_is_masked() -> None:
     def call_api(q: str) -> str:
         """Call an internal API."""
