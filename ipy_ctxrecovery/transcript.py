@@ -26,6 +26,7 @@ import json
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from ._files import DIR_MODE, FILE_MODE, ensure_private_dir, open_private, write_private_atomic
 from .errors import ConfigError
 from .history import History, Message
+from .pairing import repair_pairing
 
 __all__ = [
     "DIR_MODE",
@@ -143,11 +145,23 @@ class Transcript:
         write_private_atomic(self.history_path, data)
 
     def load_history(self) -> History | None:
+        """The working-history snapshot; None when there is none.
+
+        A snapshot that cannot be read (a crash mid-write on another tool's part, a hand
+        edit) is not fatal: the transcript holds every message, so the working history is
+        rebuilt from it (tool pairing repaired) with one warning, and nothing is lost.
+        """
         try:
             data = json.loads(self.history_path.read_text(encoding="utf-8"))
+            return tuple(Message.from_dict(m) for m in data.get("messages", ()))
         except FileNotFoundError:
             return None
-        return tuple(Message.from_dict(m) for m in data.get("messages", ()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            warnings.warn(f"{self.history_path} could not be read; the working history was "
+                          "rebuilt from the session's transcript.", RuntimeWarning,
+                          stacklevel=2)
+            rebuilt, _ = repair_pairing(self.messages())
+            return rebuilt
 
     # -- session metadata ------------------------------------------------------------------
     def save_meta(self, meta: Mapping[str, Any]) -> None:

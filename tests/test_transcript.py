@@ -109,6 +109,18 @@ def test_history_snapshot_and_meta() -> None:
     assert json.loads(t.history_path.read_text())["version"] == 1
 
 
+def test_a_corrupt_snapshot_is_rebuilt_from_the_transcript() -> None:
+    t = Transcript("broken")
+    said = [Message.user("q1"), Message.assistant("a1"), Message.user("q2")]
+    for m in said:
+        t.append(m)
+    t.save_history((Message.user("q2"),))
+    t.history_path.write_text('{"version": 1, "messages": [{"role": "us', encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match="rebuilt from the session's transcript"):
+        rebuilt = t.load_history()
+    assert rebuilt == tuple(said)
+
+
 def test_list_sessions() -> None:
     assert list_sessions() == []
     Transcript("b")
