@@ -19,9 +19,9 @@ _EXPORTS = {
     "ChatError": "errors",
     "ConfigError": "errors",
     "CtxRecoveryError": "errors",
-    "Failure": "errors",
-    "FailureKind": "errors",
-    "classify": "errors",
+    "Failure": "failures",
+    "FailureKind": "failures",
+    "classify": "_classify",
     "Settings": "config",
     "parse_size": "config",
     "Message": "history",
@@ -51,9 +51,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._classify import classify
     from .config import Settings, parse_size
     from .emulator import Emulator
-    from .errors import ChatError, ConfigError, CtxRecoveryError, Failure, FailureKind, classify
+    from .errors import ChatError, ConfigError, CtxRecoveryError
+    from .failures import Failure, FailureKind
     from .history import Message
     from .session import ChatSession, Reply
     from .tools import chat_tool

@@ -1,4 +1,4 @@
-"""Failure classification rules behind :func:`errors.classify` (SPEC §1, ANCHORS weakness 3).
+"""Failure classification: :func:`classify` turns an exception or a response into one :class:`Failure`.
 
 Order of evidence: the HTTP status, then the structured error body (``error.code``,
 ``error.type``, ``param``, llama.cpp's ``n_prompt_tokens``), then the text. Bare substrings
@@ -25,14 +25,11 @@ from typing import Any
 
 from . import _patterns as P
 from .config import format_size
-from .errors import Failure, FailureKind, redact
+from .errors import redact
+from .failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 
-__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify_failure"]
+__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify", "classify_failure"]
 
-#: A dropped connection on a body larger than this is ``likely_payload``, smaller is
-#: ``transient``. Equals ``Settings().likely_payload_min_bytes`` (asserted by a test); it
-#: lives here because config imports errors, and classify takes no settings.
-LIKELY_PAYLOAD_MIN_BYTES = 500 * 1024
 
 #: How much of a provider message goes into ``Failure.reason``.
 _REASON_MAX_CHARS = 300
@@ -534,3 +531,22 @@ def _root_cause(ev: _Evidence) -> str:
     text = str(best).strip()
     name = type(best).__name__
     return _clean(f"{name}: {text}" if text else name, 200)
+
+
+def classify(
+    error: BaseException | None = None,
+    *,
+    status: int | None = None,
+    body: str | bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    request_bytes: int | None = None,
+) -> Failure:
+    """Classify a failed request into exactly one :class:`FailureKind` (SPEC §1).
+
+    Accepts the real exceptions of the openai/anthropic SDKs, httpx/httpx2 and OS
+    connection errors, or a bare status/body/headers triple. Decides from the status code
+    and the structured error body first, text second.
+    """
+    return classify_failure(
+        error, status=status, body=body, headers=headers, request_bytes=request_bytes
+    )

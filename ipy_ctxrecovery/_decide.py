@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from .config import Settings, format_size
-from .errors import Failure, FailureKind
+from .failures import Failure, FailureKind
 
 __all__ = ["Decision", "LadderState", "Level", "decide"]
 

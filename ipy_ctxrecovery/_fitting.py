@@ -18,8 +18,9 @@ from typing import Any
 
 from . import budget, compactor, ladder, preflight
 from .config import Settings, format_size
-from .errors import ChatError, Failure, FailureKind
+from .errors import ChatError
 from .events import Event, NoticeInjected, Preflight
+from .failures import Failure, FailureKind
 from .history import History, Message
 from .providers.base import Provider, Request
 from .tools import Tool

@@ -33,7 +33,7 @@ from typing import Any
 from . import budget, compactor, ladder, microcompact, preflight
 from ._fitting import RequestSizing, Turn
 from .config import format_size
-from .errors import ChatError, Failure, FailureKind, redact
+from .errors import ChatError, redact
 from .events import (
     BudgetApplied,
     CapChanged,
@@ -46,6 +46,7 @@ from .events import (
     Retrying,
     WindowLearned,
 )
+from .failures import Failure, FailureKind
 from .history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from .providers.base import Provider, Response, TextCallback
 

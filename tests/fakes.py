@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ipy_ctxrecovery.catalogue import ModelInfo
-from ipy_ctxrecovery.errors import ChatError, Failure, FailureKind
+from ipy_ctxrecovery.errors import ChatError
+from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.history import Message, ToolCall, to_openai
 from ipy_ctxrecovery.providers.base import Request, Response, StopReason, TextCallback, Usage
 

@@ -27,11 +27,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipy_ctxrecovery.emulator as emulator_pkg
+from ipy_ctxrecovery._classify import classify
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.faults import parse_fault
 from ipy_ctxrecovery.emulator.replies import Turn, count_tokens, plan, summarize
-from ipy_ctxrecovery.errors import ConfigError, FailureKind, classify
+from ipy_ctxrecovery.errors import ConfigError
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.failures import FailureKind
 
 WIRES = ("openai", "anthropic")
 STREAMS = (False, True)

@@ -19,8 +19,9 @@ import anthropic
 import openai
 import pytest
 
+from ipy_ctxrecovery._classify import classify
 from ipy_ctxrecovery.emulator import Emulator
-from ipy_ctxrecovery.errors import FailureKind, classify
+from ipy_ctxrecovery.failures import FailureKind
 
 pytestmark = pytest.mark.nginx
 

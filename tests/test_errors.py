@@ -28,14 +28,10 @@ from hypothesis import strategies as st
 from quiet_server import QuietHTTPServer
 
 from ipy_ctxrecovery import _classify
+from ipy_ctxrecovery._classify import classify
 from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.errors import (
-    ChatError,
-    Failure,
-    FailureKind,
-    classify,
-    redact,
-)
+from ipy_ctxrecovery.errors import ChatError, redact
+from ipy_ctxrecovery.failures import Failure, FailureKind
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 CASES: list[dict[str, Any]] = [

@@ -16,7 +16,7 @@ from strategies import histories, valid_histories
 from ipy_ctxrecovery import history as hm
 from ipy_ctxrecovery.budget import ResultStore, is_boundary
 from ipy_ctxrecovery.config import KiB, MiB, Settings, format_size
-from ipy_ctxrecovery.errors import Failure, FailureKind
+from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,

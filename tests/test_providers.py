@@ -27,7 +27,8 @@ from strategies import valid_histories
 
 from ipy_ctxrecovery.catalogue import ModelInfo
 from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.errors import ChatError, ConfigError, FailureKind
+from ipy_ctxrecovery.errors import ChatError, ConfigError
+from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import Message, Reasoning, Role, Text, ToolCall
 from ipy_ctxrecovery.providers import (
     Provider,

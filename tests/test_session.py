@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeProvider, cut_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Reply, Settings
-from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError, FailureKind
+from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.events import (
     Escalation,
@@ -23,6 +23,7 @@ from ipy_ctxrecovery.events import (
     Truncated,
     TurnFinished,
 )
+from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
 

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.errors import ChatError, FailureKind
+from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.events import Event, LadderStep, NoticeInjected, WindowLearned
+from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,

@@ -21,9 +21,10 @@ from typing import Any
 
 import httpx2
 
-from .._classify import LIKELY_PAYLOAD_MIN_BYTES
+from .._classify import classify
 from ..catalogue import ModelInfo, lookup
-from ..errors import ChatError, Failure, FailureKind, classify
+from ..errors import ChatError
+from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..history import Message
 from .base import Request, Response, TextCallback
 

@@ -1,0 +1,95 @@
+"""What can go wrong with a request: :class:`FailureKind` and the classified :class:`Failure`.
+
+Data only: the kinds (SPEC §1), which of them the recovery ladder handles, their labels for
+the user, and the one size threshold the classifier and the providers share. The rules
+that decide a kind live in ``_classify``; the exceptions that carry a failure in ``errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "KIND_LABELS",
+    "LIKELY_PAYLOAD_MIN_BYTES",
+    "PAYLOAD_KINDS",
+    "RECOVERABLE_KINDS",
+    "Failure",
+    "FailureKind",
+]
+
+LIKELY_PAYLOAD_MIN_BYTES = 500 * 1024
+"""A dropped connection on a body larger than this is ``likely_payload``, smaller is
+``transient`` (equals ``Settings().likely_payload_min_bytes``; classify takes no settings)."""
+
+
+class FailureKind(StrEnum):
+    """What went wrong with a request, decided once per failure (SPEC §1)."""
+
+    CONTEXT_OVERFLOW = "context_overflow"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    WAF_REJECTION = "waf_rejection"
+    LIKELY_PAYLOAD = "likely_payload"
+    OUTPUT_LIMIT = "output_limit"
+    AUTH = "auth"
+    TRANSIENT = "transient"
+    OTHER = "other"
+
+
+RECOVERABLE_KINDS = frozenset(
+    {
+        FailureKind.CONTEXT_OVERFLOW,
+        FailureKind.PAYLOAD_TOO_LARGE,
+        FailureKind.WAF_REJECTION,
+        FailureKind.LIKELY_PAYLOAD,
+    }
+)
+PAYLOAD_KINDS = frozenset(
+    {FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION, FailureKind.LIKELY_PAYLOAD}
+)
+
+#: Human labels used in the user-facing lines of SPEC §3.
+KIND_LABELS: Mapping[FailureKind, str] = {
+    FailureKind.CONTEXT_OVERFLOW: "context window exceeded",
+    FailureKind.PAYLOAD_TOO_LARGE: "payload too large (413)",
+    FailureKind.WAF_REJECTION: "proxy/WAF rejection (403 + security signals)",
+    FailureKind.LIKELY_PAYLOAD: "connection dropped on a large request (likely payload limit)",
+    FailureKind.OUTPUT_LIMIT: "max_tokens above the model's output limit",
+    FailureKind.AUTH: "authentication failed",
+    FailureKind.TRANSIENT: "transient network/server error",
+    FailureKind.OTHER: "request failed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One classified failure, with whatever numbers the provider reported.
+
+    ``prompt_tokens``/``limit_tokens`` come from messages such as
+    "219898 tokens > 200000 maximum"; for "143653 + 64000 > 200000" the middle number is
+    ``output_tokens`` (the requested ``max_tokens``). ``request_bytes`` is the size of the
+    serialized body that failed, when known.
+    """
+
+    kind: FailureKind
+    reason: str
+    status: int | None = None
+    prompt_tokens: int | None = None
+    limit_tokens: int | None = None
+    output_tokens: int | None = None
+    request_bytes: int | None = None
+    retry_after: float | None = None
+
+    @property
+    def recoverable(self) -> bool:
+        return self.kind in RECOVERABLE_KINDS
+
+    @property
+    def payload_related(self) -> bool:
+        return self.kind in PAYLOAD_KINDS
+
+    @property
+    def label(self) -> str:
+        return KIND_LABELS[self.kind]
