@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import budget, compactor, ladder, preflight
+from . import budget, compactor, ladder, preflight, prompts
 from .config import Settings, format_size
 from .errors import ChatError
 from .events import Event, NoticeInjected, Preflight
@@ -118,7 +118,7 @@ class RequestSizing:
 
     # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
     def _summarize(self, text: str, *, max_tokens: int) -> str:
-        request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
+        request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
         return self._provider.send(request).message.text
 
@@ -247,7 +247,7 @@ class RequestSizing:
             # ... and under the payload cap: a summarizer request over a (learned) cap
             # would only be rejected by the same proxy. Half of what the cap leaves after
             # the system prompt, as JSON escaping can grow the text.
-            room = cap - len(compactor.SUMMARIZE_SYSTEM_PROMPT.encode("utf-8"))
+            room = cap - len(prompts.SUMMARIZE_SYSTEM_PROMPT.encode("utf-8"))
             input_bound = max(1, min(input_bound, room // 2))
         summary_bound = max(1, min(settings.summary_max_chars, window_chars // 4))
         if (input_bound, summary_bound) != (settings.summarizer_input_max_chars,

@@ -54,17 +54,15 @@ from .history import (
     ToolResult,
     latest_user_index,
 )
+from .prompts import summary_header
 
 __all__ = [
-    "SUMMARIZE_SYSTEM_PROMPT",
-    "SUMMARY_HEADER",
     "CompactionReport",
     "Measure",
     "Summarizer",
     "compact",
     "compaction_budget",
     "compaction_target",
-    "summary_header",
     "trim",
 ]
 
@@ -75,28 +73,6 @@ Measure = Callable[[History], int]
 """Size of a history in request-body bytes (the provider's exact encoding)."""
 
 _Phase = Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
-
-SUMMARY_HEADER = "[STRUCTURED SUMMARY — covering {n} earlier messages]"
-
-SUMMARIZE_SYSTEM_PROMPT = """\
-You compress the earlier part of a conversation between a user and an AI assistant that \
-uses tools, so that the conversation can continue within its context limit. You will be \
-given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
-
-Start with the line "[STRUCTURED SUMMARY — covering N earlier messages]", then write these \
-sections, each a heading followed by short bullet points ("none" when there is nothing):
-
-## Files read
-## Files modified
-## Commands run
-## Key decisions
-## Errors and resolutions
-## Current task state
-
-Rules: keep exact file paths, names, identifiers, numbers and error messages; record what \
-was done and what is still pending, not how the conversation went; do not invent anything \
-that is not in the messages; do not answer or continue the conversation; be as short as \
-the facts allow. Write in the language of the conversation."""
 
 # Markers and limits of the summarizer input; see the module docstring for the policy.
 _MESSAGE_SHARE = 4          # one message may use at most 1/4 of the input bound
@@ -161,13 +137,6 @@ def compaction_target(trigger: int, settings: Settings) -> int:
     """Where compaction aims: ``compaction_target_fraction × trigger`` (hysteresis)."""
     return max(0, int(trigger * settings.compaction_target_fraction))
 
-
-def summary_header(covered: int) -> str:
-    """``[STRUCTURED SUMMARY — covering N earlier messages]``."""
-    return SUMMARY_HEADER.format(n=covered)
-
-
-# -- trim -----------------------------------------------------------------------------------
 
 def trim(history: History) -> tuple[History, int]:
     """Remove reasoning blocks and duplicate content without an LLM; returns blocks removed.

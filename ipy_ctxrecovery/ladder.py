@@ -38,41 +38,20 @@ from .history import (
     Text,
     latest_user_index,
 )
+from .prompts import PAYLOAD_NOTICE, compaction_notice
 
 __all__ = [
-    "COMPACTION_NOTICE",
     "MIN_PREVIEW_CHARS",
-    "PAYLOAD_NOTICE",
     "Decision",
     "LadderResult",
     "LadderState",
     "Level",
     "apply",
-    "compaction_notice",
     "decide",
     "drop_oldest",
     "preflight_fit",
     "truncate_text",
 ]
-
-PAYLOAD_NOTICE = (
-    "[SYSTEM NOTICE — PAYLOAD LIMIT HIT] A proxy/gateway rejected the previous\n"
-    "request due to body size. History was compacted to recover. Going forward:\n"
-    "(1) When reading files, prefer targeted reads with line ranges\n"
-    "(e.g. sed -n '100,200p' file, or read_file with offset+limit) instead\n"
-    "of reading entire files.\n"
-    "(2) Prefer grep/ripgrep with specific patterns over full-file reads.\n"
-    "(3) If you previously read a large file, its full content is persisted at\n"
-    "the path shown in the tool-result preview — re-read specific ranges\n"
-    "from that file rather than repeating the original read.\n"
-    "(4) Summarize findings incrementally rather than accumulating raw tool output."
-)
-
-COMPACTION_NOTICE = (
-    "[Context was automatically compacted due to size limits. Previous conversation "
-    "history has been summarized. Continue from where you left off.]"
-)
-"""The SPEC's wording — used only when the dropped messages really were summarized."""
 
 MIN_PREVIEW_CHARS = 500
 """Exact fit never shrinks a tool result below this: the preview must still name its file."""
@@ -91,27 +70,6 @@ class LadderResult:
     payload_notice_added: bool = False
     compaction_notice_added: bool = False
     changed: bool = False                 # the history differs from the one given
-
-
-# -- notices ------------------------------------------------------------------------------
-
-def compaction_notice(dropped: int, *, summarized: bool) -> str:
-    """The compaction notice, true to what happened.
-
-    The SPEC's :data:`COMPACTION_NOTICE` only when earlier history was summarized and
-    nothing else was dropped; otherwise it says how many messages were dropped unsummarized.
-    """
-    if summarized and dropped <= 0:
-        return COMPACTION_NOTICE
-    were = f"{dropped} earlier message{'s were' if dropped != 1 else ' was'}"
-    if summarized:
-        return ("[Context was automatically compacted due to size limits. Previous "
-                "conversation history has been summarized (the summary above), and "
-                f"{were} dropped (not summarized). Their full text is kept in the session "
-                "transcript. Continue from where you left off.]")
-    return (f"[Context was automatically compacted due to size limits: {were} dropped "
-            "(not summarized). Their full text is kept in the session transcript. "
-            "Continue from where you left off.]")
 
 
 def _pinned(m: Message) -> bool:

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from . import budget, compactor, ladder, microcompact, preflight
+from . import budget, compactor, ladder, microcompact, preflight, prompts
 from ._fitting import RequestSizing, Turn
 from .config import format_size
 from .errors import ChatError, redact
@@ -354,7 +354,7 @@ class RequestLoop(RequestSizing):
             # compactor never summarizes the notice away).
             at = latest_user_index(history)
             at = len(history) if at is None else at
-            notice = Message.user(ladder.PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
+            notice = Message.user(prompts.PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
             start = (*history[:at], notice, *history[at:])
             notice_added = True
         floor = measure(ladder.drop_oldest(start, len(start))[0])

@@ -13,14 +13,7 @@ from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
 from ipy_ctxrecovery import compactor
-from ipy_ctxrecovery.compactor import (
-    SUMMARIZE_SYSTEM_PROMPT,
-    compact,
-    compaction_budget,
-    compaction_target,
-    summary_header,
-    trim,
-)
+from ipy_ctxrecovery.compactor import compact, compaction_budget, compaction_target, trim
 from ipy_ctxrecovery.config import MiB, Settings, format_size
 from ipy_ctxrecovery.events import CompactionPhase, Event
 from ipy_ctxrecovery.history import (
@@ -36,6 +29,7 @@ from ipy_ctxrecovery.history import (
     problems,
     to_openai,
 )
+from ipy_ctxrecovery.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
 
 S = Settings()
 START = "📦 Compacting history ({n} msgs, {b} → target {t})"
@@ -583,9 +577,8 @@ def test_trim_properties(h: History) -> None:
 
 def test_public_names() -> None:
     assert set(compactor.__all__) == {
-        "SUMMARIZE_SYSTEM_PROMPT", "SUMMARY_HEADER", "CompactionReport", "Measure",
-        "Summarizer", "compact", "compaction_budget", "compaction_target", "summary_header",
-        "trim",
+        "CompactionReport", "Measure", "Summarizer", "compact", "compaction_budget",
+        "compaction_target", "trim",
     }
 
 

@@ -30,20 +30,18 @@ from ipy_ctxrecovery.history import (
     to_openai,
 )
 from ipy_ctxrecovery.ladder import (
-    COMPACTION_NOTICE,
-    PAYLOAD_NOTICE,
     Decision,
     LadderResult,
     LadderState,
     Level,
     apply,
-    compaction_notice,
     decide,
     drop_oldest,
     preflight_fit,
     truncate_text,
 )
 from ipy_ctxrecovery.pairing import repair_pairing
+from ipy_ctxrecovery.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
 
 PROPS = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -37,7 +37,7 @@ from ipy_ctxrecovery.history import (
     from_openai,
     problems,
 )
-from ipy_ctxrecovery.ladder import PAYLOAD_NOTICE
+from ipy_ctxrecovery.prompts import PAYLOAD_NOTICE
 from ipy_ctxrecovery.providers import make_provider
 
 WIRES = ["emulator", "emulator:anthropic"]

@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compactor import SUMMARY_HEADER, summary_header
 from ..escalation import CONTINUATION_PROMPT
-from ..ladder import COMPACTION_NOTICE, PAYLOAD_NOTICE
+from ..prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
     "Plan",
