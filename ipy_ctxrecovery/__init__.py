@@ -29,6 +29,7 @@ _EXPORTS = {
     "Reply": "session",
     "chat_tool": "tools",
     "Emulator": "emulator",
+    "describe": "wording",
 }
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "__version__",
     "chat_tool",
     "classify",
+    "describe",
     "load_ipython_extension",
     "parse_size",
     "unload_ipython_extension",
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from .history import Message
     from .session import ChatSession, Reply
     from .tools import chat_tool
+    from .wording import describe
 
 
 def __getattr__(name: str) -> Any:
@@ -72,13 +75,13 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext ipy_ctxrecovery``: register the magics."""
-    from .magics import load
+    from .notebook import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext ipy_ctxrecovery``: unregister the magics and stop the embedded emulator."""
-    from .magics import unload
+    from .notebook import unload
 
     unload(ipython)

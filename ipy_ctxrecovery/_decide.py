@@ -1,9 +1,10 @@
-"""The ladder's pure decision (SPEC §3): Level, LadderState, Decision and ``decide``.
+"""The recovery ladder's decision (SPEC §3): :class:`Level`, :class:`LadderState`,
+:class:`Decision` and :func:`decide`.
 
 :func:`decide` chooses the next step for a failed send from policy (Settings), the turn's
-:class:`LadderState` and the classified :class:`Failure`; it does no I/O and touches no
-history. :mod:`.ladder` applies the step (``apply``) and re-exports these names, so
-``from ipy_ctxrecovery.ladder import decide`` keeps working.
+:class:`LadderState` and the classified :class:`Failure`; it does no I/O, touches no
+history and writes no prose (``wording.decision_lines`` renders a decision).
+:mod:`.ladder` applies the chosen step.
 
 Order of :func:`decide` for one turn (a fresh :class:`LadderState` per turn):
 
@@ -27,7 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from .config import Settings, format_size
+from .config import Settings
 from .failures import Failure, FailureKind
 
 __all__ = ["Decision", "LadderState", "Level", "decide"]
@@ -57,16 +58,22 @@ class LadderState:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What to do about one failed request: a level and the numbers it needs (no prose;
+    :func:`~.wording.decision_lines` renders it)."""
+
     level: Level
     attempt: int
     state: LadderState                    # the state after this decision
+    failure: Failure | None = None        # the failure decided on
     inject_payload_notice: bool = False
     assume_cap: int | None = None         # set when no cap is configured: SPEC auto-cap
     max_tokens: int | None = None         # new max_tokens for LOWER_MAX_TOKENS
+    requested_max_tokens: int | None = None  # the max_tokens the failed request carried
     target_bytes: int | None = None       # for EXACT_FIT
-    message: str = ""                     # the user-facing line(s) of SPEC §3
     limit_bytes: int | None = None        # largest size that can still work, when known
+    rejected_bytes: int | None = None     # a payload failure's rejected body size
     payload_related: bool = False         # the failure was a payload one (413/WAF/EOF)
+    reason: str = ""                      # GIVE_UP: one sentence for the user
 
 
 # -- decide -----------------------------------------------------------------------------
@@ -91,8 +98,8 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
     if failure.kind is FailureKind.OUTPUT_LIMIT:
         return _lower_output_limit(state, failure, requested)
     if not failure.recoverable:
-        return _give_up(state, f"The request failed ({failure.label}), which compacting "
-                               "the history cannot fix.")
+        return _give_up(state, failure, f"The request failed ({failure.label}), which "
+                                        "compacting the history cannot fix.")
 
     lowered = _lower_for_room(settings, state, failure, requested)
     if lowered is not None:
@@ -102,36 +109,30 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
     # SPEC auto-cap: offered on the turn's first payload failure whenever no cap is
     # configured; the session keeps it only while nothing better (a learned cap) is known.
     assume = settings.assumed_cap_bytes if first_payload and not cap_configured else None
-    lines = [f"⚠ Recoverable failure ({failure.label}) — compacting and retrying"]
-    if assume is not None:
-        lines.append(f"ℹ Assuming a {format_size(assume)}/payload limit — export "
-                     "CHATCLI_MAX_PAYLOAD (e.g. 5MB, 512KB) to adjust")
-    limit, target, why = _fit_numbers(settings, failure, history_bytes=history_bytes,
-                                      max_tokens=requested, cap=cap)
+    limit, target, rejected = _fit_numbers(settings, failure, history_bytes=history_bytes,
+                                           max_tokens=requested, cap=cap)
     if target is not None and target_ceiling is not None and 0 < target_ceiling < target:
         target = target_ceiling
     attempt = state.attempt + 1
     if attempt > settings.max_recovery_attempts:
         done = state.attempt
-        return _give_up(state, f"The request still failed after {done} recovery "
-                               f"attempt{'s' if done != 1 else ''} ({failure.label}); "
-                               "shorten the conversation or the latest message and try again.")
+        return _give_up(state, failure,
+                        f"The request still failed after {done} recovery "
+                        f"attempt{'s' if done != 1 else ''} ({failure.label}); "
+                        "shorten the conversation or the latest message and try again.")
     new_state = replace(state, attempt=attempt,
                         payload_notice_sent=state.payload_notice_sent or first_payload)
-    if target is not None and not state.exact_fit_tried:
-        lines.append(f"ℹ exact fit: {why} — cutting history to {format_size(target)}")
-        return Decision(Level.EXACT_FIT, attempt, replace(new_state, exact_fit_tried=True),
-                        inject_payload_notice=first_payload, assume_cap=assume,
-                        target_bytes=target, limit_bytes=limit, message="\n".join(lines),
-                        payload_related=failure.payload_related)
-    level = _BLIND_LEVELS[min(attempt, len(_BLIND_LEVELS)) - 1]
-    return Decision(level, attempt, new_state, inject_payload_notice=first_payload,
-                    assume_cap=assume, limit_bytes=limit, message="\n".join(lines),
-                    payload_related=failure.payload_related)
+    exact = target is not None and not state.exact_fit_tried
+    return Decision(
+        Level.EXACT_FIT if exact else _BLIND_LEVELS[min(attempt, len(_BLIND_LEVELS)) - 1],
+        attempt, replace(new_state, exact_fit_tried=True) if exact else new_state,
+        failure=failure, inject_payload_notice=first_payload, assume_cap=assume,
+        requested_max_tokens=requested, target_bytes=target if exact else None,
+        limit_bytes=limit, rejected_bytes=rejected, payload_related=failure.payload_related)
 
 
-def _give_up(state: LadderState, message: str) -> Decision:
-    return Decision(Level.GIVE_UP, state.attempt, state, message=message)
+def _give_up(state: LadderState, failure: Failure, reason: str) -> Decision:
+    return Decision(Level.GIVE_UP, state.attempt, state, failure=failure, reason=reason)
 
 
 def _lower_output_limit(state: LadderState, failure: Failure,
@@ -142,13 +143,12 @@ def _lower_output_limit(state: LadderState, failure: Failure,
         new = requested // 2      # no number reported: halve once
     if state.max_tokens_lowered or new is None or new < 1 or (
             requested is not None and new >= requested):
-        return _give_up(state, f"The request failed ({failure.label}); lower max_tokens "
-                               "(--max-tokens) to the model's output limit and try again.")
-    shown = f"{requested:,}" if requested is not None else "requested"
+        return _give_up(state, failure, f"The request failed ({failure.label}); lower "
+                                        "max_tokens (--max-tokens) to the model's output "
+                                        "limit and try again.")
     return Decision(Level.LOWER_MAX_TOKENS, state.attempt,
-                    replace(state, max_tokens_lowered=True), max_tokens=new,
-                    message=f"⚠ Recoverable failure ({failure.label}) — retrying with "
-                            f"max_tokens {new:,} instead of {shown}")
+                    replace(state, max_tokens_lowered=True), failure=failure, max_tokens=new,
+                    requested_max_tokens=requested)
 
 
 def _lower_for_room(settings: Settings, state: LadderState, failure: Failure,
@@ -164,33 +164,29 @@ def _lower_for_room(settings: Settings, state: LadderState, failure: Failure,
     if new < 1:
         return None
     return Decision(Level.LOWER_MAX_TOKENS, state.attempt,
-                    replace(state, max_tokens_lowered=True), max_tokens=new,
-                    message=f"⚠ Recoverable failure ({failure.label}) — {prompt:,} + "
-                            f"{requested:,} > {limit:,} tokens: retrying with max_tokens "
-                            f"{new:,} (history untouched)")
+                    replace(state, max_tokens_lowered=True), failure=failure, max_tokens=new,
+                    requested_max_tokens=requested)
 
 
 def _fit_numbers(settings: Settings, failure: Failure, *, history_bytes: int,
                  max_tokens: int | None, cap: int | None
-                 ) -> tuple[int | None, int | None, str]:
-    """(limit_bytes, exact-fit target_bytes, why) from what the failure reported."""
+                 ) -> tuple[int | None, int | None, int | None]:
+    """(limit_bytes, exact-fit target_bytes, rejected_bytes) from what the failure reported."""
     if failure.payload_related:
         rejected = failure.request_bytes or history_bytes
         if rejected <= 0:
-            return None, None, ""
+            return None, None, None
         if cap is not None and cap < rejected:
             target = cap
         else:
             target = math.floor(rejected * settings.learned_cap_fraction)
-        return rejected - 1, target, f"a {format_size(rejected)} request was rejected"
+        return rejected - 1, target, rejected
     prompt, limit = failure.prompt_tokens, failure.limit_tokens
     if prompt is None or limit is None or prompt <= 0 or history_bytes <= 0:
-        return None, None, ""
+        return None, None, None
     available = limit - (max_tokens or 0)
     if available <= 0:
-        return None, None, ""
+        return None, None, None
     limit_bytes = math.floor(history_bytes * available / prompt)
     target = math.floor(limit_bytes * (1 - settings.exact_fit_margin))
-    room = f" (room kept for max_tokens {max_tokens:,})" if max_tokens else ""
-    return limit_bytes, target, (f"the provider reported {prompt:,} tokens > {limit:,}"
-                                 f"{room}")
+    return limit_bytes, target, None

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .budget import cut_head, cut_tail
-from .config import Settings, format_size
+from .config import Settings
 from .errors import redact
 from .events import CompactionPhase, EventCallback
 from .history import (
@@ -73,6 +73,7 @@ Measure = Callable[[History], int]
 """Size of a history in request-body bytes (the provider's exact encoding)."""
 
 _Phase = Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
+_Outcome = Literal["summary", "trim", "nothing"]
 
 # Markers and limits of the summarizer input; see the module docstring for the policy.
 _MESSAGE_SHARE = 4          # one message may use at most 1/4 of the input bound
@@ -80,14 +81,6 @@ _HEAD_SHARE = 0.75          # of a cut message, ¾ head and ¼ tail
 _OMITTED_NOTE = "[{k} older messages ({chars} chars) omitted from this input to bound its size]"
 _NOTE_ROOM = 120            # chars kept free for the omitted note
 
-_PHASE_START = "📦 Compacting history ({n} msgs, {before} → target {target})"
-_PHASE_TRIM = "🧹 Trim: removing reasoning/dedup (no LLM)…"
-_PHASE_SUMMARIZE = "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…"
-_PHASE_APPLIED = "✓ Summary applied ({n0} → {n1} msgs, {b0} → {b1})"
-_PHASE_TRIM_APPLIED = "✓ Trim applied, no LLM needed ({n0} → {n1} msgs, {b0} → {b1})"
-_PHASE_NOTHING = "✓ History already within target ({n0} msgs, {b0}) — nothing to compact"
-_PHASE_REJECTED = "✗ Compaction rejected: {reason} — history kept as it was"
-_PHASE_CANCELLED = "✗ Compaction cancelled — history left exactly as it was"
 
 _HEADER_RE = re.compile(
     r"\[\s*STRUCTURED SUMMARY\s*[—–-]+\s*covering\s+(\d+)\s+earlier\s+messages?\s*\]",
@@ -232,20 +225,19 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     n0 = len(history)
     b0 = measure(history)
 
-    def phase(kind: _Phase, message: str, *, n1: int | None = None,
-              b1: int | None = None) -> None:
-        emit(CompactionPhase(message=message, phase=kind,
-                             before_messages=n0, after_messages=n1, before_bytes=b0,
-                             after_bytes=b1, target_bytes=target_bytes))
+    def phase(kind: _Phase, *, n1: int | None = None, b1: int | None = None,
+              outcome: _Outcome | None = None, reason: str | None = None) -> None:
+        emit(CompactionPhase(phase=kind, before_messages=n0, after_messages=n1,
+                             before_bytes=b0, after_bytes=b1, target_bytes=target_bytes,
+                             outcome=outcome, reason=reason))
 
     def unchanged(reason: str) -> tuple[History, CompactionReport]:
         # All or nothing: a rejected compaction keeps even the trim out of the history.
-        phase("rejected", _PHASE_REJECTED.format(reason=reason), n1=n0, b1=b0)
+        phase("rejected", n1=n0, b1=b0, reason=reason)
         return history, CompactionReport(False, n0, n0, b0, b0, 0, 0, reason)
 
-    phase("start", _PHASE_START.format(n=n0, before=format_size(b0),
-                                       target=format_size(target_bytes)))
-    phase("trim", _PHASE_TRIM)
+    phase("start")
+    phase("trim")
     base, trimmed_blocks = trim(history)
     base_bytes = measure(base) if trimmed_blocks else b0
     if base_bytes > b0:         # an encoding quirk made the trim larger: do without it
@@ -253,11 +245,9 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
 
     if base_bytes <= target_bytes and not force_summary:
         if not trimmed_blocks:
-            phase("applied", _PHASE_NOTHING.format(n0=n0, b0=format_size(b0)), n1=n0, b1=b0)
+            phase("applied", n1=n0, b1=b0, outcome="nothing")
             return history, CompactionReport(False, n0, n0, b0, b0)
-        phase("applied", _PHASE_TRIM_APPLIED.format(
-            n0=n0, n1=len(base), b0=format_size(b0), b1=format_size(base_bytes)),
-            n1=len(base), b1=base_bytes)
+        phase("applied", n1=len(base), b1=base_bytes, outcome="trim")
         return base, CompactionReport(True, n0, len(base), b0, base_bytes, 0, trimmed_blocks)
 
     units = _summarizable_units(base)
@@ -271,14 +261,14 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     replaced_chars = sum(m.char_size() for m in old)
     covered = sum(_covered(m) for m in old)
 
-    phase("summarize", _PHASE_SUMMARIZE)
+    phase("summarize")
     request = _summarizer_input(old, settings, instructions)
     try:
         _check_cancel(should_cancel)
         raw = summarize(request)
         _check_cancel(should_cancel)
     except KeyboardInterrupt:
-        phase("cancelled", _PHASE_CANCELLED, n1=n0, b1=b0)
+        phase("cancelled", n1=n0, b1=b0)
         raise
     except Exception as e:  # a provider failure rejects the summary; the turn goes on
         return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})")
@@ -292,8 +282,7 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
-    phase("applied", _PHASE_APPLIED.format(n0=n0, n1=len(result), b0=format_size(b0),
-                                           b1=format_size(b1)), n1=len(result), b1=b1)
+    phase("applied", n1=len(result), b1=b1, outcome="summary")
     return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)
 
 

@@ -1,25 +1,35 @@
 """Typed events: what the session and the core report as a turn goes on.
 
-Every event is a frozen dataclass with a ``message``: the one line the plain-text printer
-shows (the SPEC's wording). The panel reads the other fields. The core emits events
-through a callback it is given; it never calls a UI.
+Every event is a frozen dataclass of facts (sizes, counts, the :class:`~.failures.FailureKind`,
+the ladder :class:`~._decide.Level`); none carries prose. What a person reads is rendered
+from these fields by :mod:`.wording` (``describe(event)``), so the plain-text printer, the
+panel, the turn card and ``Reply.actions`` all say the same thing, and nothing parses a
+line back. The core emits events through a callback it is given; it never calls a UI.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from .failures import Failure, FailureKind
+
+if TYPE_CHECKING:
+    from ._decide import Decision, Level
 
 __all__ = [
     "BudgetApplied",
     "CapChanged",
+    "CapSource",
     "CompactionPhase",
     "Escalation",
     "Event",
     "EventCallback",
     "Failed",
+    "FitBeforeSend",
     "LadderStep",
+    "MaxTokensLowered",
     "MicrocompactApplied",
     "NoticeInjected",
     "Preflight",
@@ -31,19 +41,58 @@ __all__ = [
     "WindowLearned",
 ]
 
+CapSource = Literal["configured", "assumed", "learned"]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
-    message: str
+    """Base of every event."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preflight(Event):
+    """The pre-flight check of one request (SPEC §2).
+
+    ``reasons``: what it found — ``"cap"`` (over the pre-flight share of the cap),
+    ``"window"`` (prompt + max_tokens over the window), ``"no_cap"`` (the one-shot
+    large-history warning with no cap); empty for a routine check (``action == "ok"``).
+    """
+
     body_bytes: int
     est_tokens: int
     cap: int | None
+    cap_source: CapSource | None = None
     window: int
+    max_tokens: int | None = None
     action: Literal["ok", "compact", "warn"]
+    reasons: tuple[Literal["cap", "window", "no_cap"], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaxTokensLowered(Event):
+    """Before sending, ``max_tokens`` was lowered: above a learned output limit, or the
+    prompt plus the answer could not fit the window."""
+
+    requested: int
+    sent: int
+    reason: Literal["output_limit", "window"]
+    est_tokens: int
+    window: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitBeforeSend(Event):
+    """After compaction the body was still over a known limit: fitted before sending."""
+
+    body_bytes: int
+    goal_bytes: int
+    over: Literal["cap", "window"]
+    cap: int | None
+    cap_source: CapSource | None
+    est_tokens: int
+    reserved_tokens: int
+    window: int
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,21 +110,52 @@ class BudgetApplied(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionPhase(Event):
+    """One phase of a compaction (SPEC §7).
+
+    ``outcome`` says what an ``applied`` phase applied (``"summary"``, ``"trim"``, or
+    ``"nothing"`` when the history was already within the target); ``reason`` why a
+    ``rejected`` one was rejected.
+    """
+
     phase: Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
     before_messages: int
     after_messages: int | None = None
     before_bytes: int = 0
     after_bytes: int | None = None
     target_bytes: int | None = None
+    outcome: Literal["summary", "trim", "nothing"] | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LadderStep(Event):
-    level: str
-    attempt: int
-    failure_kind: str
+    """One step of the recovery ladder for a failed request (SPEC §3).
+
+    ``decision`` is the pure decision (its level, target and numbers); ``summarizing``
+    tells an exact fit that first tries an LLM summary; ``summary_not_used`` why a tried
+    summary was not used (the step then drops the oldest messages); ``notes`` what the
+    applied step did.
+    """
+
+    decision: Decision
+    failure: Failure
     before_messages: int
     after_messages: int
+    notes: tuple[str, ...] = ()
+    summarizing: bool = False
+    summary_not_used: str | None = None
+
+    @property
+    def level(self) -> Level:
+        return self.decision.level
+
+    @property
+    def attempt(self) -> int:
+        return self.decision.attempt
+
+    @property
+    def failure_kind(self) -> FailureKind:
+        return self.failure.kind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,14 +165,21 @@ class NoticeInjected(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapChanged(Event):
+    """The payload cap in force changed: learned from a rejected (or dropped) request of
+    ``rejected_bytes``, or assumed (SPEC §3 auto-cap)."""
+
     cap: int | None
-    source: Literal["configured", "assumed", "learned"]
+    source: CapSource
+    rejected_bytes: int | None = None
+    dropped: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Escalation(Event):
     attempt: int
     max_tokens: int
+    previous: int
+    of: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,15 +200,24 @@ class WindowLearned(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retrying(Event):
+    """A retry of the same request: ``auth`` (credentials re-read once) or ``transient``."""
+
     attempt: int
     wait: float
-    failure_kind: str
+    failure_kind: FailureKind
+    failure: Failure
+    of: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolRun(Event):
+    """A tool call ran (``limit_reached``: the turn's tool-round limit; nothing ran)."""
+
     name: str
     ok: bool
+    chars: int = 0
+    limit_reached: bool = False
+    max_rounds: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,7 +227,8 @@ class Recovered(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failed(Event):
-    failure_kind: str
+    failure_kind: FailureKind
+    sentence: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

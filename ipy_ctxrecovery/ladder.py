@@ -5,9 +5,9 @@
 the same fitting used *before* a send, when pre-flight already knows the body is over a
 limit (no rejection needed to act).
 
-The decision itself (:class:`Level`, :class:`LadderState`, :class:`Decision`,
-:func:`decide`, and the order in which it climbs) lives in :mod:`._decide`; it is
-re-exported here, so ``ladder.decide`` and ``from .ladder import Level`` keep working.
+The decision (:class:`Level`, :class:`LadderState`, :class:`Decision`, :func:`decide`,
+and the order in which it climbs) is :mod:`._decide`'s; this module exports it with the
+step that carries it out, as one surface for the ladder.
 
 Guarantees of :func:`apply` at every level (tested over generated histories): tool
 pairing valid, every system message kept, the first non-system message is ``user``, the

@@ -1,7 +1,8 @@
 """Pre-flight (SPEC §2): measure the request before it leaves; caps and the token estimate.
 
-``Caps`` and ``TokenEstimator`` are small mutable objects owned by one session (never
-module globals, never the environment — ANCHORS 4). :func:`check` is pure: it reads them
+``Caps`` and ``TokenEstimator`` are small mutable objects owned by one session; what a
+network path taught (:class:`PathLimits`) is shared only by the sessions on that path —
+never module globals, never the environment (ANCHORS 4). :func:`check` is pure: it reads them
 and says what to do with a request of ``body_bytes`` serialized bytes (ANCHORS 5: the
 wire body, not a character count).
 """
@@ -9,10 +10,12 @@ wire body, not a character count).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from .config import Settings, format_size
+from .config import Settings
+from .events import CapSource, Preflight
+from .wording import describe
 
 __all__ = [
     "CALIBRATION_RECENT_WEIGHT",
@@ -20,13 +23,11 @@ __all__ = [
     "MIN_BYTES_PER_TOKEN",
     "MIN_WINDOW_BUDGET_RATIO",
     "Caps",
+    "PathLimits",
     "PreflightResult",
     "TokenEstimator",
     "check",
-    "warning_line",
 ]
-
-CapSource = Literal["configured", "learned", "assumed"]
 
 MIN_BYTES_PER_TOKEN = 1.0
 MAX_BYTES_PER_TOKEN = 10.0
@@ -42,25 +43,51 @@ MIN_WINDOW_BUDGET_RATIO = 0.1
 
 
 @dataclass
+class PathLimits:
+    """What one network path taught about body sizes: the largest body that went through
+    and the smallest one rejected (a payload cap belongs to the path, not to a session)."""
+
+    largest_ok: int = 0
+    smallest_rejected: int | None = None
+
+
+@dataclass
 class Caps:
     """The payload cap of one session: configured, learned between ok/rejected, or assumed.
 
     The learned cap lies between the largest body that succeeded and the smallest that
-    was rejected: ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
+    was rejected on the session's network path (``path``, which sessions on the same path
+    may share): ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
     strictly below ``smallest_rejected``. A rejection below a configured cap proves the
     configured value too high, so the learned cap then wins (source "learned").
     """
 
     configured: int | None = None
     assumed: int | None = None
-    largest_ok: int = 0
-    smallest_rejected: int | None = None
     learned_fraction: float = 0.75
+    path: PathLimits = field(default_factory=PathLimits)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Caps:
+    def from_settings(cls, settings: Settings, path: PathLimits | None = None) -> Caps:
         return cls(configured=settings.max_payload,
-                   learned_fraction=settings.learned_cap_fraction)
+                   learned_fraction=settings.learned_cap_fraction,
+                   path=path if path is not None else PathLimits())
+
+    @property
+    def largest_ok(self) -> int:
+        return self.path.largest_ok
+
+    @largest_ok.setter
+    def largest_ok(self, value: int) -> None:
+        self.path.largest_ok = value
+
+    @property
+    def smallest_rejected(self) -> int | None:
+        return self.path.smallest_rejected
+
+    @smallest_rejected.setter
+    def smallest_rejected(self, value: int | None) -> None:
+        self.path.smallest_rejected = value
 
     @property
     def learned(self) -> int | None:
@@ -147,14 +174,20 @@ class PreflightResult:
     window: int
     action: Literal["ok", "compact", "warn"]
     budget_ratio: float | None = None     # 0.40 after a cap hit
-    message: str | None = None            # the SPEC's ℹ line, when there is one
-    warned: bool = False                  # the one-shot no-cap warning is in ``message``
+    reasons: tuple[Literal["cap", "window", "no_cap"], ...] = ()
+    cap_source: CapSource | None = None
+    max_tokens: int | None = None
+    warned: bool = False                  # the one-shot no-cap warning is given now
 
+    def event(self) -> Preflight:
+        return Preflight(body_bytes=self.body_bytes, est_tokens=self.est_tokens, cap=self.cap,
+                         cap_source=self.cap_source, window=self.window,
+                         max_tokens=self.max_tokens, action=self.action, reasons=self.reasons)
 
-def warning_line(body_bytes: int) -> str:
-    """SPEC §2's one-shot warning when no cap is configured."""
-    return (f"ℹ history {format_size(body_bytes)} — if your network has a proxy/gateway, "
-            "export CHATCLI_MAX_PAYLOAD=5MB (set it to the proxy's limit)")
+    @property
+    def message(self) -> str | None:
+        """The SPEC's ℹ line(s), when there is something to say."""
+        return describe(self.event()) or None
 
 
 def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEstimator,
@@ -169,32 +202,28 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
     cap = caps.effective()
     est = estimator.estimate(body_bytes)
     reserve = max_tokens or 0
-    lines: list[str] = []
+    reasons: list[Literal["cap", "window", "no_cap"]] = []
     ratio: float | None = None
     action: Literal["ok", "compact", "warn"] = "ok"
 
     if cap is not None and body_bytes > settings.preflight_cap_fraction * cap:
-        percent = round(100 * body_bytes / cap)
-        lines.append(f"ℹ pre-flight: history {format_size(body_bytes)} ≈ {percent}% of "
-                     f"{caps.source} cap ({format_size(cap)}) — compacting")
+        reasons.append("cap")
         action, ratio = "compact", settings.preflight_budget_ratio
 
     if est + reserve > window_tokens:
         room = (window_tokens - reserve) / window_tokens if window_tokens > 0 else 0.0
         # Compaction must leave room for the answer.
         window_ratio = min(settings.chat_budget_ratio, max(room, MIN_WINDOW_BUDGET_RATIO))
-        what = f"≈{est:,} tokens" + (f" + max_tokens {reserve:,}" if reserve else "")
-        lines.append(f"ℹ pre-flight: {what} > context window {window_tokens:,} tokens — "
-                     "compacting")
+        reasons.append("window")
         action = "compact"
         ratio = window_ratio if ratio is None else min(ratio, window_ratio)
 
     give_warning = cap is None and body_bytes > settings.no_cap_warn_bytes and not warned
     if give_warning:
-        lines.append(warning_line(body_bytes))
+        reasons.append("no_cap")
         if action == "ok":
             action = "warn"
 
     return PreflightResult(body_bytes=body_bytes, est_tokens=est, cap=cap, window=window_tokens,
-                           action=action, budget_ratio=ratio,
-                           message="\n".join(lines) if lines else None, warned=give_warning)
+                           action=action, budget_ratio=ratio, reasons=tuple(reasons),
+                           cap_source=caps.source, max_tokens=max_tokens, warned=give_warning)

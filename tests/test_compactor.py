@@ -30,6 +30,7 @@ from ipy_ctxrecovery.history import (
     to_openai,
 )
 from ipy_ctxrecovery.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
+from ipy_ctxrecovery.wording import describe
 
 S = Settings()
 START = "📦 Compacting history ({n} msgs, {b} → target {t})"
@@ -276,7 +277,7 @@ def test_spec_messages_exactly() -> None:
     summary = "## Files read\n- big files\n## Current task state\n- going on"
     out, report = compact(h, target_bytes=int(2.9 * MiB), measure=wire_bytes,
                           summarize=Recorder(summary), settings=S, on_event=events)
-    assert [e.message for e in events] == [
+    assert [describe(e) for e in events] == [
         "📦 Compacting history (23 msgs, 4.2 MB → target 2.9 MB)",
         "🧹 Trim: removing reasoning/dedup (no LLM)…",
         "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…",
@@ -311,7 +312,7 @@ def test_trim_alone_reaching_the_target_makes_no_llm_call() -> None:
     out, report = compact(h, target_bytes=target, measure=dict_bytes, summarize=no_llm,
                           settings=S, on_event=events)
     assert events.phases == ["start", "trim", "applied"]
-    assert events[-1].message == (f"✓ Trim applied, no LLM needed (3 → 3 msgs, "
+    assert describe(events[-1]) == (f"✓ Trim applied, no LLM needed (3 → 3 msgs, "
                                   f"{format_size(before)} → {format_size(dict_bytes(out))})")
     assert report.applied and report.trimmed_blocks == 1 and report.summarized_messages == 0
     assert dict_bytes(out) <= target
@@ -452,7 +453,7 @@ def test_unusable_summaries_are_rejected(reply: str, reason: str) -> None:
     assert not report.applied and report.rejected_reason == reason
     assert (report.after_messages, report.after_bytes) == (len(h), wire_bytes(h))
     assert events.phases == ["start", "trim", "summarize", "rejected"]
-    assert events[-1].message == f"✗ Compaction rejected: {reason} — history kept as it was"
+    assert describe(events[-1]) == f"✗ Compaction rejected: {reason} — history kept as it was"
 
 
 def test_too_long_summary_is_rejected() -> None:
@@ -501,7 +502,7 @@ def test_keyboard_interrupt_propagates_and_leaves_history_identical() -> None:
                 settings=S, on_event=events)
     assert snapshot(h) == before
     assert events.phases == ["start", "trim", "summarize", "cancelled"]
-    assert events[-1].message == CANCELLED
+    assert describe(events[-1]) == CANCELLED
 
 
 def test_cancel_token_after_the_summary_discards_it() -> None:

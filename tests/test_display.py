@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import events as ev
-from ipy_ctxrecovery.display import Answer, EventPrinter, Streamer, extract_code, parse_json_answer
+from ipy_ctxrecovery.notebook.display import Answer, EventPrinter, Streamer, extract_code, parse_json_answer
+from ipy_ctxrecovery.failures import FailureKind
 
 
 class Handle:
@@ -80,23 +81,21 @@ def test_streamer_not_live_collects_without_displaying() -> None:
 def test_event_printer_shows_actions_not_routine() -> None:
     out = io.StringIO()
     printer = EventPrinter(out)
-    printer(ev.Preflight(message="ℹ pre-flight: fine", body_bytes=1, est_tokens=1, cap=None,
-                         window=10, action="ok"))
-    printer(ev.TurnFinished(message="", history_bytes=1, est_tokens=1, window=10, cap=None))
-    printer(ev.MicrocompactApplied(message="🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB "
-                                           "freed", truncated=3, summarized=2, bytes_freed=1))
-    printer(ev.Preflight(message="ℹ pre-flight: history 4.2 MB ≈ 86% of configured cap (5.0 MB)"
-                                 " — compacting", body_bytes=1, est_tokens=1, cap=5,
-                         window=10, action="compact"))
-    printer(ev.Failed(message="✗ reported by the cell instead", failure_kind="other"))
+    mb = 1024 * 1024
+    printer(ev.Preflight(body_bytes=1, est_tokens=1, cap=None, window=10, action="ok"))
+    printer(ev.TurnFinished(history_bytes=1, est_tokens=1, window=10, cap=None))
+    printer(ev.MicrocompactApplied(truncated=3, summarized=2, bytes_freed=int(1.7 * mb)))
+    printer(ev.Preflight(body_bytes=int(4.3 * mb), est_tokens=1, cap=5 * mb,
+                         cap_source="configured", window=10, action="compact",
+                         reasons=("cap",)))
+    printer(ev.Failed(failure_kind=FailureKind.OTHER, sentence="reported by the cell instead"))
     assert out.getvalue().splitlines() == [
         "🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed",
-        "ℹ pre-flight: history 4.2 MB ≈ 86% of configured cap (5.0 MB) — compacting",
+        "ℹ pre-flight: history 4.3 MB ≈ 86% of configured cap (5 MB) — compacting",
     ]
     verbose = EventPrinter(io.StringIO(), verbose=True)
-    verbose(ev.Preflight(message="ℹ pre-flight: fine", body_bytes=1, est_tokens=1, cap=None,
-                         window=10, action="ok"))
-    assert verbose.lines == ["ℹ pre-flight: fine"]
+    verbose(ev.TurnFinished(history_bytes=1024, est_tokens=256, window=1024, cap=None))
+    assert verbose.lines == ["history 1 KB ≈ 256 tokens (25% of the 1,024-token window)"]
 
 
 def test_answer_is_a_string_with_a_rich_bundle() -> None:

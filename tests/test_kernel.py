@@ -72,8 +72,8 @@ def test_chat_cell_streams_returns_and_fails_in_a_real_kernel(kernel: Any) -> No
     printed = "".join(s["text"] for s in of_type(messages, "stream"))
     assert printed == f"{words!r} True Answer\n"  # _ and Out[n] hold the answer
 
-    reply, _ = run(kernel, "from ipy_ctxrecovery.magics import get_magics\n"
-                           "get_magics().emulator.fail_next(400, message='Model is busy.')")
+    reply, _ = run(kernel, "from ipy_ctxrecovery.notebook import get_magics\n"
+                           "get_magics().workspace.emulator.fail_next(400, message='Model is busy.')")
     assert reply["status"] == "ok"
     reply, messages = run(kernel, "%%chat\nthis one fails")
     assert reply["status"] == "error" and reply["ename"] == "UsageError"

@@ -42,12 +42,18 @@ from ipy_ctxrecovery.ladder import (
 )
 from ipy_ctxrecovery.pairing import repair_pairing
 from ipy_ctxrecovery.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
+from ipy_ctxrecovery.wording import decision_lines
 
 PROPS = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                         HealthCheck.function_scoped_fixture])
 S = Settings()
 NOTICE_TAGS = (TAG_COMPACTION_NOTICE, TAG_PAYLOAD_NOTICE)
+
+
+def told(decision: Decision) -> str:
+    """What a decision is told with (the session renders it the same way)."""
+    return "\n".join(decision_lines(decision))
 
 
 def measure(hist: History) -> int:
@@ -107,7 +113,7 @@ def tool_loop(rounds: int, *, result_chars: int = 2_000) -> History:
 def test_payload_failure_first_decision_has_the_spec_lines_notice_and_auto_cap() -> None:
     d = decide(S, LadderState(), waf(), history_bytes=3 * MiB, max_tokens=None, cap=None,
                cap_configured=False)
-    lines = d.message.splitlines()
+    lines = told(d).splitlines()
     assert lines[0] == ("⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) "
                         "— compacting and retrying")
     assert lines[1] == ("ℹ Assuming a 4 MB/payload limit — export CHATCLI_MAX_PAYLOAD "
@@ -122,17 +128,17 @@ def test_payload_failure_first_decision_has_the_spec_lines_notice_and_auto_cap()
                    cap_configured=False)
     assert not again.inject_payload_notice
     assert again.assume_cap is None
-    assert "Assuming" not in again.message
+    assert "Assuming" not in told(again)
 
 
 def test_configured_cap_is_never_replaced_by_an_assumption() -> None:
     d = decide(S, LadderState(), waf(), history_bytes=3 * MiB, max_tokens=None,
                cap=5 * MiB, cap_configured=True)
     assert d.assume_cap is None
-    assert d.message.splitlines() == [
+    assert told(d).splitlines() == [
         "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting "
-        "and retrying", d.message.splitlines()[1]]
-    assert d.message.splitlines()[1].startswith("ℹ exact fit:")
+        "and retrying", told(d).splitlines()[1]]
+    assert told(d).splitlines()[1].startswith("ℹ exact fit:")
 
 
 def test_payload_target_uses_a_smaller_known_cap() -> None:
@@ -142,7 +148,7 @@ def test_payload_target_uses_a_smaller_known_cap() -> None:
     assert d.limit_bytes == 200 * KiB - 1
     # No cap configured: the SPEC auto-cap is offered even when a learned cap exists.
     assert d.assume_cap == S.assumed_cap_bytes
-    assert "ℹ Assuming a 4 MB/payload limit" in d.message
+    assert "ℹ Assuming a 4 MB/payload limit" in told(d)
 
 
 def test_blind_ladder_without_numbers() -> None:
@@ -155,7 +161,7 @@ def test_blind_ladder_without_numbers() -> None:
         state = d.state
     assert seen == [(Level.AGGRESSIVE, 1), (Level.EMERGENCY, 2), (Level.NUCLEAR, 3),
                     (Level.GIVE_UP, 3)]
-    assert d.message == ("The request still failed after 3 recovery attempts (context window "
+    assert told(d) == ("The request still failed after 3 recovery attempts (context window "
                          "exceeded); shorten the conversation or the latest message and try "
                          "again.")
     assert not d.inject_payload_notice
@@ -187,9 +193,9 @@ def test_exact_fit_first_from_reported_tokens_then_levels_2_and_3() -> None:
     assert d.level is Level.EXACT_FIT and d.attempt == 1
     assert d.target_bytes == int(body * 200_000 / 210_000 * (1 - S.exact_fit_margin))
     assert d.limit_bytes == int(body * 200_000 / 210_000)
-    assert d.message.splitlines()[0] == ("⚠ Recoverable failure (context window exceeded) — "
+    assert told(d).splitlines()[0] == ("⚠ Recoverable failure (context window exceeded) — "
                                          "compacting and retrying")
-    assert "210,000 tokens > 200,000" in d.message
+    assert "210,000 tokens > 200,000" in told(d)
     nxt = decide(S, d.state, overflow(205_000, 200_000), history_bytes=body, max_tokens=None,
                  cap=None, cap_configured=False)
     assert (nxt.level, nxt.attempt) == (Level.EMERGENCY, 2)      # exact fit is tried once
@@ -241,7 +247,7 @@ def test_not_recoverable_gives_up_with_a_sentence() -> None:
     d = decide(S, LadderState(), Failure(FailureKind.AUTH, "401"), history_bytes=1,
                max_tokens=None, cap=None, cap_configured=False)
     assert d.level is Level.GIVE_UP
-    assert d.message.endswith(".")
+    assert told(d).endswith(".")
 
 
 def test_decide_is_pure_and_global_state_free() -> None:
@@ -684,7 +690,7 @@ def test_exact_fit_never_aims_above_the_ceiling() -> None:
                     max_tokens=None, cap=None, cap_configured=False, target_ceiling=7_000)
     assert free.target_bytes is not None and free.target_bytes > 7_000
     assert capped.level is Level.EXACT_FIT and capped.target_bytes == 7_000
-    assert "7 KB" in capped.message or "6.8 KB" in capped.message
+    assert "7 KB" in told(capped) or "6.8 KB" in told(capped)
 
 
 def test_preflight_fit_previews_tool_results_before_dropping_anything(

@@ -14,8 +14,8 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
-from ipy_ctxrecovery.display import Answer
-from ipy_ctxrecovery.magics import ChatMagics, get_magics
+from ipy_ctxrecovery.notebook.display import Answer
+from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
 
 
 class RecordingPublisher(DisplayPublisher):
@@ -108,7 +108,7 @@ def test_config_survives_reload_and_a_bad_value_does_not_block_loading(
 
 def test_unload_and_reload(chat: ChatMagics, ip: Any) -> None:
     cell(ip, "", "hello")
-    emulator = chat.emulator
+    emulator = chat.workspace.emulator
     assert emulator is not None and emulator.running
     ip.run_line_magic("reload_ext", "ipy_ctxrecovery")
     assert not emulator.running
@@ -145,13 +145,13 @@ def test_trailing_semicolon_silences_the_output(chat: ChatMagics, ip: Any,
     result = cell(ip, "", "third;")
     assert result.result is None
     # The body is sent as written, the ";" included.
-    assert chat.session().history[-2].text == "third;"
+    assert chat.workspace.session().history[-2].text == "third;"
 
 
 def test_body_is_sent_as_written_without_variable_expansion(chat: ChatMagics, ip: Any) -> None:
     ip.user_ns["name"] = "EXPANDED"
     cell(ip, "", "keep {name} and $name as they are")
-    assert chat.session().history[-2].text == "keep {name} and $name as they are"
+    assert chat.workspace.session().history[-2].text == "keep {name} and $name as they are"
 
 
 def test_streaming_goes_through_one_display_handle(chat: ChatMagics, ip: Any,
@@ -195,7 +195,7 @@ def test_a_silenced_cell_streams_nothing(chat: ChatMagics, ip: Any) -> None:
         ip.display_pub = saved
     assert result.success and result.result is None
     assert publisher.calls == []
-    assert chat.session().history[-1].text.endswith("w40")
+    assert chat.workspace.session().history[-1].text.endswith("w40")
 
 
 def test_an_answer_still_cut_says_so_in_one_line(chat: ChatMagics, ip: Any,
@@ -216,9 +216,9 @@ def test_an_answer_still_cut_says_so_in_one_line(chat: ChatMagics, ip: Any,
 
 def test_still_cut_wording_without_a_session_event() -> None:
     from ipy_ctxrecovery import events as ev
-    from ipy_ctxrecovery.magics import _still_cut
+    from ipy_ctxrecovery.notebook.magics import _still_cut
 
-    steps = [ev.Escalation(message="", attempt=n, max_tokens=t)
+    steps = [ev.Escalation(attempt=n, max_tokens=t, previous=t // 2, of=2)
              for n, t in ((1, 200), (2, 400))]
     assert _still_cut(steps, 100) == (
         "⚠ answer still cut at max_tokens=400 after 2 escalations — raise --max-tokens or "
@@ -247,7 +247,7 @@ def test_called_from_code_the_streamed_answer_stays_visible(chat: ChatMagics, ip
 def test_an_interrupt_leaves_the_partial_answer_visible(chat: ChatMagics, ip: Any) -> None:
     chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
     cell(ip, "", "before")
-    length = len(chat.session().history)
+    length = len(chat.workspace.session().history)
 
     class InterruptingPublisher(RecordingPublisher):
         def publish(self, data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
@@ -264,7 +264,7 @@ def test_an_interrupt_leaves_the_partial_answer_visible(chat: ChatMagics, ip: An
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     shown = publisher.calls[-1]["data"]["text/plain"]
     assert shown and " ".join(f"w{i}" for i in range(1, 41)).startswith(shown)
-    assert len(chat.session().history) == length  # the interrupted turn left no trace
+    assert len(chat.workspace.session().history) == length  # the interrupted turn left no trace
 
 
 def test_streamed_updates_are_coalesced(chat: ChatMagics, ip: Any) -> None:
@@ -293,7 +293,7 @@ def test_no_stream_and_terminal_show_no_live_display(chat: ChatMagics, ip: Any) 
         ip.display_pub = saved
     assert publisher.calls == []
     assert isinstance(result.result, Answer)
-    assert not chat.emulator.requests[-2].stream and chat.emulator.requests[-1].stream
+    assert not chat.workspace.emulator.requests[-2].stream and chat.workspace.emulator.requests[-1].stream
 
 
 def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: Any) -> None:
@@ -310,7 +310,7 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
               if "application/vnd.jupyter.widget-view+json" in c["data"]]
     shown = [c for c in panels if not c["update"]]
     assert len(shown) == 2  # one per session
-    panel = chat.panels["default"]
+    panel = chat.workspace.panels["default"]
     # After each cell the panel is re-published under its display id, so the plain-text
     # fallback a notebook saves is current.
     default_id = shown[0]["transient"]["display_id"]
@@ -318,7 +318,7 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
     assert len(refreshed) == 2
     assert refreshed[-1]["data"]["text/plain"] == panel.text()
     assert shown[0]["data"]["text/plain"] != panel.text()
-    status = chat.session().status()
+    status = chat.workspace.session().status()
     assert panel.history_bytes == status.history_bytes
     assert panel.token_label.value == f"≈{status.est_tokens:,} of {status.window:,} tokens"
     chat.show_panel = False
@@ -340,10 +340,10 @@ def test_formats(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) 
 
 def test_model_positional_flag_and_conflict(chat: ChatMagics, ip: Any) -> None:
     cell(ip, "emulator:anthropic -S claude", "hi")
-    assert chat.sessions["claude"].model == "emulator:anthropic"
-    assert chat.emulator.requests[-1].path.endswith("/v1/messages")
+    assert chat.workspace.sessions["claude"].model == "emulator:anthropic"
+    assert chat.workspace.emulator.requests[-1].path.endswith("/v1/messages")
     cell(ip, "-m emulator -S gpt", "hi")
-    assert chat.emulator.requests[-1].path.endswith("/chat/completions")
+    assert chat.workspace.emulator.requests[-1].path.endswith("/chat/completions")
     result = cell(ip, "emulator -m emulator:anthropic", "hi")
     assert isinstance(result.error_in_exec, UsageError)
     assert "two models given" in str(result.error_in_exec)
@@ -369,7 +369,7 @@ def test_bad_model_session_name_or_directory_is_one_sentence(
 def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> None:
     cell(ip, "", "first message")
     cell(ip, "emulator:anthropic", "second message")
-    session = chat.session()
+    session = chat.workspace.session()
     assert session.model == "emulator:anthropic"
     assert [m.text for m in session.history if m.role.value == "user"] == [
         "first message", "second message"]
@@ -377,17 +377,17 @@ def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> No
 
 def test_system_max_tokens_options_new_and_no_history(chat: ChatMagics, ip: Any) -> None:
     cell(ip, '--system "You are terse." -o temperature 0.25 -o user "a b"', "hello")
-    session = chat.session()
+    session = chat.workspace.session()
     assert session.history[0].role.value == "system"
     assert session.history[0].text == "You are terse."
-    body = chat.emulator.requests[-1].body
+    body = chat.workspace.emulator.requests[-1].body
     assert body["temperature"] == 0.25 and body["user"] == "a b"
 
-    seen = len(chat.emulator.requests)
+    seen = len(chat.workspace.emulator.requests)
     result = cell(ip, "--max-tokens 7", "[[words 60]]")
     # The flag sets the first request's limit; escalation doubles it twice, and the parts
     # are stitched into one answer whose metadata lists the escalations.
-    assert [r.body["max_tokens"] for r in chat.emulator.requests[seen:]] == [7, 14, 28]
+    assert [r.body["max_tokens"] for r in chat.workspace.emulator.requests[seen:]] == [7, 14, 28]
     answer = result.result
     assert answer.finish_reason == "length"
     assert " ".join(f"w{i}" for i in range(1, 60)).startswith(str(answer).rsplit(" ", 1)[0])
@@ -396,11 +396,11 @@ def test_system_max_tokens_options_new_and_no_history(chat: ChatMagics, ip: Any)
 
     length = len(session.history)
     cell(ip, "--no-history", "off the record")
-    assert len(chat.session().history) == length
+    assert len(chat.workspace.session().history) == length
 
     cell(ip, "--new", "fresh start")
-    assert [m.text for m in chat.session().history] == [
-        "fresh start", chat.session().history[-1].text]
+    assert [m.text for m in chat.workspace.session().history] == [
+        "fresh start", chat.workspace.session().history[-1].text]
 
     result = cell(ip, '--system "Another prompt"', "hi")
     assert isinstance(result.error_in_exec, UsageError)
@@ -422,7 +422,7 @@ def test_tools_flag_offers_a_registered_tool(chat: ChatMagics, ip: Any) -> None:
     result = cell(ip, "--tools letter_count", '[[tool letter_count {"text": "abc d"}]]')
     assert result.success
     assert "Tool letter_count returned 1 chars." in str(result.result)
-    offered = chat.emulator.requests[-1].body["tools"]
+    offered = chat.workspace.emulator.requests[-1].body["tools"]
     assert "letter_count" in json.dumps(offered)
     bad = cell(ip, "--tools nope", "hi")
     assert isinstance(bad.error_in_exec, UsageError)
@@ -433,7 +433,7 @@ def test_two_named_sessions_stay_independent(chat: ChatMagics, ip: Any) -> None:
     cell(ip, "-S alpha", "alpha one")
     cell(ip, "-S beta", "beta one")
     cell(ip, "-S alpha", "alpha two")
-    alpha, beta = chat.sessions["alpha"], chat.sessions["beta"]
+    alpha, beta = chat.workspace.sessions["alpha"], chat.workspace.sessions["beta"]
     assert [m.text for m in alpha.history if m.role.value == "user"] == ["alpha one",
                                                                          "alpha two"]
     assert [m.text for m in beta.history if m.role.value == "user"] == ["beta one"]
@@ -457,8 +457,8 @@ def test_bad_flag_is_a_one_sentence_usage_error_without_traceback(
 def test_failure_fails_the_cell_with_one_sentence(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "warm up")
-    length = len(chat.session().history)
-    chat.emulator.fail_next(400, message="This request is not valid for this model.")
+    length = len(chat.workspace.session().history)
+    chat.workspace.emulator.fail_next(400, message="This request is not valid for this model.")
     capsys.readouterr()
     result = ip.run_cell("%%chat\nhello\nprint('never')\n", store_history=True)
     assert not result.success
@@ -470,10 +470,10 @@ def test_failure_fails_the_cell_with_one_sentence(
     assert len(lines) == 1 and lines[0].startswith("UsageError: ")
     assert "This request is not valid for this model." in lines[0]
     assert "not valid" not in captured.out  # said once, not also as a status line
-    assert len(chat.session().history) == length  # untouched by the failed turn
+    assert len(chat.workspace.session().history) == length  # untouched by the failed turn
 
     chat.raise_on_error = False
-    chat.emulator.fail_next(400, message="This request is not valid for this model.")
+    chat.workspace.emulator.fail_next(400, message="This request is not valid for this model.")
     result = cell(ip, "", "hello again")
     assert result.success and result.result is None
     assert "not valid" in capsys.readouterr().err
@@ -511,24 +511,24 @@ def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
 
     ip.run_line_magic("config", "ChatMagics.default_model = 'emulator:anthropic'")
     cell(ip, "", "hi")
-    assert chat.session().model == "emulator:anthropic"
+    assert chat.workspace.session().model == "emulator:anthropic"
     cell(ip, "-S flagged -m emulator", "hi")  # a flag beats %config
-    assert chat.sessions["flagged"].model == "emulator"
-    assert chat.session().settings.max_payload == 2 * 1024 * 1024
+    assert chat.workspace.sessions["flagged"].model == "emulator"
+    assert chat.workspace.session().settings.max_payload == 2 * 1024 * 1024
 
     ip.run_line_magic("config", "ChatMagics.raise_on_error = False")
     assert chat.raise_on_error is False
     ip.run_line_magic("config", "ChatMagics.max_payload = 65536")
-    assert chat.session().settings.max_payload == 65536
+    assert chat.workspace.session().settings.max_payload == 65536
     ip.run_line_magic("config", "ChatMagics.context_window = '32000'")
-    assert chat.context_window == 32000 and chat.session().window == 32000
+    assert chat.context_window == 32000 and chat.workspace.session().window == 32000
 
 
 def test_chat_config_sets_validates_and_updates_sessions(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "remember me")
     ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=64KB emergency_keep_messages=6")
-    session = chat.session()
+    session = chat.workspace.session()
     assert session.settings.max_payload == 64 * 1024
     assert session.settings.emergency_keep_messages == 6
     assert session.history[0].text == "remember me"  # same conversation, new settings
@@ -544,7 +544,7 @@ def test_chat_config_sets_validates_and_updates_sessions(
                           ("justaword", "KEY=VALUE")):
         with pytest.raises(UsageError, match=fragment):
             ip.run_line_magic("chat", f"config {bad}")
-    assert chat.session().settings.max_payload == 64 * 1024
+    assert chat.workspace.session().settings.max_payload == 64 * 1024
 
 
 def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
@@ -554,10 +554,10 @@ def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
     gateway = emulator()  # stands for a corporate gateway the user's client is set up for
     gateway_client = gateway.openai_client(max_retries=0)
     mine = ChatSession("openai:emulator", client=gateway_client, name="work")
-    chat.replace_session("work", mine)
+    chat.workspace.replace_session("work", mine)
     assert cell(ip, "-S work", "through my client").success
     ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=1MB")
-    updated = chat.sessions["work"]
+    updated = chat.workspace.sessions["work"]
     assert updated is mine and updated.provider.client is gateway_client
     assert updated.settings.max_payload == 1024 * 1024
     assert cell(ip, "-S work", "still through my client").success
@@ -582,7 +582,7 @@ def test_status_history_usage_and_sessions(chat: ChatMagics, ip: Any,
     ip.run_line_magic("chat", "history --full")
     assert "transcript of session default: 4 messages" in capsys.readouterr().out
     ip.run_line_magic("chat", "usage")
-    status = chat.session().status()
+    status = chat.workspace.session().status()
     out = capsys.readouterr().out
     assert f"{status.prompt_tokens:,} prompt" in out and "over 2 cells" in out
     cell(ip, "-S other", "x")
@@ -596,19 +596,19 @@ def test_compact_undo_and_reset(chat: ChatMagics, ip: Any,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(6):
         cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
-    before = chat.session().history
+    before = chat.workspace.session().history
     capsys.readouterr()
     ip.run_line_magic("chat", "compact keep the message numbers")
     out = capsys.readouterr().out
-    after = chat.session().history
+    after = chat.workspace.session().history
     assert "compacted:" in out and len(after) < len(before)
     ip.run_line_magic("chat", "undo-compact")
-    assert chat.session().history == before
+    assert chat.workspace.session().history == before
     with pytest.raises(UsageError, match="no compaction to undo"):
         ip.run_line_magic("chat", "undo-compact")
     ip.run_line_magic("chat", "reset")
-    assert chat.session().history == ()
-    assert len(chat.session().transcript) == 12
+    assert chat.workspace.session().history == ()
+    assert len(chat.workspace.session().transcript) == 12
 
 
 def test_export_json_and_markdown_are_private(chat: ChatMagics, ip: Any, tmp_path: Path) -> None:
@@ -629,14 +629,14 @@ def test_resume_after_a_restart(chat: ChatMagics, ip: Any,
     cell(ip, "-S project", "the plan is X")
     ip.run_line_magic("reload_ext", "ipy_ctxrecovery")  # as good as a kernel restart
     fresh = get_magics(ip)
-    assert fresh is not None and "project" not in fresh.sessions
+    assert fresh is not None and "project" not in fresh.workspace.sessions
     capsys.readouterr()
     ip.run_line_magic("chat", "sessions")
     assert "project" in capsys.readouterr().out
     ip.run_line_magic("chat", "resume project")
-    assert fresh.sessions["project"].history[0].text == "the plan is X"
+    assert fresh.workspace.sessions["project"].history[0].text == "the plan is X"
     cell(ip, "-S project", "and then?")
-    assert len(fresh.sessions["project"].history) == 4
+    assert len(fresh.workspace.sessions["project"].history) == 4
     with pytest.raises(UsageError, match="no saved session named 'ghost'"):
         ip.run_line_magic("chat", "resume ghost")
 
@@ -677,7 +677,7 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
     assert "--max-body SIZE" in capsys.readouterr().out
     with pytest.raises(UsageError, match="no session named 'nobody' in this kernel"):
         ip.run_line_magic("chat", "status -S nobody")
-    assert "nobody" not in chat.sessions
+    assert "nobody" not in chat.workspace.sessions
     with pytest.raises(UsageError, match="unknown subcommand 'frobnicate'"):
         ip.run_line_magic("chat", "frobnicate")
     with pytest.raises(UsageError, match="%chat history: unrecognized arguments: --bogus"):
@@ -687,21 +687,21 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
 def test_emulator_restart_moves_sessions_and_recovers(chat: ChatMagics, ip: Any,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "before the proxy")
-    old = chat.emulator
+    old = chat.workspace.emulator
     capsys.readouterr()
     ip.run_line_magic("chat", "emulator --max-body 32KB --context-window 16000")
     # Plain words, not the flag names; no port number that changes with every run.
     assert capsys.readouterr().out == ("emulator restarted: context window 16,000 tokens; "
                                        "rejects requests over 32 KB (HTTP 413)\n")
-    assert not old.running and chat.emulator is not old
-    assert chat.emulator.max_body == 32 * 1024 and chat.emulator.context_window == 16000
-    session = chat.session()
+    assert not old.running and chat.workspace.emulator is not old
+    assert chat.workspace.emulator.max_body == 32 * 1024 and chat.workspace.emulator.context_window == 16000
+    session = chat.workspace.session()
     assert session.history[0].text == "before the proxy"
     assert session.window == 16000
     for i in range(12):
         result = cell(ip, "", f"part {i}: " + "x" * 4000)
         assert result.success, result.error_in_exec
-    bodies = [r for r in chat.emulator.requests if r.path.endswith("/chat/completions")]
+    bodies = [r for r in chat.workspace.emulator.requests if r.path.endswith("/chat/completions")]
     rejected = [r for r in bodies if r.status == 413]
     assert len(rejected) <= 1
     assert all(r.body_bytes <= 32 * 1024 for r in bodies if r.status == 200)
@@ -725,7 +725,7 @@ def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
     ip.run_line_magic("chat", "emulator --max-body 16KB")
     for i in range(5):  # the history outgrows 16 KB: one 413, a learned cap, recovered
         assert cell(ip, "", f"part {i}: " + "x" * 5000).success
-    session = chat.session()
+    session = chat.workspace.session()
     assert session.status().cap_source == "learned"
     learned = session.status().cap
     capsys.readouterr()
@@ -736,7 +736,7 @@ def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
     usage_before = capsys.readouterr().out
     assert "over 5 cells" in usage_before
     ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=1MB")
-    assert chat.session() is session
+    assert chat.workspace.session() is session
     status = session.status()
     assert session.settings.max_payload == 1024 * 1024
     assert status.cap == learned and status.cap_source == "learned"  # below the 1 MB
@@ -754,9 +754,9 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     ip.run_line_magic("chat", "emulator --max-body 16KB")
     for i in range(5):
         assert cell(ip, "", f"part {i}: " + "x" * 5000).success
-    session = chat.session()
+    session = chat.workspace.session()
     assert session.status().cap_source == "learned"
-    panel = chat.panels["default"]
+    panel = chat.workspace.panels["default"]
     assert panel.cap == session.status().cap
     tokens = session.status().prompt_tokens
     capsys.readouterr()
@@ -765,13 +765,13 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     assert out[0] == "emulator restarted: rejects requests over 64 KB (HTTP 413)"
     assert out[1].startswith("ℹ session default: learned payload cap ")
     assert out[1].endswith("forgotten: the new emulator may have other limits")
-    assert chat.session() is session and session.status().prompt_tokens == tokens
+    assert chat.workspace.session() is session and session.status().prompt_tokens == tokens
     assert panel.cap is None and panel.cap_source == "none"
     ip.run_line_magic("chat", "status")
     out = capsys.readouterr().out
     assert "payload cap: no payload cap configured — learned payload cap" in out
     assert cell(ip, "", "on the new emulator").success
-    assert chat.emulator.requests[-1].status == 200
+    assert chat.workspace.emulator.requests[-1].status == 200
 
 
 def test_switching_model_or_adding_tools_keeps_the_session_object(chat: ChatMagics,
@@ -784,11 +784,11 @@ def test_switching_model_or_adding_tools_keeps_the_session_object(chat: ChatMagi
         return text
 
     cell(ip, "", "first")
-    session = chat.session()
+    session = chat.workspace.session()
     cell(ip, "emulator:anthropic --tools echo_back", "second")
-    assert chat.session() is session and session.model == "emulator:anthropic"
-    assert "echo_back" in json.dumps(chat.emulator.requests[-1].body["tools"])
-    assert session.status().prompt_tokens > 0 and chat.usage_totals["default"]["turns"] == 2
+    assert chat.workspace.session() is session and session.model == "emulator:anthropic"
+    assert "echo_back" in json.dumps(chat.workspace.emulator.requests[-1].body["tools"])
+    assert session.status().prompt_tokens > 0 and chat.workspace.cells["default"] == 2
 
 
 def test_chat_config_rejects_bad_values_in_one_sentence_and_sets_nothing(

@@ -13,6 +13,7 @@ from ipy_ctxrecovery.preflight import (
     MAX_BYTES_PER_TOKEN,
     MIN_BYTES_PER_TOKEN,
     Caps,
+    PathLimits,
     TokenEstimator,
     check,
 )
@@ -225,7 +226,7 @@ def test_just_under_85_percent_is_ok() -> None:
 
 @pytest.mark.parametrize("caps, source", [
     (Caps(assumed=4 * MiB), "assumed"),
-    (Caps(largest_ok=10 * KiB, smallest_rejected=160 * KiB), "learned"),
+    (Caps(path=PathLimits(largest_ok=10 * KiB, smallest_rejected=160 * KiB)), "learned"),
 ])
 def test_message_names_the_cap_source(caps: Caps, source: str) -> None:
     cap = caps.effective()

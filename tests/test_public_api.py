@@ -11,8 +11,9 @@ import pytest
 import ipy_ctxrecovery
 
 HEAVY = ("IPython", "ipywidgets", "openai", "anthropic")
-CORE = ("config", "errors", "history", "events", "catalogue", "budget", "pairing",
-        "microcompact", "compactor", "ladder", "_decide", "preflight", "escalation")
+CORE = ("config", "errors", "failures", "history", "events", "wording", "prompts", "catalogue",
+        "budget", "pairing", "microcompact", "compactor", "ladder", "_decide", "preflight",
+        "escalation", "_classify")
 
 
 def test_all_is_pinned() -> None:
@@ -30,6 +31,7 @@ def test_all_is_pinned() -> None:
         "__version__",
         "chat_tool",
         "classify",
+        "describe",
         "load_ipython_extension",
         "parse_size",
         "unload_ipython_extension",
@@ -60,18 +62,13 @@ def test_core_modules_import_no_ui_or_sdk() -> None:
 
 def test_session_layer_imports_no_sdk_until_a_provider_is_made() -> None:
     statement = ("from ipy_ctxrecovery import ChatSession, Reply, chat_tool\n"
-                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools, ipy_ctxrecovery.recovery\n"
-                 "import ipy_ctxrecovery._fitting, ipy_ctxrecovery._values")
+                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools\n"
+                 "import ipy_ctxrecovery.session.recovery, ipy_ctxrecovery.session.pipeline")
     assert _loaded_after(statement) == []
 
 
-def test_split_out_names_keep_their_public_homes() -> None:
-    from ipy_ctxrecovery import _fitting, _values, recovery, session
+def test_the_session_values_have_one_public_home() -> None:
+    from ipy_ctxrecovery import session
 
-    assert session.Reply is _values.Reply is ipy_ctxrecovery.Reply
-    assert session.SessionStatus is _values.SessionStatus
-    assert session.KEEP is _values.KEEP
+    assert session.Reply is ipy_ctxrecovery.Reply
     assert session.__all__ == ["KEEP", "ChatSession", "Reply", "SessionStatus"]
-    assert recovery.Turn is _fitting.Turn
-    assert recovery.__all__ == ["RequestLoop", "Turn"]
-    assert issubclass(session.ChatSession, _fitting.RequestSizing)

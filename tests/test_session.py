@@ -26,6 +26,7 @@ from ipy_ctxrecovery.events import (
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
+from ipy_ctxrecovery.wording import describe
 
 SETTINGS = Settings()
 
@@ -176,10 +177,10 @@ def test_an_answer_still_cut_after_the_escalations_says_so() -> None:
     assert len(truncated) == 1 and truncated[0].escalations == n
     last = [e.max_tokens for e in events if isinstance(e, Escalation)][-1]
     assert truncated[0].max_tokens == last
-    assert truncated[0].message == (
+    assert describe(truncated[0]) == (
         f"⚠ answer still cut at max_tokens={last:,} after {n} escalations — raise "
         "max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS")
-    assert truncated[0].message in reply.actions
+    assert describe(truncated[0]) in reply.actions
     # An answer that ends by itself says nothing of the kind.
     events.clear()
     s2, _, _ = session(cut_reply("a "), "done", max_tokens=10, on_event=events.append)
@@ -334,7 +335,7 @@ def test_max_tokens_that_cannot_fit_the_window_is_lowered_before_sending() -> No
     s.send("x")
     sent = fake.requests[0].max_tokens
     assert sent is not None and 7000 < sent < 8192 - 144
-    assert any("sending max_tokens" in e.message for e in events)
+    assert any("sending max_tokens" in describe(e) for e in events)
     s.send("y", max_tokens=100)
     assert fake.requests[1].max_tokens == 100
 
@@ -451,6 +452,10 @@ class WindowFake(FakeProvider):
 
     DEFAULT_MAX_TOKENS = 2048
 
+    @property
+    def default_max_tokens(self) -> int:
+        return self.DEFAULT_MAX_TOKENS
+
     def encode(self, request: Any) -> bytes:
         payload = json.loads(super().encode(request))
         payload["max_tokens"] = request.max_tokens or self.DEFAULT_MAX_TOKENS
@@ -488,7 +493,7 @@ def test_exact_fit_leaves_room_for_the_max_tokens_the_provider_adds() -> None:
     # One rejection for the window, then the resend fits prompt + the default max_tokens.
     assert len(fake.requests) - sent == 2
     assert fake.requests[-1].max_tokens is None
-    assert any("room kept for max_tokens 2,048" in e.message for e in events)
+    assert any("room kept for max_tokens 2,048" in describe(e) for e in events)
 
 
 def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:
@@ -682,7 +687,7 @@ def test_learned_state_is_restored_on_the_same_model_and_path_only() -> None:
                       settings=Settings(context_window=8000))
     s.send("hello")
     s.caps.record_rejection(30_000)
-    s._learned_window, s._output_limit, s._warned = 6000, 1000, True
+    s.limits.window, s.limits.output_limit, s.limits.warned_no_cap = 6000, 1000, True
     s.send("again")                                  # the turn after a change writes it
     data = _learned_file(s)
     text = (s.directory / "learned.json").read_text(encoding="utf-8")
@@ -695,7 +700,7 @@ def test_learned_state_is_restored_on_the_same_model_and_path_only() -> None:
     again = ChatSession.resume("persisted", provider=_ProxiedFake(), settings=cap)
     assert again.caps.smallest_rejected == 30_000 and again.caps.configured == 40_000
     assert again.status().cap_source == "learned" and again.window == 6000
-    assert again.output_cap == 1000 and again._warned
+    assert again.output_cap == 1000 and again.limits.warned_no_cap
     assert again.estimator.bytes_per_token == bpt and again.estimator.samples == 2
     again.close()
 

@@ -39,6 +39,7 @@ from ipy_ctxrecovery.history import (
 )
 from ipy_ctxrecovery.prompts import PAYLOAD_NOTICE
 from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.wording import describe
 
 WIRES = ["emulator", "emulator:anthropic"]
 NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
@@ -475,8 +476,8 @@ def test_after_a_413_the_oldest_messages_are_summarized_not_dropped(emulator: An
     assert TAG_SUMMARY in tags and TAG_COMPACTION_NOTICE not in tags
     assert tags.count(TAG_PAYLOAD_NOTICE) == 1
     steps = [e for e in events if isinstance(e, LadderStep)]
-    assert len(steps) == 1 and "dropped" not in steps[0].message
-    assert steps[0].message.startswith("⚠ Recoverable failure (payload too large (413))")
+    assert len(steps) == 1 and "dropped" not in describe(steps[0])
+    assert describe(steps[0]).startswith("⚠ Recoverable failure (payload too large (413))")
     # The ⚠ line comes before what was learned from it.
     kinds = [type(e).__name__ for e in events]
     assert kinds.index("LadderStep") < kinds.index("CapChanged")
@@ -508,7 +509,7 @@ def test_a_failing_summarizer_after_a_413_still_recovers_by_dropping(emulator: A
     tags = [m.tag for m in session.history]
     assert TAG_SUMMARY not in tags and TAG_COMPACTION_NOTICE in tags
     assert session.status().compactions == 0
-    steps = [e.message for e in events if isinstance(e, LadderStep)]
+    steps = [describe(e) for e in events if isinstance(e, LadderStep)]
     assert steps[0].startswith("⚠ Recoverable failure")
     assert "summary not used (the summarizer failed" in steps[1]
     assert "messages dropped" in steps[1] and "⚠" not in steps[1]
@@ -527,7 +528,7 @@ def test_a_dropped_connection_is_called_dropped_and_the_warning_comes_first(
     session.subscribe(events.append)
     emu.script("drop")
     session.send("second " + big, stream=False)
-    lines = [line for e in events for line in e.message.splitlines()]
+    lines = [line for e in events for line in describe(e).splitlines()]
     warn = next(i for i, line in enumerate(lines) if line.startswith("⚠"))
     learned = next(i for i, line in enumerate(lines) if line.startswith("ℹ Learned"))
     assert warn < learned

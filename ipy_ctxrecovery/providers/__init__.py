@@ -8,6 +8,8 @@ OpenAI (or whatever a given ``client=`` speaks).
 
 from __future__ import annotations
 
+import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..catalogue import ModelInfo, lookup
@@ -26,6 +28,9 @@ __all__ = [
     "TextCallback",
     "ToolSpec",
     "Usage",
+    "base_url",
+    "emulator_identity",
+    "is_emulator_model",
     "make_provider",
 ]
 
@@ -44,6 +49,33 @@ _FOREIGN_PREFIXES = {
     "vllm": "set OPENAI_BASE_URL to the server's /v1 URL and use openai:MODEL",
     "lmstudio": "set OPENAI_BASE_URL to the server's /v1 URL and use openai:MODEL",
 }
+
+
+def is_emulator_model(spec: str) -> bool:
+    """True for the model strings served by the built-in emulator (``emulator``,
+    ``emulator:anthropic``)."""
+    return str(spec).strip().split(":", 1)[0].lower() == "emulator"
+
+
+def base_url(provider: Any) -> str | None:
+    """The base URL of the SDK client behind ``provider`` (None: it shows none)."""
+    url = getattr(getattr(provider, "client", None), "base_url", None)
+    return None if url is None else str(url)
+
+
+_emulator_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def emulator_identity(emulator: Any) -> str | None:
+    """A random id for this emulator object while it lives in this process (None when it
+    cannot be tracked). A restarted emulator, or any after a kernel restart, is another."""
+    try:
+        found = _emulator_ids.get(emulator)
+        if found is None:
+            found = _emulator_ids[emulator] = uuid.uuid4().hex
+    except TypeError:       # not weak-referenceable
+        return None
+    return found
 
 
 def _bad_spec(spec: str, why: str) -> ConfigError:

@@ -193,10 +193,7 @@ class AnthropicProvider(SDKAdapter):
             system, messages = _system(request.messages), []
         max_tokens = request.max_tokens
         if max_tokens is None:
-            # Never reserve more than half the window by default: with a small window
-            # (an emulator, an override) the input must still fit next to max_tokens.
-            max_tokens = max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
-                                    self.info.context_window // 2))
+            max_tokens = self.default_max_tokens
         kwargs["model"] = self.model_id
         kwargs["max_tokens"] = max_tokens
         kwargs["messages"] = messages
@@ -213,6 +210,14 @@ class AnthropicProvider(SDKAdapter):
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
+
+    @property
+    def default_max_tokens(self) -> int:
+        """What a request that sets no max_tokens carries (the API requires one). Never
+        more than half the window: with a small window (an emulator, an override) the
+        input must still fit next to it."""
+        return max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
+                          self.info.context_window // 2))
 
     def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
         return client.messages.create(**kwargs)

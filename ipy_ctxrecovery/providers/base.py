@@ -25,7 +25,19 @@ from typing import Any, Protocol, runtime_checkable
 from ..catalogue import ModelInfo
 from ..history import History, Message
 
-__all__ = ["Measurable", "Provider", "Request", "Response", "StopReason", "TextCallback", "ToolSpec", "Usage"]
+__all__ = [
+    "Closable",
+    "DefaultsMaxTokens",
+    "Measurable",
+    "Provider",
+    "Refreshable",
+    "Request",
+    "Response",
+    "StopReason",
+    "TextCallback",
+    "ToolSpec",
+    "Usage",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,4 +106,30 @@ class Measurable(Protocol):
 
     def measure(self, request: Request) -> int:
         """``len(encode(request))`` computed cheaply; within 1% of it, ideally exact."""
+        ...
+
+
+@runtime_checkable
+class DefaultsMaxTokens(Protocol):
+    """Optional provider capability: the max_tokens it sends when a request sets none
+    (the Anthropic API requires one), so pre-flight can reserve room for it."""
+
+    @property
+    def default_max_tokens(self) -> int:
+        ...
+
+
+@runtime_checkable
+class Refreshable(Protocol):
+    """Optional provider capability: re-read credentials after an auth failure."""
+
+    def refresh(self) -> None:
+        ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """Optional provider capability: release what the provider opened (its client)."""
+
+    def close(self) -> None:
         ...

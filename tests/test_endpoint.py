@@ -1,10 +1,10 @@
-"""learned.path_key: what counts as the same network path, and that no secret is in it."""
+"""endpoint.path_key: what counts as the same network path, and that no secret is in it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ipy_ctxrecovery.learned import path_key
+from ipy_ctxrecovery.session.endpoint import path_key
 
 
 class _Fake:

@@ -8,12 +8,11 @@ The ``%chat`` subcommands live in :mod:`ipy_ctxrecovery._subcommands`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -21,9 +20,11 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
 
-from . import _subcommands, errors
-from . import events as ev
-from .config import ENV_VARS, ConfigError, Settings, format_size
+from .. import errors
+from .. import events as ev
+from ..config import ENV_VARS, ConfigError, Settings, format_size
+from ..wording import describe
+from . import subcommands
 from .display import (
     FORMATS,
     Answer,
@@ -33,10 +34,10 @@ from .display import (
     parse_json_answer,
     usage_dict,
 )
+from .workspace import DEFAULT_SESSION, Workspace
 
 __all__ = ["ChatMagics", "get_magics", "load", "unload"]
 
-DEFAULT_SESSION = "default"
 # Used when only a key is configured: current, non-deprecated models in both SDKs' lists.
 DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
 DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
@@ -118,12 +119,8 @@ class ChatMagics(Magics):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self.sessions: dict[str, Any] = {}
-        self.panels: dict[str, Any] = {}
+        self.workspace = Workspace(self)
         self.panel_handles: dict[str, Any] = {}
-        self.usage_totals: dict[str, dict[str, int]] = {}
-        self.emulator: Any = None
-        self.emulator_limits: dict[str, Any] = {}
         self._warned: set[str] = set()
 
     # -- configuration ------------------------------------------------------------------
@@ -159,12 +156,12 @@ class ChatMagics(Magics):
     def _settings_changed(self, change: Any) -> None:
         # Updated in place: a cap learned from a rejection and the usage counters stay.
         settings = self.settings()
-        for name, session in self.sessions.items():
-            self.tell(name, session.update(settings=settings))
+        for name, session in self.workspace.sessions.items():
+            self.workspace.tell(name, session.update(settings=settings))
 
     @observe("max_tokens")
     def _max_tokens_changed(self, change: Any) -> None:
-        for session in self.sessions.values():
+        for session in self.workspace.sessions.values():
             session.update(max_tokens=change["new"])
 
     def settings(self) -> Settings:
@@ -186,15 +183,6 @@ class ChatMagics(Magics):
     def model(self) -> str:
         return self.default_model.strip() or auto_model()[0]
 
-    def tell(self, name: str, notes: tuple[str, ...] | list[str]) -> None:
-        """After session ``name`` was updated: print what it forgot (one ℹ line each) and
-        bring its panel up to date (the cap and window may have changed)."""
-        for note in notes:
-            print(f"ℹ session {name}: {note}")
-        panel, session = self.panels.get(name), self.sessions.get(name)
-        if panel is not None and session is not None:
-            panel.attach(session)  # the widgets update live; the saved text at the next cell
-
     def warn_once(self, line: str) -> None:
         if line not in self._warned:
             self._warned.add(line)
@@ -207,151 +195,28 @@ class ChatMagics(Magics):
             return False
         return getattr(self.shell, "kernel", None) is not None
 
-    # -- the embedded emulator and the sessions ------------------------------------------
-    def ensure_emulator(self) -> Any:
-        """The embedded emulator, started on first use with the current limits."""
-        if self.emulator is None:
-            from .emulator import Emulator
-
-            emulator = Emulator(**self.emulator_limits)
-            emulator.start()
-            self.emulator = emulator
-        return self.emulator
-
-    def restart_emulator(self, limits: dict[str, Any],
-                         notes: list[tuple[str, str]] | None = None) -> Any:
-        """Replace the embedded emulator with one using ``limits``; sessions on it move over.
-
-        Each session keeps its history and counters; a cap it learned from the old
-        emulator is forgotten (the new one may have other limits): ``(session, sentence)``
-        pairs saying so are appended to ``notes``.
-        """
-        from .emulator import Emulator
-
-        new = Emulator(**limits)
-        new.start()
-        old, self.emulator, self.emulator_limits = self.emulator, new, dict(limits)
-        for name, session in list(self.sessions.items()):
-            if is_emulator(session.model):
-                with _as_usage_error():
-                    forgotten = session.update(emulator=new)
-                if notes is not None:
-                    notes.extend((name, note) for note in forgotten)
-                self.tell(name, ())  # the notes are printed after the restart line
-        if old is not None:
-            old.close()
-        return new
-
-    def session(self, name: str = DEFAULT_SESSION) -> Any:
-        """The session called ``name``, created with the current configuration when new."""
-        if name not in self.sessions:
-            self.replace_session(name, self.new_session(name, self.model()))
-        return self.sessions[name]
-
-    def _session_kwargs(self, model: str, tools: tuple[Any, ...]) -> dict[str, Any]:
-        return {"settings": self.settings(), "tools": tools, "max_tokens": self.max_tokens,
-                "emulator": self.ensure_emulator() if is_emulator(model) else None}
-
-    def new_session(self, name: str, model: str, *, system: str | None = None,
-                    tools: tuple[Any, ...] = ()) -> Any:
-        """A new ChatSession; ``name`` is kept on disk unless it is the kernel's default."""
-        from .session import ChatSession
-
-        with _as_usage_error():
-            return ChatSession(model, system=system or self.system,
-                               name=None if name == DEFAULT_SESSION else name,
-                               **self._session_kwargs(model, tools))
-
-    def resume_session(self, stored_name: str, *, model: str | None = None,
-                       tools: tuple[Any, ...] = (), provider: Any = None) -> Any:
-        """Reopen a session from disk (history, transcript) with the current configuration."""
-        from .session import ChatSession
-        from .transcript import Transcript
-
-        with _as_usage_error():
-            if not Transcript.exists(stored_name):
-                raise UsageError(f"there is no saved session named {stored_name!r}; "
-                                 "%chat sessions lists the saved ones.")
-            model = model or str(Transcript(stored_name).load_meta().get("model") or "")
-            kwargs = self._session_kwargs(model, tools)
-            if provider is not None:
-                kwargs.update(provider=provider, emulator=None)
-            return ChatSession.resume(stored_name, model=model, **kwargs)
-
-    def update_session(self, name: str, *, model: str | None = None,
-                       tools: tuple[Any, ...] = ()) -> Any:
-        """Move session ``name`` to another model and/or offer it more tools, in place.
-
-        The same session object carries on (``ChatSession.update``): history, usage
-        counters and what it learned stay; a learned cap is forgotten only when the new
-        model is reached another way (said in one ℹ line). On the same model the
-        provider is kept, and with it any SDK client the user built.
-        """
-        session = self.sessions[name]
-        offered = {t.name: t for t in session.tools}
-        changes: dict[str, Any] = {}
-        if any(offered.get(t.name) is not t for t in tools):  # new, or redefined
-            changes["tools"] = tuple({**offered, **{t.name: t for t in tools}}.values())
-        if model is not None and model != session.model:
-            changes["model"] = model
-            if is_emulator(model):
-                changes["emulator"] = self.ensure_emulator()
-        if changes:
-            with _as_usage_error():
-                self.tell(name, session.update(**changes))
-        return session
-
-    def replace_session(self, name: str, session: Any, *, keep_usage: bool = False,
-                        close_old: bool = True) -> None:
-        """Make ``session`` the one ``%%chat -S name`` talks to.
-
-        Also the way to use a ChatSession built in Python, e.g. with your own SDK client:
-        ``get_magics().replace_session("work", ChatSession(model, client=my_client))``.
-        """
-        old = self.sessions.get(name)
-        self.sessions[name] = session
-        if not keep_usage:
-            self.usage_totals.pop(name, None)
-        if close_old and old is not None and old is not session:
-            old.close()
-        panel = self.panels.get(name)
-        if panel is not None:
-            panel.attach(session)
-
-    def show_panel_for(self, name: str, session: Any) -> None:
-        if not (self.show_panel and self.is_live()) or name in self.panels:
+    # -- panels ----------------------------------------------------------------------------
+    def show_panel_for(self, name: str) -> None:
+        if not (self.show_panel and self.is_live()) or name in self.panel_handles:
             return
         from IPython.display import display
 
-        from .panel import ContextPanel
-
-        panel = ContextPanel(title=f"%%chat session: {name}", settings=self.settings())
-        panel.attach(session)
-        self.panels[name] = panel
-        self.panel_handles[name] = display(panel, display_id=True)
+        self.panel_handles[name] = display(self.workspace.panel(name), display_id=True)
 
     def refresh_panel_text(self, name: str) -> None:
         """Re-publish the panel so its plain-text fallback (saved in the notebook) is current.
 
         The widgets update live by themselves; this matters where they cannot render.
         """
-        handle, panel = self.panel_handles.get(name), self.panels.get(name)
+        handle, panel = self.panel_handles.get(name), self.workspace.panels.get(name)
         if handle is not None and panel is not None:
             panel.refresh()  # the same numbers as %chat status
             handle.update(panel)
 
     def close(self) -> None:
         """Close panels, sessions and the emulator (``%unload_ext``)."""
-        for panel in self.panels.values():
-            panel.close()
-        for session in self.sessions.values():
-            session.close()
-        self.panels.clear()
+        self.workspace.close()
         self.panel_handles.clear()
-        self.sessions.clear()
-        if self.emulator is not None:
-            self.emulator.close()
-            self.emulator = None
 
     # -- %%chat ----------------------------------------------------------------------------
     @no_var_expand
@@ -395,7 +260,7 @@ class ChatMagics(Magics):
         options = _parse_options(args.option or [])
         tools = _lookup_tools(args.tools)
         session = self._session_for_cell(args.session, model, args, tools)
-        self.show_panel_for(args.session, session)
+        self.show_panel_for(args.session)
 
         stream = self.stream and not args.no_stream
         # A silenced cell (";") shows no answer at all, so it does not stream one either.
@@ -415,7 +280,7 @@ class ChatMagics(Magics):
                                  record=not args.no_history, options=options or None)
             answered = True
         except errors.ChatError as e:
-            self._failed(str(e), e)
+            self.fail(str(e), e)
             return None
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
@@ -431,7 +296,7 @@ class ChatMagics(Magics):
                 print(_still_cut([e for e in cut_events if isinstance(e, ev.Escalation)],
                                  max_tokens))
             elif printer is None:  # the printer, when on, showed the session's line already
-                print(told[-1].message)
+                print(describe(told[-1]))
         if fmt == "code":
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
@@ -477,19 +342,21 @@ class ChatMagics(Magics):
 
     def _session_for_cell(self, name: str, model: str | None, args: Any,
                           tools: tuple[Any, ...]) -> Any:
-        existing = self.sessions.get(name)
+        ws = self.workspace
+        existing = ws.sessions.get(name)
         if existing is None or args.new:
-            session = self.new_session(name, model or self.model(), system=args.system,
-                                       tools=tools)
-            self.replace_session(name, session)
+            session = ws.new_session(name, model or self.model(), system=args.system,
+                                     tools=tools)
+            ws.replace_session(name, session)
             return session
         if args.system is not None and args.system != existing.system:
             raise UsageError(f"--system applies when a session starts; add --new to restart "
                              f"session {name!r} with it.")
         # Same conversation, perhaps on another model or with more tools.
-        return self.update_session(name, model=model, tools=tools)
+        return ws.update_session(name, model=model, tools=tools)
 
-    def _failed(self, sentence: str, error: BaseException) -> None:
+    def fail(self, sentence: str, error: BaseException) -> None:
+        """A chat that failed for good: fail the cell, or print (``raise_on_error``)."""
         if self.raise_on_error:
             # IPython prints a UsageError as one line, without a traceback, and the cell
             # fails, so Run-All stops.
@@ -499,12 +366,8 @@ class ChatMagics(Magics):
 
     def _answer(self, reply: Any, fmt: str, name: str) -> Answer:
         usage = usage_dict(getattr(reply, "usage", None))
-        totals = self.usage_totals.setdefault(name, {"prompt_tokens": 0, "completion_tokens": 0,
-                                                     "turns": 0})
-        totals["turns"] += 1
-        for key in ("prompt_tokens", "completion_tokens"):
-            totals[key] += int(usage.get(key) or 0)
-        actions = [getattr(a, "message", str(a)) for a in getattr(reply, "actions", ()) or ()]
+        self.workspace.answered(name)
+        actions = list(reply.actions)
         answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
                         actions=actions, finish_reason=_str(getattr(reply, "finish_reason", None)),
                         answer_format=fmt, session=name)
@@ -519,28 +382,11 @@ class ChatMagics(Magics):
     @line_magic("chat")
     def chat_line(self, line: str) -> Any:
         """Manage conversations: ``%chat SUBCOMMAND [args]``; ``%chat help`` lists them."""
-        return _subcommands.run_subcommand(self, line)
+        return subcommands.run_subcommand(self, line)
 
 
 ChatMagics.chat_line.__doc__ = (ChatMagics.chat_line.__doc__ or "") + "\n\n" + \
-    _subcommands.summary_text()
-
-
-def is_emulator(model: str) -> bool:
-    return str(model).split(":", 1)[0] == "emulator"
-
-
-@contextlib.contextmanager
-def _as_usage_error() -> Iterator[None]:
-    """A bad model string, session name or setting becomes a one-sentence UsageError."""
-    try:
-        yield
-    except (errors.CtxRecoveryError, ValueError) as e:
-        raise UsageError(str(e)) from e
-    except OSError as e:  # the session's data directory
-        raise UsageError(f"cannot use the session directory {e.filename or ''} "
-                         f"({e.strerror or e}); set IPY_CTXRECOVERY_DIR to a writable "
-                         "directory.") from e
+    subcommands.summary_text()
 
 
 def _still_cut(escalations: list[Any], requested: int | None) -> str:
@@ -571,7 +417,7 @@ def _parse_options(pairs: list[list[str]]) -> dict[str, Any]:
 def _lookup_tools(names: str | None) -> tuple[Any, ...]:
     if not names:
         return ()
-    from . import tools as tools_module
+    from .. import tools as tools_module
 
     registry = tools_module.registered_tools()
     chosen = []

@@ -1,7 +1,8 @@
 """The ``%chat SUBCOMMAND`` line magic: one small function per subcommand.
 
-Each subcommand takes the ChatMagics instance and its parsed arguments, prints a short
-summary and may return a value (``%chat panel`` returns the session's panel).
+Each subcommand takes the ChatMagics instance (its configuration, and its ``workspace``:
+sessions, emulator, panels) and its parsed arguments, prints a short summary and may
+return a value (``%chat panel`` returns the session's panel).
 User mistakes raise ``UsageError`` with one sentence; nothing here talks to a model
 except ``compact`` (through the session).
 """
@@ -19,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from . import errors, history
-from .config import ENV_VARS, ConfigError, format_size, parse_size
+from .. import errors, history
+from ..config import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
+from .workspace import DEFAULT_SESSION
 
 if TYPE_CHECKING:
     from .magics import ChatMagics
@@ -40,7 +42,7 @@ def _subcommand(name: str, summary: str, *arguments: tuple[tuple[str, ...], dict
     parser = MagicArgumentParser(prog=f"%chat {name}", description=summary,
                                  formatter_class=argparse.HelpFormatter)
     if session_flag:
-        parser.add_argument("-S", "--session", default="default", metavar="NAME",
+        parser.add_argument("-S", "--session", default=DEFAULT_SESSION, metavar="NAME",
                             help="Session name.")
     for flags, options in arguments:
         parser.add_argument(*flags, **options)
@@ -77,11 +79,12 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
 
 def _session(magics: ChatMagics, args: Any) -> Any:
     """The session a subcommand works on; only the kernel's default one is created here."""
-    if args.session != "default" and args.session not in magics.sessions:
+    ws = magics.workspace
+    if args.session != DEFAULT_SESSION and args.session not in ws.sessions:
         raise UsageError(f"no session named {args.session!r} in this kernel; start it with "
                          f"%%chat -S {args.session}, or %chat resume {args.session} if it "
                          "was saved.")
-    return magics.session(args.session)
+    return ws.session(args.session)
 
 
 @_subcommand("help", "Show what each subcommand does.",
@@ -111,7 +114,7 @@ def _status(magics: ChatMagics, args: Any) -> Any:
     session = _session(magics, args)
     status = session.status()
     print(status)
-    if session.model.startswith("emulator") and magics.emulator is not None:
+    if session.model.startswith("emulator") and magics.workspace.emulator is not None:
         print(f"emulator: {_emulator_limits(magics)}")
     return None
 
@@ -157,7 +160,7 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     try:
         report = session.compact(instructions)
     except errors.ChatError as e:
-        magics._failed(str(e), e)
+        magics.fail(str(e), e)
         return
     finally:
         unsubscribe()
@@ -190,14 +193,15 @@ def _reset(magics: ChatMagics, args: Any) -> None:
 @_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",
              session_flag=False)
 def _sessions(magics: ChatMagics, args: Any) -> None:
-    from .transcript import list_sessions
+    from ..transcript import list_sessions
 
-    if not magics.sessions:
+    sessions = magics.workspace.sessions
+    if not sessions:
         print("no session in this kernel yet")
-    for key, session in magics.sessions.items():
+    for key, session in sessions.items():
         print(f"{key:<12} {session.model:<28} {len(session.history):>4} msgs "
               f"(saved as {session.name})")
-    live = {s.name for s in magics.sessions.values()}
+    live = {s.name for s in sessions.values()}
     saved = [name for name in list_sessions() if name not in live]
     if saved:
         print("saved (%chat resume NAME): " + ", ".join(saved))
@@ -206,8 +210,8 @@ def _sessions(magics: ChatMagics, args: Any) -> None:
 @_subcommand("resume", "Reopen a saved session (e.g. after a kernel restart) as -S NAME.",
              _arg("name", metavar="NAME", help="The saved session's name."), session_flag=False)
 def _resume(magics: ChatMagics, args: Any) -> None:
-    session = magics.resume_session(args.name)
-    magics.replace_session(args.name, session)
+    session = magics.workspace.resume_session(args.name)
+    magics.workspace.replace_session(args.name, session)
     print(f"resumed {args.name}: {len(session.history)} messages on {session.model}; "
           f"use %%chat -S {args.name}")
 
@@ -218,7 +222,7 @@ def _usage(magics: ChatMagics, args: Any) -> None:
     status = session.status()
     totals = {"prompt_tokens": status.prompt_tokens,
               "completion_tokens": status.completion_tokens,
-              "turns": magics.usage_totals.get(args.session, {}).get("turns", 0)}
+              "turns": magics.workspace.cells.get(args.session, 0)}
     print(f"session {args.session}: {totals['prompt_tokens']:,} prompt + "
           f"{totals['completion_tokens']:,} completion tokens over {totals['turns']} cells")
 
@@ -226,7 +230,7 @@ def _usage(magics: ChatMagics, args: Any) -> None:
 @_subcommand("models", "Known models, their context windows and output limits.",
              session_flag=False)
 def _models(magics: ChatMagics, args: Any) -> None:
-    from .catalogue import MODELS
+    from ..catalogue import MODELS
 
     keys = [v for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY") if os.environ.get(v)]
     print(f"default: {magics.model()}; keys set: {', '.join(keys) or 'none (emulator)'}")
@@ -242,7 +246,7 @@ def _models(magics: ChatMagics, args: Any) -> None:
 @_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
              "with @chat_tool (offer those with %%chat --tools NAME).")
 def _tools(magics: ChatMagics, args: Any) -> None:
-    from .tools import registered_tools
+    from ..tools import registered_tools
 
     registry = registered_tools()
     session = _session(magics, args)
@@ -262,7 +266,7 @@ def _tools(magics: ChatMagics, args: Any) -> None:
 
 def _is_builtin(tool: Any) -> bool:
     """A tool the package itself provides (``read_file``), not one the user wrote."""
-    from . import tools as tools_module
+    from .. import tools as tools_module
 
     return getattr(tool.function, "__module__", None) == tools_module.__name__
 
@@ -390,18 +394,19 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
             raise UsageError(f"%chat emulator: {e}") from e
         if size:
             limits[key] = size
+    ws = magics.workspace
     if not any(getattr(args, k) is not None for k in vars(args)):
-        magics.ensure_emulator()
-        print(f"emulator at {magics.emulator.openai_base_url}: {_emulator_limits(magics)}")
+        emulator = ws.ensure_emulator()
+        print(f"emulator at {emulator.openai_base_url}: {_emulator_limits(magics)}")
         return
     notes: list[tuple[str, str]] = []
     try:
-        magics.restart_emulator(limits, notes)
+        ws.restart_emulator(limits, notes)
     except (ConfigError, ValueError, TypeError) as e:
         raise UsageError(f"%chat emulator: {e}") from e
     print(f"emulator restarted: {_emulator_limits(magics)}")
     for name, note in notes:
-        magics.tell(name, [note])
+        ws.tell(name, [note])
 
 
 #: How each emulator limit reads in a status line (plain words, not the flag names).
@@ -417,7 +422,7 @@ _LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
 
 
 def _emulator_limits(magics: ChatMagics) -> str:
-    limits = magics.emulator_limits
+    limits = magics.workspace.emulator_limits
     if not limits:
         return "default limits (context window 8,192 tokens, no body limit)"
     return "; ".join(_LIMIT_WORDS[key](value) if key in _LIMIT_WORDS
@@ -458,13 +463,6 @@ def _markdown(session: Any, messages: Any) -> str:
 
 @_subcommand("panel", "Show the live context panel of a session (notebooks).")
 def _panel(magics: ChatMagics, args: Any) -> Any:
-    from .panel import ContextPanel
-
-    session = _session(magics, args)
-    panel = magics.panels.get(args.session)
-    if panel is None:
-        panel = ContextPanel(title=f"%%chat session: {args.session}", settings=magics.settings())
-        panel.attach(session)
-        magics.panels[args.session] = panel
-    return panel
+    _session(magics, args)
+    return magics.workspace.panel(args.session)
 

@@ -1,18 +1,16 @@
-"""The session API's small values: :class:`Reply`, :class:`SessionStatus` and the ``KEEP`` sentinel.
+"""The values a session hands back: :class:`Reply`, :class:`SessionStatus` and ``KEEP``.
 
 :class:`Reply` is one answer, :class:`SessionStatus` where a session stands (with its
 text formatting), :data:`KEEP` the "argument not given" default of
-:meth:`~ipy_ctxrecovery.session.ChatSession.update`. All are re-exported from
-:mod:`ipy_ctxrecovery.session`, their public home (``from ipy_ctxrecovery.session import
-Reply, SessionStatus, KEEP``; ``ipy_ctxrecovery.Reply``).
+:meth:`ChatSession.update <ipy_ctxrecovery.session.ChatSession.update>`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import format_size
-from .providers.base import Usage
+from ..config import format_size
+from ..providers.base import Usage
 
 __all__ = ["KEEP", "Reply", "SessionStatus"]
 

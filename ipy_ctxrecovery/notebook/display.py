@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from . import events as ev
+from .. import events as ev
+from ..wording import describe
 
 __all__ = [
     "FORMATS",
@@ -140,7 +141,7 @@ class EventPrinter:
         return isinstance(event, ev.Preflight) and event.action == "ok"
 
     def __call__(self, event: ev.Event) -> None:
-        message = (event.message or "").strip()
+        message = describe(event).strip()
         if not message or isinstance(event, ev.Failed):
             return
         if self.is_routine(event) and not self.verbose:

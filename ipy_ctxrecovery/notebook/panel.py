@@ -19,28 +19,30 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from . import events as ev
-from .config import Settings, format_size
+from .. import events as ev
+from .._decide import Level
+from ..config import Settings, format_size
+from ..wording import describe
 
 __all__ = ["LADDER_LEVELS", "STEP_WORDS", "ContextPanel"]
 
-#: ladder.Level value -> the step shown on the panel's 0-3 bar (0: no recovery this turn).
-LADDER_LEVELS: dict[str, int] = {
-    "lower_max_tokens": 0,
-    "exact_fit": 0,
-    "aggressive_budget": 1,
-    "emergency_truncate": 2,
-    "nuclear_truncate": 3,
-    "give_up": 3,
+#: ladder Level -> the step shown on the panel's 0-3 bar (0: no recovery this turn).
+LADDER_LEVELS: dict[Level, int] = {
+    Level.LOWER_MAX_TOKENS: 0,
+    Level.EXACT_FIT: 0,
+    Level.AGGRESSIVE: 1,
+    Level.EMERGENCY: 2,
+    Level.NUCLEAR: 3,
+    Level.GIVE_UP: 3,
 }
-#: ladder.Level value -> what that recovery step did, in plain words.
-STEP_WORDS: dict[str, str] = {
-    "lower_max_tokens": "asked for a shorter answer (smaller max_tokens)",
-    "exact_fit": "trimmed the history just enough to fit",
-    "aggressive_budget": "shortened big tool results",
-    "emergency_truncate": "dropped older messages",
-    "nuclear_truncate": "kept only the latest messages",
-    "give_up": "gave up",
+#: ladder Level -> what that recovery step did, in plain words.
+STEP_WORDS: dict[Level, str] = {
+    Level.LOWER_MAX_TOKENS: "asked for a shorter answer (smaller max_tokens)",
+    Level.EXACT_FIT: "trimmed the history just enough to fit",
+    Level.AGGRESSIVE: "shortened big tool results",
+    Level.EMERGENCY: "dropped older messages",
+    Level.NUCLEAR: "kept only the latest messages",
+    Level.GIVE_UP: "gave up",
 }
 _NONE_NEEDED = "none needed"
 _MAX_LEVEL = 3
@@ -152,7 +154,7 @@ class ContextPanel:
         self._render()
 
     def _apply(self, event: ev.Event) -> None:
-        message = (event.message or "").strip()
+        message = describe(event).strip()
         if not isinstance(event, ev.CapChanged) and not self._in_turn:
             # The first event of a turn: the panel shows the recovery of the LAST turn
             # only; earlier ones live on in the counts.
@@ -174,7 +176,7 @@ class ContextPanel:
         elif isinstance(event, ev.LadderStep):
             rung = LADDER_LEVELS.get(event.level, min(event.attempt, _MAX_LEVEL))
             self.ladder_level = max(self.ladder_level, rung)
-            words = STEP_WORDS.get(event.level, event.level.replace("_", " "))
+            words = STEP_WORDS[event.level]
             self.ladder_text = (f"step {event.attempt}: {words} "
                                 f"({event.before_messages} → {event.after_messages} msgs)")
         elif isinstance(event, ev.CompactionPhase):
@@ -185,7 +187,7 @@ class ContextPanel:
             self.ladder_text = f"recovered in {_plural(event.attempts, 'step')}"
         elif isinstance(event, ev.Failed):
             self._in_turn = False
-            self.ladder_text = f"failed ({event.failure_kind.replace('_', ' ')})"
+            self.ladder_text = f"failed ({event.failure_kind.value.replace('_', ' ')})"
             self.refresh()
         if message:
             self.last_action = message

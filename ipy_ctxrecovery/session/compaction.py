@@ -1,0 +1,76 @@
+"""SessionCompactor: the core compactor run with the session's model as summarizer, its
+request bounded so it fits the model and the payload cap.
+
+The summarizer's request must fit too: its input at most half the window and under what
+the cap leaves after the system prompt, its answer at most a quarter of the window (a
+small window is where compaction matters most). :meth:`SessionCompactor.run` returns the
+new history and the core's report; it keeps no state, so a caller that decides not to
+use a result has nothing to undo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import compactor, prompts
+from ..compactor import CompactionReport
+from ..config import Settings
+from ..history import History, Message
+from ..providers.base import Request
+from .sizing import RequestSizer, RequestSpec
+from .turn_log import EventBus, TurnLog
+
+__all__ = ["SessionCompactor", "Summarizer"]
+
+Summarizer = Callable[[str, int], str]
+"""``summarize(text, max_tokens)`` → the summary (the model's answer to the summarizer)."""
+
+
+class SessionCompactor:
+    """Compacts a history with the session's model as the summarizer."""
+
+    def __init__(self, sizer: RequestSizer, bus: EventBus, settings: Settings,
+                 summarize: Summarizer | None = None) -> None:
+        self.sizer = sizer
+        self.bus = bus
+        self.settings = settings
+        self._summarize = summarize if summarize is not None else self._ask_model
+
+    def _ask_model(self, text: str, max_tokens: int) -> str:
+        request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
+                                    Message.user(text)), max_tokens=max_tokens, stream=False)
+        return self.sizer.endpoint.provider.send(request).message.text
+
+    def bounded_settings(self) -> tuple[Settings, int]:
+        """Settings with the summarizer's input and output bounds for this model and cap,
+        and the summary's max_tokens."""
+        sizer, settings = self.sizer, self.settings
+        bytes_per_token = sizer.limits.tokens.bytes_per_token
+        window_chars = int(sizer.window * bytes_per_token)
+        input_bound = max(1, min(settings.summarizer_input_max_chars, window_chars // 2))
+        cap = sizer.limits.caps.effective()
+        if cap is not None:
+            # A summarizer request over a (learned) cap would only be rejected by the same
+            # proxy. Half of what the cap leaves after the system prompt, as JSON escaping
+            # can grow the text.
+            room = cap - len(prompts.SUMMARIZE_SYSTEM_PROMPT.encode("utf-8"))
+            input_bound = max(1, min(input_bound, room // 2))
+        summary_bound = max(1, min(settings.summary_max_chars, window_chars // 4))
+        if (input_bound, summary_bound) != (settings.summarizer_input_max_chars,
+                                            settings.summary_max_chars):
+            settings = settings.replace(summarizer_input_max_chars=input_bound,
+                                        summary_max_chars=summary_bound)
+        summary_tokens = max(1, min(sizer.output_cap, int(summary_bound / bytes_per_token)))
+        return settings, summary_tokens
+
+    def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None, *,
+            instructions: str | None = None,
+            force: bool = False) -> tuple[History, CompactionReport]:
+        """Compact ``history`` to ``target`` bytes (trim → summarize → apply), telling each
+        phase; an interrupt during the summary leaves nothing changed (it re-raises)."""
+        settings, summary_tokens = self.bounded_settings()
+        return compactor.compact(
+            history, target_bytes=target, measure=self.sizer.measurer(spec),
+            summarize=lambda text: self._summarize(text, summary_tokens),
+            settings=settings, on_event=lambda e: self.bus.emit(e, log),
+            instructions=instructions, force_summary=force)

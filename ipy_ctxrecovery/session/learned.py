@@ -1,0 +1,255 @@
+"""What a session learns the hard way, in one object: :class:`LearnedLimits`; and what a
+network path teaches, shared by the sessions on it: :class:`PathRegistry`.
+
+A session learns payload caps (one rejection each), the real context window, the output
+limit, the token calibration, and two one-shot flags. :class:`LearnedLimits` holds them,
+learns from failures and successes, forgets what a new provider makes stale, and
+round-trips through ``learned.json`` under these rules (the same for a live ``update``
+and for ``resume``):
+
+- payload caps (largest ok, smallest rejected) belong to the **network path** (the
+  client's base URL and the emulator behind it): sessions of one
+  :class:`PathRegistry` (one per kernel) on the same path share them live, and a saved
+  cap is restored only on the same path; an assumed cap belongs to the session;
+- the learned window and output limit: same path **and** same model string (and the
+  window only when the configured ``context_window`` is the one it was learned under);
+- the token calibration belongs to the model's tokenizer: same model string, any path;
+- the one-shot no-cap warning and the payload-notice flag belong to the session and its
+  history snapshot, which ``resume`` always restores: restored always.
+
+Configured values (``max_payload``, ``context_window``, ``chars_per_token``...) always come
+from the current settings, never from disk. A corrupt or unknown-version file is ignored
+with one warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Settings, format_size
+from ..events import CapChanged, Event, WindowLearned
+from ..failures import Failure, FailureKind
+from ..preflight import Caps, PathLimits, TokenEstimator
+
+__all__ = ["VERSION", "LearnedLimits", "PathRegistry"]
+
+VERSION = 1
+"""Format version of ``learned.json``; another version is ignored (with a warning)."""
+
+
+class PathRegistry:
+    """The payload limits learned per network path, for the sessions that share it.
+
+    One registry per kernel (the notebook's workspace holds it), handed to each session;
+    a session made without one gets its own. A path the provider cannot name (None) is
+    never shared.
+    """
+
+    def __init__(self) -> None:
+        self._paths: dict[str, PathLimits] = {}
+
+    def limits(self, key: str | None) -> PathLimits:
+        if key is None:
+            return PathLimits()
+        return self._paths.setdefault(key, PathLimits())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._paths
+
+
+@dataclass
+class LearnedLimits:
+    """Everything a session learned about its limits (see the module docstring)."""
+
+    caps: Caps
+    tokens: TokenEstimator
+    window: int | None = None
+    """A context window an overflow reported below the configured/catalogue one."""
+    output_limit: int | None = None
+    """A max_tokens ceiling learned from an output-limit rejection."""
+    warned_no_cap: bool = False
+    payload_notice_given: bool = False
+    cap_note: str | None = None
+    """Why a learned cap is gone (until a new one is learned), for ``status()``."""
+    _saved: dict[str, Any] | None = field(default=None, repr=False)
+
+    @classmethod
+    def fresh(cls, settings: Settings, path: PathLimits | None = None) -> LearnedLimits:
+        return cls(caps=Caps.from_settings(settings, path),
+                   tokens=TokenEstimator.from_settings(settings))
+
+    # -- what is in force -------------------------------------------------------------------
+    def window_for(self, base: int) -> int:
+        """The window in force: ``base`` (configured or the model's), or a smaller learned one."""
+        return min(base, self.window) if self.window else base
+
+    def output_cap_for(self, base: int) -> int:
+        """The most max_tokens may be: ``base`` (the model's), or a lower learned limit."""
+        return min(base, self.output_limit) if self.output_limit else base
+
+    @property
+    def visible_cap_note(self) -> str | None:
+        return self.cap_note if self.caps.learned is None and self.caps.assumed is None \
+            else None
+
+    # -- learning ---------------------------------------------------------------------------
+    def learn_from_failure(self, failure: Failure, sent_bytes: int,
+                           window: int) -> list[Event]:
+        """What ``failure`` of a ``sent_bytes`` request teaches: a payload cap, a window.
+
+        ``window`` is the window in force when it was sent. Returns the events that say so.
+        """
+        events: list[Event] = []
+        if failure.payload_related:
+            before = self.caps.effective()
+            size = failure.request_bytes or sent_bytes
+            learned = self.caps.record_rejection(size)
+            if learned is not None and learned != before:
+                events.append(CapChanged(cap=learned, source="learned", rejected_bytes=size,
+                                         dropped=failure.kind is FailureKind.LIKELY_PAYLOAD))
+        limit = failure.limit_tokens
+        if failure.kind is FailureKind.CONTEXT_OVERFLOW and limit is not None \
+                and 0 < limit < window:
+            # A wrong CHATCLI_CONTEXT_WINDOW (or catalogue entry) would otherwise let the
+            # history grow past the real window again every few turns.
+            self.window = limit
+            events.append(WindowLearned(window=limit, previous=window))
+        return events
+
+    def assume_cap(self, cap: int) -> CapChanged | None:
+        """Adopt the SPEC auto-cap if none was assumed; the event when it is the cap in force."""
+        if self.caps.assumed is not None:
+            return None
+        self.caps.assumed = cap
+        return CapChanged(cap=cap, source="assumed") if self.caps.source == "assumed" else None
+
+    def on_success(self, body_bytes: int, prompt_tokens: int | None) -> None:
+        self.caps.record_success(body_bytes)
+        if prompt_tokens:
+            self.tokens.calibrate(body_bytes, prompt_tokens)
+
+    # -- a new configuration or provider -------------------------------------------------------
+    def configure(self, old: Settings, new: Settings) -> None:
+        """New settings on a live session: configured values change, learned ones stay."""
+        if new.context_window is not None and new.context_window != old.context_window:
+            self.window = None          # the user chose a window: it replaces the learned one
+        if new.max_payload != self.caps.configured:
+            self.cap_note = None        # the user chose a cap: the old note is moot
+        self.caps.configured = new.max_payload
+        self.caps.learned_fraction = new.learned_cap_fraction
+        if self.tokens.samples == 0:
+            self.tokens.bytes_per_token = new.chars_per_token
+
+    def forget(self, settings: Settings, *, model_changed: bool, path_changed: str | None,
+               new_path: PathLimits) -> str | None:
+        """A new provider: drop what belongs to the old model or path (module docstring).
+
+        Returns a sentence for a learned or assumed payload cap that was dropped.
+        """
+        note = None
+        if model_changed:
+            self.tokens = TokenEstimator.from_settings(settings)
+            self.output_limit = None
+            self.window = None
+        if path_changed is not None:
+            learned, assumed = self.caps.learned, self.caps.assumed
+            if learned is not None or assumed is not None:
+                kind = "learned" if learned is not None else "assumed"
+                shown = format_size(learned if learned is not None else assumed or 0)
+                note = f"{kind} payload cap {shown} forgotten: {path_changed} may have other limits"
+                self.cap_note = note
+            self.caps = Caps.from_settings(settings, new_path)
+            self.output_limit = None
+            self.window = None
+        return note
+
+    # -- learned.json --------------------------------------------------------------------------
+    def to_json(self, *, model: str, path: str | None, settings: Settings) -> dict[str, Any]:
+        """The learned state as a JSON-able dict (no configured values, no secrets)."""
+        caps, tokens = self.caps, self.tokens
+        return {
+            "version": VERSION,
+            "model": model,
+            "path": path,
+            "context_window": settings.context_window,
+            "caps": {"largest_ok": caps.largest_ok, "smallest_rejected": caps.smallest_rejected,
+                     "assumed": caps.assumed},
+            "learned_window": self.window,
+            "output_limit": self.output_limit,
+            "calibration": {"bytes_per_token": tokens.bytes_per_token,
+                            "samples": tokens.samples},
+            "warned": self.warned_no_cap,
+            "payload_notice_sent": self.payload_notice_given,
+        }
+
+    def changed_since_saved(self, state: dict[str, Any]) -> bool:
+        """True when ``state`` differs from what was last saved (then it counts as saved)."""
+        if state == self._saved:
+            return False
+        self._saved = state
+        return True
+
+    def restore(self, data: Any, *, model: str, path: str | None, settings: Settings,
+                source: str) -> None:
+        """Apply saved state ``data`` (from ``source``, a file name for the warning) where it
+        still applies; sets :attr:`cap_note` when a saved cap is not restored."""
+        if not isinstance(data, dict) or data.get("version") != VERSION or not _valid(data):
+            version = data.get("version") if isinstance(data, dict) else None
+            why = (f"it has unknown format version {version!r}"
+                   if isinstance(data, dict) and version != VERSION else "it is not valid")
+            warnings.warn(f"ignoring {source}: {why}; this session will learn its limits "
+                          "again.", RuntimeWarning, stacklevel=3)
+            return
+        same_model = data["model"] == model
+        same_path = path is not None and data["path"] == path
+        caps, cal = data["caps"], data["calibration"]
+        if same_path:
+            # A path this kernel already knows keeps what it learned since (the live
+            # values are newer than the file); an unknown one starts from the file.
+            if self.caps.smallest_rejected is None and self.caps.largest_ok == 0:
+                self.caps.largest_ok = caps["largest_ok"]
+                self.caps.smallest_rejected = caps["smallest_rejected"]
+            self.caps.assumed = caps["assumed"]
+        elif caps["smallest_rejected"] is not None or caps["assumed"] is not None:
+            kind = "learned" if caps["smallest_rejected"] is not None else "assumed"
+            size = caps["smallest_rejected"] if kind == "learned" else caps["assumed"]
+            self.cap_note = (f"{kind} payload cap (below {format_size(size)}) not restored: "
+                             "this endpoint or emulator is not the one it was learned on")
+        if same_path and same_model:
+            self.output_limit = data["output_limit"]
+            if data["context_window"] == settings.context_window:
+                self.window = data["learned_window"]
+        if same_model and cal["samples"] > 0:
+            self.tokens.bytes_per_token = float(cal["bytes_per_token"])
+            self.tokens.samples = cal["samples"]
+        self.warned_no_cap = self.warned_no_cap or data["warned"]
+        self.payload_notice_given = data["payload_notice_sent"]
+        self._saved = (self.to_json(model=model, path=path, settings=settings)
+                       if same_path and same_model else None)
+
+
+def _int(value: Any, *, optional: bool = True) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _valid(data: Mapping[str, Any]) -> bool:
+    """The shape ``to_json`` writes (a hand-edited or torn file fails here, not later)."""
+    if not isinstance(data.get("model"), str):
+        return False
+    caps, cal = data.get("caps"), data.get("calibration")
+    if not isinstance(caps, dict) or not isinstance(cal, dict):
+        return False
+    bpt = cal.get("bytes_per_token")
+    return (_int(caps.get("largest_ok"), optional=False) and _int(caps.get("smallest_rejected"))
+            and _int(caps.get("assumed")) and _int(data.get("learned_window"))
+            and _int(data.get("output_limit")) and _int(data.get("context_window"))
+            and _int(cal.get("samples"), optional=False)
+            and isinstance(bpt, int | float) and not isinstance(bpt, bool) and bpt > 0
+            and isinstance(data.get("path"), str | None)
+            and isinstance(data.get("warned"), bool)
+            and isinstance(data.get("payload_notice_sent"), bool))

@@ -1,0 +1,264 @@
+"""RecoveryLoop: send one prepared request, retry what a retry can fix, climb the ladder for
+the rest (SPEC §1, §3).
+
+For one request: :class:`~.pipeline.Preparer` → send → on failure: auth → refresh the
+provider once; transient → retry after :func:`retry_wait`; everything recoverable (and
+``output_limit``) → learn what the failure teaches (a payload cap, a window), then
+``ladder.decide`` (pure) and apply the step → resend; ``GIVE_UP`` → :class:`ChatError`
+with one sentence. An exact fit first tries an LLM summary of the oldest messages to its
+target (the conversation keeps its substance) and drops them only when that fails.
+A body at or over the smallest size the path ever rejected is never sent again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import ladder
+from ..budget import ResultStore
+from ..config import Settings, format_size
+from ..errors import ChatError, redact
+from ..events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
+from ..failures import Failure, FailureKind
+from ..history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
+from ..prompts import PAYLOAD_NOTICE
+from ..providers.base import Request, Response, TextCallback
+from .compaction import SessionCompactor
+from .endpoint import Endpoint
+from .learned import LearnedLimits
+from .pipeline import Preparer
+from .sizing import RequestSizer, RequestSpec
+from .turn_log import EventBus, Shrink, TurnLog
+
+__all__ = ["RecoveryLoop", "Sent", "retry_wait", "sentence"]
+
+BACKOFF_BASE_SECONDS = 1.0
+"""First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
+BACKOFF_MAX_SECONDS = 30.0
+
+
+def retry_wait(failure: Failure, retries_done: int) -> float:
+    """Seconds to wait before transient retry number ``retries_done + 1``: what the server
+    asked for (``Retry-After``), else exponential backoff."""
+    if failure.retry_after is not None:
+        return failure.retry_after
+    return min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** retries_done)
+
+
+def sentence(failure: Failure) -> str:
+    """One clear sentence for a failure recovery could not save (secrets redacted)."""
+    reason = failure.reason.strip().rstrip(".")
+    return redact(f"{reason}.") if reason else redact(f"The request failed: {failure.label}.")
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A request that succeeded: the history it carried, the answer, and its spec."""
+
+    history: History
+    response: Response
+    spec: RequestSpec
+
+
+class RecoveryLoop:
+    """Sends a request until it succeeds or recovery gives up (see the module docstring)."""
+
+    def __init__(self, endpoint: Endpoint, sizer: RequestSizer, preparer: Preparer,
+                 compactor: SessionCompactor, store: ResultStore, bus: EventBus,
+                 settings: Settings, sleep: Callable[[float], None]) -> None:
+        self.endpoint = endpoint
+        self.sizer = sizer
+        self.preparer = preparer
+        self.compactor = compactor
+        self.store = store
+        self.bus = bus
+        self.settings = settings
+        self.sleep = sleep
+        self.recoveries = 0
+
+    @property
+    def limits(self) -> LearnedLimits:
+        return self.sizer.limits
+
+    def send(self, history: History, spec: RequestSpec, log: TurnLog,
+             on_text: TextCallback | None) -> Sent:
+        """Prepare, send and recover one request; raise ChatError when it fails for good."""
+        prepared = self.preparer.prepare(history, spec, log)
+        history, spec = prepared.history, prepared.spec
+        state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)
+        auth_retried = False
+        transient = 0
+        steps = 0
+        try:
+            while True:
+                history, request, body = self._encoded_within_limits(history, spec, log)
+                try:
+                    response = self.endpoint.provider.send(
+                        request, on_text=on_text if spec.stream else None)
+                except ChatError as e:
+                    failure = e.failure
+                    if failure.request_bytes is None:
+                        failure = dataclasses.replace(failure, request_bytes=body)
+                    kind = failure.kind
+                    if kind is FailureKind.AUTH and not auth_retried:
+                        auth_retried = True
+                        self.endpoint.refresh()
+                        self.sizer.forget_encoding()
+                        self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=kind,
+                                               failure=failure), log)
+                        continue
+                    if kind is FailureKind.TRANSIENT \
+                            and transient < self.settings.transient_retries:
+                        wait = retry_wait(failure, transient)
+                        transient += 1
+                        self.bus.emit(Retrying(attempt=transient, wait=wait, failure_kind=kind,
+                                               failure=failure,
+                                               of=self.settings.transient_retries), log)
+                        self.sleep(wait)
+                        continue
+                    if not failure.recoverable and kind is not FailureKind.OUTPUT_LIMIT:
+                        raise ChatError(failure, sentence(failure)) from e
+                    history, state, spec = self._recover(history, state, failure, body, spec,
+                                                         log, e)
+                    steps += 1
+                    continue
+                self.limits.on_success(body, response.usage.prompt_tokens)
+                log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+                if steps:
+                    self.recoveries += 1
+                    self.bus.emit(Recovered(attempts=steps), log)
+                return Sent(history, response, spec)
+        finally:
+            self.sizer.forget_encoding()    # the body is not kept after the send
+
+    def _encoded_within_limits(self, history: History, spec: RequestSpec,
+                               log: TurnLog) -> tuple[History, Request, int]:
+        """The request to send; a body already known to be rejected is fitted first."""
+        sizer = self.sizer
+        request, encoded = sizer.encode(sizer.request(history, spec))
+        body = len(encoded)
+        rejected = self.limits.caps.smallest_rejected
+        if rejected is None or body < rejected:
+            return history, request, body
+        # Sending it again only repeats the rejection: fit it (or fail with a sentence).
+        history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
+                                                 spec, sizer.compaction_target(), log)
+        request, encoded = sizer.encode(sizer.request(history, spec))
+        body = len(encoded)
+        if body >= rejected:
+            reason = (f"The request is {format_size(body)} even after fitting, at least the "
+                      f"{format_size(rejected)} the proxy/gateway already rejected; send a "
+                      "shorter message or raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD).")
+            raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason, request_bytes=body),
+                            reason)
+        return history, request, body
+
+    def _recover(self, history: History, state: ladder.LadderState, failure: Failure,
+                 body: int, spec: RequestSpec, log: TurnLog, error: ChatError,
+                 ) -> tuple[History, ladder.LadderState, RequestSpec]:
+        """One ladder step for a recoverable failure; raise ChatError when it gives up."""
+        limits, sizer = self.limits, self.sizer
+        cap_before = limits.caps.effective()
+        # What this failure teaches is learned before deciding, so the decision uses it;
+        # the lines saying so come after the ⚠ line.
+        learned = limits.learn_from_failure(failure, body, sizer.window)
+        if any(not isinstance(e, CapChanged) for e in learned):
+            sizer.forget_encoding()
+        sent_max_tokens = sizer.reserved_tokens(spec)
+        # An exact fit aims no higher than the compaction target, so the fitted history
+        # ends below the compaction trigger and the next turn does not summarize again.
+        decision = ladder.decide(self.settings, state, failure, history_bytes=body,
+                                 max_tokens=sent_max_tokens, cap=cap_before,
+                                 cap_configured=limits.caps.configured is not None,
+                                 target_ceiling=sizer.compaction_target())
+        if decision.level is ladder.Level.GIVE_UP:
+            self._emit_all(learned, log)
+            raise ChatError(failure, decision.reason or sentence(failure)) from error
+        if decision.assume_cap is not None:
+            # The SPEC auto-cap is recorded; a cap learned from the rejected size wins and
+            # is what the user is told about, as it is the one in effect.
+            assumed = limits.assume_cap(decision.assume_cap)
+            if assumed is not None:
+                learned.insert(0, assumed)
+        if decision.level is ladder.Level.LOWER_MAX_TOKENS:
+            if failure.kind is FailureKind.OUTPUT_LIMIT and decision.max_tokens is not None:
+                limits.output_limit = decision.max_tokens
+            spec = spec.with_max_tokens(decision.max_tokens)
+        before = len(history)
+        summarized, not_used = self._summarize_to_fit(history, decision, failure, learned,
+                                                      spec, log)
+        if summarized is not None:
+            return summarized, decision.state, spec
+        result = ladder.apply(decision, history, settings=self.settings, store=self.store,
+                              measure=sizer.measurer(spec))
+        if result.level is ladder.Level.GIVE_UP:
+            self._emit_all(learned, log)
+            raise ChatError(failure, result.give_up_reason or sentence(failure)) from error
+        if result.changed:
+            log.shrinks.append(Shrink("ladder", history, len(result.history)))
+        history = result.history
+        if decision.inject_payload_notice:
+            limits.payload_notice_given = True
+        self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
+                                 after_messages=len(history), notes=tuple(result.notes),
+                                 summary_not_used=not_used), log)
+        self._emit_all(learned, log)
+        if result.payload_notice_added:
+            self.bus.emit(NoticeInjected(notice="payload"), log)
+        if result.compaction_notice_added:
+            self.bus.emit(NoticeInjected(notice="compaction"), log)
+        return history, decision.state, spec
+
+    def _emit_all(self, events: list[Event], log: TurnLog) -> None:
+        for event in events:
+            self.bus.emit(event, log)
+        events.clear()
+
+    def _summarize_to_fit(self, history: History, decision: ladder.Decision, failure: Failure,
+                          learned: list[Event], spec: RequestSpec,
+                          log: TurnLog) -> tuple[History | None, str | None]:
+        """An exact fit by summary: the oldest messages summarized instead of dropped.
+
+        Tried first for an exact fit (a payload rejection or a context overflow with
+        numbers) when the target leaves room for a summary beside what must stay. Returns
+        (None, None) — the caller then drops messages — when a summary is not worth trying;
+        (None, why) when it was tried (its ⚠ line is out) but failed or did not bring the
+        history to the target. The summary costs one request, but a history that keeps its
+        substance is worth it.
+        """
+        target = decision.target_bytes
+        if decision.level is not ladder.Level.EXACT_FIT or target is None:
+            return None, None
+        measure = self.sizer.measurer(spec)
+        start = history
+        notice_added = False
+        if decision.inject_payload_notice \
+                and not any(m.tag == TAG_PAYLOAD_NOTICE for m in history):
+            # Placed before compacting, so the summary's room accounts for it (the
+            # compactor never summarizes the notice away).
+            at = latest_user_index(history)
+            at = len(history) if at is None else at
+            notice = Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
+            start = (*history[:at], notice, *history[at:])
+            notice_added = True
+        floor = measure(ladder.drop_oldest(start, len(start))[0])
+        if target - floor < ladder.MIN_PREVIEW_CHARS:
+            return None, None   # no room for a summary beside what must stay: drop instead
+        before = len(history)
+        self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
+                                 after_messages=before, summarizing=True), log)
+        self._emit_all(learned, log)
+        new, report = self.compactor.run(start, target, spec, log)
+        size = measure(new) if report.applied else None
+        if size is None or size > target or not report.summarized_messages:
+            why = (report.rejected_reason if report.rejected_reason
+                   else f"the summary left {format_size(size or 0)}, over the target")
+            return None, why
+        log.shrinks.append(Shrink("compaction", history, len(new)))
+        if decision.inject_payload_notice:
+            self.limits.payload_notice_given = True
+        if notice_added:
+            self.bus.emit(NoticeInjected(notice="payload"), log)
+        return new, None

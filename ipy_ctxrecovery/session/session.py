@@ -1,0 +1,470 @@
+"""ChatSession: a conversation with one model, kept alive through every failure the core
+can recover — the facade over the session's parts.
+
+One :meth:`ChatSession.send` is one user turn (:class:`~.turns.TurnRunner`): each request
+goes through the :class:`~.pipeline.Preparer` (microcompact → tool-result budget →
+pre-flight → compaction → fit) and the :class:`~.recovery.RecoveryLoop` (send, retry,
+climb the ladder); answers cut at ``max_tokens`` are continued and stitched; tool calls
+are run and answered. The parts are built here and get their collaborators through their
+constructors: :class:`~.endpoint.Endpoint` (the provider), :class:`~.learned.LearnedLimits`
+(caps, window, calibration), :class:`~.sizing.RequestSizer`,
+:class:`~.compaction.SessionCompactor`, :class:`~.turn_log.EventBus`.
+
+Every step is a pure function of the history; the session swaps the new history in only
+when the whole turn succeeded, so a failed turn leaves :attr:`ChatSession.history` exactly
+as it was (the user's message stays in the transcript, on disk).
+
+What the transcript records (``transcript.py``): the user's messages, each assistant
+message as the user sees it (one stitched message for a continued answer), the
+assistant's tool calls and the **full** tool results. Messages the package writes for the
+model (SYSTEM NOTICE, summaries) live only in the working history and its snapshot.
+
+A session without a ``name`` gets a generated one (``session-<date>-<time>-<pid>-<n>``);
+:meth:`ChatSession.resume` reopens a session by name with its working history and what it
+learned, where that still applies. Learned state belongs to the session (payload caps to
+its network path, shared only through a :class:`~.learned.PathRegistry` it is given).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .. import budget, compactor
+from ..catalogue import ModelInfo
+from ..config import Settings
+from ..errors import ChatError, CtxRecoveryError
+from ..events import EventCallback, Failed, TurnFinished
+from ..history import History, Message, Role
+from ..preflight import Caps, TokenEstimator
+from ..providers import is_emulator_model
+from ..providers.base import Provider, TextCallback, Usage
+from ..tools import Tool, as_tool, make_read_file
+from ..transcript import Transcript, validate_name
+from .compaction import SessionCompactor
+from .dry_run import dry_run
+from .endpoint import Endpoint, path_key
+from .learned import LearnedLimits, PathRegistry
+from .pipeline import Prepared, Preparer
+from .recovery import RecoveryLoop
+from .sizing import RequestSizer, RequestSpec
+from .turn_log import EventBus, Shrink, TurnLog
+from .turns import ToolBox, TurnRunner
+from .values import KEEP, Reply, SessionStatus, _Keep
+
+__all__ = ["ChatSession"]
+
+_session_counter = itertools.count(1)
+_UNDO_DEPTH = 20
+"""How many shrinking turns ``undo_compact`` can step back through."""
+
+
+def _make_provider(model: str, client: Any, emulator: Any, settings: Settings) -> Provider:
+    from .. import providers
+
+    return providers.make_provider(model, client=client, settings=settings, emulator=emulator)
+
+
+class ChatSession:
+    """A conversation with one model, kept alive through every failure the core can recover."""
+
+    def __init__(self, model: str = "emulator", *, client: Any = None,
+                 settings: Settings | None = None, system: str | None = None,
+                 tools: Iterable[Tool | Callable[..., Any]] = (), max_tokens: int | None = None,
+                 name: str | None = None, emulator: Any = None,
+                 on_event: EventCallback | None = None, provider: Provider | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 files_root: str | os.PathLike[str] | None = None,
+                 builtin_tools: bool = True, paths: PathRegistry | None = None) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
+        self.max_tokens = max_tokens
+        self.system = system
+        # Everything that can reject bad input comes before the provider, which may start
+        # an emulator that would otherwise be left running.
+        self.name = validate_name(name) if name is not None else _auto_name()
+        user_tools = [as_tool(t) for t in tools]
+        self._files = Transcript(self.name)
+        self._store = budget.ResultStore(self._files.results_dir)
+        root = Path(files_root) if files_root is not None else Path.cwd()
+        builtin = [make_read_file(root, self._files.results_dir)] if builtin_tools else []
+        self._toolbox = ToolBox(builtin, user_tools)
+        self._paths = paths if paths is not None else PathRegistry()
+        made = provider is None
+        if provider is None:
+            provider = _make_provider(model, client, emulator, self.settings)
+        self._endpoint = Endpoint(provider, owned=made, client=client, emulator=emulator,
+                                  factory=self._factory)
+        self.bus = EventBus()
+        if on_event is not None:
+            self.bus.subscribe(on_event)
+        self.limits = LearnedLimits.fresh(self.settings,
+                                          self._paths.limits(self._endpoint.path_key()))
+        self._build(sleep)
+
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self._compactions = 0
+        self._undo: list[tuple[Shrink, ...]] = []
+
+        self._history: History = (Message.system(system),) if system else ()
+        self._transcript: list[Message] = list(self._files.messages())
+        if system and not any(m.role is Role.SYSTEM and m.text == system
+                              for m in self._transcript):
+            self._record(Message.system(system))
+        self._files.save_meta({"model": self.model, "system": system})
+        if self._files.load_history() is None:
+            # An existing snapshot stays until this session's first turn replaces it, so
+            # opening a session by name never loses what ``resume`` would restore.
+            self._files.save_history(self._history)
+
+    def _factory(self, model: str, client: Any, emulator: Any) -> Provider:
+        return _make_provider(model, client, emulator, self.settings)
+
+    def _build(self, sleep: Callable[[float], None]) -> None:
+        """The parts of a turn, wired to the session's endpoint, limits and settings."""
+        settings = self.settings
+        self._sizer = RequestSizer(self._endpoint, self.limits, settings, self._toolbox.specs)
+        self._compactor = SessionCompactor(self._sizer, self.bus, settings)
+        self._preparer = Preparer(self._sizer, self._compactor, self._store, self.bus,
+                                  settings)
+        self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,
+                                      self._compactor, self._store, self.bus, settings, sleep)
+        self._turns = TurnRunner(self._recovery, self._toolbox, self.bus, settings)
+
+    def _configure(self, settings: Settings) -> None:
+        self.settings = settings
+        for part in (self._sizer, self._compactor, self._preparer, self._recovery,
+                     self._turns):
+            part.settings = settings
+
+    # -- opening and changing -------------------------------------------------------------
+    @classmethod
+    def resume(cls, name: str, **kwargs: Any) -> ChatSession:
+        """Reopen the named session from disk: its transcript and its working history.
+
+        ``kwargs`` are the constructor's (a new ``emulator``/``client``/``provider``...);
+        the model and system prompt default to the stored ones. What the session learned
+        comes back where it still applies: caps on the same network path, token
+        calibration on the same model string (``learned.py``).
+        """
+        if not Transcript.exists(name):
+            raise CtxRecoveryError(
+                f"there is no saved session named {name!r}; start one with "
+                f"ChatSession(name={name!r}).")
+        files = Transcript(name)
+        meta = files.load_meta()
+        if "provider" not in kwargs and meta.get("model"):
+            kwargs.setdefault("model", meta["model"])
+        kwargs.setdefault("system", meta.get("system"))
+        snapshot = files.load_history()
+        session = cls(name=name, **kwargs)
+        if snapshot is not None:
+            session._history = snapshot
+        session._restore_learned()
+        return session
+
+    def _restore_learned(self) -> None:
+        raw = self._files.load_learned()
+        if raw is None:
+            return
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        self.limits.restore(data, model=self.model, path=self._endpoint.path_key(),
+                            settings=self.settings, source=str(self._files.learned_path))
+
+    def _save_learned(self) -> None:
+        state = self.limits.to_json(model=self.model, path=self._endpoint.path_key(),
+                                    settings=self.settings)
+        if self.limits.changed_since_saved(state):
+            self._files.save_learned(json.dumps(state, ensure_ascii=False))
+
+    def update(self, *, settings: Settings | None = None,
+               tools: Iterable[Tool | Callable[..., Any]] | None = None,
+               model: str | None = None, provider: Provider | None = None,
+               emulator: Any = None, client: Any = KEEP,
+               max_tokens: int | None | _Keep = KEEP) -> tuple[str, ...]:
+        """Change this live session in place; what it learned stays where it still applies.
+
+        An argument left out (None, or :data:`KEEP` where None is a value) changes nothing.
+        The history, the transcript and the counters (usage tokens, compactions,
+        recoveries) always stay. Everything is checked, and a new provider built, before
+        anything changes: on an error the session is exactly as it was.
+
+        - ``settings``: used from the next request. A new ``max_payload`` replaces the
+          configured cap; the learned bounds stay, so a cap learned below the new
+          configured one still wins. Before any calibration sample, a new
+          ``chars_per_token`` is the new starting estimate. A new explicit
+          ``context_window`` replaces a window learned from a context-overflow error.
+        - ``tools``: the tools offered from the next request, replacing the ones given
+          before; the built-in ``read_file`` stays when the session has it.
+        - ``model``: a new provider for that model string, built by the session (with
+          ``emulator`` for ``emulator*`` models). ``client`` defaults to the session's own
+          client on the same model and to the SDK's default client on another one.
+        - ``provider``: use this provider as is (the caller keeps ownership of it).
+        - ``emulator``: the emulator ``emulator*`` models talk to (a restarted one); a
+          session on such a model gets a provider rebuilt on it, another one only keeps
+          it for a later switch.
+        - ``max_tokens``: the default output limit (None: the provider's default).
+
+        A new provider resets what belongs to the old one: token calibration and a learned
+        output limit belong to the model string; learned payload caps to the network path
+        (base URL and emulator) — a new emulator is a new path.
+
+        Returns a sentence for a learned or assumed payload cap that was dropped (empty
+        when none was); :meth:`status` also says why the cap is gone.
+        """
+        if provider is not None and (model is not None or emulator is not None):
+            raise CtxRecoveryError("give update() either provider= or model=/emulator=, "
+                                   "not both.")
+        endpoint = self._endpoint
+        new_settings = settings if settings is not None else self.settings
+        new_tools = None if tools is None else [as_tool(t) for t in tools]
+        new_provider: Provider | None = provider
+        new_client = endpoint.client
+        spec = model if model is not None else self.model
+        if new_provider is None and (model is not None or (emulator is not None
+                                                           and is_emulator_model(spec))):
+            new_client = client if not isinstance(client, _Keep) \
+                else (endpoint.client if spec == self.model else None)
+            new_provider = _make_provider(
+                spec, new_client, emulator if emulator is not None else endpoint.emulator,
+                new_settings)
+        if emulator is not None:
+            endpoint.emulator = emulator  # kept for a later switch back to an emulator model
+        notes: list[str] = []
+
+        if settings is not None:
+            self.limits.configure(self.settings, settings)
+            self._configure(settings)
+        if new_tools is not None:
+            self._toolbox.replace(new_tools)
+        if not isinstance(max_tokens, _Keep):
+            self.max_tokens = max_tokens
+
+        if new_provider is not None and new_provider is not endpoint.provider:
+            why = endpoint.path_change(new_provider)
+            new_path = self._paths.limits(path_key(new_provider))
+            note = self.limits.forget(self.settings,
+                                      model_changed=new_provider.model != endpoint.model,
+                                      path_changed=why, new_path=new_path)
+            if note is not None:
+                notes.append(note)
+            endpoint.client = new_client
+            endpoint.replace(new_provider, owned=provider is None)
+            self._files.save_meta({"model": self.model, "system": self.system})
+        self._sizer.forget_encoding()  # the cached body belongs to the old provider or tools
+        self._save_learned()
+        return tuple(notes)
+
+    # -- public views ---------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        return self._endpoint.model
+
+    @property
+    def history(self) -> History:
+        """The working history: what the model sees (compacted as needed)."""
+        return self._history
+
+    @property
+    def transcript(self) -> History:
+        """Everything said in this session, never compacted."""
+        return tuple(self._transcript)
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        return self._toolbox.tools
+
+    @property
+    def provider(self) -> Provider:
+        return self._endpoint.provider
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self._endpoint
+
+    @property
+    def directory(self) -> Path:
+        """The session's private data directory."""
+        return self._files.directory
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._endpoint.info
+
+    @property
+    def caps(self) -> Caps:
+        """The payload cap in force and what it was learned from."""
+        return self.limits.caps
+
+    @property
+    def estimator(self) -> TokenEstimator:
+        """Body bytes → tokens, calibrated by the usage replies report."""
+        return self.limits.tokens
+
+    @property
+    def window(self) -> int:
+        """The window in tokens: configured or the model's, or a smaller one learned."""
+        return self._sizer.window
+
+    @property
+    def output_cap(self) -> int:
+        """The most max_tokens may be: the model's output limit, or a lower learned one."""
+        return self._sizer.output_cap
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
+        return self.bus.subscribe(callback)
+
+    def _spec(self, max_tokens: int | None = None, *, stream: bool = False,
+              options: Mapping[str, Any] | None = None) -> RequestSpec:
+        return RequestSpec(max_tokens=max_tokens if max_tokens is not None else self.max_tokens,
+                           options=MappingProxyType(dict(options or {})), stream=stream)
+
+    def status(self) -> SessionStatus:
+        body = self._sizer.measure(self._history, self._spec())
+        limits = self.limits
+        return SessionStatus(
+            name=self.name, model=self.model, history_bytes=body,
+            est_tokens=limits.tokens.estimate(body), window=self.window,
+            window_guessed=self.info.guessed and self.settings.context_window is None
+            and limits.window is None,
+            window_learned=limits.window is not None,
+            cap=limits.caps.effective(), cap_source=limits.caps.source,
+            messages=len(self._history), transcript_messages=len(self._transcript),
+            prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
+            compactions=self._compactions, recoveries=self._recovery.recoveries,
+            cap_note=limits.visible_cap_note)
+
+    # -- transcript -----------------------------------------------------------------------
+    def _record(self, message: Message) -> None:
+        self._transcript.append(message)
+        self._files.append(message)
+
+    # -- the turn -------------------------------------------------------------------------
+    def send(self, text: str, *, max_tokens: int | None = None, stream: bool = True,
+             on_text: TextCallback | None = None, record: bool = True,
+             options: Mapping[str, Any] | None = None) -> Reply:
+        """Send ``text`` as the user's message and return the assistant's answer.
+
+        Raises :class:`ChatError` (one sentence, secrets redacted) when the request failed
+        for good; the working history is then exactly as before. ``record=False`` sends
+        the exchange without keeping it (history and transcript untouched).
+        """
+        log = TurnLog()
+        user = Message.user(text)
+        if record:
+            self._record(user)
+        spec = self._spec(max_tokens, stream=stream, options=options)
+        try:
+            result = self._turns.run(self._history + (user,), spec, log, on_text,
+                                     self._record if record else None)
+        except ChatError as e:
+            self.bus.emit(Failed(failure_kind=e.failure.kind, sentence=str(e)), log)
+            raise
+        finally:
+            self._prompt_tokens += log.prompt_tokens
+            self._completion_tokens += log.completion_tokens
+            self._save_learned()  # a failed turn may still have learned a limit
+        if record:
+            self._history = result.history
+            self._keep_shrinks(log.shrinks)
+            self._files.save_history(result.history)
+        body = self._sizer.measure(result.history, spec)
+        self.bus.emit(TurnFinished(history_bytes=body, est_tokens=self.estimator.estimate(body),
+                                   window=self.window, cap=self.caps.effective()), log)
+        return Reply(text=result.answer.text, finish_reason=result.stop.value,
+                     usage=Usage(log.prompt_tokens, log.completion_tokens),
+                     actions=log.actions, model=self.model)
+
+    def dry_run(self, text: str | None = None, *, max_tokens: int | None = None,
+                options: Mapping[str, Any] | None = None,
+                settings: Settings | None = None) -> Prepared:
+        """What the next request would be — its history, spec, size and every preparation
+        step (as events) — computed without sending anything or changing the session.
+
+        ``text``: the next user message (None: the history as it is). ``settings``: other
+        settings to try. An LLM summary is replaced by an estimate of its size.
+        """
+        history = self._history + ((Message.user(text),) if text is not None else ())
+        return dry_run(history, self._spec(max_tokens, options=options),
+                       endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
+                       store=self._store, settings=settings or self.settings,
+                       current=self.settings)
+
+    def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
+        if not shrinks:
+            return
+        self._compactions += sum(1 for s in shrinks if s.kind == "compaction")
+        self._undo.append(tuple(shrinks))
+        del self._undo[:-_UNDO_DEPTH]
+
+    # -- history management -----------------------------------------------------------------
+    def compact(self, instructions: str | None = None) -> compactor.CompactionReport:
+        """Compact the working history now (the SPEC's ``/compact``)."""
+        log = TurnLog()
+        before = self._history
+        spec = self._spec()
+        current = self._sizer.measure(before, spec)
+        ratio = self.settings.manual_compact_ratio
+        target = min(self._sizer.compaction_target(ratio), int(current * ratio))
+        new, report = self._compactor.run(before, target, spec, log,
+                                          instructions=instructions, force=True)
+        if report.applied:
+            self._keep_shrinks([Shrink("compaction", before, len(new))])
+            self._history = new
+            self._files.save_history(new)
+        self._save_learned()
+        return report
+
+    def undo_compact(self) -> None:
+        """Restore the history from before the last turn's shrinks (later messages are kept)."""
+        if not self._undo:
+            raise CtxRecoveryError("there is no compaction to undo in this session.")
+        history = self._history
+        for shrink in reversed(self._undo.pop()):
+            later = history[shrink.after_len:] if len(history) >= shrink.after_len else ()
+            history = shrink.before + later
+        self._history = history
+        self._files.save_history(self._history)
+
+    def reset(self) -> None:
+        """Start the working history afresh (the transcript keeps everything).
+
+        What was learned about the network and the model (caps, calibration) stays; the
+        payload SYSTEM NOTICE went with the old history, so it may be given again.
+        """
+        self._history = (Message.system(self.system),) if self.system else ()
+        self._undo.clear()
+        self.limits.payload_notice_given = False
+        self._files.mark("reset")
+        self._files.save_history(self._history)
+
+    def close(self) -> None:
+        """Save the history snapshot and release the provider's client when it has one."""
+        self._files.save_history(self._history)
+        self._save_learned()
+        self._endpoint.close()
+
+    def __enter__(self) -> ChatSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ChatSession(model={self.model!r}, name={self.name!r}, "
+                f"messages={len(self._history)})")
+
+
+def _auto_name() -> str:
+    return f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_session_counter)}"
+

@@ -1,0 +1,125 @@
+"""The shape and size of one request: :class:`RequestSpec` and :class:`RequestSizer`.
+
+A :class:`RequestSpec` is what a caller asked for besides the messages (``max_tokens``,
+model options, streaming); it travels through the pipeline as one value. The
+:class:`RequestSizer` knows the limits in force (the window and output cap, with what was
+learned), builds and encodes requests, and measures candidate histories for searches:
+the provider's fast ``measure`` when it has one (exact for the built-in adapters), else
+``len(encode())``. The body actually sent is encoded once, by :meth:`RequestSizer.encode`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .. import compactor
+from ..config import Settings
+from ..history import History
+from ..providers.base import DefaultsMaxTokens, Measurable, Request, ToolSpec
+from .endpoint import Endpoint
+from .learned import LearnedLimits
+
+__all__ = ["RequestSizer", "RequestSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """Everything about a request but its messages."""
+
+    max_tokens: int | None = None
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    stream: bool = False
+
+    def with_max_tokens(self, max_tokens: int | None) -> RequestSpec:
+        return dataclasses.replace(self, max_tokens=max_tokens)
+
+
+class RequestSizer:
+    """Limits in force, and the bytes of a request (see the module docstring)."""
+
+    def __init__(self, endpoint: Endpoint, limits: LearnedLimits, settings: Settings,
+                 tools: Callable[[], tuple[ToolSpec, ...]]) -> None:
+        self.endpoint = endpoint
+        self.limits = limits
+        self.settings = settings
+        self._tools = tools
+        self._encoded: tuple[Request, bytes] | None = None
+
+    # -- limits in force -------------------------------------------------------------------
+    @property
+    def window(self) -> int:
+        """The window in tokens: configured or the model's, or a smaller one learned."""
+        base = self.settings.context_window or self.endpoint.info.context_window
+        return self.limits.window_for(base)
+
+    @property
+    def output_cap(self) -> int:
+        """The most max_tokens may be: the model's output limit, or a lower learned one."""
+        return self.limits.output_cap_for(self.endpoint.info.max_output_tokens)
+
+    def default_max_tokens(self, spec: RequestSpec) -> int | None:
+        """The max_tokens a request of ``spec`` carries when it sets none itself: one given
+        as a model option, else the provider's own default (Anthropic always sends one);
+        None when the body carries none."""
+        for name in ("max_tokens", "max_completion_tokens"):
+            value = spec.options.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        provider = self.endpoint.provider
+        return provider.default_max_tokens if isinstance(provider, DefaultsMaxTokens) else None
+
+    def reserved_tokens(self, spec: RequestSpec) -> int | None:
+        """The answer's reservation the request carries: asked for, or the default."""
+        return spec.max_tokens if spec.max_tokens is not None else self.default_max_tokens(spec)
+
+    def compaction_trigger(self, ratio: float | None = None) -> int:
+        return compactor.compaction_budget(
+            self.settings, window_tokens=self.window,
+            bytes_per_token=self.limits.tokens.bytes_per_token,
+            cap=self.limits.caps.effective(),
+            ratio=ratio if ratio is not None else self.settings.chat_budget_ratio)
+
+    def compaction_target(self, ratio: float | None = None) -> int:
+        """Where compaction aims (hysteresis below the trigger), with the cap known now."""
+        return compactor.compaction_target(self.compaction_trigger(ratio), self.settings)
+
+    # -- bytes -------------------------------------------------------------------------------
+    def request(self, history: History, spec: RequestSpec) -> Request:
+        return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
+                       options=dict(spec.options), stream=spec.stream)
+
+    def encode(self, request: Request) -> tuple[Request, bytes]:
+        """The request and its body, encoded once.
+
+        An equal request built again returns the first object: the provider keeps the
+        encoding of the object it last encoded, so sending that object does not encode
+        the body a second time.
+        """
+        if self._encoded is not None and self._encoded[0] == request:
+            return self._encoded
+        body = self.endpoint.provider.encode(request)
+        self._encoded = (request, body)
+        return self._encoded
+
+    def forget_encoding(self) -> None:
+        """Drop the cached body (after a send, or when the provider or tools changed)."""
+        self._encoded = None
+
+    def measure(self, history: History, spec: RequestSpec) -> int:
+        """A history's body size for searches and reports, not for the body sent."""
+        request = self.request(history, spec)
+        provider = self.endpoint.provider
+        if isinstance(provider, Measurable):
+            return int(provider.measure(request))
+        return len(provider.encode(request))
+
+    def measurer(self, spec: RequestSpec) -> Callable[[History], int]:
+        """``measure`` bound to ``spec``: what the compactor and the ladder search with."""
+        return lambda history: self.measure(history, spec)
+
+    def estimate(self, body_bytes: int) -> int:
+        return self.limits.tokens.estimate(body_bytes)

@@ -1,0 +1,84 @@
+"""What one turn reports: :class:`EventBus` (who hears the events), :class:`TurnLog`
+(what this turn did, for its :class:`~.values.Reply`) and :class:`Shrink` (one undoable
+shrink of the working history).
+
+The bus belongs to a session; a log to one ``send`` (or one manual compaction), never
+shared between turns. A subscriber that raises does not end the turn: it is reported as
+one warning (redacted), and the turn goes on.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import redact
+from ..events import Event, EventCallback, TurnFinished
+from ..history import History
+from ..wording import describe
+
+__all__ = ["EventBus", "Shrink", "TurnLog"]
+
+
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """One shrink of the working history the product made: undoable (``before`` is the
+    history it replaced, ``after_len`` the length of what replaced it)."""
+
+    kind: Literal["compaction", "fit", "ladder"]
+    before: History
+    after_len: int
+
+
+@dataclass
+class TurnLog:
+    """Mutable record of one turn: its events, token usage and what shrank the history."""
+
+    events: list[Event] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    shrinks: list[Shrink] = field(default_factory=list)
+    """Every shrink this turn applied, oldest first."""
+
+    def record(self, event: Event) -> None:
+        if not isinstance(event, TurnFinished):
+            self.events.append(event)
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """What happened, one rendered line (or block) per event that has something to say."""
+        return tuple(line for line in (describe(e) for e in self.events) if line)
+
+    def add_usage(self, prompt: int | None, completion: int | None) -> None:
+        self.prompt_tokens += prompt or 0
+        self.completion_tokens += completion or 0
+
+
+class EventBus:
+    """Delivers a session's events to its subscribers, in order."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[EventCallback] = []
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def emit(self, event: Event, log: TurnLog | None = None) -> None:
+        if log is not None:
+            log.record(event)
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception as e:  # a display bug must not end the turn, nor go unnoticed
+                warnings.warn(redact(f"event subscriber {callback!r} raised "
+                                     f"{type(e).__name__}: {e}"),
+                              RuntimeWarning, stacklevel=3)

@@ -1,0 +1,169 @@
+"""TurnRunner: one user turn as round trips — tool rounds and ``max_tokens`` continuation.
+
+    answer = send (with recovery); while it was cut at max_tokens: escalate, continue,
+    stitch (SPEC §4); while it asks for tools: run them, append their results, go round
+    again (at most ``settings.max_tool_rounds``).
+
+:class:`ToolBox` holds the tools a session offers (the built-in ``read_file`` and the
+user's). What the transcript records is decided here through the ``record`` callback:
+the user's message, each assistant answer as the user sees it (one stitched message for
+a continued answer), tool calls and their full results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .. import escalation
+from ..config import Settings
+from ..events import Escalation, ToolRun, Truncated
+from ..history import TAG_CONTINUATION, History, Message, ToolCall
+from ..providers.base import StopReason, TextCallback, ToolSpec
+from ..tools import Tool
+from .recovery import RecoveryLoop
+from .sizing import RequestSpec
+from .turn_log import EventBus, TurnLog
+
+__all__ = ["ToolBox", "TurnResult", "TurnRunner"]
+
+PARTIAL = "partial_answer"
+"""``meta`` key marking the partial assistant answer inside a continuation request."""
+TOOL_LIMIT_RESULT = (
+    "[Tool call not run: this turn reached its limit of {n} tool rounds. "
+    "Answer with what you have so far.]"
+)
+
+
+class ToolBox:
+    """The tools a session offers: built-in ones (kept) and the user's (replaceable)."""
+
+    def __init__(self, builtin: Iterable[Tool] = (), user: Iterable[Tool] = ()) -> None:
+        self._builtin = {t.name: t for t in builtin}
+        self._tools: dict[str, Tool] = {}
+        self.replace(user)
+
+    def replace(self, user: Iterable[Tool]) -> None:
+        """Offer ``user`` tools from now on, beside the built-in ones."""
+        self._tools = {**self._builtin, **{t.name: t for t in user}}
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        return tuple(self._tools.values())
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self._tools.values())
+
+    def run(self, call: ToolCall) -> tuple[str, bool]:
+        """(content, is_error) for one call; an unknown tool is an error result."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return f"Error: there is no tool named {call.name!r} (tools: {known}).", True
+        return tool.run(call.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    history: History          # the history sent, plus the answer and tool rounds
+    answer: Message           # the final assistant message (stitched when continued)
+    stop: StopReason
+    spec: RequestSpec         # the spec in force at the end (max_tokens may have changed)
+
+
+class TurnRunner:
+    """Runs one turn to its final answer (see the module docstring)."""
+
+    def __init__(self, recovery: RecoveryLoop, tools: ToolBox, bus: EventBus,
+                 settings: Settings) -> None:
+        self.recovery = recovery
+        self.tools = tools
+        self.bus = bus
+        self.settings = settings
+
+    def run(self, history: History, spec: RequestSpec, log: TurnLog,
+            on_text: TextCallback | None,
+            record: Callable[[Message], None] | None) -> TurnResult:
+        """Round trips until the model answers without tool calls (or a bound is reached)."""
+        rounds = 0
+        limit_told = False
+        max_rounds = self.settings.max_tool_rounds
+        while True:
+            history, answer, stop, spec = self._answer(history, spec, log, on_text)
+            if record is not None:
+                record(answer)
+            history = history + (answer,)
+            if not answer.tool_calls:
+                return TurnResult(history, answer, stop, spec)
+            rounds += 1
+            over = rounds > max_rounds
+            results = []
+            for call in answer.tool_calls:
+                if over:
+                    # Every call gets an answer, so the history stays valid.
+                    result = Message.tool(call.id, TOOL_LIMIT_RESULT.format(n=max_rounds),
+                                          is_error=True, name=call.name)
+                else:
+                    result = self._run_tool(call, log)
+                if record is not None:
+                    record(result)
+                results.append(result)
+            history = history + tuple(results)
+            if over:
+                if limit_told:
+                    return TurnResult(history, answer, StopReason.TOOL_CALLS, spec)
+                limit_told = True
+                self.bus.emit(ToolRun(name=answer.tool_calls[0].name, ok=False,
+                                      limit_reached=True, max_rounds=max_rounds), log)
+
+    def _run_tool(self, call: ToolCall, log: TurnLog) -> Message:
+        content, is_error = self.tools.run(call)
+        self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content)), log)
+        return Message.tool(call.id, content, is_error=is_error, name=call.name)
+
+    def _answer(self, history: History, spec: RequestSpec, log: TurnLog,
+                on_text: TextCallback | None,
+                ) -> tuple[History, Message, StopReason, RequestSpec]:
+        """One answer from the model, continued past ``max_tokens`` stops and stitched.
+
+        Returns the history that was sent (compacted as needed, without the partial answers
+        and continuation prompts), the stitched assistant message, its stop reason and the
+        spec in force afterwards.
+        """
+        parts: list[str] = []
+        escalations = 0
+        while True:
+            request_history = history
+            if parts:
+                partial = Message.assistant(escalation.stitch(parts))
+                partial = Message(partial.role, partial.blocks, meta={PARTIAL: True})
+                request_history = history + (partial, escalation.continuation_message())
+            sent = self.recovery.send(request_history, spec, log, on_text)
+            spec = sent.spec
+            response = sent.response
+            history = tuple(m for m in sent.history
+                            if not m.meta.get(PARTIAL) and m.tag != TAG_CONTINUATION)
+            message = response.message
+            if response.stop is not StopReason.LENGTH:
+                break
+            # With no explicit max_tokens, where the answer was cut is the limit in force.
+            current = spec.max_tokens or response.usage.completion_tokens \
+                or self.recovery.sizer.output_cap
+            nxt = escalation.next_max_tokens(
+                current, escalations, model_cap=self.recovery.sizer.output_cap,
+                max_escalations=self.settings.max_token_escalations)
+            if nxt is None:
+                # Out of escalations: the answer is kept as it is, cut — say so.
+                self.bus.emit(Truncated(max_tokens=current, escalations=escalations), log)
+                break
+            escalations += 1
+            self.bus.emit(Escalation(attempt=escalations, max_tokens=nxt, previous=current,
+                                     of=self.settings.max_token_escalations), log)
+            spec = spec.with_max_tokens(nxt)
+            if message.tool_calls:
+                continue        # a cut tool call cannot be continued: ask again, larger
+            parts.append(message.text)
+        if parts:
+            text = escalation.stitch([*parts, message.text])
+            message = Message.assistant(text, message.tool_calls)
+        return history, message, response.stop, spec
