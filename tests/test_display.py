@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import events as ev
-from ipy_ctxrecovery.notebook.display import Answer, EventPrinter, Streamer, extract_code, parse_json_answer
 from ipy_ctxrecovery.failures import FailureKind
+from ipy_ctxrecovery.notebook.display import (
+    Answer,
+    EventPrinter,
+    Streamer,
+    extract_code,
+    parse_json_answer,
+)
 
 
 class Handle:
