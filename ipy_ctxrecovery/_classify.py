@@ -398,11 +398,10 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     if status == 413:
         tokens = _token_excess(ev.haystack, ev.err)
         if tokens is not None:
-            prompt, limit, output = tokens
             return make(FailureKind.CONTEXT_OVERFLOW,
-                        f"{where}: the request is over a token limit ({prompt} tokens > {limit})"
-                        f"{said}.", prompt_tokens=prompt, limit_tokens=limit,
-                        output_tokens=output)
+                        f"{where}: the request is over a token limit ({tokens[0]} tokens > "
+                        f"{tokens[1]}){said}.", prompt_tokens=tokens[0], limit_tokens=tokens[1],
+                        output_tokens=tokens[2])
     if status in (413, 431):
         what = "request headers" if status == 431 else "request body"
         return make(FailureKind.PAYLOAD_TOO_LARGE,
