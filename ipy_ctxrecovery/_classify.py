@@ -2,9 +2,50 @@
 
 Order of evidence: the HTTP status, then the structured error body (``error.code``,
 ``error.type``, ``param``, llama.cpp's ``n_prompt_tokens``), then the text. Bare substrings
-never decide on their own where a status says otherwise: a "413" inside a request id is
-not a 413, "Request-URI Too Long" (414) is not an overflow, and a 403 JSON error from the
-provider is ``auth`` even when the provider sits behind Cloudflare.
+never decide on their own where a status says otherwise.
+
+Precedence rules (each is tested as a property in ``tests/test_errors.py``):
+
+1. **Statuses that no text can change.** 401 is ``auth``; 414 is ``other`` (a long URL, not a
+   payload or context problem); 431 is ``payload_too_large``. 413 is ``payload_too_large`` —
+   except when the body itself states a token count over a token limit (Groq answers a
+   per-request tokens-per-minute excess with 413): the limit is then in tokens, so it is a
+   ``context_overflow`` carrying those numbers.
+2. **403: block evidence, then auth evidence, then weak proxy evidence.** An HTML page is a
+   middlebox block page (a provider's 403 is JSON). Block evidence — a firewall header
+   (``x-amzn-waf-*``, ``cf-mitigated``, ``x-iinfo``, ``x-sucuri-*``, ``x-squid-error``) or words
+   that say a firewall/proxy/policy stopped the request ("blocked", "firewall", "WAF",
+   "security policy", "support ID", "administrative rules", …) — makes it ``waf_rejection``
+   even when the body is a JSON error and even when it also speaks of credentials. Otherwise
+   auth evidence (a structured auth type/code, or words about keys, tokens, permissions,
+   RBAC, access to a model) makes it ``auth``. Otherwise weak proxy evidence (a CDN/WAF
+   ``Server`` or ``cf-ray``/Akamai headers, "access denied") makes it ``waf_rejection`` — the
+   real providers sit behind Cloudflare, so those headers alone never outweigh the provider's
+   own words. With no evidence at all a 403 is ``auth`` (conservative: credentials are never
+   discarded for a guess, SPEC §1).
+3. **Output limit before overflow.** A text that names the output-token parameter and the
+   bound it broke ("max_tokens is too large: N. This model supports at most M", "max_tokens:
+   N > M", "The maximum tokens you requested exceeds the model limit of M", "max_tokens=N
+   cannot be greater than max_model_len=M", "maxOutputTokens value of N … to M (exclusive)")
+   is ``output_limit`` with ``limit_tokens``/``output_tokens``; an exclusive bound is one
+   above the cap. A wording that also counts the prompt is an overflow, not an output limit.
+4. **Context overflow, strongest evidence first:** structured counts (llama.cpp
+   ``n_prompt_tokens``/``n_ctx``), then a numeric wording (prompt, limit and output read into
+   the Failure; the most specific wording first, so "you requested 64 output tokens and your
+   prompt contains 4097 input tokens" never reads 64 as the prompt; "maximum context length
+   is N" alone still gives the limit), then a structured code (``context_length_exceeded``…),
+   then wordings and shapes without numbers ("… too long", "exceeds … context length",
+   "longer than the context length"). Those weak words are vetoed by a rate-limit marker
+   ("per minute", "please wait", 429): "Too many tokens, please wait" is throttling. A
+   request whose own size is over a per-minute budget ("Request too large … Limit L,
+   Requested R") is an overflow whatever the status, because waiting never helps.
+5. **Payload size in the text** (a relayed proxy page, a per-field byte limit, IIS's 404.13)
+   is ``payload_too_large``; only as words, never as a bare number: a "413" inside a request
+   id or any other token is not a 413.
+6. Then credentials named in a structured body on another status (Gemini's 400
+   ``API_KEY_INVALID``), out-of-quota codes (``other``), retryable structured types inside a
+   2xx stream, retryable statuses (408/409/425/429/499/5xx), and for no status at all the
+   exception's class names and connection-level words.
 
 SDK exceptions are read by duck typing only (``status_code``, ``body``, ``response.headers``,
 ``response.text``, ``message``, the ``__cause__``/``__context__`` chain and class names);
@@ -245,12 +286,6 @@ def _has_proxy_signal(ev: _Evidence) -> bool:
     return any(word in server for word in P.WAF_SERVER_WORDS)
 
 
-def _structured_provider_error(ev: _Evidence) -> bool:
-    """A JSON error object with a message: what real providers send (not a block page)."""
-    return bool(ev.err) and bool(ev.err.get("message") or ev.err.get("type")
-                                 or ev.err.get("code"))
-
-
 def _retry_after(headers: Mapping[str, str]) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms:
@@ -294,6 +329,17 @@ def _overflow_numbers(text: str, err: Mapping[str, Any]) -> tuple[bool, int | No
             groups = m.groupdict()
             return (True, _int(groups.get("p")), _int(groups.get("lim")), _int(groups.get("o")))
     return False, None, None, None
+
+
+def _token_excess(text: str, err: Mapping[str, Any]) -> tuple[int, int, int | None] | None:
+    """(prompt, limit, output) when the text states a token count over a token limit."""
+    tpm = P.REQUEST_TOO_LARGE_TPM.search(text)
+    if tpm:
+        return int(tpm.group("p")), int(tpm.group("lim")), None
+    matched, prompt, limit, output = _overflow_numbers(text, err)
+    if matched and prompt is not None and limit is not None:
+        return prompt, limit, output
+    return None
 
 
 # --------------------------------------------------------------------------- decision
@@ -346,6 +392,13 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     if status == 414:
         return make(FailureKind.OTHER, f"{where} (URI too long) — the request URL is too long; "
                     f"this is not a payload or context problem{said}.")
+    if status == 413:
+        tokens = _token_excess(ev.haystack, ev.err)
+        if tokens is not None:
+            return make(FailureKind.CONTEXT_OVERFLOW,
+                        f"{where}: the request is over a token limit ({tokens[0]} tokens > "
+                        f"{tokens[1]}){said}.", prompt_tokens=tokens[0], limit_tokens=tokens[1],
+                        output_tokens=tokens[2])
     if status in (413, 431):
         what = "request headers" if status == 431 else "request body"
         return make(FailureKind.PAYLOAD_TOO_LARGE,
@@ -365,9 +418,12 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
     for pattern in P.OUTPUT_LIMIT_PATTERNS:
         m = pattern.search(text)
         if m:
-            requested, model_max = int(m.group("req")), int(m.group("max"))
+            groups = m.groupdict()
+            requested = _int(groups.get("req"))
+            model_max = int(groups["max"]) - (1 if groups.get("excl") == "exclusive" else 0)
+            asked = f"max_tokens={requested}" if requested is not None else "max_tokens"
             return make(FailureKind.OUTPUT_LIMIT,
-                        f"{where}: max_tokens={requested} is above this model's output limit "
+                        f"{where}: {asked} is above this model's output limit "
                         f"of {model_max} tokens{said}.",
                         limit_tokens=model_max, output_tokens=requested)
 
@@ -384,7 +440,8 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
         return make(FailureKind.OUTPUT_LIMIT,
                     f"{where}: max_tokens is above this model's output limit{said}.")
     rate_limited = status == 429 or any(marker in text for marker in P.RATE_MARKERS)
-    if not matched and not rate_limited and any(word in text for word in P.OVERFLOW_WORDS):
+    if not matched and not rate_limited and (any(word in text for word in P.OVERFLOW_WORDS)
+                                             or P.OVERFLOW_SHAPES.search(text)):
         matched = True
     if matched:
         numbers = ""
@@ -442,43 +499,47 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
 
 
 def _classify_403(ev: _Evidence, make: Any, where: str) -> Failure:
-    """403: WAF/proxy when the page is HTML or carries proxy signals, else auth.
-
-    Conservative on purpose: a structured JSON error from the provider is auth even when
-    the provider itself sits behind Cloudflare (OpenAI and Anthropic both answer with
-    ``server: cloudflare`` and ``cf-ray`` on every response), unless its own words say a
-    firewall or policy blocked it.
-    """
+    """403: block evidence, then auth evidence, then weak proxy evidence (rule 2 above)."""
     if ev.is_html:
         return make(FailureKind.WAF_REJECTION,
                     f"A proxy returned {where} with an HTML block page"
                     f"{' (' + _html_summary(ev) + ')' if _html_summary(ev) else ''}; "
                     "the request body likely tripped a firewall rule.")
-    words = P.WAF_WORD_RE.search(ev.haystack)
-    if _structured_provider_error(ev):
-        etype = ev.field_str("type").lower()
-        strong = any(k.startswith(("x-amzn-waf", "cf-mitigated", "x-iinfo", "x-sucuri"))
-                     for k in ev.headers)
-        if strong and etype not in P.AUTH_TYPES:
-            return make(FailureKind.WAF_REJECTION,
-                        f"A firewall ({_proxy_vendor(ev) or 'proxy'}) blocked the request with "
-                        f"{where} ({_clean(ev.message, 200)}).")
-        if words and etype not in P.AUTH_TYPES and not any(
-                w in ev.haystack for w in ("api key", "permission", "not allowed", "access to")):
-            return make(FailureKind.WAF_REJECTION,
-                        f"{where}: a proxy or firewall blocked the request "
-                        f"({_clean(ev.message, 200)}).")
-        return make(FailureKind.AUTH, f"{where}: permission denied — check the API key and its "
-                    f"access{': ' + _clean(ev.message).rstrip(' .') if ev.message else ''}.")
-    if words or _has_proxy_signal(ev):
+    shown = _clean(ev.message, 200) if ev.message else ""
+    if _has_block_evidence(ev):
         vendor = _proxy_vendor(ev)
-        shown = _clean(ev.message, 200) if ev.message and not ev.is_html else ""
+        extra = ", ".join(b for b in (vendor, shown) if b)
+        return make(FailureKind.WAF_REJECTION,
+                    f"A firewall or proxy blocked the request with {where}"
+                    f"{' (' + extra + ')' if extra else ''}; the request body likely tripped a "
+                    "security rule.")
+    if _has_auth_evidence(ev):
+        return make(FailureKind.AUTH, f"{where}: permission denied — check the API key and its "
+                    f"access{': ' + shown.rstrip(' .') if shown else ''}.")
+    if _has_proxy_signal(ev) or P.WEAK_PROXY_WORDS.search(ev.haystack):
+        vendor = _proxy_vendor(ev)
         extra = ", ".join(b for b in (vendor, shown) if b)
         return make(FailureKind.WAF_REJECTION,
                     f"A proxy or firewall returned {where}{' (' + extra + ')' if extra else ''}; "
                     "the request body likely tripped a security rule.")
     return make(FailureKind.AUTH, f"{where}: permission denied — check the API key and its access"
-                f"{': ' + _clean(ev.message).rstrip(' .') if ev.message else ''}.")
+                f"{': ' + shown.rstrip(' .') if shown else ''}.")
+
+
+def _has_block_evidence(ev: _Evidence) -> bool:
+    """A firewall header, or words saying a firewall/proxy/policy stopped the request."""
+    if any(k.startswith(P.BLOCK_HEADER_PREFIXES) for k in ev.headers):
+        return True
+    return bool(P.BLOCK_WORD_RE.search(ev.haystack))
+
+
+def _has_auth_evidence(ev: _Evidence) -> bool:
+    """A structured auth type/code, or words about keys, tokens, permissions or access."""
+    etype = ev.field_str("type").lower()
+    code = ev.field_str("code").lower()
+    if etype in P.AUTH_TYPES or code in P.AUTH_CODES - {"401", "403"}:
+        return True
+    return bool(P.AUTH_EVIDENCE_RE.search(ev.haystack))
 
 
 def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | None:

@@ -25,10 +25,54 @@ OUTPUT_LIMIT_PATTERNS = [
     # tokens for claude-…"
     re.compile(r"max_tokens:\s*(?P<req>\d+)\s*>\s*(?P<max>\d+),\s*which is the maximum "
                r"allowed number of output tokens", _I),
+    # Bedrock: "The maximum tokens you requested exceeds the model limit of 4096."
+    re.compile(r"maximum tokens you requested exceeds the model limit of (?P<max>\d+)", _I),
+    # vLLM >= 0.18: "max_completion_tokens=131072 cannot be greater than
+    # max_model_len=max_total_tokens=65536"
+    re.compile(r"(?:max_tokens|max_completion_tokens)\s*=\s*(?P<req>\d+)\s*cannot be greater than "
+               r"max_model_len\s*=\s*(?:max_total_tokens\s*=\s*)?(?P<max>\d+)", _I),
+    # Vertex/Gemini: "it has a maxOutputTokens value of 1048576 but the supported range is from
+    # 1 (inclusive) to 8193 (exclusive)"; an exclusive bound is one above the cap.
+    re.compile(r"maxOutputTokens value of (?P<req>\d+) but the supported range is from \d+ "
+               r"\((?:in|ex)clusive\) to (?P<max>\d+) \((?P<excl>exclusive|inclusive)\)", _I),
 ]
 
 # Context overflow with numbers. Named groups: p = prompt, o = output, lim = window.
 OVERFLOW_NUMERIC = [
+    # vLLM 0.18-0.30: "maximum context length is 8192 tokens. However, you requested 4096 output
+    # tokens and your prompt contains at least 4097 input tokens, for a total of ..." (before the
+    # generic "you requested N tokens" forms, which would read the output count as the prompt).
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?P<o>\d+) output tokens and your prompt contains (?:at least )?(?P<p>\d+) input "
+               r"tokens", _I),
+    # ... and its character pre-check: "your prompt contains 100000 characters (more than ...)"
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
+               r"(?P<o>\d+) output tokens and your prompt contains \d+ characters", _I),
+    # vLLM main: "You passed 9000 input tokens and requested 64 output tokens. However, the
+    # model's context length is only 8192 tokens" (and "... input characters ...")
+    re.compile(r"you passed (?:(?P<p>\d+) input tokens|\d+ input characters) and requested "
+               r"(?P<o>\d+) output tokens\.\s*however, the model's context length is only "
+               r"(?P<lim>\d+) tokens", _I),
+    # vLLM 0.10.2-0.17: "maximum context length is 32768 tokens. However, your request has 40000
+    # input tokens."
+    re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? your request has "
+               r"(?P<p>\d+) input tokens", _I),
+    # LM Studio: "(n_keep: 13055>= n_ctx: 4096)" and "Trying to keep the first 14538 tokens when
+    # context the overflows. However, the model is loaded with context length of only 2048 tokens"
+    re.compile(r"n_keep:\s*(?P<p>\d+)\s*>=?\s*n_ctx:\s*(?P<lim>\d+)", _I),
+    re.compile(r"keep the first (?P<p>\d+) tokens when context the overflows.{0,80}?context "
+               r"length of only (?P<lim>\d+) tokens", _S),
+    # Together: "The input (516368 tokens) is longer than the model's context length (262144
+    # tokens)."
+    re.compile(r"input \((?P<p>\d+) tokens\) is longer than the model's context length "
+               r"\((?P<lim>\d+) tokens\)", _I),
+    # GitHub Copilot API: "prompt token count of 93854 exceeds the limit of 90000"
+    re.compile(r"prompt token count of (?P<p>\d+) exceeds the limit of (?P<lim>\d+)", _I),
+    # OpenAI embeddings: "Requested 319487 tokens, max 300000 tokens per request"
+    re.compile(r"requested (?P<p>\d+) tokens, max (?P<lim>\d+) tokens per request", _I),
+    # Cohere: "total number of tokens (prompt and prediction) cannot exceed 2048 - received 6354"
+    # (the received count includes the prediction, so it is not the prompt).
+    re.compile(r"total number of tokens.{0,40}?cannot exceed (?P<lim>\d+)", _S),
     # Anthropic: "input length and `max_tokens` exceed context limit: 143653 + 64000 > 200000"
     re.compile(r"exceed context limit:\s*(?P<p>\d+)\s*\+\s*(?P<o>\d+)\s*>\s*(?P<lim>\d+)", _I),
     # Anthropic: "prompt is too long: 219898 tokens > 200000 maximum"
@@ -77,6 +121,9 @@ OVERFLOW_NUMERIC = [
     # (context length 4096)"
     re.compile(r"prompt \(total length (?P<p>\d+)\) is too long to fit into the model "
                r"\(context length (?P<lim>\d+)\)", _I),
+    # Last: any other wording that states the window ("This model's maximum context length is
+    # 8192 tokens. Please reduce the length of the prompt") gives at least the limit.
+    re.compile(r"maximum context length (?:is|of) (?P<lim>\d+)", _I),
 ]
 
 # OpenAI/Groq per-request TPM rejection: the single request is bigger than the per-minute
@@ -99,6 +146,14 @@ OVERFLOW_WORDS = (
     "model_context_window_exceeded", "context size has been exceeded", "context window exceeded",
     "request too large",  # SPEC §1 seed list; the OpenAI/Groq TPM form is matched with numbers
 )
+# Overflow by shape rather than by exact wording: "<prompt|input|request> ... too long",
+# "exceed(s|ed) ... <max> context length|window|size", "longer/greater than the context length",
+# "input tokens exceeded". Weak like OVERFLOW_WORDS (a rate-limit marker vetoes them).
+OVERFLOW_SHAPES = re.compile(
+    r"\b(?:prompt|input|request|messages?|conversation)\b(?: is)? too long\b"
+    r"|\bexceed(?:s|ed)?\b[^.;]{0,30}?\b(?:max(?:imum)?\s+)?context\s+(?:length|window|size)\b"
+    r"|\b(?:longer|greater|larger) than the (?:model'?s )?(?:maximum )?context\s+(?:length|window|size)"
+    r"|\binput tokens? (?:exceeded|limit exceeded)\b|\bnumber of input tokens exceeds\b", _I)
 OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
                              "model_context_window_exceeded"})
 RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", "please wait",
@@ -109,29 +164,44 @@ RATE_MARKERS = ("rate limit", "rate_limit", "per minute", "per min", "throttl", 
 PAYLOAD_WORDS = (
     "request entity too large", "payload too large", "payloadtoolargeerror", "body too large",
     "maximum request size", "request_too_large", "request header fields too large",
-    "failed to buffer the request body",
+    "failed to buffer the request body", "request or reply is too large",
+    "request entity is too large", "exceeds the request content length",
+    "request that was too large",
 )
 # OpenAI per-field byte limit: "Invalid 'messages[1].content': string too long. Expected a
 # string with maximum length 10485760, but got a string with length 12000000 instead."
 STRING_TOO_LONG = re.compile(r"string too long\. expected a string with maximum length", _I)
 
-# 403 proxy/WAF signals in the body text.
-WAF_WORDS = (
-    "firewall", "waf", "security policy", "blocked by", "cloudflare", "cf-ray", "ray id",
-    "mod_security", "modsecurity", "akamai", "proxy denied", "policy violation",
-    "request blocked", "you have been blocked", "attention required", "incapsula",
-    "imperva", "sucuri", "the request could not be satisfied", "access denied",
-    "zscaler", "barracuda", "fortiguard", "blocked url", "web filter",
+# 403 evidence, in two strengths (see the precedence rules in ``_classify``).
+# Block evidence: words that say a firewall, proxy or policy engine stopped the request. They win
+# over auth evidence and over "the body is a JSON error".
+BLOCK_WORDS = (
+    "firewall", "waf", "security policy", "blocked", "mod_security", "modsecurity",
+    "proxy denied", "policy violation", "request rejected", "the requested url was rejected",
+    "support id", "incident id", "forbidden by administrative rules", "attention required",
+    "cloudflare", "cf-ray", "ray id", "incapsula", "imperva", "sucuri",
+    "the request could not be satisfied", "zscaler", "netskope", "squid", "barracuda",
+    "fortiguard", "blocked url", "web filter", "access control configuration",
+    "security service",
 )
-WAF_WORD_RE = re.compile(
-    r"(?<![a-z0-9_])(?:" + "|".join(re.escape(w) for w in WAF_WORDS) + r")(?![a-z0-9_])", _I)
-# 403 proxy signals in the headers: header names and Server values.
+BLOCK_WORD_RE = re.compile(
+    r"(?<![a-z0-9_])(?:" + "|".join(re.escape(w) for w in BLOCK_WORDS) + r")(?![a-z0-9_])", _I)
+# Block headers: set only by a firewall (AWS WAF, Cloudflare challenges, Imperva, Sucuri).
+BLOCK_HEADER_PREFIXES = ("x-amzn-waf", "cf-mitigated", "x-iinfo", "x-sucuri", "x-squid-error")
+# Weak proxy evidence: a middlebox is on the path (it may only be carrying the provider's answer).
+# It decides a 403 only when nothing in the answer speaks of credentials.
+WEAK_PROXY_WORDS = re.compile(r"(?<![a-z0-9_])(?:access denied|akamai|edgesuite)(?![a-z0-9_])", _I)
 WAF_HEADER_NAMES = ("cf-ray", "cf-mitigated", "x-amzn-waf-action", "x-iinfo", "x-sucuri-id",
                      "x-akamai-request-id", "akamai-grn", "x-azure-ref", "x-cdn")
 WAF_SERVER_WORDS = ("cloudflare", "akamaighost", "akamai", "awselb", "cloudfront",
                      "incapsula", "imperva", "sucuri", "bigip", "big-ip", "barracuda",
                      "microsoft-azure-application-gateway", "zscaler", "fortiweb",
-                     "mod_security")
+                     "mod_security", "squid")
+# Auth evidence in a 403's words (credentials, identity, entitlement).
+AUTH_EVIDENCE_RE = re.compile(
+    r"api[ _-]?key|credential|\btoken\b|unauthori[sz]ed|not authori[sz]ed|permission|\brbac\b"
+    r"|subscription key|does not have access|do not have access|don't have access|not allowed to"
+    r"|not supported in your|country, region|identity|iam\b", _I)
 
 AUTH_TYPES = frozenset({"authentication_error", "permission_error", "invalid_api_key",
                          "unauthenticated", "permission_denied", "forbidden",
