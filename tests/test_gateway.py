@@ -26,8 +26,9 @@ import openai
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery._classify import classify
 from ipy_ctxrecovery.emulator import Emulator
-from ipy_ctxrecovery.errors import FailureKind, classify
+from ipy_ctxrecovery.failures import FailureKind
 
 pytestmark = pytest.mark.gateway
 
