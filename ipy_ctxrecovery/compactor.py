@@ -112,15 +112,22 @@ class CompactionReport:
 
 # -- budget ---------------------------------------------------------------------------------
 
-def compaction_budget(settings: Settings, *, window_tokens: int, bytes_per_token: float,
+NO_LIMIT = 2 ** 62
+"""The trigger when neither a window nor a cap is known: compaction never fires by itself."""
+
+
+def compaction_budget(settings: Settings, *, window_tokens: int | None, bytes_per_token: float,
                       cap: int | None, ratio: float) -> int:
     """Trigger in bytes: ``min(window × ratio × bytes/token, cap_budget_fraction × cap)``.
 
     ``ratio`` is ``settings.chat_budget_ratio`` in chat, ``manual_compact_ratio`` for a
     manual compact, ``preflight_budget_ratio`` after a pre-flight hit. ``cap`` None means
-    no payload cap, so only the window term applies.
+    no payload cap, ``window_tokens`` None no known window (a guess is not a reason to
+    summarize); a missing term does not apply.
     """
-    budget = window_tokens * ratio * bytes_per_token
+    budget = float(NO_LIMIT)
+    if window_tokens is not None:
+        budget = window_tokens * ratio * bytes_per_token
     if cap is not None:
         budget = min(budget, settings.cap_budget_fraction * cap)
     return max(0, int(budget))

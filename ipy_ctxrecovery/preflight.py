@@ -191,13 +191,15 @@ class PreflightResult:
 
 
 def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEstimator,
-          window_tokens: int, max_tokens: int | None, warned: bool) -> PreflightResult:
+          window_tokens: int, max_tokens: int | None, warned: bool,
+          window_known: bool = True) -> PreflightResult:
     """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check.
 
     ``warned``: the session already showed the no-cap warning (it is shown once per
     session; the result's ``warned`` tells the session to remember it).
     Window hit: the estimated prompt plus ``max_tokens`` would not fit; the suggested
-    ``budget_ratio`` leaves room for ``max_tokens``.
+    ``budget_ratio`` leaves room for ``max_tokens``. ``window_known`` False: the window is
+    only a guess (a model missing from the catalogue), so it is reported, not enforced.
     """
     cap = caps.effective()
     est = estimator.estimate(body_bytes)
@@ -210,7 +212,7 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
         reasons.append("cap")
         action, ratio = "compact", settings.preflight_budget_ratio
 
-    if est + reserve > window_tokens:
+    if window_known and est + reserve > window_tokens:
         room = (window_tokens - reserve) / window_tokens if window_tokens > 0 else 0.0
         # Compaction must leave room for the answer.
         window_ratio = min(settings.chat_budget_ratio, max(room, MIN_WINDOW_BUDGET_RATIO))

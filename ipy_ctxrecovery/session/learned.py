@@ -70,6 +70,8 @@ class LearnedLimits:
     """A context window an overflow reported below the configured/catalogue one."""
     output_limit: int | None = None
     """A max_tokens ceiling learned from an output-limit rejection."""
+    seen_tokens: int = 0
+    """The most tokens (prompt + answer) a reply reported: the window holds at least that."""
     warned_no_cap: bool = False
     payload_notice_given: bool = False
     cap_note: str | None = None
@@ -126,10 +128,12 @@ class LearnedLimits:
         self.caps.assumed = cap
         return CapChanged(cap=cap, source="assumed") if self.caps.source == "assumed" else None
 
-    def on_success(self, body_bytes: int, prompt_tokens: int | None) -> None:
+    def on_success(self, body_bytes: int, prompt_tokens: int | None,
+                   completion_tokens: int | None = None) -> None:
         self.caps.record_success(body_bytes)
         if prompt_tokens:
             self.tokens.calibrate(body_bytes, prompt_tokens)
+            self.seen_tokens = max(self.seen_tokens, prompt_tokens + (completion_tokens or 0))
 
     # -- a new configuration or provider -------------------------------------------------------
     def configure(self, old: Settings, new: Settings) -> None:

@@ -100,7 +100,8 @@ class Preparer:
         reserve = spec.max_tokens if spec.max_tokens is not None else default
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
-                             max_tokens=reserve, warned=limits.warned_no_cap)
+                             max_tokens=reserve, warned=limits.warned_no_cap,
+                             window_known=sizer.window_known)
         if pf.warned:
             limits.warned_no_cap = True
         self._emit(pf.event(), log)
@@ -142,7 +143,7 @@ class Preparer:
             spec = spec.with_max_tokens(limit)
             asked = limit
         room = window - est
-        if est + requested <= window or room < 1:
+        if not sizer.window_known or est + requested <= window or room < 1:
             return spec
         fitted = room - math.ceil(room * self.settings.exact_fit_margin)
         if fitted < 1 or fitted >= requested:
@@ -170,12 +171,13 @@ class Preparer:
         rejected = caps.smallest_rejected
         est = sizer.estimate(body)
         over_cap = cap is not None and body > cap
-        over_window = est + reserved > window
+        over_window = sizer.window_known and est + reserved > window
         if not (over_cap or over_window):
             return history
         margin = self.settings.exact_fit_margin
         tokens = sizer.limits.tokens
-        window_limit = tokens.bytes_for(window - reserved) if window > reserved else None
+        window_limit = tokens.bytes_for(window - reserved) \
+            if sizer.window_known and window > reserved else None
         goals = [target]
         if cap is not None:
             goals.append(math.floor(cap * (1 - margin)))

@@ -124,7 +124,8 @@ class RecoveryLoop:
                                                          log, e)
                     steps += 1
                     continue
-                self.limits.on_success(body, response.usage.prompt_tokens)
+                self.limits.on_success(body, response.usage.prompt_tokens,
+                                       response.usage.completion_tokens)
                 log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
                 if steps:
                     self.recoveries += 1

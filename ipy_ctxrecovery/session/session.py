@@ -335,8 +335,7 @@ class ChatSession:
         return SessionStatus(
             name=self.name, model=self.model, history_bytes=body,
             est_tokens=limits.tokens.estimate(body), window=self.window,
-            window_guessed=self.info.guessed and self.settings.context_window is None
-            and limits.window is None,
+            window_guessed=not self._sizer.window_known,
             window_learned=limits.window is not None,
             cap=limits.caps.effective(), cap_source=limits.caps.source,
             messages=len(self._history), transcript_messages=len(self._transcript),

@@ -51,10 +51,26 @@ class RequestSizer:
 
     # -- limits in force -------------------------------------------------------------------
     @property
+    def window_known(self) -> bool:
+        """The window is a fact — configured, in the catalogue, or reported by the provider —
+        not the default guess for a model the catalogue does not know."""
+        return (self.settings.context_window is not None or not self.endpoint.info.guessed
+                or self.limits.window is not None)
+
+    @property
     def window(self) -> int:
-        """The window in tokens: configured or the model's, or a smaller one learned."""
+        """The window in tokens: configured or the model's, or a smaller one learned. A
+        guessed window is at least what a reply has shown the model can hold."""
         base = self.settings.context_window or self.endpoint.info.context_window
+        if not self.window_known:
+            return max(base, self.limits.seen_tokens)
         return self.limits.window_for(base)
+
+    @property
+    def enforced_window(self) -> int | None:
+        """The window pre-flight fits to: None while it is only a guess (then only a real
+        limit — an overflow's numbers, the payload cap — makes the history shrink)."""
+        return self.window if self.window_known else None
 
     @property
     def output_cap(self) -> int:
@@ -78,7 +94,7 @@ class RequestSizer:
 
     def compaction_trigger(self, ratio: float | None = None) -> int:
         return compactor.compaction_budget(
-            self.settings, window_tokens=self.window,
+            self.settings, window_tokens=self.enforced_window,
             bytes_per_token=self.limits.tokens.bytes_per_token,
             cap=self.limits.caps.effective(),
             ratio=ratio if ratio is not None else self.settings.chat_budget_ratio)
