@@ -129,6 +129,8 @@ class Settings:
     nuclear_keep_messages: int = 4
     exact_fit_margin: float = 0.10
     learned_cap_fraction: float = 0.75
+    min_answer_tokens: int = 256
+    """The smallest answer a reservation is lowered to before a message is called too big."""
 
     # --- session loop ---
     max_tool_rounds: int = 8

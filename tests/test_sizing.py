@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 
-from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery import ChatError, ChatSession, Settings
 from ipy_ctxrecovery.events import Event, WindowLearned
 from ipy_ctxrecovery.prompts import SUMMARIZE_SYSTEM_PROMPT
 
@@ -61,3 +61,40 @@ def test_a_configured_window_is_enforced_even_for_an_unknown_model(
             s.send(f"turn {turn}: " + "notes about the data set " * 40)
         assert _summaries(emu) >= 1                  # the user's number is a fact: it is kept
         assert s.status().est_tokens < 4_000
+
+
+def test_a_learned_window_below_the_default_reservation_lowers_it_not_the_message(
+        emulator: Callable[..., Any]) -> None:
+    # Anthropic wire (a max_tokens is always sent): the session believes a 16k window, so
+    # its default reservation is 4,096 tokens; the server's window is 4,000.
+    emu = emulator(context_window=4_000)
+    events: list[Event] = []
+    with ChatSession("emulator:anthropic", emulator=emu, on_event=events.append,
+                     settings=Settings(context_window=16_000)) as s:
+        for turn in range(6):
+            reply = s.send(f"note {turn}: " + "measurements of the sample " * 55)  # ≈1.5 KB
+            assert reply.text
+        assert any(isinstance(e, WindowLearned) and e.window == 4_000 for e in events)
+        sent = [r.body["max_tokens"] for r in emu.requests if r.status == 200]
+        assert max(sent[-3:]) <= 2_000           # at most half the learned window by default
+        assert all(m >= s.settings.min_answer_tokens for m in sent)
+        assert len(s.history) >= 4               # earlier turns kept, not only the latest
+        rejected = [r for r in emu.requests if r.status != 200]
+        assert len(rejected) == 1                # the overflow that taught the window
+
+
+def test_too_big_is_said_only_when_the_message_alone_cannot_fit_in_tokens(
+        emulator: Callable[..., Any]) -> None:
+    emu = emulator(context_window=2_000)
+    with ChatSession("emulator", emulator=emu) as s:
+        s.send("a short question")
+        before = s.history
+        try:
+            s.send("word " * 3_000)              # ≈3,000+ tokens into a 2,000-token window
+        except ChatError as e:
+            text = str(e)
+        else:
+            raise AssertionError("the message cannot fit")
+        assert "tokens" in text and "2,000 tokens" in text and "KB" not in text
+        assert s.history == before               # nothing compacted, nothing lost
+        assert len(emu.requests) == 1            # and nothing sent for it

@@ -90,14 +90,16 @@ class Preparer:
 
     def preflight(self, history: History, spec: RequestSpec,
                   log: TurnLog) -> tuple[History, RequestSpec, int]:
-        """Measure the exact body, fit max_tokens, check it (SPEC §2), compact when over."""
+        """Check the request can fit at all, reserve room for the answer, measure the exact
+        body, check it (SPEC §2), compact when over."""
         sizer, limits = self.sizer, self.sizer.limits
-        requested = spec
-        _, encoded = sizer.encode(sizer.request(history, spec))  # the one exact encoding
+        self.check_request_fits(history, spec)
+        asked = spec.max_tokens is not None
+        requested = self.reserve_answer(history, spec, log, asked=asked)
+        _, encoded = sizer.encode(sizer.request(history, requested))  # the one exact encoding
         body = len(encoded)
-        default = sizer.default_max_tokens(spec) if spec.max_tokens is None else None
-        spec = self.fit_max_tokens(body, default, spec, log)
-        reserve = spec.max_tokens if spec.max_tokens is not None else default
+        spec = self.fit_max_tokens(body, requested, log, asked=asked)
+        reserve = sizer.reserved_tokens(spec)
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
                              max_tokens=reserve, warned=limits.warned_no_cap,
@@ -116,21 +118,79 @@ class Preparer:
         fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
         if fitted is not compacted:
             # Room was made for the answer: the max_tokens lowered for the body before the
-            # cut may be larger again (never above what was asked for).
+            # cut may be larger again (never above what was reserved).
             body = sizer.measure(fitted, requested)
-            spec = self.fit_max_tokens(body, default, requested, log)
+            spec = self.fit_max_tokens(body, requested, log, asked=asked)
         return fitted, spec, body
 
-    def fit_max_tokens(self, body: int, default: int | None, spec: RequestSpec,
-                       log: TurnLog) -> RequestSpec:
-        """Lower max_tokens before sending when prompt + answer cannot fit the window.
+    def check_request_fits(self, history: History, spec: RequestSpec) -> None:
+        """Refuse, before anything is compacted, a request that cannot fit even with every
+        earlier message removed: its system prompt and latest message, with the smallest
+        answer, over the window (said in tokens) or over a payload limit the proxy proved
+        or the user configured (said in bytes)."""
+        sizer, caps = self.sizer, self.sizer.limits.caps
+        size, tokens = sizer.request_alone(history, spec)
+        window, floor = sizer.enforced_window, self.settings.min_answer_tokens
+        if window is not None and tokens + floor > window:
+            reason = (f"Your message is ≈{tokens:,} tokens with the system prompt; the "
+                      f"model's context window is {window:,} tokens and at least {floor:,} "
+                      "must stay for the answer — send a shorter message (a tool can read "
+                      "large content in ranges) or use a model with a larger window.")
+            raise ChatError(Failure(FailureKind.CONTEXT_OVERFLOW, reason, prompt_tokens=tokens,
+                                    limit_tokens=window, request_bytes=size), reason)
+        proven = caps.smallest_rejected - 1 if caps.smallest_rejected is not None else None
+        limits = [(proven, "the proxy/gateway rejected larger ones"),
+                  (caps.configured, "the configured payload cap")]
+        for limit, why in limits:
+            if limit is not None and size > limit:
+                reason = (f"Your message makes the request {format_size(size)} with the system "
+                          f"prompt, more than {format_size(limit)} ({why}) — send a shorter "
+                          "message (a tool can read large content in ranges), or raise the "
+                          "limit with %chat config CHATCLI_MAX_PAYLOAD=SIZE if the "
+                          "proxy/gateway allows more.")
+                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                        request_bytes=size), reason)
 
-        Without an explicit max_tokens the provider may still send one (``default``), so a
-        default that cannot fit is caught here instead of costing a rejection every turn.
+    def reserve_answer(self, history: History, spec: RequestSpec, log: TurnLog, *,
+                       asked: bool) -> RequestSpec:
+        """The answer's reservation, bounded so the request itself always has room.
+
+        A provider's default reservation (Anthropic always sends one) is at most half the
+        enforced window; any reservation at most what the window leaves beside the system
+        prompt and the latest message (never below ``min_answer_tokens``). So a small or
+        learned window lowers ``max_tokens`` first, and a message is only ever called too
+        big when it is (:meth:`check_request_fits`).
         """
         sizer = self.sizer
-        asked = spec.max_tokens
-        requested = asked if asked is not None else default
+        reserved = sizer.reserved_tokens(spec)
+        window = sizer.enforced_window
+        if reserved is None or window is None:
+            return spec
+        bound = reserved
+        if not asked:
+            bound = min(bound, max(self.settings.min_answer_tokens, window // 2))
+        room = sizer.answer_room(history, spec)
+        if room is not None:
+            bound = min(bound, room)
+        if bound >= reserved:
+            return spec
+        if asked:
+            _, tokens = sizer.request_alone(history, spec)
+            self._emit(MaxTokensLowered(requested=reserved, sent=bound, reason="window",
+                                        est_tokens=tokens, window=window), log)
+        return spec.with_max_tokens(bound)
+
+    def fit_max_tokens(self, body: int, spec: RequestSpec, log: TurnLog, *,
+                       asked: bool) -> RequestSpec:
+        """Lower max_tokens before sending when prompt + answer cannot fit the window.
+
+        The reservation the body carries (asked for, or the provider's default) is lowered
+        to what the window leaves beside this body — unless that is below
+        ``min_answer_tokens``: then the history is what must shrink (compaction), not the
+        answer. A reservation above a learned output limit is lowered to it.
+        """
+        sizer = self.sizer
+        requested = sizer.reserved_tokens(spec)
         if requested is None:
             return spec
         est, window = sizer.estimate(body), sizer.window
@@ -141,14 +201,13 @@ class Preparer:
                                         est_tokens=est, window=window), log)
             requested = limit
             spec = spec.with_max_tokens(limit)
-            asked = limit
         room = window - est
-        if not sizer.window_known or est + requested <= window or room < 1:
+        if not sizer.window_known or est + requested <= window:
             return spec
-        fitted = room - math.ceil(room * self.settings.exact_fit_margin)
-        if fitted < 1 or fitted >= requested:
+        fitted = room - math.ceil(max(room, 0) * self.settings.exact_fit_margin)
+        if fitted < self.settings.min_answer_tokens or fitted >= requested:
             return spec
-        if asked is not None:
+        if asked:
             self._emit(MaxTokensLowered(requested=requested, sent=fitted, reason="window",
                                         est_tokens=est, window=window), log)
         # (the provider's own default adjusted: no news for the user)

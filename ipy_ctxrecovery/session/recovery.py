@@ -167,6 +167,8 @@ class RecoveryLoop:
         learned = limits.learn_from_failure(failure, body, sizer.window)
         if any(not isinstance(e, CapChanged) for e in learned):
             sizer.forget_encoding()
+        if failure.kind is FailureKind.CONTEXT_OVERFLOW:
+            spec = self._leave_room_for_the_request(history, spec)
         sent_max_tokens = sizer.reserved_tokens(spec)
         # An exact fit aims no higher than the compaction target, so the fitted history
         # ends below the compaction trigger and the next turn does not summarize again.
@@ -211,6 +213,16 @@ class RecoveryLoop:
         if result.compaction_notice_added:
             self.bus.emit(NoticeInjected(notice="compaction"), log)
         return history, decision.state, spec
+
+    def _leave_room_for_the_request(self, history: History, spec: RequestSpec) -> RequestSpec:
+        """A reservation that left no room for the request itself (a window just learned
+        below it, say) is lowered before anything else, so the ladder never cuts messages
+        — or calls one too big — to make room for an answer that cannot fit anyway."""
+        reserved = self.sizer.reserved_tokens(spec)
+        room = self.sizer.answer_room(history, spec)
+        if reserved is None or room is None or reserved <= room:
+            return spec
+        return spec.with_max_tokens(room)
 
     def _emit_all(self, events: list[Event], log: TurnLog) -> None:
         for event in events:

@@ -11,6 +11,7 @@ the provider's fast ``measure`` when it has one (exact for the built-in adapters
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,7 +19,7 @@ from typing import Any
 
 from .. import compactor
 from ..config import Settings
-from ..history import History
+from ..history import History, Role, latest_user_index
 from ..providers.base import DefaultsMaxTokens, Measurable, Request, ToolSpec
 from .endpoint import Endpoint
 from .learned import LearnedLimits
@@ -91,6 +92,28 @@ class RequestSizer:
     def reserved_tokens(self, spec: RequestSpec) -> int | None:
         """The answer's reservation the request carries: asked for, or the default."""
         return spec.max_tokens if spec.max_tokens is not None else self.default_max_tokens(spec)
+
+    def request_alone(self, history: History, spec: RequestSpec) -> tuple[int, int]:
+        """(bytes, estimated tokens) of the request with every earlier message removed:
+        the system messages and the latest user message — what no cut can shrink."""
+        latest = latest_user_index(history)
+        kept = tuple(m for i, m in enumerate(history)
+                     if m.role is Role.SYSTEM or i == latest)
+        size = self.measure(kept, spec.with_max_tokens(None))
+        return size, self.estimate(size)
+
+    def answer_room(self, history: History, spec: RequestSpec,
+                    window: int | None = None) -> int | None:
+        """The most the answer may reserve so the request itself still fits ``window``
+        (the enforced one by default): never below ``min_answer_tokens``; None when no
+        window is enforced."""
+        window = window if window is not None else self.enforced_window
+        if window is None:
+            return None
+        _, request = self.request_alone(history, spec)
+        room = window - request
+        room -= math.ceil(max(room, 0) * self.settings.exact_fit_margin)
+        return max(self.settings.min_answer_tokens, room)
 
     def compaction_trigger(self, ratio: float | None = None) -> int:
         return compactor.compaction_budget(
