@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from .history import Message, Reasoning, Text, ToolCall, ToolResult
 
@@ -96,7 +96,7 @@ def _detectors() -> tuple[tuple[re.Pattern[str], ...], tuple[tuple[re.Pattern[st
     for plugin in get_mapping_from_secret_type_to_class().values():
         if (isinstance(plugin, type) and issubclass(plugin, RegexBasedDetector)
                 and plugin not in (IPPublicDetector, PrivateKeyDetector)):
-            regexes.extend(plugin.denylist)
+            regexes.extend(cast("tuple[re.Pattern[str], ...]", plugin.denylist))
     pairs: dict[re.Pattern[str], int] = {}
     for table in (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
                   keyword.CONFIG_DENYLIST_REGEX_TO_GROUP,
