@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from .history import Message, Reasoning, Text, ToolCall, ToolResult
 
@@ -93,10 +93,12 @@ def _detectors() -> tuple[tuple[re.Pattern[str], ...], tuple[tuple[re.Pattern[st
     from detect_secrets.plugins.private_key import PrivateKeyDetector
 
     regexes: list[re.Pattern[str]] = []
-    for plugin in get_mapping_from_secret_type_to_class().values():
+    plugins: list[Any] = list(get_mapping_from_secret_type_to_class().values())
+    for plugin in plugins:
+        patterns: Any = getattr(plugin, "denylist", None)  # compiled, a class attribute
         if (isinstance(plugin, type) and issubclass(plugin, RegexBasedDetector)
                 and plugin not in (IPPublicDetector, PrivateKeyDetector)):
-            regexes.extend(cast("tuple[re.Pattern[str], ...]", plugin.denylist))
+            regexes.extend(patterns)
     pairs: dict[re.Pattern[str], int] = {}
     for table in (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
                   keyword.CONFIG_DENYLIST_REGEX_TO_GROUP,
