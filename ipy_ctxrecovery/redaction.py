@@ -296,6 +296,10 @@ class Redactor:
         self._known.update(c for c in self._credentials() if len(c) >= _MIN_CREDENTIAL)
         return tuple(sorted(self._known, key=len, reverse=True))
 
+    def own(self, text: str) -> str:
+        """``text`` with this session's credentials masked (nothing else)."""
+        return _mask_exact(text, self.credentials())
+
     def shown(self, text: str) -> str:
         """Text for an error or an event: credentials and formats masked, always."""
         return mask_secrets(_mask_exact(text, self.credentials()))

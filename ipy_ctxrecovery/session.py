@@ -37,11 +37,13 @@ restores what still applies (same path for caps, same model for calibration: ``l
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,7 @@ from .learned import restore as restore_learned
 from .learned import save as save_learned
 from .providers.base import Provider, Request, StopReason, TextCallback, Usage
 from .recovery import RequestLoop, Turn
+from .redaction import Redactor, client_credentials
 from .tools import Tool, as_tool, make_read_file
 from .transcript import Transcript, validate_name
 
@@ -99,13 +102,14 @@ class ChatSession(RequestLoop):
         # an emulator that would otherwise be left running.
         self.name = validate_name(name) if name is not None else _auto_name()
         user_tools = [as_tool(t) for t in tools]
-        self._files = Transcript(self.name)
+        # What is stored, shown in an error or an event, or exported is masked (never what
+        # is sent): this session's own credentials and, unless opted out, known formats.
+        self.redactor = Redactor(self._credentials, lambda: self.settings.redact_stored)
+        self._files = Transcript(self.name, redactor=self.redactor)
         self._store = budget.ResultStore(self._files.results_dir)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
-        self._builtin: dict[str, Tool] = {}
-        if builtin_tools:
-            builtin = make_read_file(self._files_root, self._files.results_dir)
-            self._builtin[builtin.name] = builtin
+        self._builtin_tools = builtin_tools
+        self._builtin: dict[str, Tool] = self._make_builtins(self.settings)
         self._tools: dict[str, Tool] = {**self._builtin, **{t.name: t for t in user_tools}}
         self._owns_provider = provider is None
         self._provider = provider if provider is not None else self._make_provider(model)
@@ -143,6 +147,20 @@ class ChatSession(RequestLoop):
             self._files.save_history(self._history)
 
     # -- construction helpers -------------------------------------------------------------
+    def _make_builtins(self, settings: Settings) -> dict[str, Tool]:
+        """The built-in tools ``settings`` ask for (read_file, under its root)."""
+        if not (self._builtin_tools and settings.read_file):
+            return {}
+        root = settings.read_file_root or self._files_root
+        tool = make_read_file(root, self._files.results_dir)
+        return {tool.name: tool}
+
+    def _credentials(self) -> set[str]:
+        """The credential strings this session's client sends (for the redactor)."""
+        found = client_credentials(self._client)
+        provider = getattr(self, "_provider", None)  # None while the provider is built
+        return found | client_credentials(getattr(provider, "client", None))
+
     def _make_provider(self, model: str) -> Provider:
         from . import providers
 
@@ -225,6 +243,10 @@ class ChatSession(RequestLoop):
                                    "not both.")
         new_settings = settings if settings is not None else self.settings
         new_tools = None if tools is None else [as_tool(t) for t in tools]
+        new_builtin = self._builtin
+        if (new_settings.read_file, new_settings.read_file_root) != \
+                (self.settings.read_file, self.settings.read_file_root):
+            new_builtin = self._make_builtins(new_settings)
         old_provider = self._provider
         new_provider: Provider | None = provider
         spec = model if model is not None else self.model
@@ -256,8 +278,10 @@ class ChatSession(RequestLoop):
             self.caps.learned_fraction = settings.learned_cap_fraction
             if self.estimator.samples == 0:
                 self.estimator.bytes_per_token = settings.chars_per_token
-        if new_tools is not None:
-            self._tools = {**self._builtin, **{t.name: t for t in new_tools}}
+        if new_tools is None:
+            new_tools = [t for n, t in self._tools.items() if n not in self._builtin]
+        self._builtin = new_builtin
+        self._tools = {**self._builtin, **{t.name: t for t in new_tools}}
         if not isinstance(max_tokens, _Keep):
             self.max_tokens = max_tokens
 
@@ -305,6 +329,21 @@ class ChatSession(RequestLoop):
     def tools(self) -> tuple[Tool, ...]:
         return tuple(self._tools.values())
 
+    @contextlib.contextmanager
+    def offering(self, *, builtin_tools: bool = True) -> Iterator[None]:
+        """Within the ``with`` block, offer the built-in tools (read_file) only if
+        ``builtin_tools`` (``%%chat --no-read-file``: one answer without them)."""
+        if builtin_tools or not self._builtin:
+            yield
+            return
+        offered = self._tools
+        self._tools = without = {n: t for n, t in offered.items() if n not in self._builtin}
+        try:
+            yield
+        finally:
+            if self._tools is without:  # an update() inside the block keeps its tools
+                self._tools = offered
+
     @property
     def provider(self) -> Provider:
         return self._provider
@@ -346,6 +385,9 @@ class ChatSession(RequestLoop):
 
     # -- events ---------------------------------------------------------------------------
     def _emit(self, event: Event, turn: Turn | None = None) -> None:
+        shown = self.redactor.shown(event.message)
+        if shown != event.message:  # e.g. a gateway echoing this session's key
+            event = dataclasses.replace(event, message=shown)
         if turn is not None and not isinstance(event, TurnFinished) and event.message:
             turn.actions.append(event.message)
         for callback in list(self._subscribers):
@@ -382,6 +424,10 @@ class ChatSession(RequestLoop):
                                                  on_text=on_text, options=options,
                                                  record=record)
         except ChatError as e:
+            # The sentence may quote this session's own key (a gateway's 401 body).
+            e.args = (self.redactor.shown(str(e)),)
+            e.failure = dataclasses.replace(e.failure,
+                                            reason=self.redactor.shown(e.failure.reason))
             self._emit(Failed(message=f"✗ {e}", failure_kind=e.failure.kind.value), turn)
             raise
         finally:
@@ -448,6 +494,9 @@ class ChatSession(RequestLoop):
             content, is_error = f"Error: there is no tool named {call.name!r} (tools: {known}).", True
         else:
             content, is_error = tool.run(call.arguments)
+            # Tools mask known key formats themselves; this session's own key goes too,
+            # since results are persisted (results/) and sent.
+            content = self.redactor.own(content)
         self._emit(ToolRun(message=f"🔧 {call.name}: {'ok' if not is_error else 'error'}"
                            f" ({len(content):,} chars)", name=call.name, ok=not is_error), turn)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
