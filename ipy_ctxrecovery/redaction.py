@@ -193,12 +193,17 @@ def _apply(text: str, spans: Iterable[tuple[int, int]]) -> str:
     return "".join(parts)
 
 
-# Lines worth the patterns: one with a secret-sounding word or a credential marker, or a
-# run of 10+ token characters (every format's secret part is at least that long). Ordinary
-# prose and code are mostly neither, which keeps masking a 1 MB tool result fast.
+# Lines worth the patterns: one with a secret-sounding word, a credential marker or a
+# format's prefix, or a run of 16+ base64 characters (snake_case and kebab-case names
+# break at '_' and '-'). Ordinary prose and code are mostly none of these, which keeps
+# masking a 1 MB tool result fast; a format with none of them is still found by the run.
 _KEYWORD_TRIGGERS = ("key", "pw", "pass", "token", "secret", "contrase", "auth")
-_TRIGGERS = (*_KEYWORD_TRIGGERS, "bearer", "://", "private", "putty", "sig")
-_LONG_RUN = re.compile(r"[A-Za-z0-9+/=_-]{10}")
+_TRIGGERS = (*_KEYWORD_TRIGGERS, "bearer", "://", "private", "putty", "sig", "sk-", "sk_",
+             "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat", "gldt", "glft", "glsoat",
+             "glrt", "glcbt", "glimt", "glptt", "glagent", "gloas", "gr1348941", "xox",
+             "hf_", "aiza", "akia", "asia", "abia", "acca", "a3t", "eyj", "npm_", "pypi-",
+             "sq0csp", "sg.", "akc", "accountkey")
+_LONG_RUN = re.compile(r"[A-Za-z0-9+/=]{16}")
 
 
 @functools.lru_cache(maxsize=4096)
