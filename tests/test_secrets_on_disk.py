@@ -119,3 +119,7 @@ def test_export_masks_the_planted_secrets(chat: ChatMagics, ip: Any,  # noqa: F8
         exported = (tmp_path / name).read_text()
         assert found(secrets, exported) == [] and MASK in exported
     json.loads((tmp_path / "chat.json").read_text())  # still valid JSON
+    # Opted out: the conversation is exported verbatim.
+    ip.run_line_magic("chat", "config redact_stored=False")
+    ip.run_line_magic("chat", f"export {tmp_path / 'verbatim.md'}")
+    assert found(secrets, (tmp_path / "verbatim.md").read_text()) == secrets
