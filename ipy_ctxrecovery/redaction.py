@@ -206,11 +206,24 @@ _TRIGGERS = (*_KEYWORD_TRIGGERS, "bearer", "://", "private", "putty", "sig", "sk
 _LONG_RUN = re.compile(r"[A-Za-z0-9+/=]{16}")
 
 
-@functools.lru_cache(maxsize=4096)
+#: Texts up to this size are remembered (a history is re-saved after every turn, mostly
+#: unchanged); a larger one (a full tool result) is masked once, when it is appended.
+_CACHED_CHARS = 16 * 1024
+
+
 def mask_secrets(text: str) -> str:
     """``text`` with every well-known secret format replaced by :data:`MASK`."""
     if not text or not isinstance(text, str):
         return text
+    return _mask_cached(text) if len(text) <= _CACHED_CHARS else _mask(text)
+
+
+@functools.lru_cache(maxsize=2048)
+def _mask_cached(text: str) -> str:
+    return _mask(text)
+
+
+def _mask(text: str) -> str:
     regexes, pairs, prefilter, filters, private = _detectors()
     spans: list[tuple[int, int]] = []
     # The candidate lines, joined, with where each one starts in ``text``.
@@ -246,7 +259,6 @@ def mask_secrets(text: str) -> str:
     return _apply(text, spans)
 
 
-@functools.lru_cache(maxsize=4096)
 def _mask_exact(text: str, credentials: tuple[str, ...]) -> str:
     for secret in credentials:  # longest first, so a key inside a longer one goes whole
         if secret in text:
