@@ -456,9 +456,7 @@ def _read_range(f: BinaryIO, offset: int, limit: int, max_bytes: int) -> tuple[b
         elif size < max_bytes:   # the last line, without a newline
             lines += 1
             break
-    cut = size >= max_bytes and not (out and out[-1].endswith(b"\n") and lines == limit)
-    if cut and out and not out[-1].endswith(b"\n"):
-        lines += 1  # a partial line counts as shown
+    cut = size >= max_bytes and not (out[-1].endswith(b"\n") and lines == limit)
     return b"".join(out), lines, cut
 
 
