@@ -75,6 +75,11 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
 }
 
+_FLAG_FIELDS = frozenset({"redact_stored", "read_file"})
+_TEXT_FIELDS = frozenset({"read_file_root"})
+_FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
+               "false": False, "0": False, "no": False, "off": False}
+
 _SIZE_FIELDS = frozenset(
     {"max_payload", "no_cap_warn_bytes", "likely_payload_min_bytes", "assumed_cap_bytes"}
 )
@@ -136,6 +141,15 @@ class Settings:
     max_tool_rounds: int = 8
     transient_retries: int = 2
 
+    # --- files and privacy (README "Files and privacy") ---
+    redact_stored: bool = True
+    """Mask well-known secret formats in what is written to disk and exported (the
+    session's own credentials are masked whatever this says)."""
+    read_file: bool = True
+    """Offer the built-in read_file tool."""
+    read_file_root: str | None = None
+    """The directory read_file may read under; None = the session's working directory."""
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         updated = dataclasses.replace(self, **changes)
@@ -146,6 +160,14 @@ class Settings:
         """Raise :class:`ConfigError` when a value or a relation between values is wrong."""
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in _FLAG_FIELDS:
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name}={value!r} is not on or off; use True or False.")
+                continue
+            if f.name in _TEXT_FIELDS:
+                if value is not None and not isinstance(value, str):
+                    raise ConfigError(f"{f.name}={value!r} is not a path.")
+                continue
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -221,6 +243,22 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
     """Turn one textual value into the field's type, or raise a ConfigError naming ``key``."""
     if raw is None:
         return None
+    if name in _FLAG_FIELDS:
+        if isinstance(raw, bool):
+            return raw
+        flag = _FLAG_WORDS.get(str(raw).strip().lower())
+        if flag is None:
+            raise ConfigError(f"{key}={raw!r} is not on or off; use True or False.")
+        return flag
+    if name in _TEXT_FIELDS:
+        text = str(raw).strip()
+        if text.lower() in {"", "none"}:
+            return None
+        path = os.path.expanduser(text)
+        if not os.path.isdir(path):
+            raise ConfigError(f"{key}={raw!r} is not a directory; give an existing "
+                              "directory, or None for the working directory.")
+        return path
     if name in _SIZE_FIELDS:
         if isinstance(raw, int | float) and not isinstance(raw, bool):
             value = int(raw)

@@ -16,8 +16,6 @@ This module imports no SDK and no IPython; it is imported by every layer.
 
 from __future__ import annotations
 
-import re
-
 from .failures import Failure
 
 __all__ = [
@@ -49,29 +47,13 @@ class ToolError(CtxRecoveryError):
     """Raised inside a tool to report a problem to the model as an error result."""
 
 
-_SECRET_PATTERNS = [
-    # Authorization headers first, so the whole credential goes whatever its shape.
-    re.compile(r"(?i)\b(authorization|x-api-key|api[_-]?key|proxy-authorization)(\"?\s*[:=]\s*\"?)([^\s\"',;]+(?:\s+[^\s\"',;]+)?)"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"\bsk-ant-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_-]{20,}"),
-]
-
-
 def redact(text: str) -> str:
-    """Mask API keys and Authorization values in ``text`` (keeps the first 4 chars of keys)."""
+    """Mask API keys, Authorization values and other well-known secret formats in ``text``.
 
-    def _mask(match: re.Match[str]) -> str:
-        if match.re is _SECRET_PATTERNS[0]:
-            return f"{match.group(1)}{match.group(2)}[REDACTED]"
-        value = match.group(0)
-        if value.lower().startswith("bearer"):
-            return "Bearer [REDACTED]"
-        return value[:4] + "…[REDACTED]"
+    The formats and how they are found: :mod:`ipy_ctxrecovery.redaction`. A session also
+    masks the exact credentials its own client sends (``Redactor``).
+    """
+    from .redaction import mask_secrets
 
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(_mask, text)
-    return text
+    return mask_secrets(text)
 

@@ -21,21 +21,24 @@ a crash of the turn.
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 import json
 import os
 import re
+import stat
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, BinaryIO, Literal, Union, get_args, get_origin
 
-from .errors import ToolError, redact
+from .errors import ConfigError, ToolError, redact
 from .providers.base import ToolSpec
 
 __all__ = [
+    "READ_FILE_DENY",
     "Tool",
     "ToolError",
     "as_tool",
@@ -387,17 +390,90 @@ def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
 
 # -- the built-in read_file ------------------------------------------------------------------
 
+#: Names read_file never reads, as fnmatch patterns matched (lower-cased) against every
+#: part of the path under its root: a denied directory denies what is inside it. The
+#: working directory is often $HOME, so keys and credentials sit right there.
+READ_FILE_DENY: tuple[str, ...] = (
+    ".*",                                   # dotfiles and dot-directories: .ssh .aws .env .git
+    ".netrc", "_netrc", ".git-credentials", ".pgpass", ".pypirc", ".npmrc", ".env",
+    "*.env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk",
+    "*.kdbx", "*.gpg", "*.pgp", "*.keytab", "*.ovpn", "*.tfstate", "*.tfstate.*", "*.tfvars",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "credentials", "credentials.*",
+    "*credentials*.json", "secrets.*", "*.secret", "*.secrets", "htpasswd", "*.htpasswd",
+    "service-account*.json", "known_hosts", "authorized_keys",
+)
+#: Bytes read at a time while skipping to ``offset`` or counting lines: memory stays flat
+#: whatever the file's size.
+_READ_CHUNK = 256 * 1024
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _denied(parts: Iterable[str], deny: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first (part, pattern) of ``parts`` the deny list matches, or None."""
+    for part in parts:
+        for pattern in deny:
+            if fnmatch.fnmatchcase(part.lower(), pattern):
+                return part, pattern
+    return None
+
+
+def _count_lines(f: BinaryIO) -> int:
+    f.seek(0)
+    count, last = 0, b"\n"
+    while chunk := f.read(_READ_CHUNK):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _read_range(f: BinaryIO, offset: int, limit: int, max_bytes: int) -> tuple[bytes, int, bool]:
+    """Lines ``offset``.. of ``f``, at most ``limit`` of them and ``max_bytes`` in all.
+
+    Returns the bytes, the number of whole or partial lines they hold, and whether the
+    byte bound cut them; nothing beyond ``max_bytes`` (plus one chunk while skipping) is
+    ever held in memory, even for a file that is one huge line.
+    """
+    line = 0
+    while line < offset:
+        piece = f.readline(_READ_CHUNK)
+        if not piece:
+            return b"", 0, False
+        if piece.endswith(b"\n"):
+            line += 1
+    out: list[bytes] = []
+    size = lines = 0
+    while lines < limit and size < max_bytes:
+        piece = f.readline(max_bytes - size)
+        if not piece:
+            break
+        out.append(piece)
+        size += len(piece)
+        if piece.endswith(b"\n"):
+            lines += 1
+        elif size < max_bytes:   # the last line, without a newline
+            lines += 1
+            break
+    cut = size >= max_bytes and not (out[-1].endswith(b"\n") and lines == limit)
+    return b"".join(out), lines, cut
+
+
 def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[str], *,
-                   max_chars: int = READ_FILE_MAX_CHARS) -> Tool:
+                   max_chars: int = READ_FILE_MAX_CHARS,
+                   deny: tuple[str, ...] = READ_FILE_DENY) -> Tool:
     """The built-in ``read_file`` tool, confined to ``root`` and the session's results.
 
     Paths are resolved (``..`` and symlinks followed) before the check, so nothing
-    outside the two directories can be read.
+    outside the two directories can be read; a path with a part matching ``deny``
+    (:data:`READ_FILE_DENY`: dotfiles, keys, credential files), given or resolved, is
+    refused; only regular files are opened (never a FIFO or a device, which could block
+    the turn), and only the lines asked for are read.
     """
+    if not os.path.isdir(root):
+        raise ConfigError(f"read_file's root {os.fspath(root)!r} is not a directory; set "
+                          "read_file_root to an existing directory.")
     roots = [os.path.realpath(root), os.path.realpath(results_dir)]
 
     def read_file(path: str, offset: int = 0, limit: int = READ_FILE_DEFAULT_LINES) -> str:
@@ -415,29 +491,62 @@ def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[
         if not candidate.is_absolute():
             candidate = Path(roots[0]) / candidate
         real = os.path.realpath(candidate)
-        if not any(_inside(real, r) for r in roots):
+        base = next((r for r in roots if _inside(real, r)), None)
+        if base is None:
             raise ToolError(
                 f"{path} is outside the readable area; read_file can only read files under "
                 f"{roots[0]} and the session's persisted tool results.")
-        if os.path.isdir(real):
-            raise ToolError(f"{path} is a directory, not a file.")
+        # Both the path as given and where it leads: a link named notes.txt to .ssh/id_rsa
+        # is refused, and so is a link named .env to anything.
+        given = os.path.normpath(candidate)
+        parts = [*Path(os.path.relpath(real, base)).parts,
+                 *(Path(os.path.relpath(given, base)).parts if _inside(given, base)
+                   else (Path(given).name,))]
+        hit = _denied([p for p in parts if p not in (".", "..")], deny)
+        if hit is not None:
+            raise ToolError(f"{path} is not readable: {hit[0]!r} matches {hit[1]!r} in "
+                            "read_file's deny list (dotfiles, keys and credential files).")
         try:
-            with open(real, encoding="utf-8", errors="replace") as f:
-                lines = f.readlines()
+            info = os.stat(real)
         except FileNotFoundError:
             raise ToolError(f"{path} does not exist.") from None
         except OSError as e:
             raise ToolError(f"{path} could not be read ({e.strerror}).") from None
-        chunk = lines[offset:offset + limit]
-        body = "".join(chunk)
-        end = offset + len(chunk)
-        if len(body) > max_chars:
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{path} is a directory, not a file.")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{path} is not a regular file (a pipe, socket or device); "
+                            "read_file reads regular files only.")
+        try:
+            # O_NONBLOCK: if the path was swapped for a FIFO since the check, opening it
+            # returns at once instead of waiting for a writer; fstat then refuses it.
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:
+            raise ToolError(f"{path} could not be read ({e.strerror}).") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolError(f"{path} is not a regular file; read_file reads regular "
+                                "files only.")
+            # 4 bytes per char at most in UTF-8: enough bytes for max_chars characters.
+            data, shown, cut = _read_range(f, offset, limit, max_chars * 4 + 4)
+            total = _count_lines(f)
+        if b"\0" in data:
+            raise ToolError(f"{path} looks like a binary file (it contains NUL bytes); "
+                            "read_file reads text.")
+        body = data.decode("utf-8", errors="replace")
+        end = offset + shown
+        if len(body) > max_chars or cut:
             body = body[:max_chars]
             end = offset + body.count("\n")
-            body += f"\n[... cut at {max_chars} chars; continue with offset={end} ...]"
-        header = f"[{path}: lines {offset}-{max(end - 1, offset)} of {len(lines)}]\n"
-        if not chunk:
-            return f"[{path}: no lines at offset {offset}; the file has {len(lines)} lines]"
+            if end == offset:  # one line longer than the bound: move on past it
+                end += 1
+                body += (f"\n[... line {offset} is longer than {max_chars} chars and was cut; "
+                         f"continue with offset={end} ...]")
+            else:
+                body += f"\n[... cut at {max_chars} chars; continue with offset={end} ...]"
+        if not data:
+            return f"[{path}: no lines at offset {offset}; the file has {total} lines]"
+        header = f"[{path}: lines {offset}-{max(end - 1, offset)} of {total}]\n"
         return header + body
 
     return build_tool(read_file)

@@ -13,6 +13,9 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
 - ``history.json`` (0600): the working history (what the model sees), rewritten
   atomically after each turn, so ``resume`` restores exactly what the model saw.
 - ``session.json`` (0600): the model string and the system prompt (never a key).
+
+What is written passes through the session's ``Redactor`` (``redaction.py``): its own
+credentials and well-known secret formats are masked on disk, never in what is sent.
 - ``learned.json`` (0600): what the session learned (caps, window, calibration...), written
   atomically when it changed; its format and restore rules live in ``learned.py``.
 - ``results/`` (0700): the budget's persisted tool results (``budget.ResultStore``).
@@ -35,6 +38,7 @@ from ._files import DIR_MODE, FILE_MODE, ensure_private_dir, open_private, write
 from .errors import ConfigError
 from .history import History, Message
 from .pairing import repair_pairing
+from .redaction import Redactor
 
 __all__ = [
     "DIR_MODE",
@@ -87,8 +91,10 @@ def list_sessions() -> list[str]:
 class Transcript:
     """One session's files. Creating it creates the directory; it never deletes anything."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, redactor: Redactor | None = None) -> None:
         self.name = validate_name(name)
+        #: Masks secrets in every message and text written here (README "Files and privacy").
+        self.redactor = redactor
         # Every level we own is private, not just the leaf (mkdir's parents get the umask).
         ensure_private_dir(data_root())
         ensure_private_dir(data_root() / "sessions")
@@ -116,7 +122,11 @@ class Transcript:
             os.close(fd)
 
     def append(self, message: Message) -> None:
-        self._append_record({"type": "message", "ts": time.time(), "message": message.to_dict()})
+        self._append_record({"type": "message", "ts": time.time(),
+                             "message": self._stored(message).to_dict()})
+
+    def _stored(self, message: Message) -> Message:
+        return self.redactor.message(message) if self.redactor is not None else message
 
     def mark(self, kind: str, **fields: Any) -> None:
         """Record a non-message event (``reset``) in the log."""
@@ -140,7 +150,8 @@ class Transcript:
 
     # -- the working-history snapshot ------------------------------------------------------
     def save_history(self, history: History) -> None:
-        data = json.dumps({"version": 1, "messages": [m.to_dict() for m in history]},
+        data = json.dumps({"version": 1,
+                           "messages": [self._stored(m).to_dict() for m in history]},
                           ensure_ascii=False)
         write_private_atomic(self.history_path, data)
 
@@ -165,6 +176,8 @@ class Transcript:
 
     # -- session metadata ------------------------------------------------------------------
     def save_meta(self, meta: Mapping[str, Any]) -> None:
+        if self.redactor is not None:
+            meta = self.redactor.value(dict(meta))  # the system prompt
         write_private_atomic(self.meta_path, json.dumps(dict(meta), ensure_ascii=False))
 
     def load_meta(self) -> dict[str, Any]:

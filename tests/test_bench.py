@@ -52,3 +52,9 @@ def test_microcompact_savings_prints_the_ratio_and_ours_summarizes() -> None:
     # ANCHORS weakness 9: ChatCLI's one-line summary never fires; ours must.
     assert " 0 results summarized" in chatcli
     assert " 0 results summarized" not in ours
+
+
+def test_redaction_prints_the_ratio_to_detect_secrets_scanner() -> None:
+    out = run("redaction.py", "--lines", "2000", "--sample", "20")
+    assert "ratio redaction scan_line/ours: " in out, out
+    assert "2 planted secrets, 2 masked" in out

@@ -148,7 +148,9 @@ def test_urls_and_lifecycle() -> None:
         assert emu.running and emu.port > 0
         assert emu.openai_base_url == f"http://127.0.0.1:{emu.port}/v1"
         assert emu.anthropic_base_url == f"http://127.0.0.1:{emu.port}"
-        with urllib.request.urlopen(emu.openai_base_url + "/models", timeout=TIMEOUT) as r:
+        models = urllib.request.Request(emu.openai_base_url + "/models",
+                                        headers=emu.token_headers)
+        with urllib.request.urlopen(models, timeout=TIMEOUT) as r:
             assert json.load(r)["data"][0]["id"] == "emulator"
     assert not emu.running
     emu.close()  # idempotent
@@ -518,7 +520,8 @@ def test_missing_key_wording(emulator: Callable[..., Emulator], wire: str) -> No
     url = emu.openai_base_url + "/chat/completions" if wire == "openai" \
         else emu.anthropic_base_url + "/v1/messages"
     req = urllib.request.Request(url, data=b'{"model":"m","max_tokens":5,"messages":[]}',
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          **emu.token_headers})
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=TIMEOUT)
     body = json.loads(info.value.read())
@@ -754,7 +757,7 @@ def test_concurrent_requests_are_all_recorded(emulator: Callable[..., Emulator])
 
 def test_unknown_path_is_a_404(emulator: Callable[..., Emulator]) -> None:
     emu = emulator()
-    req = urllib.request.Request(emu.url + "/v1/engines", data=b"{}")
+    req = urllib.request.Request(emu.url + "/v1/engines", data=b"{}", headers=emu.token_headers)
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=TIMEOUT)
     assert info.value.code == 404

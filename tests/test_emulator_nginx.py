@@ -142,7 +142,7 @@ def test_real_nginx_413_reaches_the_openai_sdk(nginx: str, upstream: Emulator,
                                                nginx_version: str, stream: bool) -> None:
     upstream.reset()
     client = openai.OpenAI(base_url=nginx + "/v1", api_key="sk-test", max_retries=0,
-                           timeout=TIMEOUT)
+                           timeout=TIMEOUT, default_headers=upstream.token_headers)
     with pytest.raises(openai.APIStatusError) as info:
         client.chat.completions.create(
             model="emulator", stream=stream,
@@ -161,7 +161,7 @@ def test_real_nginx_413_reaches_the_openai_sdk(nginx: str, upstream: Emulator,
 def test_real_nginx_413_reaches_the_anthropic_sdk(nginx: str, upstream: Emulator) -> None:
     upstream.reset()
     client = anthropic.Anthropic(base_url=nginx, api_key="sk-ant-test", max_retries=0,
-                                 timeout=TIMEOUT)
+                                 timeout=TIMEOUT, default_headers=upstream.token_headers)
     with pytest.raises(anthropic.APIStatusError) as info:
         client.messages.create(model="claude-emulator", max_tokens=10,
                                messages=[{"role": "user", "content": "x" * 20_000}])
@@ -174,7 +174,7 @@ def test_real_nginx_413_reaches_the_anthropic_sdk(nginx: str, upstream: Emulator
 def test_small_requests_pass_through_nginx(nginx: str, upstream: Emulator) -> None:
     upstream.reset()
     client = openai.OpenAI(base_url=nginx + "/v1", api_key="sk-test", max_retries=0,
-                           timeout=TIMEOUT)
+                           timeout=TIMEOUT, default_headers=upstream.token_headers)
     reply = client.chat.completions.create(
         model="emulator", messages=[{"role": "user", "content": "through the proxy"}])
     assert (reply.choices[0].message.content or "").startswith(

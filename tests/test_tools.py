@@ -150,9 +150,10 @@ def test_exceptions_become_error_results_not_crashes() -> None:
 
 
 def test_a_key_in_a_file_read_by_a_tool_is_masked(tmp_path: Path) -> None:
-    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-proj-abcdef0123456789abcdef\nDEBUG=1\n")
+    # (.env itself is on read_file's deny list; a key may sit in any file.)
+    (tmp_path / "setup.txt").write_text("OPENAI_API_KEY=sk-proj-abcdef0123456789abcdef\nDEBUG=1\n")
     read_file = make_read_file(tmp_path, tmp_path / "results")
-    text, is_error = read_file.run(json.dumps({"path": str(tmp_path / ".env")}))
+    text, is_error = read_file.run(json.dumps({"path": str(tmp_path / "setup.txt")}))
     assert not is_error and "DEBUG=1" in text
     assert "abcdef0123456789abcdef" not in text and "REDACTED" in text
 

@@ -7,11 +7,25 @@ speaks ``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST /v1/me
     from ipy_ctxrecovery.emulator import Emulator
 
     with Emulator(context_window=8192, max_body="256KB", body_limit_style="nginx") as emu:
-        client = openai.OpenAI(base_url=emu.openai_base_url, api_key="sk-x", max_retries=0)
+        client = emu.openai_client(max_retries=0)   # sends the emulator's token
         client.chat.completions.create(model="emulator", messages=[...])
         emu.requests[-1].status, emu.requests[-1].body_bytes
 
 Standalone: ``python -m ipy_ctxrecovery.emulator --port 8765 --max-body 256KB``.
+
+Token and bounds
+----------------
+An ``Emulator()`` has a random per-instance ``token``; a request without it (header
+``X-Emulator-Token``, or the token as the API key) gets a 401 before anything else happens:
+no scripted fault is consumed, nothing is recorded or read. ``emu.openai_client()``,
+``emu.anthropic_client()`` and the package's ``emulator`` providers send it; other clients
+add ``default_headers=emu.token_headers``. ``Emulator(token=None)`` and the standalone
+command (unless ``--token``) admit anyone, so curl works as is.
+
+``emu.requests`` holds the last ``keep_requests`` (10,000) records; only the newest bodies
+up to ``keep_body_bytes`` (32 MB) in all are kept, older records keep their size, status
+and fault (``raw``/``body`` None). ``emu.received`` counts every request recorded. A body
+over ``max_request_body`` (32 MB) gets a 413 in the provider's format without being read.
 
 Token rule
 ----------

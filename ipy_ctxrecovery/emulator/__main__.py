@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency", type=_seconds, default=0.0, metavar="SECONDS")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require this key (Authorization: Bearer / x-api-key)")
+    p.add_argument("--token", nargs="?", const=True, default=None, metavar="TOKEN",
+                   help="require this token (X-Emulator-Token header, or as the API key) on "
+                        "every request; without TOKEN one is generated and printed. Off by "
+                        "default, so curl works as is; anyone on this host can then call it")
+    p.add_argument("--max-request-body", type=_size, default=None, metavar="SIZE",
+                   help="answer 413 without reading bodies over this size (default 32MB)")
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     return p
 
@@ -93,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             waf_over=args.waf_over, waf_style=args.waf_style, drop_over=args.drop_over,
             latency=args.latency, api_key=args.api_key, host=args.host, port=args.port,
             log=None if args.quiet else (lambda line: print(line, flush=True)),
+            token=args.token, **({"max_request_body": args.max_request_body}
+                                 if args.max_request_body else {}),
         )
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -111,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_term)
     print(f"OpenAI base URL:    {emu.openai_base_url}", flush=True)
     print(f"Anthropic base URL: {emu.anthropic_base_url}", flush=True)
+    if emu.token:
+        print(f"Token:              {emu.token} (send it as the X-Emulator-Token header "
+              "or as the API key)", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
     try:
         while not stop.wait(0.5):

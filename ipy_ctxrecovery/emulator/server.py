@@ -1,18 +1,28 @@
 """The emulator's HTTP server: :class:`Emulator`, its request records and fault queue.
 
 A stdlib ``ThreadingHTTPServer`` in a daemon thread, HTTP/1.1 with keep-alive, chunked
-transfer encoding for SSE. Each request goes, in order, through: a scripted middlebox
+transfer encoding for SSE. Each request goes, in order, through: the emulator's own token
+(401, before anything else: no fault is consumed, nothing is recorded),
+``max_request_body`` (its own 413, the body is never buffered), a scripted middlebox
 fault, ``drop_over``, ``max_body`` (413), ``waf_over`` (403), ``latency``, a scripted
 provider fault, the API key, request validation (output limit, context window), then the
 deterministic reply.
+
+Bounded memory: the last ``keep_requests`` requests are recorded, and of those only the
+newest bodies up to ``keep_body_bytes`` in all are kept (older records keep their size,
+status and fault; ``raw`` and ``body`` become None). ``received`` counts every recorded
+request since the start (or the last ``reset()``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hmac
 import io
 import itertools
 import json
+import secrets
 import socket
 import struct
 import sys
@@ -38,6 +48,17 @@ MODELS_PATH = "/v1/models"
 SOCKET_TIMEOUT = 30.0
 #: Bytes read per chunk while receiving or draining a body.
 READ_CHUNK = 64 * 1024
+#: The header the product's own clients send the emulator's token in (the token is also
+#: accepted as the API key: ``Authorization: Bearer`` or ``x-api-key``).
+TOKEN_HEADER = "X-Emulator-Token"
+#: Defaults: what a request may carry (Anthropic's own limit is 32 MB), how many requests
+#: are recorded and how many body bytes those records keep.
+MAX_REQUEST_BODY = 32 * 1024 * 1024
+KEEP_REQUESTS = 10_000
+KEEP_BODY_BYTES = 32 * 1024 * 1024
+#: Body bytes read and discarded after an early 401/413, so the client reads the answer
+#: instead of a reset; past this the connection is simply closed.
+_DRAIN_AFTER_REFUSAL = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +67,29 @@ class RequestRecord:
 
     ``status`` is None when the connection was dropped; ``body_bytes`` is the body size
     (the declared Content-Length when the body was not read); ``raw`` the body as received
-    (None when not read); ``body`` its parsed JSON (None when not read or not JSON);
-    ``fault`` the fault that answered it (``"413:nginx"``, ``"waf:cloudflare"``,
-    ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``, ``"auth"``) or None.
+    (None when not read, or no longer kept: see ``keep_body_bytes``); ``body`` its parsed
+    JSON (None when there is no ``raw`` or it is not JSON; parsed on each access, so a
+    record holds only the bytes); ``fault`` the fault that answered it (``"413:nginx"``,
+    ``"waf:cloudflare"``, ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``,
+    ``"auth"``, ``"max_request_body"``) or None.
     """
 
     path: str
     status: int | None
     body_bytes: int
-    body: Any
     fault: str | None
     stream: bool = False
     raw: bytes | None = None
     method: str = "POST"
+
+    @property
+    def body(self) -> Any:
+        if not self.raw:
+            return None
+        try:
+            return json.loads(self.raw)
+        except ValueError:
+            return None
 
 
 def _size(value: int | str | None, name: str) -> int | None:
@@ -73,6 +104,17 @@ def _size(value: int | str | None, name: str) -> int | None:
     return parse_size(value, name=name) or None
 
 
+def _token(value: str | bool | None) -> str | None:
+    if value is True:
+        return secrets.token_urlsafe(24)
+    if value is None or value is False:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"token={value!r} is not valid; give True (a random token), a "
+                          "non-empty string, or None (no token: anyone on this host may call).")
+    return value.strip()
+
+
 def _positive_int(value: Any, name: str, *, allow_none: bool) -> int | None:
     if value is None and allow_none:
         return None
@@ -84,8 +126,13 @@ def _positive_int(value: Any, name: str, *, allow_none: bool) -> int | None:
 class Emulator:
     """A local OpenAI + Anthropic API with deterministic replies and real-world faults.
 
+    Every request must carry the emulator's ``token`` (``X-Emulator-Token``, or as the API
+    key) unless it was created with ``token=None``: another process on the machine cannot
+    use it, nor consume its scripted faults. :meth:`openai_client`/:meth:`anthropic_client`
+    and the package's own providers send it.
+
     >>> with Emulator(context_window=8192, max_body="256KB") as emu:  # doctest: +SKIP
-    ...     client = openai.OpenAI(base_url=emu.openai_base_url, api_key="sk-x")
+    ...     client = emu.openai_client(max_retries=0)
     """
 
     def __init__(self, *, context_window: int = 8192, max_output_tokens: int | None = None,
@@ -93,10 +140,24 @@ class Emulator:
                  waf_over: int | str | None = None, drop_over: int | str | None = None,
                  latency: float = 0.0, waf_style: str = "cloudflare",
                  api_key: str | None = None, host: str = "127.0.0.1", port: int = 0,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, token: str | bool | None = True,
+                 max_request_body: int | str = MAX_REQUEST_BODY,
+                 keep_requests: int = KEEP_REQUESTS,
+                 keep_body_bytes: int | str = KEEP_BODY_BYTES) -> None:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
-        self._records: list[RequestRecord] = []
+        if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
+                or keep_requests < 1:
+            raise ConfigError(f"keep_requests={keep_requests!r} must be a whole number ≥ 1.")
+        self._records: deque[RequestRecord] = deque(maxlen=keep_requests)
+        self._with_body: deque[int] = deque()  # numbers of the records that still hold raw
+        self._body_bytes = 0
+        self._received = 0
+        #: Requests refused for a missing or wrong token (not recorded otherwise).
+        self.refused = 0
+        self.token = _token(token)
+        self.max_request_body = _size(max_request_body, "max_request_body") or MAX_REQUEST_BODY
+        self.keep_body_bytes = _size(keep_body_bytes, "keep_body_bytes") or 0
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -210,18 +271,27 @@ class Emulator:
         """Base URL for ``anthropic.Anthropic(base_url=...)`` (the SDK appends /v1/messages)."""
         return self.url
 
+    @property
+    def token_headers(self) -> dict[str, str]:
+        """The header that admits a request (empty when the emulator has no token)."""
+        return {TOKEN_HEADER: self.token} if self.token else {}
+
     def openai_client(self, **kwargs: Any) -> Any:
-        """A real ``openai.OpenAI`` pointed here (api_key defaults to the emulator's)."""
+        """A real ``openai.OpenAI`` pointed here, sending the token (api_key defaults to
+        the emulator's)."""
         import openai
 
         kwargs.setdefault("api_key", self.api_key or "sk-emulator")
+        kwargs["default_headers"] = {**self.token_headers, **(kwargs.get("default_headers") or {})}
         return openai.OpenAI(base_url=self.openai_base_url, **kwargs)
 
     def anthropic_client(self, **kwargs: Any) -> Any:
-        """A real ``anthropic.Anthropic`` pointed here (api_key defaults to the emulator's)."""
+        """A real ``anthropic.Anthropic`` pointed here, sending the token (api_key defaults
+        to the emulator's)."""
         import anthropic
 
         kwargs.setdefault("api_key", self.api_key or "sk-ant-emulator")
+        kwargs["default_headers"] = {**self.token_headers, **(kwargs.get("default_headers") or {})}
         return anthropic.Anthropic(base_url=self.anthropic_base_url, **kwargs)
 
     # ------------------------------------------------------------------ faults and records
@@ -246,14 +316,23 @@ class Emulator:
 
     @property
     def requests(self) -> list[RequestRecord]:
-        """A snapshot of every request received so far, oldest first."""
+        """A snapshot of the recorded requests (the last ``keep_requests``), oldest first."""
         with self._lock:
             return list(self._records)
+
+    @property
+    def received(self) -> int:
+        """Requests recorded since the start or the last :meth:`reset` (dropped ones too)."""
+        with self._lock:
+            return self._received
 
     def reset(self) -> None:
         """Forget the recorded requests and drop queued faults."""
         with self._lock:
             self._records.clear()
+            self._with_body.clear()
+            self._body_bytes = 0
+            self._received = 0
             self._faults.clear()
 
     def _next_fault(self, *, middlebox: bool) -> Fault | None:
@@ -266,11 +345,40 @@ class Emulator:
 
     def _record(self, record: RequestRecord) -> None:
         with self._lock:
+            number = self._received
+            self._received += 1
+            if record.raw is not None and len(record.raw) > self.keep_body_bytes:
+                record = dataclasses.replace(record, raw=None)
             self._records.append(record)
+            if record.raw is not None:
+                self._with_body.append(number)
+                self._body_bytes += len(record.raw)
+            self._forget_bodies()
         if self.log is not None:
             status = "dropped" if record.status is None else str(record.status)
             fault = f" [{record.fault}]" if record.fault else ""
             self.log(f"{record.method} {record.path} {status} {record.body_bytes} B{fault}")
+
+    def _forget_bodies(self) -> None:
+        """Drop the oldest bodies until the kept ones fit ``keep_body_bytes`` (lock held)."""
+        first = self._received - len(self._records)  # the number of the oldest record
+        while self._with_body and (self._body_bytes > self.keep_body_bytes
+                                   or self._with_body[0] < first):
+            number = self._with_body.popleft()
+            if number < first:   # the record itself left the ring: its body went with it
+                continue
+            old = self._records[number - first]
+            self._body_bytes -= len(old.raw or b"")
+            self._records[number - first] = dataclasses.replace(old, raw=None)
+
+    def _admits(self, headers: Any) -> bool:
+        """Whether a request carries this emulator's token (always, when it has none)."""
+        if self.token is None:
+            return True
+        auth = headers.get("Authorization", "")
+        offered = [headers.get(TOKEN_HEADER, ""), headers.get("x-api-key", ""),
+                   auth[7:].strip() if auth[:7].lower() == "bearer " else ""]
+        return any(hmac.compare_digest(o.encode(), self.token.encode()) for o in offered if o)
 
     def _new_id(self, prefix: str) -> str:
         with self._lock:
@@ -321,7 +429,33 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ entry points
 
+    def _refuse_without_token(self) -> bool:
+        """Answer 401 and close when the request lacks the token; True when refused."""
+        emu = self.emulator
+        if emu._admits(self.headers):
+            return False
+        with emu._lock:
+            emu.refused += 1
+        if emu.log is not None:
+            emu.log(f"{self.command} {self.path.split('?', 1)[0]} 401 [no emulator token]")
+        body = {"error": {"type": "authentication_error", "code": "emulator_token",
+                          "message": f"This emulator requires its token: send the "
+                                     f"{TOKEN_HEADER} header (Emulator.token)."}}
+        self._refuse(Answer(401, json.dumps(body).encode(),
+                            (("Content-Type", "application/json"),), close=True))
+        return True
+
+    def _refuse(self, answer: Answer) -> None:
+        """Send an answer without buffering the body; a small body is drained first so the
+        client reads the answer rather than a reset."""
+        declared = self._declared_length()
+        if declared is not None and 0 < declared <= _DRAIN_AFTER_REFUSAL:
+            self._drain(declared)
+        self._send(answer)
+
     def do_GET(self) -> None:
+        if self._refuse_without_token():
+            return
         path = self.path.split("?", 1)[0]
         if path.rstrip("/") == MODELS_PATH:
             body = {"object": "list", "data": [
@@ -330,20 +464,26 @@ class _Handler(BaseHTTPRequestHandler):
                             (("Content-Type", "application/json"),))
         else:
             answer = faults.not_found(_wire_of(path) or "openai", "GET", path)
-        self.emulator._record(RequestRecord(path, answer.status, 0, None, None, method="GET"))
+        self.emulator._record(RequestRecord(path, answer.status, 0, None, method="GET"))
         self._send(answer)
 
     def do_POST(self) -> None:
+        if self._refuse_without_token():
+            return
         emu = self.emulator
         path = self.path.split("?", 1)[0]
         wire_name = _wire_of(path)
         declared = self._declared_length()
-        fault = emu._next_fault(middlebox=True)
 
         def record(status: int | None, fault_label: str | None, raw: bytes | None = None,
                    body: Any = None, stream: bool = False) -> None:
             size = len(raw) if raw is not None else (declared or 0)
-            emu._record(RequestRecord(path, status, size, body, fault_label, stream, raw))
+            emu._record(RequestRecord(path, status, size, fault_label, stream, raw))
+
+        if declared is not None and declared > emu.max_request_body:
+            self._too_large(wire_name, declared, record)
+            return
+        fault = emu._next_fault(middlebox=True)
 
         # 1. Middleboxes: they act on the size before the provider sees anything.
         if fault is not None:
@@ -352,7 +492,11 @@ class _Handler(BaseHTTPRequestHandler):
         size = declared
         raw: bytes | None = None
         if size is None:  # chunked upload: the size is known only after reading it
-            raw = self._read_body(None)
+            try:
+                raw = self._read_body(None)
+            except _TooLarge as e:
+                self._too_large(wire_name, e.size, record)
+                return
             size = len(raw)
         if emu.drop_over is not None and size > emu.drop_over:
             self._middlebox(faults.drop(), declared, record, raw_read=raw)
@@ -409,6 +553,16 @@ class _Handler(BaseHTTPRequestHandler):
             record(200, fault_label, raw, body, stream)
             self._send_stream(headers, events, broken=broken, wire_name=wire_name)
 
+    def _too_large(self, wire_name: str | None, size: int, record: Callable[..., None]) -> None:
+        """The emulator's own limit: 413 in the provider's format, the body never read."""
+        limit = self.emulator.max_request_body
+        answer = faults.provider_error(
+            wire_name or "openai", 413,
+            message=f"Request exceeds the maximum allowed number of bytes ({size} > {limit}; "
+                    "the emulator's max_request_body).")
+        record(answer.status, "max_request_body")
+        self._send(dataclasses.replace(answer, close=True))
+
     # ------------------------------------------------------------------ middleboxes
 
     def _middlebox(self, fault: Fault, declared: int | None,
@@ -455,6 +609,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _read_chunked(self) -> Iterator[bytes]:
+        total, limit = 0, self.emulator.max_request_body
         while True:
             line = self.rfile.readline(1024)
             size = int(line.split(b";", 1)[0].strip() or b"0", 16)
@@ -462,6 +617,9 @@ class _Handler(BaseHTTPRequestHandler):
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass
                 return
+            total += size
+            if total > limit:  # stop reading: the rest is never buffered
+                raise _TooLarge(total)
             yield self.rfile.read(size)
             self.rfile.readline(1024)
 
@@ -553,6 +711,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _MIDDLEBOX_KINDS = frozenset({"body_limit", "waf", "drop"})
+
+
+class _TooLarge(Exception):
+    """A chunked body passed ``max_request_body`` (``size``: bytes announced so far)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _wire_of(path: str) -> str | None:

@@ -116,6 +116,12 @@ class ChatMagics(Magics):
     settings_overrides = Dict(
         help="Other Settings fields set with %chat config (field name -> text value)."
     ).tag(config=True)
+    read_file = Bool(
+        True, help="Offer the built-in read_file tool (never dotfiles or credential files)."
+    ).tag(config=True)
+    read_file_root = Unicode(
+        None, allow_none=True, help="Directory read_file reads under (None = working directory)."
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -152,7 +158,15 @@ class ChatMagics(Magics):
                              "or None for the model's default")
         return value
 
-    @observe("max_payload", "context_window", "settings_overrides")
+    @validate("read_file_root")
+    def _check_read_file_root(self, proposal: Any) -> Any:
+        try:
+            return Settings().updated({"read_file_root": proposal["value"]}).read_file_root
+        except ConfigError as e:
+            raise TraitError(str(e)) from None
+
+    @observe("max_payload", "context_window", "settings_overrides", "read_file",
+             "read_file_root")
     def _settings_changed(self, change: Any) -> None:
         # Updated in place: a cap learned from a rejection and the usage counters stay.
         settings = self.settings()
@@ -174,6 +188,10 @@ class ChatMagics(Magics):
             values["max_payload"] = self.max_payload
         if self.context_window is not None:
             values["context_window"] = self.context_window
+        if not self.read_file:
+            values["read_file"] = False
+        if self.read_file_root is not None:
+            values["read_file_root"] = self.read_file_root
         try:
             return base.updated(values, source="setting")
         except ConfigError as e:
@@ -237,6 +255,8 @@ class ChatMagics(Magics):
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
               help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
+    @argument("--no-read-file", action="store_true",
+              help="Answer this cell without the built-in read_file tool.")
     @argument("--tools", default=None, metavar="NAME,...",
               help="Comma-separated @chat_tool names to offer (they stay offered in the session).")
     @cell_magic("chat")
@@ -275,9 +295,10 @@ class ChatMagics(Magics):
             lambda e: cut_events.append(e) if isinstance(e, watched) else None))
         answered = False
         try:
-            reply = session.send(cell, max_tokens=max_tokens, stream=stream,
-                                 on_text=streamer if stream else None,
-                                 record=not args.no_history, options=options or None)
+            with session.offering(builtin_tools=not args.no_read_file):
+                reply = session.send(cell, max_tokens=max_tokens, stream=stream,
+                                     on_text=streamer if stream else None,
+                                     record=not args.no_history, options=options or None)
             answered = True
         except errors.ChatError as e:
             self.fail(str(e), e)

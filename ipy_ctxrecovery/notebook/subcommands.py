@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from .. import errors, history
 from ..config import ENV_VARS, ConfigError, format_size, parse_size
+from ..redaction import Redactor
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
 
@@ -437,7 +438,10 @@ def _export(magics: ChatMagics, args: Any) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".json", ".md"):
         raise UsageError(f"%chat export: {args.path!r} must end in .json or .md.")
-    messages = session.transcript
+    # Masked as the session's own files are (its key always, known formats unless
+    # redact_stored is off); a session object without a redactor gets the formats.
+    redactor = getattr(session, "redactor", None) or Redactor()
+    messages = redactor.messages(session.transcript)
     if suffix == ".json":
         text = json.dumps({"session": session.name, "model": session.model,
                            "messages": [m.to_dict() for m in messages]},
@@ -448,7 +452,7 @@ def _export(magics: ChatMagics, args: Any) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(errors.redact(text))
+            out.write(text)
     except OSError as e:
         raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
     print(f"exported {len(messages)} messages to {path}")

@@ -157,15 +157,20 @@ def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
 
     info = _emulator_info(emulator, window)
     key = getattr(emulator, "api_key", None) or EMULATOR_API_KEY
+    # The emulator's per-instance token: without it, it answers 401 (another local
+    # process cannot use it, nor consume its scripted faults).
+    headers = dict(getattr(emulator, "token_headers", None) or {})
     provider: OpenAIProvider | AnthropicProvider
     try:
         if wire == "anthropic":
-            a_client = anthropic.Anthropic(base_url=emulator.anthropic_base_url, api_key=key)
+            a_client = anthropic.Anthropic(base_url=emulator.anthropic_base_url, api_key=key,
+                                           default_headers=headers)
             provider = AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
                                          max_retries=max_retries, on_close=on_close,
                                          owns_client=True)
         else:
-            o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key)
+            o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key,
+                                     default_headers=headers)
             provider = OpenAIProvider("emulator", client=o_client, info=info, spec=spec,
                                       max_retries=max_retries, on_close=on_close,
                                       owns_client=True)

@@ -27,11 +27,13 @@ its network path, shared only through a :class:`~.learned.PathRegistry` it is gi
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +47,7 @@ from ..history import History, Message, Role
 from ..preflight import Caps, TokenEstimator
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
+from ..redaction import Redactor, client_credentials
 from ..tools import Tool, as_tool, make_read_file
 from ..transcript import Transcript, validate_name
 from .compaction import SessionCompactor
@@ -89,18 +92,21 @@ class ChatSession:
         # an emulator that would otherwise be left running.
         self.name = validate_name(name) if name is not None else _auto_name()
         user_tools = [as_tool(t) for t in tools]
-        self._files = Transcript(self.name)
+        # What is stored, shown in an error or an event, or exported is masked (never what
+        # is sent): this session's own credentials and, unless opted out, known formats.
+        self.redactor = Redactor(self._credentials, lambda: self.settings.redact_stored)
+        self._files = Transcript(self.name, redactor=self.redactor)
         self._store = budget.ResultStore(self._files.results_dir)
-        root = Path(files_root) if files_root is not None else Path.cwd()
-        builtin = [make_read_file(root, self._files.results_dir)] if builtin_tools else []
-        self._toolbox = ToolBox(builtin, user_tools)
+        self._files_root = Path(files_root) if files_root is not None else Path.cwd()
+        self._builtin_tools = builtin_tools
+        self._toolbox = ToolBox(self._make_builtins(self.settings), user_tools)
         self._paths = paths if paths is not None else PathRegistry()
         made = provider is None
         if provider is None:
             provider = _make_provider(model, client, emulator, self.settings)
         self._endpoint = Endpoint(provider, owned=made, client=client, emulator=emulator,
                                   factory=self._factory)
-        self.bus = EventBus()
+        self.bus = EventBus(mask=self.redactor.shown)
         if on_event is not None:
             self.bus.subscribe(on_event)
         self.limits = LearnedLimits.fresh(self.settings,
@@ -123,6 +129,21 @@ class ChatSession:
             # opening a session by name never loses what ``resume`` would restore.
             self._files.save_history(self._history)
 
+    def _make_builtins(self, settings: Settings) -> list[Tool]:
+        """The built-in tools ``settings`` ask for (read_file, under its root)."""
+        if not (self._builtin_tools and settings.read_file):
+            return []
+        root = settings.read_file_root or self._files_root
+        return [make_read_file(root, self._files.results_dir)]
+
+    def _credentials(self) -> set[str]:
+        """The credential strings this session's client sends (for the redactor)."""
+        endpoint = getattr(self, "_endpoint", None)  # None while the provider is built
+        if endpoint is None:
+            return set()
+        return client_credentials(endpoint.client) | client_credentials(
+            getattr(endpoint.provider, "client", None))
+
     def _factory(self, model: str, client: Any, emulator: Any) -> Provider:
         return _make_provider(model, client, emulator, self.settings)
 
@@ -135,7 +156,8 @@ class ChatSession:
                                   settings)
         self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,
                                       self._compactor, self._store, self.bus, settings, sleep)
-        self._turns = TurnRunner(self._recovery, self._toolbox, self.bus, settings)
+        self._turns = TurnRunner(self._recovery, self._toolbox, self.bus, settings,
+                                 mask=self.redactor.own)
 
     def _configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -242,6 +264,9 @@ class ChatSession:
         notes: list[str] = []
 
         if settings is not None:
+            if (settings.read_file, settings.read_file_root) != \
+                    (self.settings.read_file, self.settings.read_file_root):
+                self._toolbox.replace_builtin(self._make_builtins(settings))
             self.limits.configure(self.settings, settings)
             self._configure(settings)
         if new_tools is not None:
@@ -320,6 +345,15 @@ class ChatSession:
         """The most max_tokens may be: the model's output limit, or a lower learned one."""
         return self._sizer.output_cap
 
+    @contextlib.contextmanager
+    def offering(self, *, builtin_tools: bool = True) -> Iterator[None]:
+        """Within the ``with`` block, offer the built-in tools (read_file) only if
+        ``builtin_tools`` (``%%chat --no-read-file``: one answer without them)."""
+        with self._toolbox.offering(builtin=builtin_tools):
+            self._sizer.forget_encoding()
+            yield
+        self._sizer.forget_encoding()
+
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
         return self.bus.subscribe(callback)
@@ -367,6 +401,10 @@ class ChatSession:
             result = self._turns.run(self._history + (user,), spec, log, on_text,
                                      self._record if record else None)
         except ChatError as e:
+            # The sentence may quote this session's own key (a gateway's 401 body).
+            e.args = (self.redactor.shown(str(e)),)
+            e.failure = dataclasses.replace(e.failure,
+                                            reason=self.redactor.shown(e.failure.reason))
             self.bus.emit(Failed(failure_kind=e.failure.kind, sentence=str(e)), log)
             raise
         finally:

@@ -9,13 +9,15 @@ one warning (redacted), and the turn goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import redact
 from ..events import Event, EventCallback, TurnFinished
+from ..failures import Failure
 from ..history import History
 from ..wording import describe
 
@@ -57,10 +59,15 @@ class TurnLog:
 
 
 class EventBus:
-    """Delivers a session's events to its subscribers, in order."""
+    """Delivers a session's events to its subscribers, in order.
 
-    def __init__(self) -> None:
+    ``mask`` is applied to the text an event carries (a failure's reason, a sentence): a
+    gateway may echo the session's own key in an error body.
+    """
+
+    def __init__(self, mask: Callable[[str], str] | None = None) -> None:
         self._subscribers: list[EventCallback] = []
+        self._mask = mask
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
         """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
@@ -73,6 +80,8 @@ class EventBus:
         return unsubscribe
 
     def emit(self, event: Event, log: TurnLog | None = None) -> None:
+        if self._mask is not None:
+            event = masked(event, self._mask)
         if log is not None:
             log.record(event)
         for callback in list(self._subscribers):
@@ -82,3 +91,22 @@ class EventBus:
                 warnings.warn(redact(f"event subscriber {callback!r} raised "
                                      f"{type(e).__name__}: {e}"),
                               RuntimeWarning, stacklevel=3)
+
+
+def masked(event: Event, mask: Callable[[str], str]) -> Event:
+    """``event`` with ``mask`` applied to its text fields and to its failure's reason."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        shown: object
+        if isinstance(value, str):
+            shown = mask(value)
+        elif isinstance(value, Failure):
+            reason = mask(value.reason)
+            shown = dataclasses.replace(value, reason=reason) if reason != value.reason \
+                else value
+        else:
+            continue
+        if shown is not value and shown != value:
+            changes[f.name] = shown
+    return dataclasses.replace(event, **changes) if changes else event

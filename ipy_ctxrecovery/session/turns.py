@@ -12,7 +12,8 @@ a continued answer), tool calls and their full results.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .. import escalation
@@ -36,16 +37,24 @@ TOOL_LIMIT_RESULT = (
 
 
 class ToolBox:
-    """The tools a session offers: built-in ones (kept) and the user's (replaceable)."""
+    """The tools a session offers: built-in ones (``read_file``) and the user's."""
 
     def __init__(self, builtin: Iterable[Tool] = (), user: Iterable[Tool] = ()) -> None:
         self._builtin = {t.name: t for t in builtin}
-        self._tools: dict[str, Tool] = {}
-        self.replace(user)
+        self._user = {t.name: t for t in user}
+        self._builtin_off = False
 
     def replace(self, user: Iterable[Tool]) -> None:
         """Offer ``user`` tools from now on, beside the built-in ones."""
-        self._tools = {**self._builtin, **{t.name: t for t in user}}
+        self._user = {t.name: t for t in user}
+
+    def replace_builtin(self, builtin: Iterable[Tool]) -> None:
+        self._builtin = {t.name: t for t in builtin}
+
+    @property
+    def _tools(self) -> dict[str, Tool]:
+        builtin = {} if self._builtin_off else self._builtin
+        return {**builtin, **self._user}
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -53,6 +62,15 @@ class ToolBox:
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in self._tools.values())
+
+    @contextlib.contextmanager
+    def offering(self, *, builtin: bool = True) -> Iterator[None]:
+        """Within the block, offer the built-in tools only if ``builtin``."""
+        before, self._builtin_off = self._builtin_off, self._builtin_off or not builtin
+        try:
+            yield
+        finally:
+            self._builtin_off = before
 
     def run(self, call: ToolCall) -> tuple[str, bool]:
         """(content, is_error) for one call; an unknown tool is an error result."""
@@ -75,11 +93,12 @@ class TurnRunner:
     """Runs one turn to its final answer (see the module docstring)."""
 
     def __init__(self, recovery: RecoveryLoop, tools: ToolBox, bus: EventBus,
-                 settings: Settings) -> None:
+                 settings: Settings, mask: Callable[[str], str] = str) -> None:
         self.recovery = recovery
         self.tools = tools
         self.bus = bus
         self.settings = settings
+        self._mask = mask     # a tool result is persisted and sent: the session's key goes
 
     def run(self, history: History, spec: RequestSpec, log: TurnLog,
             on_text: TextCallback | None,
@@ -118,6 +137,7 @@ class TurnRunner:
 
     def _run_tool(self, call: ToolCall, log: TurnLog) -> Message:
         content, is_error = self.tools.run(call)
+        content = self._mask(content)
         self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content)), log)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
 

@@ -1,0 +1,374 @@
+"""What is masked before text is stored, shown in an error or an event, or exported.
+
+Two sources of secrets:
+
+- **the session's own credentials**: the exact strings a session's SDK client sends (its
+  ``api_key``/``auth_token`` and the values of its Authorization, ``x-api-key``,
+  ``api-key`` and other credential headers), whatever their shape — a gateway or Azure key
+  has no recognisable prefix, but the session knows it (:func:`client_credentials`);
+- **well-known formats**, found with the patterns of detect-secrets (Yelp): every regex
+  plugin it ships (AWS, GitHub, GitLab, Slack, Stripe, JWT, private keys, URL passwords,
+  npm, PyPI, SendGrid, …; not the entropy and public-IP ones, which flag ordinary words)
+  and its keyword detector's assignment patterns (``PASSWORD=…``, ``api_key: "…"``) with
+  its false-positive filters. detect-secrets' high-level scanner is not used: it costs
+  ~3 ms a line and reports every word of prose as "high entropy".
+  :data:`EXTRA_PATTERNS` adds the formats it has no plugin for (Anthropic and current
+  OpenAI keys, Google ``AIza``, Hugging Face ``hf_``, bearer tokens, credential headers and
+  query parameters, unquoted AWS secret keys).
+
+A private key is masked whole, from its ``-----BEGIN`` line to its ``-----END`` line.
+Every secret becomes :data:`MASK`; masking is idempotent.
+
+This module imports no SDK and no IPython; detect-secrets is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from .history import Message, Reasoning, Text, ToolCall, ToolResult
+
+__all__ = [
+    "EXTRA_PATTERNS",
+    "MASK",
+    "Redactor",
+    "client_credentials",
+    "mask_secrets",
+]
+
+MASK = "[REDACTED]"
+
+#: Formats detect-secrets has no plugin for. The secret is group 1 when there is one.
+EXTRA_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # Credential headers, whatever the value's shape (the scheme word is kept).
+    re.compile(r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
+               r"(?:(?:bearer|basic|token|digest)\s+)?([^\s\"',;]+)"),
+    re.compile(r"(?i)\b(?:x-api-key|x-goog-api-key|api[_-]?key|apikey|access[_-]?token|"
+               r"auth[_-]?token|client[_-]?secret)[\"']?\s*[:=]\s*[\"']?([^\s\"',;&]+)"),
+    re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{8,})"),
+    # Credentials in a URL's query string (?key=…, &access_token=…).
+    re.compile(r"(?i)[?&](?:key|api_?key|apikey|access_?token|token|auth|sig|signature|"
+               r"password|passwd|pwd|secret|client_secret)=([^&\s#\"'<>]+)"),
+    # OpenAI (sk-proj-, sk-svcacct-, sk-admin-, legacy sk-) and Anthropic (sk-ant-) keys;
+    # a bare sk- needs a digit or 32 letters, so words such as sk-learn-compatible stay.
+    re.compile(r"\bsk-(?:(?:proj|ant|svcacct|admin)-[A-Za-z0-9_-]{8,}|"
+               r"(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{16,}|[A-Za-z0-9]{32,})"),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"),               # Google API keys
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),                   # Hugging Face tokens
+    # detect-secrets' AWS secret-key pattern without its quotes (credentials files, env).
+    re.compile(r"(?i)aws.{0,20}?(?:secret|key|token).{0,20}?(?<![A-Za-z0-9/+])"
+               r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+)
+
+_MIN_CREDENTIAL = 8
+"""Shorter client keys ("test", "x") are not masked verbatim: they would mask ordinary words."""
+_TRIM = " \t\r\n\"'=:@/`"
+_TOKEN_TAIL = re.compile(r"[A-Za-z0-9_-]*")
+_JWT_TAIL = re.compile(r"[A-Za-z0-9_.+/=-]*")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*-----|\Z")
+# Values that follow a secret-sounding word in code without being secrets (type hints,
+# literals); detect-secrets leaves these to its per-language patterns.
+_NOT_A_SECRET = re.compile(
+    r"(?i)^(?:(?:str|string|int|bool|bytes|none|null|nil|true|false|any|optional|"
+    r"secretstr)\b(?![-'])|\*+$|x+$|\.\.\.|<[^>]*>$|\[redacted\]$)")
+
+
+@functools.cache
+def _detectors() -> tuple[tuple[re.Pattern[str], ...], tuple[tuple[re.Pattern[str], int], ...],
+                          re.Pattern[str], tuple[Callable[..., bool], ...],
+                          tuple[re.Pattern[str], ...]]:
+    """The detect-secrets patterns: regex plugins, keyword (pattern, group) pairs, the
+    keyword prefilter, the filters for keyword hits, and the private-key headers."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.filters import heuristic
+    from detect_secrets.plugins import keyword
+    from detect_secrets.plugins.base import RegexBasedDetector
+    from detect_secrets.plugins.ip_public import IPPublicDetector
+    from detect_secrets.plugins.private_key import PrivateKeyDetector
+
+    regexes: list[re.Pattern[str]] = []
+    plugins: list[Any] = list(get_mapping_from_secret_type_to_class().values())
+    for plugin in plugins:
+        patterns: Any = getattr(plugin, "denylist", None)  # compiled, a class attribute
+        if (isinstance(plugin, type) and issubclass(plugin, RegexBasedDetector)
+                and plugin not in (IPPublicDetector, PrivateKeyDetector)):
+            regexes.extend(patterns)
+    pairs: dict[re.Pattern[str], int] = {}
+    for table in (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+                  keyword.CONFIG_DENYLIST_REGEX_TO_GROUP,
+                  keyword.GOLANG_DENYLIST_REGEX_TO_GROUP):
+        pairs.update(table)
+    prefilter = re.compile("|".join(keyword.DENYLIST), re.IGNORECASE)
+    filters = (heuristic.is_templated_secret, heuristic.is_prefixed_with_dollar_sign,
+               heuristic.is_not_alphanumeric_string, heuristic.is_sequential_string,
+               heuristic.is_potential_uuid)
+    private = tuple(PrivateKeyDetector.denylist)
+    return tuple(regexes), tuple(pairs.items()), prefilter, filters, private
+
+
+def _pattern_spans(pattern: re.Pattern[str], text: str, *,
+                   group_is_secret: bool = False) -> Iterable[tuple[int, int]]:
+    """Where ``pattern`` finds secrets. detect-secrets' groups are not always the secret
+    (GitHub's group is the ``ghp`` prefix): a group of 8+ chars is taken as the secret
+    (a key after its name, a URL's password), else the whole match. Our own patterns'
+    group 1 is always the secret (``group_is_secret``)."""
+    least = 1 if group_is_secret else 8
+    for match in pattern.finditer(text):
+        groups = [(match.start(g), match.end(g)) for g in range(1, (pattern.groups or 0) + 1)
+                  if match.start(g) >= 0 and match.end(g) - match.start(g) >= least]
+        if groups:
+            yield max(groups, key=lambda span: span[1] - span[0])
+            continue
+        start, end = match.span()
+        while start < end and text[start] in _TRIM:
+            start += 1
+        while end > start and text[end - 1] in _TRIM:
+            end -= 1
+        # A pattern may stop short of the token's end (JWT's lazy signature, a prefix).
+        tail = _JWT_TAIL if text.startswith("eyJ", start) else _TOKEN_TAIL
+        extended = tail.match(text, end)
+        if extended is not None:
+            end = extended.end()
+        if end > start:
+            yield start, end
+
+
+def _keyword_spans(line: str, offset: int, pairs: tuple[tuple[re.Pattern[str], int], ...],
+                   filters: tuple[Callable[..., bool], ...]) -> Iterable[tuple[int, int]]:
+    from detect_secrets.filters.heuristic import is_indirect_reference
+
+    if is_indirect_reference(line):  # password = get_password(), key = headers["x"]
+        return
+    for pattern, group in pairs:
+        for match in pattern.finditer(line):
+            value = match.group(group)
+            if not value or _NOT_A_SECRET.match(value.strip()) \
+                    or any(f(value) for f in filters):
+                continue
+            start, end = match.span(group)
+            while end > start and line[end - 1].isspace():  # the line's own end stays
+                end -= 1
+            yield offset + start, offset + end
+
+
+def _private_key_spans(text: str, headers: tuple[re.Pattern[str], ...]) -> Iterable[tuple[int, int]]:
+    for header in headers:
+        for match in header.finditer(text):
+            # From the dashes before BEGIN to the END line (or the end of the text).
+            start = match.start()
+            while start > 0 and text[start - 1] == "-":
+                start -= 1
+            end = _PEM_END.search(text, match.end())
+            yield start, end.end() if end is not None else len(text)
+
+
+def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _apply(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    merged = _merge(spans)
+    if not merged:
+        return text
+    parts, last = [], 0
+    for start, end in merged:
+        if text[start:end] == MASK:
+            continue
+        parts.append(text[last:start])
+        parts.append(MASK)
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+# Lines worth the patterns: one with a secret-sounding word, a credential marker or a
+# format's prefix, or a run of 16+ base64 characters (snake_case and kebab-case names
+# break at '_' and '-'). Ordinary prose and code are mostly none of these, which keeps
+# masking a 1 MB tool result fast; a format with none of them is still found by the run.
+_KEYWORD_TRIGGERS = ("key", "pw", "pass", "token", "secret", "contrase", "auth")
+_TRIGGERS = (*_KEYWORD_TRIGGERS, "bearer", "://", "private", "putty", "sig", "sk-", "sk_",
+             "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat", "gldt", "glft", "glsoat",
+             "glrt", "glcbt", "glimt", "glptt", "glagent", "gloas", "gr1348941", "xox",
+             "hf_", "aiza", "akia", "asia", "abia", "acca", "a3t", "eyj", "npm_", "pypi-",
+             "sq0csp", "sg.", "akc", "accountkey")
+_LONG_RUN = re.compile(r"[A-Za-z0-9+/=]{16}")
+
+
+#: Texts up to this size are remembered (a history is re-saved after every turn, mostly
+#: unchanged); a larger one (a full tool result) is masked once, when it is appended.
+_CACHED_CHARS = 16 * 1024
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every well-known secret format replaced by :data:`MASK`."""
+    if not text or not isinstance(text, str):
+        return text
+    return _mask_cached(text) if len(text) <= _CACHED_CHARS else _mask(text)
+
+
+@functools.lru_cache(maxsize=2048)
+def _mask_cached(text: str) -> str:
+    return _mask(text)
+
+
+def _mask(text: str) -> str:
+    regexes, pairs, prefilter, filters, private = _detectors()
+    spans: list[tuple[int, int]] = []
+    # The candidate lines, joined, with where each one starts in ``text``.
+    chosen: list[str] = []
+    starts: list[tuple[int, int]] = []  # (start in the joined text, start in text)
+    joined_at = offset = 0
+    for line in text.splitlines(keepends=True):
+        low = line.lower()
+        if any(t in low for t in _TRIGGERS) or _LONG_RUN.search(line):
+            chosen.append(line)
+            starts.append((joined_at, offset))
+            joined_at += len(line)
+            if any(t in low for t in _KEYWORD_TRIGGERS) and prefilter.search(line):
+                spans.extend(_keyword_spans(line, offset, pairs, filters))
+        offset += len(line)
+    if chosen:
+        joined = "".join(chosen)
+        found: list[tuple[int, int]] = []
+        for pattern in regexes:
+            found.extend(_pattern_spans(pattern, joined))
+        for pattern in EXTRA_PATTERNS:
+            found.extend(_pattern_spans(pattern, joined, group_is_secret=True))
+        keys = [a for a, _ in starts]
+        for start, end in found:
+            i = bisect.bisect_right(keys, start) - 1
+            line_start, original = starts[i]
+            line_end = keys[i + 1] if i + 1 < len(keys) else len(joined)
+            # A match never reaches into the next chosen line, which may be far away.
+            shift = original - line_start
+            spans.append((start + shift, min(end, line_end) + shift))
+    if "PRIVATE KEY" in text or "PuTTY" in text:
+        spans.extend(_private_key_spans(text, private))
+    return _apply(text, spans)
+
+
+def _mask_exact(text: str, credentials: tuple[str, ...]) -> str:
+    for secret in credentials:  # longest first, so a key inside a longer one goes whole
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+_CREDENTIAL_ATTRS = ("api_key", "auth_token", "aws_secret_key", "aws_session_token",
+                     "_azure_ad_token")
+_CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie|signature|password")
+_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest)\s+")
+
+
+def client_credentials(client: Any) -> set[str]:
+    """The credential strings an SDK client sends: its key attributes and the values of its
+    credential headers (``Authorization: Bearer K`` gives both the header value and K)."""
+    found: set[str] = set()
+    if client is None:
+        return found
+    values: list[Any] = [getattr(client, name, None) for name in _CREDENTIAL_ATTRS]
+    try:
+        headers = dict(getattr(client, "default_headers", None) or {})
+    except Exception:  # a client-like object whose headers cannot be listed
+        headers = {}
+    values += [v for k, v in headers.items() if _CREDENTIAL_HEADER.search(str(k))]
+    for value in values:
+        if isinstance(value, str) and len(value.strip()) >= _MIN_CREDENTIAL:
+            found.add(value.strip())
+            bare = _SCHEME.sub("", value.strip())
+            if len(bare) >= _MIN_CREDENTIAL:
+                found.add(bare)
+    return found
+
+
+class Redactor:
+    """Masks one session's credentials and the well-known formats.
+
+    ``credentials`` is called for the strings the session's client sends *now* (the
+    provider may change); every credential ever seen is remembered, so a key replaced
+    after an auth failure is still masked where it was echoed. ``formats`` says whether
+    conversation text is checked for well-known formats too (the ``redact_stored``
+    setting); :meth:`shown` (errors, events) always checks them.
+    """
+
+    def __init__(self, credentials: Callable[[], Iterable[str]] = tuple,
+                 formats: Callable[[], bool] = lambda: True) -> None:
+        self._credentials = credentials
+        self._formats = formats
+        self._known: set[str] = set()
+
+    def credentials(self) -> tuple[str, ...]:
+        self._known.update(c for c in self._credentials() if len(c) >= _MIN_CREDENTIAL)
+        return tuple(sorted(self._known, key=len, reverse=True))
+
+    def own(self, text: str) -> str:
+        """``text`` with this session's credentials masked (nothing else)."""
+        return _mask_exact(text, self.credentials())
+
+    def shown(self, text: str) -> str:
+        """Text for an error or an event: credentials and formats masked, always."""
+        return mask_secrets(_mask_exact(text, self.credentials()))
+
+    def stored(self, text: str) -> str:
+        """Conversation text for a file: credentials always, formats unless opted out."""
+        text = _mask_exact(text, self.credentials())
+        return mask_secrets(text) if self._formats() else text
+
+    def value(self, data: Any) -> Any:
+        """A JSON-like value with every string (keys too) passed through :meth:`stored`."""
+        if isinstance(data, str):
+            return self.stored(data)
+        if isinstance(data, list):
+            return [self.value(v) for v in data]
+        if isinstance(data, dict):
+            return {self.value(k) if isinstance(k, str) else k: self.value(v)
+                    for k, v in data.items()}
+        return data
+
+    def arguments(self, text: str) -> str:
+        """Tool-call arguments: masked value by value when they are JSON, so the masked
+        text is still the same JSON shape; as text otherwise."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return self.stored(text)
+        masked = self.value(data)
+        return text if masked == data else json.dumps(masked, ensure_ascii=False)
+
+    def message(self, message: Message) -> Message:
+        """``message`` as it may be stored (the same object when nothing was masked)."""
+        blocks = tuple(self._block(b) for b in message.blocks)
+        if all(new is old for new, old in zip(blocks, message.blocks, strict=True)):
+            return message
+        return message.with_blocks(blocks)
+
+    def messages(self, messages: Iterable[Message]) -> tuple[Message, ...]:
+        return tuple(self.message(m) for m in messages)
+
+    def _block(self, block: Any) -> Any:
+        if isinstance(block, Text):
+            text = self.stored(block.text)
+            return block if text == block.text else replace(block, text=text)
+        if isinstance(block, Reasoning):
+            text = self.stored(block.text)
+            # A provider's signature covers the exact text: a masked one cannot be sent back.
+            return block if text == block.text else Reasoning(text, None)
+        if isinstance(block, ToolCall):
+            arguments = self.arguments(block.arguments)
+            return block if arguments == block.arguments else replace(block, arguments=arguments)
+        if isinstance(block, ToolResult):
+            content = self.stored(block.content)
+            return block if content == block.content else replace(block, content=content)
+        return block

@@ -1,0 +1,105 @@
+"""Masking: detect-secrets' formats, the extra ones, a session's own credentials, speed."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from secrets_planted import PLANTED
+
+from ipy_ctxrecovery.errors import redact
+from ipy_ctxrecovery.history import Message, Reasoning, ToolCall
+from ipy_ctxrecovery.redaction import MASK, Redactor, client_credentials, mask_secrets
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_every_planted_kind_is_masked(kind: str) -> None:
+    text, secret = PLANTED[kind]
+    masked = mask_secrets(f"here it is: {text}\nand the next line stays")
+    assert secret not in masked and MASK in masked
+    assert masked.endswith("\nand the next line stays")
+    assert mask_secrets(masked) == masked  # idempotent
+    assert secret not in redact(text)       # errors use the same detector
+
+
+@pytest.mark.parametrize("text", [
+    "def login(user: str, password: str) -> bool:",
+    "the password is in the vault; ask the admin for the API key",
+    'password = os.environ["DB_PASSWORD"]',
+    "use sk-learn-compatible estimators",
+    "Emulator reply: you said \"hello\" (3 messages, 20 prompt tokens).",
+    "[[tool read_file {\"path\": \"notes.txt\"}]]",
+    "see https://example.com/docs?page=2&lang=en for details",
+])
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert mask_secrets(text) == text
+
+
+def test_a_line_is_kept_whole_around_a_masked_value() -> None:
+    env = "OPENAI_BASE_URL=http://localhost\nDB_PASSWORD=hunter2-Xyzzy-42\nDEBUG=1\n"
+    assert mask_secrets(env) == \
+        f"OPENAI_BASE_URL=http://localhost\nDB_PASSWORD={MASK}\nDEBUG=1\n"
+
+
+def test_a_private_key_is_masked_from_begin_to_end() -> None:
+    pem, _ = PLANTED["pem"]
+    assert mask_secrets(f"before\n{pem}\nafter") == f"before\n{MASK}\nafter"
+
+
+def test_the_clients_own_key_is_masked_whatever_its_shape() -> None:
+    key = "gw-team42-0f9e8d7c6b5a"           # a gateway key: no known format
+    client = openai.OpenAI(api_key=key, base_url="http://127.0.0.1:9/v1",
+                           default_headers={"X-Gateway-Token": "tok-abcdefgh"})
+    found = client_credentials(client)
+    assert {key, "tok-abcdefgh"} <= found
+    assert mask_secrets(f"invalid key {key}") == f"invalid key {key}"  # not a known format
+    redactor = Redactor(lambda: found)
+    assert redactor.shown(f"invalid key {key}") == f"invalid key {MASK}"
+    assert redactor.stored(f"my key is {key}") == f"my key is {MASK}"
+    client.close()
+
+
+def test_the_opt_out_keeps_formats_but_never_the_own_key() -> None:
+    own = "gw-team42-0f9e8d7c6b5a"
+    text, secret = PLANTED["ghp"]
+    redactor = Redactor(lambda: {own}, formats=lambda: False)
+    assert redactor.stored(f"{text} {own}") == f"{text} {MASK}"
+    assert secret not in redactor.shown(text)  # errors and events: always masked
+
+
+def test_a_replaced_key_is_still_masked() -> None:
+    keys = ["gw-first-key-0001"]
+    redactor = Redactor(lambda: keys)
+    redactor.credentials()
+    keys[:] = ["gw-second-key-0002"]
+    assert redactor.shown("gw-first-key-0001 gw-second-key-0002") == f"{MASK} {MASK}"
+
+
+def test_short_client_keys_are_not_masked_verbatim() -> None:
+    assert Redactor(lambda: {"test"}).stored("a test of the test") == "a test of the test"
+
+
+def test_messages_keep_their_shape() -> None:
+    text, secret = PLANTED["PASSWORD="]
+    call = ToolCall("c1", "save", json.dumps({"env": text, "n": 1}))
+    message = Message.assistant("ok", [call], reasoning=f"found {text}")
+    message = message.with_blocks(
+        [Reasoning(f"found {text}", "sig"), *message.blocks[1:]])
+    stored = Redactor().message(message)
+    assert secret not in json.dumps(stored.to_dict())
+    arguments = json.loads(stored.tool_calls[0].arguments)  # still the same JSON
+    assert arguments["n"] == 1 and MASK in arguments["env"]
+    assert stored.blocks[0] == Reasoning(f"found DB_PASSWORD={MASK}", None)  # signature dropped
+    plain = Message.user("nothing secret here")
+    assert Redactor().message(plain) is plain
+
+
+def test_masking_is_linear_on_ordinary_text() -> None:
+    # Only candidate lines reach the patterns: a 1 MB tool result of prose and code is
+    # scanned in one pass (the timing is in bench/, here only the result).
+    lines = [f"line {i}: x = compute(y) + {i} # a note about the weather" for i in range(20_000)]
+    lines[12_345] = PLANTED["ghp"][0]
+    masked = mask_secrets("\n".join(lines))
+    assert PLANTED["ghp"][1] not in masked
+    assert masked.count("\n") == 19_999
