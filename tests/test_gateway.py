@@ -74,7 +74,7 @@ def gateway(litellm_available: None, upstream: Emulator,
     litellm_params:
       model: openai/{MODEL}
       api_base: {upstream.openai_base_url}
-      api_key: emulator-key
+      api_key: {upstream.token}
 litellm_settings:
   num_retries: 0
   request_timeout: {int(TIMEOUT)}
