@@ -69,8 +69,6 @@ from .transcript import Transcript, validate_name
 
 __all__ = ["KEEP", "ChatSession", "Reply", "SessionStatus"]
 
-_PARTIAL = "partial_answer"
-"""``meta`` key marking the partial assistant answer inside a continuation request."""
 _TOOL_LIMIT_RESULT = (
     "[Tool call not run: this turn reached its limit of {n} tool rounds. "
     "Answer with what you have so far.]"
@@ -464,17 +462,13 @@ class ChatSession(RequestLoop):
         """
         parts: list[str] = []
         escalations = 0
+        resume = escalation.resume_for(self._provider, options)
         while True:
-            request_history = history
-            if parts:
-                partial = Message.assistant(escalation.stitch(parts))
-                partial = Message(partial.role, partial.blocks, meta={_PARTIAL: True})
-                request_history = history + (partial, escalation.continuation_message())
+            request_history = history + resume.messages(parts)
             sent, response, max_tokens = self._send_recovering(
                 request_history, max_tokens, turn, stream=stream, on_text=on_text,
                 options=options)
-            history = tuple(m for m in sent
-                            if not m.meta.get(_PARTIAL) and m.tag != TAG_CONTINUATION)
+            history = tuple(m for m in sent if m.tag != TAG_CONTINUATION)
             message = response.message
             if response.stop is not StopReason.LENGTH:
                 break
@@ -503,7 +497,7 @@ class ChatSession(RequestLoop):
                 continue        # a cut tool call cannot be continued: ask again, larger
             parts.append(message.text)
         if parts:
-            text = escalation.stitch([*parts, message.text])
+            text = resume.join([*parts, message.text])
             message = Message.assistant(text, message.tool_calls)
         return history, message, response.stop, max_tokens
 
