@@ -11,8 +11,9 @@ from typing import NoReturn
 
 from ..config import SIZE_FORMS, parse_size
 from ..errors import ConfigError
+from . import roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
-from .server import Emulator
+from .server import PREFILL_MODES, Emulator
 
 PROG = "ipy-ctxrecovery-emulator"
 
@@ -79,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency", type=_seconds, default=0.0, metavar="SECONDS")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require this key (Authorization: Bearer / x-api-key)")
+    p.add_argument("--alternation", choices=roles.STYLES, default=None,
+                   help="reject requests whose roles do not alternate, as this server does")
+    p.add_argument("--prefill", choices=PREFILL_MODES, default="continue",
+                   help="continue or reject a final assistant turn on /v1/messages")
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     return p
 
@@ -93,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             waf_over=args.waf_over, waf_style=args.waf_style, drop_over=args.drop_over,
             latency=args.latency, api_key=args.api_key, host=args.host, port=args.port,
             log=None if args.quiet else (lambda line: print(line, flush=True)),
+            alternation=args.alternation, prefill=args.prefill,
         )
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
