@@ -34,7 +34,7 @@ Join rule for the continuation prompt (:func:`join`, :func:`resume_point`)
 2. **Repeats.** The continuation's prefix that repeats the end of what was sent is
    dropped (:func:`overlap`): at least :data:`MIN_OVERLAP_CHARS` anywhere, or any length
    with a visible character when it restarts the unfinished last line, with or without
-   its indentation (models resume by rewriting the interrupted line).
+   its indentation (models resume by rewriting the interrupted line), or the whole answer.
 3. **Re-opened code fence.** Failing that, inside an unclosed ```` ``` ```` block, a
    continuation that starts by opening a fence with the same info string
    (```` ```python ````) opened that block again: its fence line is dropped, and then any
@@ -44,7 +44,9 @@ Join rule for the continuation prompt (:func:`join`, :func:`resume_point`)
    indentation of a line) the continuation's leading spaces and tabs are dropped: the
    separator is already there. A leading newline is kept.
 
-A continuation with nothing visible in it leaves the answer as it was.
+A continuation with nothing visible in it leaves the answer as it was, and so does one
+that only repeats what was sent (rule 2's repeats), cut off again before it got past them:
+the next request sends the same partial answer.
 """
 
 from __future__ import annotations
@@ -149,10 +151,11 @@ def overlap(previous: str, continuation: str) -> int:
     """Length of the prefix of ``continuation`` that merely repeats the end of ``previous``.
 
     The longest suffix/prefix overlap that is either at least :data:`MIN_OVERLAP_CHARS`
-    long (chars or UTF-8 bytes), or is the unfinished last line of ``previous`` (from its
-    beginning or its first visible character: a restarted line may lose its indentation)
-    and holds a visible character; 0 when there is none. A short repeat of whole lines is
-    real text (two closing braces, two fences). Linear time (KMP).
+    long (chars or UTF-8 bytes), or holds a visible character and is the unfinished last
+    line of ``previous`` (from its beginning or its first visible character: a restarted
+    line may lose its indentation) or the whole of ``previous``; 0 when there is none. A
+    short repeat of whole lines is real text (two closing braces, two fences). Linear time
+    (KMP).
     """
     window = min(len(previous), len(continuation), _OVERLAP_SEARCH_CHARS)
     if window < MIN_ANCHORED_OVERLAP_CHARS:
@@ -168,7 +171,8 @@ def overlap(previous: str, continuation: str) -> int:
         start = len(previous) - k
         indent = previous[previous.rfind("\n", 0, start) + 1:start]
         repeat = head[:k]
-        if not indent.strip(_HORIZONTAL) and "\n" not in repeat and not repeat.isspace():
+        if not indent.strip(_HORIZONTAL) and (start == 0 or "\n" not in repeat) \
+                and not repeat.isspace():
             return k
         k = pi[k - 1]
     return 0
@@ -203,12 +207,26 @@ def _reopened_fence(sent: str, continuation: str) -> int:
     return len(continuation) - len(continuation.lstrip("\n")) + len(line) + 1
 
 
+def _only_repeats(sent: str, continuation: str) -> bool:
+    """Whether ``continuation`` is nothing but a repeat of what was ``sent``, cut off before
+    it got past it: at least :data:`MIN_OVERLAP_CHARS` found in ``sent``, or the start of
+    its unfinished last line."""
+    if len(continuation) >= MIN_OVERLAP_CHARS \
+            or len(continuation.encode("utf-8")) >= MIN_OVERLAP_CHARS:
+        return continuation in sent[-_OVERLAP_SEARCH_CHARS:]
+    line = sent[sent.rfind("\n") + 1:]
+    return "\n" not in continuation and (line.startswith(continuation)
+                                         or line.lstrip(_HORIZONTAL).startswith(continuation))
+
+
 def join(previous: str, continuation: str) -> str:
     """``previous`` continued by ``continuation``, a new message answering the continuation
     prompt that was sent ``previous[:resume_point(previous)]`` (rules 1–4)."""
     if not continuation.strip():
         return previous
     sent = previous[:resume_point(previous)]
+    if _only_repeats(sent, continuation):
+        return previous
     skip = overlap(sent, continuation)
     if not skip:
         fence = _reopened_fence(sent, continuation)
