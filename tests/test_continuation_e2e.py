@@ -210,7 +210,7 @@ def test_the_sdk_sees_the_prefill_rejection_as_a_bad_request_not_a_limit(emulato
     from ipy_ctxrecovery.errors import ChatError, FailureKind
 
     emu = emulator(prefill="reject")
-    provider = make_provider("anthropic:claude-sonnet-4-5", client=emu.anthropic_client(max_retries=0))
+    provider = make_provider("anthropic:claude-haiku-4-5", client=emu.anthropic_client(max_retries=0))
     session = ChatSession(provider=provider, settings=SETTINGS, name="join-wrong")
     with pytest.raises(ChatError) as failed:
         session.send("[[words 70]]", max_tokens=9)
