@@ -4,6 +4,9 @@ Lookup is by exact id or by family prefix at a ``-`` boundary (dated ids, ``-lat
 aliases); the longest matching family wins, so ``gpt-4o-mini-2024-07-18`` is gpt-4o-mini
 and ``gpt-4o`` is never taken for ``gpt-4``. Unknown models get a stated conservative
 default and ``guessed=True``.
+
+Capabilities are data too: ``assistant_prefill`` says whether the model continues a final
+assistant turn (:data:`PREFILL_FAMILIES`); unknown models are taken not to.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "ModelInfo", "lookup"]
+__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "PREFILL_FAMILIES", "ModelInfo", "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,9 @@ class ModelInfo:
     max_output_tokens: int
     guessed: bool = False
     window_overridden: bool = False
+    assistant_prefill: bool = False
+    """The model continues the text of a final assistant turn (a *prefill*) instead of
+    rejecting it; see :data:`PREFILL_FAMILIES`."""
 
 
 # family -> (context window tokens, max output tokens), from the providers' model pages
@@ -127,6 +133,22 @@ MODELS: Mapping[str, tuple[int, int]] = {
     "emulator": (8_192, 4_096),
 }
 
+# Families whose API continues a prefilled final assistant turn. Anthropic: "Prefilling is
+# only available for non-extended thinking modes" and "The prefill content cannot end with
+# trailing whitespace" (docs.claude.com/en/docs/prefill-claudes-response); from Claude 4.6 on
+# "Prefilling assistant messages returns a 400 error" (platform.claude.com/docs/en/about-claude/
+# models/migration-guide, "Prefill removal"; the API says "This model does not support
+# assistant message prefill. The conversation must end with a user message.", seen in
+# strands-agents/sdk-python#1694); Opus 4.7/4.8 and Fable 5 (always-on thinking) likewise.
+# A model not listed is only ever asked with the continuation prompt, which every model takes.
+PREFILL_FAMILIES: frozenset[str] = frozenset({
+    "claude-3-haiku", "claude-3-opus", "claude-3-sonnet", "claude-3-5-haiku",
+    "claude-3-5-sonnet", "claude-3-7-sonnet", "claude-sonnet-4", "claude-opus-4",
+    "claude-opus-4-1", "claude-sonnet-4-5", "claude-opus-4-5", "claude-haiku-4-5",
+    # The built-in emulator honours a prefill on its Anthropic path (emulator/replies.py).
+    "emulator",
+})
+
 DEFAULT_MODEL_INFO = ModelInfo("unknown", 8_192, 4_096, guessed=True)
 """Conservative guess for a model the catalogue does not know (e.g. a local vLLM model)."""
 
@@ -160,8 +182,9 @@ def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
                          DEFAULT_MODEL_INFO.max_output_tokens, guessed=True)
     else:
         window, output = MODELS[best]
-        info = ModelInfo(model, window, output)
+        info = ModelInfo(model, window, output, assistant_prefill=best in PREFILL_FAMILIES)
     if context_window is not None:
         info = ModelInfo(info.name, context_window, min(info.max_output_tokens, context_window),
-                         guessed=False, window_overridden=True)
+                         guessed=False, window_overridden=True,
+                         assistant_prefill=info.assistant_prefill)
     return info

@@ -977,6 +977,40 @@ def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
         assert provider.measure(request) == len(provider.encode(request))
 
 
+def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
+    # OpenAI: a run of system, user or assistant messages goes out as one message (its texts
+    # as text parts, its tool calls concatenated); Anthropic: a run's blocks join one
+    # message. measure() follows both, byte for byte, whatever the run holds.
+    calls = [ToolCall(f"call_{i}", "weather", f'{{"city": "Zürich {i}"}}') for i in range(3)]
+    runs = (Message.system("a"), Message.system(""), Message.system("b ✓"),
+            Message.user("[STRUCTURED SUMMARY — covering 3 earlier messages]\n- x ✓"),
+            Message.user("[SYSTEM NOTICE — PAYLOAD LIMIT HIT] compacted."),
+            Message.user("the request 日本"),
+            Message.assistant("thinking aloud"), Message.assistant("", [calls[0]]),
+            Message.assistant("and more", [calls[1]]),
+            Message.tool("call_0", "sunny"), Message.tool("call_1", "rain ☔"),
+            Message.assistant("done"), Message.assistant(""),
+            Message(Role.ASSISTANT, (Reasoning("unsigned"),)),
+            Message.user(""), Message.user("one text in the run"), Message.user(""),
+            Message.assistant("", [calls[2]]), Message.tool("call_2", "{}"),
+            Message.assistant(""), Message.assistant(""), Message.user("end"))
+    requests = _variants(runs) + [Request(runs[:k]) for k in range(1, len(runs) + 1)] \
+        + [Request(runs[k:]) for k in range(len(runs))]
+    for kind in ("openai", "anthropic"):
+        provider = _offline(kind)
+        for request in requests + requests:
+            assert provider.measure(request) == len(provider.encode(request)), request.messages
+    body = json.loads(_offline("openai").encode(Request(runs)))
+    assert [m["role"] for m in body["messages"]] == [
+        "system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant", "tool",
+        "assistant", "user"]
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "a"},
+                                              {"type": "text", "text": "b ✓"}]
+    assert [c["id"] for c in body["messages"][2]["tool_calls"]] == ["call_0", "call_1"]
+    assert body["messages"][6]["content"] == "one text in the run"
+    assert body["messages"][9] == {"role": "assistant", "content": ""}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=valid_histories(max_turns=4, max_result_chars=4_000), pick=st.integers(0, 15))
 def test_measure_is_exact_on_generated_histories(history: Any, pick: int) -> None:

@@ -137,8 +137,9 @@ def test_output_limit_clamps_max_tokens_and_resends() -> None:
 
 
 def test_max_tokens_cut_is_escalated_and_stitched_into_one_message() -> None:
-    s, fake, _ = session(cut_reply("The answer is forty"), cut_reply("-two, and"),
-                         " that is all.", max_tokens=50, name="cut")
+    # The partial answer goes back up to its last word, which the model writes again.
+    s, fake, _ = session(cut_reply("The answer is forty"), cut_reply("forty-two, and"),
+                         "and that is all.", max_tokens=50, name="cut")
     events: list[Event] = []
     s.subscribe(events.append)
     reply = s.send("question")
@@ -147,9 +148,9 @@ def test_max_tokens_cut_is_escalated_and_stitched_into_one_message() -> None:
     assert [r.max_tokens for r in fake.requests] == [50, 100, 200]
     second = fake.requests[1].messages
     assert second[-1].text == CONTINUATION_PROMPT
-    assert second[-2].role is Role.ASSISTANT and second[-2].text == "The answer is forty"
+    assert second[-2].role is Role.ASSISTANT and second[-2].text == "The answer is "
     third = fake.requests[2].messages
-    assert [m.text for m in third[-3:]] == ["question", "The answer is forty-two, and",
+    assert [m.text for m in third[-3:]] == ["question", "The answer is forty-two, ",
                                            CONTINUATION_PROMPT]
     # One stitched assistant message; no partials or continuation prompts kept.
     assert [m.text for m in s.history] == ["question", reply.text]
@@ -159,10 +160,10 @@ def test_max_tokens_cut_is_escalated_and_stitched_into_one_message() -> None:
 
 
 def test_escalation_stops_after_the_configured_number() -> None:
-    s, fake, _ = session(cut_reply("a "), cut_reply("b "), cut_reply("c "), "never",
+    s, fake, _ = session(cut_reply("a b "), cut_reply("b c "), cut_reply("c d "), "never",
                          max_tokens=10)
     reply = s.send("q")
-    assert reply.text == "a b c "
+    assert reply.text == "a b c d "
     assert reply.finish_reason == "length"
     assert len(fake.requests) == SETTINGS.max_token_escalations + 1
 

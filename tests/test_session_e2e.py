@@ -55,7 +55,17 @@ def body_history(record: Any) -> History:
     """The messages of a request body the emulator received, back in our model."""
     body = record.body
     if "/chat/completions" in record.path:
-        return from_openai(body["messages"])
+        # The adapter merges consecutive messages of one role (a summary, a notice, the
+        # request); each text part of a merged user or system message was one of ours.
+        expanded: list[dict[str, Any]] = []
+        for m in body["messages"]:
+            content = m.get("content")
+            if isinstance(content, list) and m["role"] != "assistant":
+                expanded.extend({"role": m["role"], "content": part.get("text", "")}
+                                for part in content)
+            else:
+                expanded.append(m)
+        return from_openai(expanded)
     out: list[Message] = []
     system = body.get("system")
     if system:
@@ -279,7 +289,13 @@ def test_max_tokens_cut_is_continued_and_stitched(emulator: Any, wire: str) -> N
     continuations = [r for r in emu.requests
                      if CONTINUATION_PROMPT in json.dumps(r.body, ensure_ascii=False)
                      .replace("\\n", "\n")]
-    assert continuations  # escalation really happened
+    prefilled = [r for r in emu.requests if r.body["messages"][-1]["role"] == "assistant"]
+    # Escalation really happened: by prefill where the model allows it (the emulator's
+    # Anthropic path), by the continuation prompt otherwise.
+    if wire == "emulator:anthropic":
+        assert prefilled and not continuations
+    else:
+        assert continuations and not prefilled
     check_resume(run, emulator, wire, context_window=8192)
 
 

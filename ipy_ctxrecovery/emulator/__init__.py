@@ -48,6 +48,8 @@ message — and the request is the last such block.
 * Default: ``Emulator reply: you said "<first 60 chars of it>" (<k> messages, <p> prompt
   tokens).`` — ``k`` counts every message (system included), ``p`` is the prompt tokens.
 * ``[[words N]]`` in it: the reply is ``w1 w2 … wN``.
+* ``[[echo]]`` in it: the reply is the rest of the message after the directive (one
+  newline right after it dropped), verbatim — any text, code block or script to cut.
 * ``[[tool NAME {"json": "args"}]]`` in it (several allowed), with no tool result after it:
   the reply is a tool call to NAME with those arguments — ids ``call_<n>`` / ``toolu_<n>``
   (``n`` = tool calls already in the history + 1), ``finish_reason="tool_calls"`` /
@@ -69,7 +71,14 @@ message — and the request is the last such block.
 * Continuation: when the latest user message (its last block that is not a notice)
   starts with ``Your response was cut off at the token limit.`` the emulator recomputes the original answer from the request that
   produced the first partial and resumes exactly after the assistant text already
-  produced since (no repetition; their longest common prefix is skipped).
+  produced since (no repetition; their longest common prefix is skipped). How it resumes
+  is configurable, to play the ways real models answer in a new message:
+  ``continuation_leading_space=False`` starts the answer at its first visible character
+  (the space or newline at the resume point is lost); ``continuation_repeat`` repeats N
+  characters first, or restarts the interrupted ``"line"``, or (``"fence"``) writes the
+  opening fence line of a code block left open again first.
+* Prefill (Anthropic path): a request whose last message is an assistant turn is
+  continued exactly from that text, as the API does (``prefill="continue"``, the default).
 
 Faults
 ------
@@ -77,6 +86,10 @@ Middleboxes first, in order: ``drop_over`` (connection reset mid-request, no res
 ``max_body`` (413 as ``nginx`` / ``cloudflare`` / ``aws`` / ``envoy``), ``waf_over`` (403:
 Cloudflare's block page with ``cf-ray``, or a ``bare`` HTML 403 with no signal words).
 Then the provider: the API key (401 in each provider's format, when ``api_key`` is set),
+request checks — ``alternation="vllm"`` / ``"llama.cpp"`` rejects, on the OpenAI path,
+roles that do not alternate as strict chat templates do (400 / 500, see ``roles.py``); on
+the Anthropic path a prefill ending in whitespace is refused (400, as the API does), and
+every prefill with ``prefill="reject"`` (400, as Claude 4.6 and later do) —
 ``max_tokens`` above ``max_output_tokens`` (400), the context window (OpenAI
 ``context_length_exceeded``; Anthropic "prompt is too long: M tokens > N maximum" and
 "input length and `max_tokens` exceed context limit: A + B > C, …").

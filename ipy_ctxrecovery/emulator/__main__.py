@@ -11,8 +11,9 @@ from typing import NoReturn
 
 from ..config import SIZE_FORMS, parse_size
 from ..errors import ConfigError
+from . import roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
-from .server import Emulator
+from .server import PREFILL_MODES, Emulator
 
 PROG = "ipy-ctxrecovery-emulator"
 
@@ -85,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "default, so curl works as is; anyone on this host can then call it")
     p.add_argument("--max-request-body", type=_size, default=None, metavar="SIZE",
                    help="answer 413 without reading bodies over this size (default 32MB)")
+    p.add_argument("--alternation", choices=roles.STYLES, default=None,
+                   help="reject requests whose roles do not alternate, as this server does")
+    p.add_argument("--prefill", choices=PREFILL_MODES, default="continue",
+                   help="continue or reject a final assistant turn on /v1/messages")
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     return p
 
@@ -101,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log=None if args.quiet else (lambda line: print(line, flush=True)),
             token=args.token, **({"max_request_body": args.max_request_body}
                                  if args.max_request_body else {}),
+            alternation=args.alternation, prefill=args.prefill,
         )
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -2,7 +2,10 @@
 
 Checks in the order the real APIs apply them — the key, the body, ``max_tokens`` against
 the output limit, the prompt (and prompt + ``max_tokens``) against the context window —
-then plans the reply (:mod:`.replies`) and formats it for the wire (:mod:`.wire`).
+then plans the reply (:mod:`.replies`) and formats it for the wire (:mod:`.wire`). The body
+checks include, when configured, strict role alternation on the OpenAI path
+(:mod:`.roles`) and, on the Anthropic path, a final assistant turn (a prefill): refused
+outright as by Claude 4.6 and later, or when it ends in whitespace as by every model.
 """
 
 from __future__ import annotations
@@ -10,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import faults, replies, wire
+from . import faults, replies, roles, wire
 from .faults import Answer
 
-__all__ = ["Streamed", "respond"]
+__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "respond"]
+
+NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
+              "end with a user message.")
+"""The Anthropic API's answer to a prefill on Claude 4.6 and later (strands-agents/sdk-python#1694)."""
+PREFILL_WHITESPACE = "messages: final assistant content cannot end with trailing whitespace"
+"""The Anthropic API's answer to a prefill ending in whitespace (tailcallhq/forgecode#1872)."""
 
 Streamed = tuple[tuple[tuple[str, str], ...], Iterable[bytes]]
 """Extra response headers and the SSE events of a streamed answer."""
@@ -21,9 +30,15 @@ Streamed = tuple[tuple[tuple[str, str], ...], Iterable[bytes]]
 
 def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: str | None,
             context_window: int, max_output_tokens: int | None,
-            new_id: Callable[[str], str]) -> tuple[str | None, Answer | Streamed]:
+            new_id: Callable[[str], str],
+            continuation: replies.Continuation | None = None, prefill: str = "continue",
+            alternation: str | None = None) -> tuple[str | None, Answer | Streamed]:
     """The provider's answer to a parsed request body, and the fault label if it is one
-    (``auth``, ``output_limit``, ``context``)."""
+    (``auth``, ``output_limit``, ``context``, ``prefill``, ``alternation``).
+
+    ``continuation`` is how the continuation prompt is answered; ``prefill`` is
+    ``continue`` or ``reject``; ``alternation`` a :data:`roles.STYLES` name or None.
+    """
     if api_key is not None and presented_key != api_key:
         return "auth", faults.auth_error(wire_name, presented_key)
     if not isinstance(body, dict):
@@ -37,7 +52,17 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             return None, faults.bad_request(wire_name, "max_tokens: Field required")
+        prefilled = _prefill_text(body)
+        if prefilled is not None and prefill == "reject":
+            return "prefill", faults.bad_request(wire_name, NO_PREFILL)
+        if prefilled is not None and prefilled != prefilled.rstrip():
+            return "prefill", faults.bad_request(wire_name, PREFILL_WHITESPACE)
     else:
+        messages = body.get("messages")
+        if alternation is not None and isinstance(messages, list) \
+                and not roles.alternates(messages):
+            return "alternation", roles.rejection(alternation)
+        prefilled = None
         turns = replies.openai_turns(body)
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
             else "max_tokens"
@@ -62,7 +87,8 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         limits.append(max_tokens)
     if cap is not None:
         limits.append(cap)
-    plan = replies.plan(turns, tools=tools, limit=min(limits))
+    plan = replies.plan(turns, tools=tools, limit=min(limits), continuation=continuation,
+                        prefill=prefilled is not None)
     stream = bool(body.get("stream"))
     if wire_name == "anthropic":
         ident = new_id("msg_emu")
@@ -80,3 +106,17 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
                                                   include_usage=include))
     return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),
                         (("Content-Type", "application/json"), *headers))
+
+
+def _prefill_text(body: dict[str, Any]) -> str | None:
+    """The text of a final assistant turn in an Anthropic request (a prefill), else None."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
+            or messages[-1].get("role") != "assistant":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, str):
+        return content
+    texts = [b.get("text", "") for b in content or () if isinstance(b, dict)
+             and b.get("type") == "text"]
+    return texts[-1] if texts else ""

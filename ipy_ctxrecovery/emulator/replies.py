@@ -19,6 +19,8 @@ from ..escalation import CONTINUATION_PROMPT
 from ..prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
+    "CONTINUATION_REPEATS",
+    "Continuation",
     "Plan",
     "ToolCall",
     "Turn",
@@ -54,6 +56,11 @@ _MACHINE_PREFIXES = (
 )
 
 _WORDS_RE = re.compile(r"\[\[words\s+(\d+)\s*\]\]")
+_ECHO_RE = re.compile(r"\[\[echo\]\]\n?")
+_FENCE_MARKS = ("```", "~~~")
+
+CONTINUATION_REPEATS = ("line", "fence")
+"""Named repeats of :class:`Continuation` (besides a number of characters)."""
 _TOOL_RE = re.compile(r"\[\[tool\s+([A-Za-z0-9_.:-]+)\s*")
 
 
@@ -100,6 +107,45 @@ class Plan:
     prompt_tokens: int
     completion_tokens: int
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """How the emulator answers the continuation prompt — in a new message, as a chat
+    model does, resuming the original answer at ``at``, the end of what it was sent back.
+
+    ``leading_space`` False: the message starts at its first visible character (a chat
+    message never starts with whitespace), so the space or newline at ``at`` is lost.
+    ``repeat``: 0 resumes exactly at ``at``; a number N starts N characters earlier,
+    repeating them; ``"line"`` restarts the interrupted line from its beginning;
+    ``"fence"`` inside an open code block writes its opening fence line again first.
+    A prefilled Anthropic turn is always continued exactly; these apply to the prompt only.
+    """
+
+    leading_space: bool = True
+    repeat: int | str = 0
+
+    def resume(self, full: str, at: int) -> str:
+        start = at
+        if isinstance(self.repeat, int):
+            start = max(0, at - self.repeat)
+        elif self.repeat == "line":
+            start = full.rfind("\n", 0, at) + 1
+        text = full[start:]
+        if self.repeat == "fence":
+            fence = _open_fence_line(full[:at])
+            if fence is not None:
+                text = fence + "\n" + text
+        return text if self.leading_space else text.lstrip()
+
+
+def _open_fence_line(text: str) -> str | None:
+    """The opening fence line of the code block still open at the end of ``text``."""
+    opened: str | None = None
+    for line in text.split("\n"):
+        if line.lstrip(" ").startswith(_FENCE_MARKS):
+            opened = line if opened is None else None
+    return opened
 
 
 def count_tokens(text: str) -> int:
@@ -281,6 +327,11 @@ def _parse_tools(text: str) -> list[tuple[str, str]]:
     return found
 
 
+def _echo(text: str) -> str | None:
+    match = _ECHO_RE.search(text)
+    return text[match.end():] if match else None
+
+
 def _words(text: str) -> str | None:
     match = _WORDS_RE.search(text)
     if not match:
@@ -307,7 +358,9 @@ def _compose(turns: Sequence[Turn], tools: Any) -> tuple[str, tuple[tuple[str, s
     directives = _parse_tools(user_text)
     if directives and not results:
         return "", tuple(directives)
-    body = _words(user_text)
+    body = _echo(user_text)
+    if body is None:
+        body = _words(user_text)
     if body is None:
         body = _default_reply(turns, user_text, tools)
     if directives and results:
@@ -326,16 +379,20 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None) -> Plan:
+def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None,
+         continuation: Continuation | None = None, prefill: bool = False) -> Plan:
     """Decide the answer to ``turns``; ``limit`` is the completion-token budget (None = none).
 
     A continuation (latest user message starts with the continuation prompt) recomputes
     the original answer from the request that produced the first partial, and resumes it
-    after the text already produced (their longest common prefix), without repetition.
+    after the text already produced (their longest common prefix) as ``continuation``
+    says (default: exactly, no repetition). With ``prefill`` a final assistant turn is
+    continued the same way, always exactly.
     """
     notes: dict[str, Any] = {}
     p = prompt_tokens(turns, tools)
-    if turns and _is_continuation(turns[-1]):
+    prefilled = prefill and bool(turns) and turns[-1].role == "assistant"
+    if turns and (prefilled or _is_continuation(turns[-1])):
         u = _last_real_user(turns)
         start = 0 if u is None else u + 1
         # The original request ends before the first assistant text after the last
@@ -347,8 +404,11 @@ def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None) 
         first = next((k for k in range(j, len(turns)) if turns[k].role == "assistant"), j)
         produced = "".join(t.text for t in turns[first:] if t.role == "assistant")
         full, calls = _compose(turns[:first], tools)
-        text = full[_common_prefix(full, produced):] if not calls else ""
-        notes["continuation"] = {"produced_chars": len(produced), "total_chars": len(full)}
+        at = _common_prefix(full, produced)
+        style = Continuation() if prefilled or continuation is None else continuation
+        text = style.resume(full, at) if not calls else ""
+        notes["continuation"] = {"produced_chars": len(produced), "total_chars": len(full),
+                                 "prefill": prefilled}
     else:
         text, calls = _compose(turns, tools)
     earlier = sum(len(t.tool_calls) for t in turns)

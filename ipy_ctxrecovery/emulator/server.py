@@ -5,8 +5,8 @@ transfer encoding for SSE. Each request goes, in order, through: the emulator's 
 (401, before anything else: no fault is consumed, nothing is recorded),
 ``max_request_body`` (its own 413, the body is never buffered), a scripted middlebox
 fault, ``drop_over``, ``max_body`` (413), ``waf_over`` (403), ``latency``, a scripted
-provider fault, the API key, request validation (output limit, context window), then the
-deterministic reply.
+provider fault, the API key, request validation (role alternation, prefill, output limit,
+context window), then the deterministic reply.
 
 Bounded memory: the last ``keep_requests`` requests are recorded, and of those only the
 newest bodies up to ``keep_body_bytes`` in all are kept (older records keep their size,
@@ -36,7 +36,7 @@ from typing import Any
 
 from ..config import parse_size
 from ..errors import ConfigError
-from . import api, faults
+from . import api, faults, replies, roles
 from .faults import Answer, Fault
 
 __all__ = ["Emulator", "RequestRecord"]
@@ -71,7 +71,7 @@ class RequestRecord:
     JSON (None when there is no ``raw`` or it is not JSON; parsed on each access, so a
     record holds only the bytes); ``fault`` the fault that answered it (``"413:nginx"``,
     ``"waf:cloudflare"``, ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``,
-    ``"auth"``, ``"max_request_body"``) or None.
+    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``) or None.
     """
 
     path: str
@@ -115,6 +115,18 @@ def _token(value: str | bool | None) -> str | None:
     return value.strip()
 
 
+PREFILL_MODES = ("continue", "reject")
+
+
+def _repeat(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if value in replies.CONTINUATION_REPEATS:
+        return str(value)
+    raise ConfigError(f"continuation_repeat={value!r} must be a number of characters ≥ 0, "
+                      f"or one of {', '.join(replies.CONTINUATION_REPEATS)}.")
+
+
 def _positive_int(value: Any, name: str, *, allow_none: bool) -> int | None:
     if value is None and allow_none:
         return None
@@ -143,7 +155,9 @@ class Emulator:
                  log: Callable[[str], None] | None = None, token: str | bool | None = True,
                  max_request_body: int | str = MAX_REQUEST_BODY,
                  keep_requests: int = KEEP_REQUESTS,
-                 keep_body_bytes: int | str = KEEP_BODY_BYTES) -> None:
+                 keep_body_bytes: int | str = KEEP_BODY_BYTES,
+                 continuation_leading_space: bool = True, continuation_repeat: int | str = 0,
+                 prefill: str = "continue", alternation: str | None = None) -> None:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
         if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
@@ -168,7 +182,10 @@ class Emulator:
         self.configure(context_window=context_window, max_output_tokens=max_output_tokens,
                        max_body=max_body, body_limit_style=body_limit_style,
                        waf_over=waf_over, drop_over=drop_over, latency=latency,
-                       waf_style=waf_style, api_key=api_key)
+                       waf_style=waf_style, api_key=api_key,
+                       continuation_leading_space=continuation_leading_space,
+                       continuation_repeat=continuation_repeat, prefill=prefill,
+                       alternation=alternation)
 
     # ------------------------------------------------------------------ configuration
 
@@ -192,6 +209,16 @@ class Emulator:
                 checked[name] = float(value)
             elif name == "api_key":
                 checked[name] = value or None
+            elif name == "continuation_leading_space":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{name}={value!r} must be True or False.")
+                checked[name] = value
+            elif name == "continuation_repeat":
+                checked[name] = _repeat(value)
+            elif name == "prefill":
+                checked[name] = faults._check(value, PREFILL_MODES, name)
+            elif name == "alternation":
+                checked[name] = None if value is None else faults._check(value, roles.STYLES, name)
             else:
                 raise ConfigError(f"{name} is not an emulator setting.")
         with self._lock:
@@ -207,6 +234,14 @@ class Emulator:
     waf_style: str
     latency: float
     api_key: str | None
+    continuation_leading_space: bool
+    """False: answers to the continuation prompt start at their first visible character."""
+    continuation_repeat: int | str
+    """What an answer to the continuation prompt repeats first (``replies.Continuation``)."""
+    prefill: str
+    """``continue`` a final assistant turn on the Anthropic path, or ``reject`` it (400)."""
+    alternation: str | None
+    """Strict role alternation on the OpenAI path, rejected as ``vllm`` or ``llama.cpp``."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -539,7 +574,10 @@ class _Handler(BaseHTTPRequestHandler):
         label, answer_or_stream = api.respond(
             wire_name, body, presented_key=self._presented_key(wire_name),
             api_key=emu.api_key, context_window=emu.context_window,
-            max_output_tokens=emu.max_output_tokens, new_id=emu._new_id)
+            max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
+            continuation=replies.Continuation(emu.continuation_leading_space,
+                                              emu.continuation_repeat),
+            prefill=emu.prefill, alternation=emu.alternation)
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":

@@ -186,7 +186,9 @@ def _emulator_info(emulator: Any, window: int | None) -> ModelInfo:
     default = lookup("emulator")
     emu_window = getattr(emulator, "context_window", None) or default.context_window
     output = getattr(emulator, "max_output_tokens", None) or min(default.max_output_tokens, emu_window)
-    info = ModelInfo("emulator", emu_window, output)
+    prefill = default.assistant_prefill
+    info = ModelInfo("emulator", emu_window, output, assistant_prefill=prefill)
     if window is not None and window != emu_window:
-        info = ModelInfo("emulator", window, min(output, window), window_overridden=True)
+        info = ModelInfo("emulator", window, min(output, window), window_overridden=True,
+                         assistant_prefill=prefill)
     return info

@@ -13,6 +13,12 @@ History conversion (our blocks → Messages API):
 - consecutive messages of the same role are merged into one (the API wants alternating
   roles), and empty text blocks are left out (the API rejects them).
 
+A cut answer is continued by *prefill* (``continues_by_prefill``, read by
+``escalation.resume_for``): the partial answer as the final assistant turn, which the model
+continues as is — where the catalogue says the model accepts one (``assistant_prefill``) and
+the request does not turn on extended thinking, which rejects a prefill. Elsewhere the
+continuation prompt is used.
+
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
 ``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
 for small windows such as the emulator's, where the input must fit next to it).
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anthropic
@@ -181,6 +187,19 @@ class AnthropicProvider(SDKAdapter):
         self._bind(model_id, client, prefix="anthropic", endpoint="/messages",
                    connection_error=anthropic.APIConnectionError, info=info, spec=spec,
                    on_close=on_close, owns_client=owns_client)
+
+    # -- capabilities -------------------------------------------------------------------
+    def continues_by_prefill(self, options: Mapping[str, Any]) -> bool:
+        """Whether a cut answer can go back as a prefilled final assistant turn: the model
+        accepts one and ``options`` (the request's) do not turn on extended thinking."""
+        if not self.info.assistant_prefill:
+            return False
+        extra = options.get("extra_body")
+        for thinking in (options.get("thinking"),
+                         extra.get("thinking") if isinstance(extra, Mapping) else None):
+            if isinstance(thinking, Mapping) and thinking.get("type") != "disabled":
+                return False
+        return True
 
     # -- request building ---------------------------------------------------------------
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:

@@ -9,13 +9,23 @@ the families that reject ``max_tokens`` (o-series reasoning models, gpt-5 and la
 as ``max_tokens`` for everything else, which is what OpenAI-compatible servers read. An
 option with either name in ``Request.options`` picks the name explicitly.
 Streaming asks for ``stream_options={"include_usage": True}`` so usage arrives too.
+
+Consecutive messages of one role (system, user or assistant) go out as one message
+(:func:`to_wire`), as the Anthropic adapter does: after a compaction the history holds a
+summary, a notice and the request as three user messages, and the chat templates of many
+open models (served by vLLM, llama.cpp, TGI) reject anything but strict user/assistant
+alternation ("Conversation roles must alternate user/assistant/user/assistant/..."). Each
+merged message's text stays whole and separate, as one ``{"type": "text"}`` content part
+(empty texts are left out; one text left stays a plain string); tool calls are
+concatenated. Tool results stay one message each, as the API wants. The history itself is
+not changed, so its messages keep their tags.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import httpx2
 import openai
@@ -32,7 +42,7 @@ from ._common import (
 )
 from .base import Request, Response, StopReason, TextCallback, Usage
 
-__all__ = ["OpenAIProvider", "uses_max_completion_tokens"]
+__all__ = ["OpenAIProvider", "to_wire", "uses_max_completion_tokens"]
 
 STOP_REASONS = {
     "stop": StopReason.END,
@@ -56,6 +66,44 @@ NO_KEY_MESSAGE = (
     "No OpenAI key found — set OPENAI_API_KEY (any value for a local OpenAI-compatible "
     "server), pass client=…, or use the emulator."
 )
+
+
+_MERGED_ROLES = frozenset({"system", "user", "assistant"})
+
+
+def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
+    """The ``messages`` of a request: ``history.to_openai`` with each run of consecutive
+    system, user or assistant messages merged into one (module docstring)."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for d in to_openai(history):
+        if run and d["role"] == run[-1]["role"] and d["role"] in _MERGED_ROLES:
+            run.append(d)
+            continue
+        if run:
+            out.append(_merge(run))
+        run = [d]
+    if run:
+        out.append(_merge(run))
+    return out
+
+
+def _merge(run: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(run) == 1:
+        return run[0]
+    texts = [d["content"] for d in run if d.get("content")]
+    calls = [c for d in run for c in d.get("tool_calls", ())]
+    content: Any
+    if len(texts) == 1:
+        content = texts[0]
+    elif texts:
+        content = [{"type": "text", "text": t} for t in texts]
+    else:
+        content = None if calls else ""
+    merged: dict[str, Any] = {"role": run[0]["role"], "content": content}
+    if calls:
+        merged["tool_calls"] = calls
+    return merged
 
 
 def uses_max_completion_tokens(model_id: str) -> bool:
@@ -99,7 +147,7 @@ class OpenAIProvider(SDKAdapter):
         create = self.client.chat.completions.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
-        kwargs["messages"] = to_openai(request.messages) if convert else []
+        kwargs["messages"] = to_wire(request.messages) if convert else []
         if request.tools:
             kwargs["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description,
@@ -131,8 +179,8 @@ class OpenAIProvider(SDKAdapter):
         return _SDK_ERRORS
 
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
-        sizes = [self._memo.get(m, _message_size) for m in messages]
-        return 2 + sum(sizes) + max(len(sizes) - 1, 0)
+        # Per-message sizes, merged as ``to_wire`` merges same-role runs.
+        return _messages_size([self._memo.get(m, _message_size) for m in messages])
 
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_completion(result, size, self.api)
@@ -141,8 +189,59 @@ class OpenAIProvider(SDKAdapter):
         return _read_stream(stream, on_text, size, self.api)
 
 
-def _message_size(message: Message) -> int:
-    return json_size(to_openai((message,))[0])
+class _Sized(NamedTuple):
+    """What ``_messages_size`` needs of one converted message."""
+
+    role: str
+    size: int                   # the message alone
+    text: int | None            # its content as a JSON string; None when empty
+    part: int                   # its content as a text part
+    calls: int                  # its tool calls, encoded, without separators
+    n_calls: int
+
+
+_PART_OVERHEAD = json_size({"type": "text", "text": ""}) - json_size("")
+_CALLS_OVERHEAD = len(',"tool_calls":[]')
+
+
+def _message_size(message: Message) -> _Sized:
+    d = to_openai((message,))[0]
+    text = d.get("content") or None
+    calls = d.get("tool_calls", ())
+    text_size = json_size(text) if text is not None else None
+    return _Sized(d["role"], json_size(d), text_size,
+                  (text_size or 0) + _PART_OVERHEAD,
+                  sum(json_size(c) for c in calls), len(calls))
+
+
+def _merged_size(run: list[_Sized]) -> int:
+    """Encoded size of ``_merge`` of the messages ``run`` stands for."""
+    if len(run) == 1:
+        return run[0].size
+    texts = [s for s in run if s.text is not None]
+    n_calls = sum(s.n_calls for s in run)
+    if len(texts) == 1:
+        content = texts[0].text or 0
+    elif texts:
+        content = 2 + sum(s.part for s in texts) + len(texts) - 1
+    else:
+        content = len("null") if n_calls else len('""')
+    size = json_size({"role": run[0].role, "content": ""}) - len('""') + content
+    if n_calls:
+        size += _CALLS_OVERHEAD + sum(s.calls for s in run) + n_calls - 1
+    return size
+
+
+def _messages_size(sizes: Sequence[_Sized]) -> int:
+    """Encoded size of ``to_wire``'s messages array from per-message sizes."""
+    units: list[list[_Sized]] = []
+    for item in sizes:
+        if units and item.role == units[-1][-1].role and item.role in _MERGED_ROLES:
+            units[-1].append(item)
+        else:
+            units.append([item])
+    inner = sum(_merged_size(run) for run in units)
+    return 2 + inner + max(len(units) - 1, 0)
 
 
 # -- reading replies ------------------------------------------------------------------------

@@ -28,8 +28,6 @@ from .turn_log import EventBus, TurnLog
 
 __all__ = ["ToolBox", "TurnResult", "TurnRunner"]
 
-PARTIAL = "partial_answer"
-"""``meta`` key marking the partial assistant answer inside a continuation request."""
 TOOL_LIMIT_RESULT = (
     "[Tool call not run: this turn reached its limit of {n} tool rounds. "
     "Answer with what you have so far.]"
@@ -152,17 +150,13 @@ class TurnRunner:
         """
         parts: list[str] = []
         escalations = 0
+        resume = escalation.resume_for(self.recovery.endpoint.provider, spec.options)
         while True:
-            request_history = history
-            if parts:
-                partial = Message.assistant(escalation.stitch(parts))
-                partial = Message(partial.role, partial.blocks, meta={PARTIAL: True})
-                request_history = history + (partial, escalation.continuation_message())
+            request_history = history + resume.messages(parts)
             sent = self.recovery.send(request_history, spec, log, on_text)
             spec = sent.spec
             response = sent.response
-            history = tuple(m for m in sent.history
-                            if not m.meta.get(PARTIAL) and m.tag != TAG_CONTINUATION)
+            history = tuple(m for m in sent.history if m.tag != TAG_CONTINUATION)
             message = response.message
             if response.stop is not StopReason.LENGTH:
                 break
@@ -184,6 +178,6 @@ class TurnRunner:
                 continue        # a cut tool call cannot be continued: ask again, larger
             parts.append(message.text)
         if parts:
-            text = escalation.stitch([*parts, message.text])
+            text = resume.join([*parts, message.text])
             message = Message.assistant(text, message.tool_calls)
         return history, message, response.stop, spec
