@@ -21,7 +21,7 @@ from .config import Settings, format_size
 from .errors import ChatError, Failure, FailureKind
 from .events import Event, NoticeInjected, Preflight
 from .history import History, Message
-from .providers.base import Provider, Request
+from .providers.base import Prepared, Provider, Request, prepare
 from .tools import Tool
 
 __all__ = ["RequestSizing", "Turn"]
@@ -58,7 +58,7 @@ class RequestSizing:
     _completion_tokens: int
     _compactions: int
     _recoveries: int
-    _encoded: tuple[Request, bytes] | None
+    _encoded: Prepared | None
     _last_compaction: compactor.CompactionReport | None
     _output_limit: int | None
     """A max_tokens ceiling learned from an output-limit rejection (this session only)."""
@@ -88,17 +88,12 @@ class RequestSizing:
                        tools=tuple(t.spec for t in self._tools.values()),
                        options=dict(options or {}), stream=stream)
 
-    def _encode(self, request: Request) -> tuple[Request, bytes]:
-        """The request and its body, encoded once.
-
-        An equal request built again returns the first object: the provider keeps the
-        encoding of the object it last encoded, so sending that object does not encode
-        the body a second time.
-        """
-        if self._encoded is not None and self._encoded[0] == request:
+    def _encode(self, request: Request) -> Prepared:
+        """Pre-flight's view of the request (exact body size, the max_tokens the body
+        carries), once per request; the provider encodes the body once, when it sends."""
+        if self._encoded is not None and self._encoded.request == request:
             return self._encoded
-        body = self._provider.encode(request)
-        self._encoded = (request, body)
+        self._encoded = prepare(self._provider, request)
         return self._encoded
 
     def _measure(self, history: History, max_tokens: int | None,

@@ -25,7 +25,6 @@ send loop and the ladder climbing.
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -54,8 +53,6 @@ __all__ = ["RequestLoop", "Turn"]
 _BACKOFF_BASE_SECONDS = 1.0
 """First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
 _BACKOFF_MAX_SECONDS = 30.0
-_MAX_TOKENS_RE = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
-"""The max_tokens a provider put in the body (Anthropic always sends one)."""
 
 
 class RequestLoop(RequestSizing):
@@ -89,12 +86,12 @@ class RequestLoop(RequestSizing):
                 replaced=br.replaced, persisted=paths), turn)
 
         request = self._request(history, max_tokens, stream=stream, options=options)
-        _, encoded = self._encode(request)     # the one exact encoding pre-flight reads
-        body = len(encoded)
+        prepared = self._encode(request)       # the exact size; the body is encoded by send
+        body = prepared.size
         requested = max_tokens
         # What the provider puts in the body when no max_tokens is asked for (Anthropic
         # always sends one); it does not depend on the history, so it is read once.
-        default = _body_max_tokens(encoded, None) if requested is None else None
+        default = prepared.max_tokens if requested is None else None
         max_tokens = self._fit_max_tokens(body, default, max_tokens, turn)
         pf = preflight.check(body, settings=settings, caps=self.caps, estimator=self.estimator,
                              window_tokens=self.window,
@@ -139,21 +136,20 @@ class RequestLoop(RequestSizing):
         transient = 0
         steps = 0
         while True:
-            request, encoded = self._encode(
+            prepared = self._encode(
                 self._request(history, max_tokens, stream=stream, options=options))
-            body = len(encoded)
+            request, body = prepared.request, prepared.size
             rejected = self.caps.smallest_rejected
             if rejected is not None and body >= rejected:
                 # A body this size was already rejected: sending it again only repeats
                 # the rejection. Fit it (or fail with a sentence), never resend it blind.
-                history = self._fit_known_limits(history, body,
-                                                 _body_max_tokens(encoded, max_tokens),
+                history = self._fit_known_limits(history, body, prepared.max_tokens,
                                                  max_tokens,
                                                  self._compaction_target(), turn,
                                                  options=options, stream=stream)
-                request, encoded = self._encode(
+                prepared = self._encode(
                     self._request(history, max_tokens, stream=stream, options=options))
-                body = len(encoded)
+                request, body = prepared.request, prepared.size
                 if body >= rejected:
                     reason = (f"The request is {format_size(body)} even after fitting, at "
                               f"least the {format_size(rejected)} the proxy/gateway already "
@@ -189,7 +185,7 @@ class RequestLoop(RequestSizing):
                     raise ChatError(failure, _sentence(failure)) from e
                 history, state, max_tokens = self._climb(
                     history, state, failure, body, max_tokens, turn, e, stream=stream,
-                    options=options, sent_max_tokens=_body_max_tokens(encoded, max_tokens))
+                    options=options, sent_max_tokens=prepared.max_tokens)
                 steps += 1
                 continue
             # Success: learn from it.
@@ -405,14 +401,6 @@ class RequestLoop(RequestSizing):
         closer = getattr(old, "close", None)
         if callable(closer):
             closer()
-
-
-def _body_max_tokens(encoded: bytes, max_tokens: int | None) -> int | None:
-    """The max_tokens the body carries: the one asked for, else the provider's own default."""
-    if max_tokens is not None:
-        return max_tokens
-    found = _MAX_TOKENS_RE.search(encoded)
-    return int(found.group(1)) if found else None
 
 
 def _sentence(failure: Failure) -> str:

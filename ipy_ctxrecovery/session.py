@@ -62,7 +62,7 @@ from .events import (
 from .history import TAG_CONTINUATION, History, Message, Role, ToolCall
 from .learned import restore as restore_learned
 from .learned import save as save_learned
-from .providers.base import Provider, Request, StopReason, TextCallback, Usage
+from .providers.base import Prepared, Provider, StopReason, TextCallback, Usage
 from .recovery import RequestLoop, Turn
 from .tools import Tool, as_tool, make_read_file
 from .transcript import Transcript, validate_name
@@ -124,7 +124,7 @@ class ChatSession(RequestLoop):
         self._compactions = 0
         self._recoveries = 0
         self._undo: tuple[History, int] | None = None
-        self._encoded: tuple[Request, bytes] | None = None
+        self._encoded: Prepared | None = None
         self._last_compaction: compactor.CompactionReport | None = None
         self._output_limit: int | None = None
         self._learned_window: int | None = None

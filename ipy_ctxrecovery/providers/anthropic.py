@@ -160,6 +160,8 @@ class AnthropicProvider(SDKAdapter):
     """Messages through ``client.messages.create``."""
 
     api = "Anthropic"
+    wire = "anthropic"
+    plain_client = anthropic.Anthropic
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -193,10 +195,7 @@ class AnthropicProvider(SDKAdapter):
             system, messages = _system(request.messages), []
         max_tokens = request.max_tokens
         if max_tokens is None:
-            # Never reserve more than half the window by default: with a small window
-            # (an emulator, an override) the input must still fit next to max_tokens.
-            max_tokens = max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
-                                    self.info.context_window // 2))
+            max_tokens = self.default_max_tokens
         kwargs["model"] = self.model_id
         kwargs["max_tokens"] = max_tokens
         kwargs["messages"] = messages
@@ -214,8 +213,16 @@ class AnthropicProvider(SDKAdapter):
             kwargs["extra_body"] = extra
         return kwargs
 
-    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        return client.messages.create(**kwargs)
+    def _resource(self, client: Any) -> Any:
+        return client.messages
+
+    @property
+    def default_max_tokens(self) -> int:
+        """What a request that sets no max_tokens sends (the API requires one): never more
+        than half the window, so with a small window (an emulator, an override) the input
+        still fits next to it."""
+        return max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
+                          self.info.context_window // 2))
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _sdk_errors()

@@ -67,6 +67,8 @@ class OpenAIProvider(SDKAdapter):
     """Chat Completions through ``client.chat.completions.create``."""
 
     api = "OpenAI"
+    wire = "openai"
+    plain_client = openai.OpenAI
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -124,8 +126,8 @@ class OpenAIProvider(SDKAdapter):
             kwargs["extra_body"] = extra
         return kwargs
 
-    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        return client.chat.completions.create(**kwargs)
+    def _resource(self, client: Any) -> Any:
+        return client.chat.completions
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _SDK_ERRORS
