@@ -72,6 +72,13 @@ class ResultStore:
 
     ``persist(content)`` writes a result once at a stable path (sha256 of the content)
     and returns that path; persisting the same content again writes nothing.
+
+    Durability: a file is written to a temporary name and renamed, so a killed process
+    never leaves half a result under a real name; it is *not* fsynced (a fit can persist
+    hundreds of previews, and an fsync each made it take seconds). What an OS crash or a
+    power cut can cost is the last few seconds of files: the transcript holds every full
+    result anyway, and a file found missing or cut short (its size is checked) is written
+    again the next time its content is persisted.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -83,12 +90,16 @@ class ResultStore:
         return self.directory / f"{digest}.txt"
 
     def persist(self, content: str) -> Path:
-        path = self.path_for(content)
-        if path.exists():
-            return path
+        data = _encode(content)
+        path = self.directory / f"{hashlib.sha256(data).hexdigest()[:HASH_PREFIX_CHARS]}.txt"
+        try:
+            if path.stat().st_size == len(data):
+                return path
+        except OSError:
+            pass
         ensure_private_dir(self.directory)
         # Written to a temporary file and renamed: a reader never sees half a result.
-        write_private_atomic(path, _encode(content))
+        write_private_atomic(path, data, durable=False)
         return path
 
     def load(self, path: Path | str) -> str | None:

@@ -13,6 +13,7 @@ Streaming asks for ``stream_options={"include_usage": True}`` so usage arrives t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
@@ -135,6 +136,19 @@ class OpenAIProvider(SDKAdapter):
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         sizes = [self._memo.get(m, _message_size) for m in messages]
         return 2 + sum(sizes) + max(len(sizes) - 1, 0)
+
+    def message_size(self, message: Message) -> int:
+        """What ``message`` adds to the body after another message (its JSON and a comma)."""
+        return self._memo.get(message, _message_size) + 1
+
+    def message_sizes(self, request: Request) -> tuple[int, list[int]]:
+        """``(base, parts)`` with ``measure(request) == base + sum(parts)`` exactly: the body
+        without messages, and what each message adds to it."""
+        base = self.measure(dataclasses.replace(request, messages=()))
+        parts = [self._memo.get(m, _message_size) + 1 for m in request.messages]
+        if parts:
+            parts[0] -= 1                      # no comma before the first message
+        return base, parts
 
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_completion(result, size, self.api)
