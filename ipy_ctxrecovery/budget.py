@@ -38,6 +38,7 @@ __all__ = [
     "MIN_PREVIEW_BODY_CHARS",
     "BudgetReport",
     "CompactionInfo",
+    "DeferredStore",
     "ResultStore",
     "compacted_message",
     "compaction_info",
@@ -111,6 +112,43 @@ class ResultStore:
             return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:
             return None
+
+
+class DeferredStore(ResultStore):
+    """A :class:`ResultStore` that names paths now and writes files later.
+
+    ``persist`` only remembers the content; :meth:`commit` writes the results that the
+    final history's previews name. A fit that previews hundreds of results and then drops
+    most of them writes only the ones it kept.
+    """
+
+    def __init__(self, store: ResultStore) -> None:
+        super().__init__(store.directory)
+        self._store = store
+        self._pending: dict[Path, str] = {}
+
+    def persist(self, content: str) -> Path:
+        path = self.path_for(content)
+        self._pending[path] = content
+        return path
+
+    def load(self, path: Path | str) -> str | None:
+        pending = self._pending.get(Path(path))
+        return pending if pending is not None else self._store.load(path)
+
+    def commit(self, history: History) -> tuple[Path, ...]:
+        """Write the pending results that ``history``'s previews name; forget the rest."""
+        written: list[Path] = []
+        for m in history:
+            if m.role is not Role.TOOL or not m.meta:
+                continue
+            entry = m.meta.get(META_KEY)
+            path = entry.get("path") if isinstance(entry, Mapping) else None
+            content = self._pending.pop(Path(path), None) if path else None
+            if content is not None:
+                written.append(self._store.persist(content))
+        self._pending.clear()
+        return tuple(written)
 
 
 def _encode(content: str) -> bytes:
