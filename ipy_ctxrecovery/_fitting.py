@@ -156,7 +156,8 @@ class RequestSizing:
         result = ladder.preflight_fit(
             history, target_bytes=goal, limit_bytes=limit, payload_related=payload,
             settings=self.settings, store=self._store,
-            measure=lambda h: self._measure(h, max_tokens, options, stream=stream))
+            measure=lambda h: self._measure(h, max_tokens, options, stream=stream),
+            part=getattr(self._provider, "message_size", None))
         what = (f"over the {format_size(cap)} {self.caps.source} cap"
                 if over_cap and cap is not None else
                 f"≈{self.estimator.estimate(body):,} tokens"

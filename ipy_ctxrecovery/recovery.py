@@ -276,7 +276,7 @@ class RequestLoop(RequestSizing):
             # The ⚠ line is out already; say why the summary was not used, then the drop.
             message = f"  ↳ summary not used ({not_used}) — dropping the oldest messages"
         result = ladder.apply(decision, history, settings=settings, store=self._store,
-                              measure=measure)
+                              measure=measure, part=getattr(self._provider, "message_size", None))
         if result.level is ladder.Level.GIVE_UP:
             for event in learned_events:
                 self._emit(event, turn)
