@@ -355,6 +355,10 @@ def compaction_info(message: Message) -> CompactionInfo | None:
                 tail=content[len(content) - t:] if t else "")
         except (KeyError, TypeError, ValueError):
             pass                                     # a damaged entry: fall back to markers
+    # Every marker says "chars omitted" or starts "[Old tool result cleared": a plain
+    # substring search rules most results out before the regexes scan them.
+    if "chars omitted" not in content and not content.startswith("[Old tool result cleared"):
+        return None
     m = SUMMARY_RE.fullmatch(content)
     if m:
         return CompactionInfo(LEVEL_SUMMARY, int(m["chars"]), int(m["lines"]),
