@@ -101,8 +101,8 @@ class RequestSizing:
         """A history's body size for searches and reports, not for the body sent.
 
         The provider's fast ``measure`` when it has one (exact for the built-in adapters,
-        without the SDK's request pipeline that makes ``encode`` ~100× a json.dumps);
-        else ``len(encode())``. The body actually sent is encoded once, by ``_encode``.
+        from memoized message sizes, without encoding the history); else
+        ``len(encode())``. The body actually sent is encoded once, by the provider's send.
         """
         request = self._request(history, max_tokens, stream=stream, options=options)
         fast = getattr(self._provider, "measure", None)

@@ -9,6 +9,10 @@ The decision itself (:class:`Level`, :class:`LadderState`, :class:`Decision`,
 :func:`decide`, and the order in which it climbs) lives in :mod:`._decide`; it is
 re-exported here, so ``ladder.decide`` and ``from .ladder import Level`` keep working.
 
+Exact fit and :func:`preflight_fit` fit in one pass (:mod:`.exactfit`): each message is
+sized once, the cut is found walking back from the end, and only previews that stay in
+the result have their full tool result written.
+
 Guarantees of :func:`apply` at every level (tested over generated histories): tool
 pairing valid, every system message kept, the first non-system message is ``user``, the
 latest real user request kept, strings are whole characters, and the size only grows by
