@@ -286,19 +286,21 @@ def _memory(fn: Callable[[], object]) -> tuple[int, int]:
 
 
 def time_snapshot_files(counter: dict[str, float]) -> None:
-    """Time the whole-file rewrites of the session's files (history.json, learned.json)."""
-    from ipy_ctxrecovery import transcript
+    """Time the session's whole-file snapshots (history.json, learned.json): encoding and
+    writing, the part of a turn that issue 11's persistence work makes O(new messages)."""
+    from ipy_ctxrecovery.transcript import Transcript
 
-    original = transcript.write_private_atomic
+    for name in ("save_history", "save_learned"):
+        original = getattr(Transcript, name)
 
-    def timed(*args: Any, **kwargs: Any) -> None:
-        start = time.perf_counter()
-        try:
-            original(*args, **kwargs)
-        finally:
-            counter["files"] += time.perf_counter() - start
+        def timed(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return __original(self, *args, **kwargs)
+            finally:
+                counter["files"] += time.perf_counter() - start
 
-    transcript.write_private_atomic = timed  # type: ignore[assignment]
+        setattr(Transcript, name, timed)
 
 
 def count_sdk_pipeline(counter: dict[str, int]) -> None:
