@@ -40,7 +40,7 @@ from .history import (
     latest_user_index,
 )
 
-__all__ = ["DropFit", "Sizes", "drop_fit", "shrink_results", "valid_pairs"]
+__all__ = ["DropFit", "Sizes", "drop_fit", "first_defect", "shrink_results", "valid_pairs"]
 
 MIN_PREVIEW_CHARS = 500
 """Never shrink a tool result below this: the preview must still name its file."""
@@ -85,38 +85,50 @@ def compaction_notice(dropped: int, *, summarized: bool) -> str:
     return notice(dropped, summarized=summarized)
 
 
-def _call_ids(m: Message) -> list[str]:
-    return [b.id for b in m.blocks if type(b) is ToolCall]
+def first_defect(h: Sequence[Message]) -> int | None:
+    """Where tool pairing first breaks in ``h`` (as ``history.problems`` sees it): a tool
+    message standing anywhere but right after the assistant message it answers, or an
+    assistant message whose calls the tool messages right after it do not answer exactly
+    (its index); None when pairing is valid. Checked without building any message."""
+    tool, assistant, call, result = _TOOL, _ASSISTANT, ToolCall, ToolResult
+    n = len(h)
+    i = 0
+    while i < n:
+        at = i
+        m = h[i]
+        role = m.role
+        if role is tool:
+            return i
+        i += 1
+        if role is not assistant:
+            continue
+        blocks = m.blocks
+        if not blocks:
+            continue
+        if len(blocks) == 1:
+            if type(blocks[0]) is not call:
+                continue
+            wanted = [blocks[0].id]
+        else:
+            wanted = [b.id for b in blocks if type(b) is call]
+            if not wanted:
+                continue
+        got = []
+        while i < n:
+            r = h[i]
+            if r.role is not tool:
+                break
+            b = r.blocks[0] if r.blocks else None
+            got.append(b.call_id if type(b) is result else None)
+            i += 1
+        if got != wanted and sorted(got, key=str) != sorted(wanted):
+            return at
+    return None
 
 
 def valid_pairs(h: Sequence[Message]) -> bool:
-    """``history.problems(h)`` finds no pairing problem (checked without building messages).
-
-    Tool messages come in runs, each right after an assistant message whose calls it
-    answers exactly; every assistant message with calls is followed by such a run.
-    """
-    tool, assistant = _TOOL, _ASSISTANT
-    roles = [m.role for m in h]
-    # Assistant messages with calls (a reply's calls come last: look further only when not).
-    callers = [i for i, m in enumerate(h)
-               if m.role is assistant and m.blocks
-               and (type(m.blocks[-1]) is ToolCall
-                    or (len(m.blocks) > 1 and any(type(b) is ToolCall for b in m.blocks)))]
-    n = len(h)
-    answered = 0
-    for i in callers:
-        wanted = _call_ids(h[i])
-        j = i + 1
-        got = []
-        while j < n and roles[j] is tool:
-            block = h[j].blocks[0] if h[j].blocks else None
-            got.append(block.call_id if type(block) is ToolResult else None)
-            j += 1
-        if got != wanted and sorted(got, key=str) != sorted(wanted):
-            return False
-        answered += len(got)
-    # Every tool message was in one of those runs.
-    return answered == roles.count(tool)
+    """``history.problems(h)`` finds no pairing problem (see :func:`first_defect`)."""
+    return first_defect(h) is None
 
 
 def _first_user(h: Sequence[Message], latest: int | None) -> int:
@@ -208,6 +220,10 @@ def drop_fit(h: History, target: int, sizes: Sizes, *, payload_notice: bool = Fa
     cut = _Cutter(h, payload_notice)
     first, last = cut.first, cut.last
     part = sizes.part
+    # One pass finds where pairing first breaks: before it every unit is whole, so a cut
+    # before it needs no repair of the dropped part, and the kept part is repaired from
+    # the broken unit on only.
+    defect = None if valid else first_defect(h)
 
     def kept(i: int) -> bool:
         m = h[i]
@@ -217,9 +233,12 @@ def drop_fit(h: History, target: int, sizes: Sizes, *, payload_notice: bool = Fa
     def result(k: int) -> DropFit:
         out, dropped, noticed, added = cut.build(k)
         report = pairing.PairingReport()
-        if not valid and not valid_pairs(out):
-            repaired, report = pairing.repair_pairing(out)
-            out = tuple(repaired)
+        broken = first_defect(out) if defect is not None else None
+        if broken is not None:
+            # Everything before ``broken`` is whole: repairing from there on is repairing
+            # all of it (a result there answering an answered call is an orphan either way).
+            repaired, report = pairing.repair_pairing(out[broken:])
+            out = (*out[:broken], *repaired)
         return DropFit(out, dropped, noticed, added, sizes.measure(out), report)
 
     def step(i: int, direction: int) -> int | None:
@@ -262,7 +281,7 @@ def drop_fit(h: History, target: int, sizes: Sizes, *, payload_notice: bool = Fa
         if more.size > target:
             break
         k, best = prev, more
-    if not valid and best.dropped and not valid_pairs(h[:k]):
+    if defect is not None and defect < k:
         repaired, report = pairing.repair_pairing(h)
         fit = drop_fit(tuple(repaired), target, sizes, payload_notice=payload_notice,
                        valid=True)

@@ -24,7 +24,7 @@ from strategies import histories, valid_histories
 from ipy_ctxrecovery import budget
 from ipy_ctxrecovery.budget import DeferredStore, ResultStore
 from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.exactfit import Sizes, drop_fit, valid_pairs
+from ipy_ctxrecovery.exactfit import Sizes, drop_fit, first_defect, valid_pairs
 from ipy_ctxrecovery.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -80,6 +80,12 @@ def _pairing_problems(h: History) -> list[str]:
 @given(hist=histories(user_first=None, max_result_chars=300))
 def test_valid_pairs_agrees_with_problems(hist: History) -> None:
     assert valid_pairs(hist) == (not _pairing_problems(hist))
+    at = first_defect(hist)
+    if at is not None:
+        # Everything before the first defect is whole; the defect is an assistant message
+        # with calls or a stray tool message.
+        assert not _pairing_problems(hist[:at])
+        assert hist[at].role is Role.TOOL or hist[at].tool_calls
 
 
 def test_valid_pairs_sees_a_call_that_is_not_last_and_a_stray_result() -> None:
