@@ -161,7 +161,7 @@ def _with_payload_notice(h: History) -> tuple[History, bool]:
 
 def _dedupe_payload_notices(h: History) -> History:
     """Several payload notices (never ours, but possible in a loaded transcript): keep the last."""
-    idx = [i for i, m in enumerate(h) if m.tag == TAG_PAYLOAD_NOTICE]
+    idx = [i for i, m in enumerate(h) if m.tag is not None and m.tag == TAG_PAYLOAD_NOTICE]
     if len(idx) <= 1:
         return h
     drop = set(idx[:-1])
@@ -369,7 +369,8 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
     limit = _hard_limit(decision, settings)
     if limit is None:
         return None
-    systems = tuple(m for m in h if m.role is Role.SYSTEM)
+    system = Role.SYSTEM
+    systems = tuple([m for m in h if m.role is system])
     hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
         else "use a model with a larger context window"
     if systems:
