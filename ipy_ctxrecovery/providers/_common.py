@@ -442,11 +442,11 @@ class SDKAdapter:
         the SDK's request transform runs zero times. Otherwise the SDK method sends (and
         a debug line says why). The body is not kept after the send.
         """
-        kwargs: dict[str, Any] | None = self._kwargs(request)
-        assert kwargs is not None
+        kwargs = self._kwargs(request)
         template = self._template(kwargs)
+        fast = template.call if template is not None else None
         body: bytes | None = None
-        if template is not None and template.call is not None:
+        if template is not None and fast is not None:
             try:
                 body = template.fill(self._bulk(kwargs))
             except (TypeError, ValueError):
@@ -459,10 +459,10 @@ class SDKAdapter:
         size = len(body) if body is not None else self.measure(request)
         try:
             client = self._senders.for_size(size)
-            if body is not None and template is not None and template.call is not None:
-                kwargs = None               # the converted messages are not needed any more
-                result = template.call.send(client, body)
-                body = None
+            if fast is not None and body is not None:
+                del kwargs                  # the converted messages are not needed any more
+                result = fast.send(client, body)
+                del body
             else:
                 result = self._create(client, kwargs)
             if request.stream:

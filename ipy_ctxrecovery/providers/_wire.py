@@ -36,7 +36,17 @@ from typing import Any
 
 import httpx2
 
-__all__ = ["BULK", "ENCODER", "FastCall", "Template", "shape_key", "build_template", "prove_call"]
+__all__ = [
+    "BULK",
+    "ENCODER",
+    "SENTINELS",
+    "FastCall",
+    "Template",
+    "build_template",
+    "encode_value",
+    "prove_call",
+    "shape_key",
+]
 
 log = logging.getLogger("ipy_ctxrecovery.providers")
 
