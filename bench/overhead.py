@@ -1,58 +1,81 @@
-"""Benchmark: what our per-request pipeline costs next to one emulator round trip.
+"""Benchmark: one ``ChatSession`` turn against one bare SDK call on the same messages.
 
-Run: ``python bench/overhead.py`` (``--sizes 10,100,500``, ``--repeat 7``).
+Run: ``python bench/overhead.py`` (``--quick`` for a seconds-long run; ``--repeat 7``;
+``--cases 100KB,1MB,5MB,20MB,10000msgs``; ``--wires openai,anthropic``).
 
-For histories of 10/100/500 messages (a tool-heavy mix: user text, tool call, a 12,000-char
-tool result, assistant text), it times with ``time.perf_counter`` (median of ``--repeat``
-runs, after one warm-up):
+For each wire and each history — 100 KB, 1 MB, 5 MB and 20 MB in 50 messages, and
+10,000 messages (≈ 2 MB) — a session resumed on that history sends one short message
+(``session.send(text, stream=False)``: microcompact, tool-result budget, pre-flight,
+compaction check, the send, the transcript and history files), interleaved with the bare
+SDK call a user would make on the same messages (``client.chat.completions.create`` /
+``client.messages.create`` with the history already as dicts, the same client settings,
+the same emulator). Medians of ``--repeat`` runs of each, after one warm-up of each. The
+emulator runs in a process of its own (``python -m ipy_ctxrecovery.emulator``), as a real
+server would: its parsing neither competes for this process's GIL nor counts in its memory.
 
-* the pipeline a request goes through before it is sent — ``microcompact`` + tool-result
-  budget + ``provider.encode`` (the exact body bytes, through the SDK) + ``preflight.check``;
-* one round trip to a local emulator (``provider.send`` of a fresh Request: SDK, HTTP on
-  127.0.0.1, the emulator's parse and token count, the SDK's parse);
-* ``provider.encode`` against ``json.dumps`` of the same payload;
-* ``provider.measure`` (the fast body size the compactor's search uses) against
-  ``provider.encode``, on both wires: *warm* (the messages were measured before, as in a
-  search over one history's candidates) and *cold* (every message new to its memo), and
-  whether the size equals ``len(encode())``;
-* in a whole session (the ``window`` and ``413`` conversations of ``recovery_vs_blind``,
-  ``--session-turns``): how many times the session encoded a body per request sent, and
-  the share of the session's wall time spent encoding.
+At 5 MB it also prints the *physical floor*: ``json.dumps`` of the body plus one
+``httpx2`` POST of those bytes to the same emulator endpoint (the emulator's own parse and
+token count included, as in both of the above), and the peak and retained memory of a
+session turn and a bare call (``tracemalloc``, in a separate pass: it slows everything).
 
-It prints ratios, never verdicts: the round trip here is a loopback call with no model
-behind it, so the ratio is an upper bound of the share a real provider would see.
+It prints ratios, never verdicts (``ratio session/bare openai 5MB: 0.93``). The server
+is a loopback emulator with no model behind it, so the ratios are upper bounds of what
+a real provider's latency would show.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import Any
 
-from ipy_ctxrecovery import ChatSession, Settings, budget, microcompact, preflight
-from ipy_ctxrecovery.emulator import Emulator
-from ipy_ctxrecovery.history import History, Message, ToolCall, to_openai
-from ipy_ctxrecovery.providers import make_provider
-from ipy_ctxrecovery.providers.base import Request, ToolSpec
+import anthropic
+import httpx2
+import openai
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.history import History, Message, Role, ToolCall, to_openai
+from ipy_ctxrecovery.providers.anthropic import to_anthropic
+from ipy_ctxrecovery.providers.base import ToolSpec
+from ipy_ctxrecovery.transcript import Transcript
 
 TOOL = ToolSpec("fetch_log", "Return n characters of the service log.",
                 {"type": "object", "properties": {"n": {"type": "integer"}},
                  "required": ["n"]})
+KEY = "emulator-key"
+FILES: dict[str, float] = {"files": 0.0}
+"""Seconds spent rewriting the session's whole files (see ``time_snapshot_files``)."""
+CASES: dict[str, tuple[int, int]] = {          # name: (body bytes, messages)
+    "100KB": (100_000, 50),
+    "1MB": (1_000_000, 50),
+    "5MB": (5_000_000, 50),
+    "20MB": (20_000_000, 50),
+    "10000msgs": (2_000_000, 10_000),
+}
+QUICK: dict[str, tuple[int, int]] = {
+    "100KB": (100_000, 50),
+    "1MB": (1_000_000, 50),
+    "2000msgs": (400_000, 2_000),
+}
 
 
 def history_of(n: int, *, result_chars: int = 12_000) -> History:
-    """A deterministic tool-heavy history of ``n`` messages (plus a system prompt)."""
+    """A deterministic tool-heavy history of ``n`` messages (plus a system prompt): user
+    text → tool call → tool result of ``result_chars`` → assistant text (bench/trim.py's
+    and the issue's 4.3 MB / 1,334-message case: ``history_of(1334)``)."""
     out: list[Message] = [Message.system("You are a careful assistant.")]
     i = 0
     while len(out) - 1 < n:
-        k = len(out) - 1
-        step = k % 4
+        step = (len(out) - 1) % 4
         if step == 0:
             out.append(Message.user(f"[turn {i}] please look at part {i} " + "x" * 400))
         elif step == 1:
@@ -65,164 +88,265 @@ def history_of(n: int, *, result_chars: int = 12_000) -> History:
         else:
             out.append(Message.assistant(f"Part {i} shows a cache timeout. " * 8))
             i += 1
-    if out[-1].role.value != "user":
+    if out[-1].role is not Role.USER:
         out.append(Message.user(f"[turn {i}] and now?"))
     return tuple(out)
 
 
-def fresh_copies(history: History, count: int) -> list[History]:
-    """``count`` copies of ``history`` whose messages are new to a measure() memo (a tag
-    no other copy has: same bytes on the wire, different message identity)."""
-    return [tuple(Message(m.role, m.blocks, tag=f"bench-cold-{k}") for m in history)
-            for k in range(count)]
+def conversation(total: int, count: int) -> History:
+    """``count`` alternating user/assistant text messages of ``total`` bytes in all
+    (no tool results: microcompact and the budget leave it as it is, so the session and
+    the bare call send the same messages)."""
+    each = max(1, total // count)
+    line = "The service log shows a cache timeout at 12:04 — retry with backoff ✓. "
+    text = (line * (each // len(line) + 1))[:each]
+    out: list[Message] = [Message.system("You are a careful assistant.")]
+    for i in range(count):
+        head = f"[{i}] "
+        body = head + text[len(head):]
+        out.append(Message.user(body) if i % 2 == 0 else Message.assistant(body))
+    return tuple(out)
 
 
-def measure_ratios(label: str, provider: object, request: Request, repeat: int) -> None:
-    """measure() vs encode() on one provider: speed ratios (warm/cold) and exactness."""
-    encode = provider.encode  # type: ignore[attr-defined]
-    measure = provider.measure  # type: ignore[attr-defined]
-    copies = iter(fresh_copies(request.messages, repeat + 1))
-
-    def cold() -> int:
-        return int(measure(Request(next(copies), tools=request.tools, stream=request.stream)))
-
-    t_enc = median_time(lambda: encode(request), repeat)
-    t_warm = median_time(lambda: measure(request), repeat)
-    t_cold = median_time(cold, repeat)
-    exact = measure(request) == len(encode(request))
-    print(f"  measure {label}: warm {t_warm * 1e3:.3f} ms, cold {t_cold * 1e3:.2f} ms, "
-          f"encode {t_enc * 1e3:.2f} ms, size equals len(encode()): {exact}")
-    print(f"ratio measure {label}: encode/measure warm {t_enc / t_warm:.1f}, "
-          f"cold {t_enc / t_cold:.1f}")
-
-
-def median_time(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up (also persists tool results once, as a session's second turn would)
-    times = []
+def median_pair(a: Callable[[], object], b: Callable[[], object],
+                repeat: int) -> tuple[float, float]:
+    """Medians of ``a`` and ``b`` run alternately (after one warm-up each)."""
+    a()
+    b()
+    ta: list[float] = []
+    tb: list[float] = []
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, out in ((a, ta), (b, tb)):
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(ta), statistics.median(tb)
 
 
-def session_encodes(key: str, turns: int) -> None:
-    """Encodes per request and encode share of wall time over one scripted conversation."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import recovery_vs_blind as rvb
+class RemoteEmulator:
+    """The emulator in a child process (started and stopped by this benchmark)."""
 
-    mode = rvb.MODES[key]
-    texts = rvb.script(turns, mode)
-    calls = [0]
-    spent = [0.0]
-    with Emulator(**mode.emulator) as emu:
-        session = ChatSession("emulator", emulator=emu, settings=Settings(), system=rvb.SYSTEM,
-                              tools=[rvb.fetch_log], builtin_tools=False)
-        provider = session.provider
-        original = provider.encode
+    def __init__(self, context_window: int) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "ipy_ctxrecovery.emulator", "--port", "0", "--quiet",
+             "--context-window", str(context_window)],
+            stdout=subprocess.PIPE, text=True)
+        urls: dict[str, str] = {}
+        assert self._proc.stdout is not None
+        while len(urls) < 2:
+            line = self._proc.stdout.readline()
+            if not line:
+                raise RuntimeError("the emulator did not start")
+            label, _, url = line.partition(" base URL:")
+            if url:
+                urls[label.strip()] = url.strip()
+        self.openai_base_url = urls["OpenAI"]
+        self.anthropic_base_url = urls["Anthropic"]
 
-        def counted(request: Request) -> bytes:
+    def __enter__(self) -> RemoteEmulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=30)
+
+
+class Case:
+    """A session on ``history`` and the bare SDK call on the same messages, for one wire."""
+
+    def __init__(self, wire: str, emu: RemoteEmulator, history: History, name: str) -> None:
+        self.wire = wire
+        Transcript(name).save_history(history)
+        if wire == "openai":
+            self.client: Any = openai.OpenAI(base_url=emu.openai_base_url, api_key=KEY)
+            self.url = emu.openai_base_url.rstrip("/") + "/chat/completions"
+        else:
+            self.client = anthropic.Anthropic(base_url=emu.anthropic_base_url, api_key=KEY)
+            self.url = emu.anthropic_base_url.rstrip("/") + "/v1/messages"
+        # The session gets a client of its own, built the same way as the bare call's.
+        own = type(self.client)(base_url=str(self.client.base_url), api_key=KEY)
+        self.session = ChatSession.resume(name, model=f"{wire}:emulator", client=own,
+                                          settings=Settings(context_window=50_000_000),
+                                          builtin_tools=False)
+        self._own = own
+        self.turn = 0
+        self.max_tokens = self.session.provider.default_max_tokens  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.session.close()
+        self.client.close()
+        self._own.close()
+
+    def text(self) -> str:
+        self.turn += 1
+        return f"[bench turn {self.turn}] and what next?"
+
+    def session_turn(self) -> object:
+        return self.session.send(self.text(), stream=False)
+
+    def payload(self, text: str) -> dict[str, Any]:
+        history = (*self.session.history, Message.user(text))
+        if self.wire == "openai":
+            return {"model": "emulator", "messages": to_openai(history), "stream": False}
+        system, messages = to_anthropic(history)
+        body: dict[str, Any] = {"model": "emulator", "max_tokens": self.max_tokens,
+                                "messages": messages, "stream": False}
+        if system:
+            body["system"] = system
+        return body
+
+    def bare(self) -> Callable[[], object]:
+        """The bare call on the session's current messages (dicts built beforehand)."""
+        payload = self.payload(self.text())
+        if self.wire == "openai":
+            return lambda: self.client.chat.completions.create(**payload)
+        return lambda: self.client.messages.create(**payload)
+
+    def floor(self) -> Callable[[], object]:
+        payload = self.payload(self.text())
+        headers = {"content-type": "application/json", "authorization": f"Bearer {KEY}",
+                   "x-api-key": KEY, "anthropic-version": "2023-06-01"}
+        http = httpx2.Client(timeout=600)
+
+        def run() -> object:
+            body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            return http.post(self.url, content=body, headers=headers).read()
+        return run
+
+
+def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, repeat: int,
+             counter: dict[str, int], *, floor: bool, memory: bool) -> None:
+    history = conversation(total, count)
+    case = Case(wire, emu, history, f"bench-{wire}-{key}")
+    try:
+        bare_calls: list[Callable[[], object]] = []
+
+        def bare() -> object:
+            if not bare_calls:
+                bare_calls.append(case.bare())
+            return bare_calls.pop()()
+
+        def session() -> object:
+            result = case.session_turn()
+            bare_calls.clear()
+            bare_calls.append(case.bare())  # the next bare call sees the same messages
+            return result
+
+        bare_calls.append(case.bare())
+        before, files_before = counter["sdk"], FILES["files"]
+        t_session, t_bare = median_pair(session, bare, repeat)
+        files = (FILES["files"] - files_before) / (repeat + 1)
+        body = len(json.dumps(case.payload("x"), ensure_ascii=False).encode())
+        sdk_runs = counter["sdk"] - before - (repeat + 1)   # less the bare calls' own
+        print(f"{wire} {key} ({count:,} msgs, {body / 1e6:.2f} MB): session "
+              f"{t_session * 1e3:.1f} ms (of which {files * 1e3:.1f} ms rewriting whole "
+              f"session files), bare SDK {t_bare * 1e3:.1f} ms; the SDK's request pipeline "
+              f"ran {max(sdk_runs, 0)} times in {repeat + 1} session turns")
+        print(f"ratio session/bare {wire} {key}: {t_session / t_bare:.2f} "
+              f"(without the whole-file rewrites {(t_session - files) / t_bare:.2f})")
+        if floor:
+            run_floor = case.floor()
+            t_floor = statistics.median(
+                [_timed(run_floor) for _ in range(repeat + 1)][1:] or [_timed(run_floor)])
+            print(f"ratio session/floor {wire} {key}: {t_session / t_floor:.2f} "
+                  f"(bare/floor {t_bare / t_floor:.2f}; floor {t_floor * 1e3:.1f} ms)")
+        if memory:
+            mb = body / 1e6
+            peak_s, kept_s = _memory(session)
+            peak_b, _ = _memory(bare)
+            print(f"memory {wire} {key}: a session turn peaks at {peak_s / 1e6:.1f} MB and "
+                  f"keeps {kept_s / 1e6:.2f} MB; a bare call peaks at {peak_b / 1e6:.1f} MB")
+            print(f"ratio memory {wire} {key}: session peak/bare peak {peak_s / peak_b:.2f}, "
+                  f"session peak per MB of history {peak_s / 1e6 / mb:.2f}")
+    finally:
+        case.close()
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _memory(fn: Callable[[], object]) -> tuple[int, int]:
+    """(peak bytes allocated during ``fn``, bytes still allocated after it)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        result = fn()
+        del result
+        gc.collect()
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - base, after - base
+
+
+def time_snapshot_files(counter: dict[str, float]) -> None:
+    """Time the session's whole-file snapshots (history.json, learned.json): encoding and
+    writing, the part of a turn that issue 11's persistence work makes O(new messages)."""
+    from ipy_ctxrecovery.transcript import Transcript
+
+    for name in ("save_history", "save_learned"):
+        original = getattr(Transcript, name)
+
+        def timed(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return original(request)
+                return __original(self, *args, **kwargs)
             finally:
-                calls[0] += 1
-                spent[0] += time.perf_counter() - start
+                counter["files"] += time.perf_counter() - start
 
-        provider.encode = counted  # type: ignore[method-assign]
-        start = time.perf_counter()
-        try:
-            for text in texts:
-                session.send(text, stream=False)
-        finally:
-            total = time.perf_counter() - start
-            session.close()
-        sent = len(emu.requests)
-    print(f"session {key} ({turns} turns): {calls[0]} encodes for {sent} requests, "
-          f"{spent[0]:.2f} s encoding of {total:.2f} s")
-    print(f"ratio session {key}: encodes/request {calls[0] / sent:.2f}, "
-          f"encode_time/session_time {spent[0] / total:.2f}")
+        setattr(Transcript, name, timed)
+
+
+def count_sdk_pipeline(counter: dict[str, int]) -> None:
+    """Count the SDK's create() calls (the request pipeline) on both wires."""
+    from anthropic.resources.messages import Messages
+    from openai.resources.chat.completions import Completions
+
+    for cls in (Completions, Messages):
+        original = cls.create
+
+        def counted(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            counter["sdk"] += 1
+            return __original(self, *args, **kwargs)
+
+        cls.create = counted  # type: ignore[method-assign]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10,100,500", help="history sizes in messages")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--result-chars", type=int, default=12_000)
-    parser.add_argument("--session-turns", type=int, default=40,
-                        help="turns of the whole-session figure (0 skips it)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small histories, 2 runs each (for tests/test_bench.py)")
+    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--cases", default=None, help=f"some of {','.join(CASES)}")
+    parser.add_argument("--wires", default="openai,anthropic")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    settings = Settings()
-    print(f"overhead: median of {args.repeat} runs per figure "
-          f"(tool results {args.result_chars:,} chars)")
-    with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp, \
-            Emulator(context_window=50_000_000) as emu:
-        store = budget.ResultStore(Path(tmp) / "results")
-        provider = make_provider("emulator", emulator=emu)
-        a_provider = make_provider("emulator:anthropic", emulator=emu)
-        caps = preflight.Caps.from_settings(settings)
-        estimator = preflight.TokenEstimator.from_settings(settings)
-        try:
-            for n in sizes:
-                history = history_of(n, result_chars=args.result_chars)
-
-                def pipeline(history: History = history) -> int:
-                    h, _ = microcompact.microcompact(history, settings=settings, store=store)
-                    h, _ = budget.enforce_budget(
-                        h, store=store, turn_budget_chars=settings.turn_budget_chars,
-                        per_result_max_chars=settings.per_result_max_chars,
-                        head_chars=settings.budget_head_chars,
-                        tail_chars=settings.budget_tail_chars)
-                    body = provider.encode(Request(h, tools=(TOOL,), stream=False))
-                    preflight.check(len(body), settings=settings, caps=caps,
-                                    estimator=estimator, window_tokens=emu.context_window,
-                                    max_tokens=None, warned=True)
-                    return len(body)
-
-                sent, _ = microcompact.microcompact(history, settings=settings, store=store)
-
-                def round_trip(sent: History = sent) -> object:
-                    return provider.send(Request(sent, tools=(TOOL,), stream=False))
-
-                request = Request(sent, tools=(TOOL,), stream=False)
-                payload = {"model": "emulator", "messages": to_openai(sent),
-                           "tools": [{"type": "function",
-                                      "function": {"name": TOOL.name,
-                                                   "description": TOOL.description,
-                                                   "parameters": dict(TOOL.parameters)}}],
-                           "stream": False}
-
-                def encode(request: Request = request) -> bytes:
-                    return provider.encode(request)
-
-                def dumps(payload: dict[str, object] = payload) -> bytes:
-                    return json.dumps(payload).encode()
-
-                t_pipe = median_time(pipeline, args.repeat)
-                t_rt = median_time(round_trip, args.repeat)
-                t_enc = median_time(encode, args.repeat)
-                t_json = median_time(dumps, args.repeat)
-                body = len(provider.encode(request))
-                print(f"history {n:>4} msgs ({body / 1024:,.0f} KB sent): pipeline "
-                      f"{t_pipe * 1e3:.2f} ms, round trip {t_rt * 1e3:.2f} ms, encode "
-                      f"{t_enc * 1e3:.2f} ms, json.dumps {t_json * 1e3:.2f} ms")
-                print(f"ratio overhead n={n}: pipeline/round_trip {t_pipe / t_rt:.2f}, "
-                      f"encode/json.dumps {t_enc / t_json:.2f}")
-                for wire, p in (("openai", provider), ("anthropic", a_provider)):
-                    measure_ratios(f"n={n} {wire}", p, request, args.repeat)
-        finally:
-            for p in (provider, a_provider):
-                close = getattr(p, "close", None)
-                if callable(close):
-                    close()
-    if args.session_turns > 0:
-        with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp:
-            os.environ["IPY_CTXRECOVERY_DIR"] = tmp
-            for key in ("window", "413"):
-                session_encodes(key, args.session_turns)
+    table = QUICK if args.quick else CASES
+    names = [c.strip() for c in (args.cases or ",".join(table)).split(",") if c.strip()]
+    unknown = [c for c in names if c not in {**CASES, **QUICK}]
+    if unknown:
+        parser.error(f"unknown case {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    repeat = args.repeat or (2 if args.quick else 7)
+    counter = {"sdk": 0}
+    count_sdk_pipeline(counter)
+    time_snapshot_files(FILES)
+    print(f"overhead: median of {repeat} runs per figure, session and bare call interleaved")
+    with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp:
+        os.environ["IPY_CTXRECOVERY_DIR"] = tmp
+        with RemoteEmulator(context_window=50_000_000) as emu:
+            for wire in [w.strip() for w in args.wires.split(",") if w.strip()]:
+                for key in names:
+                    total, count = {**CASES, **QUICK}[key]
+                    special = key == "5MB" or (args.quick and key == "1MB")
+                    run_case(wire, emu, key, total, count, repeat, counter,
+                             floor=special, memory=special)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -43,9 +43,10 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
-def write_private_atomic(path: Path, data: str | bytes) -> None:
+def write_private_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` (str: UTF-8) atomically: a 0600 temp file in the same
-    directory, flushed to disk, then renamed, so a reader never sees half a file."""
+    directory, flushed to disk (``durable=False``: left to the kernel's writeback), then
+    renamed, so a reader never sees half a file."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -53,7 +54,8 @@ def write_private_atomic(path: Path, data: str | bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

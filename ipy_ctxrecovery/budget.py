@@ -38,6 +38,7 @@ __all__ = [
     "MIN_PREVIEW_BODY_CHARS",
     "BudgetReport",
     "CompactionInfo",
+    "DeferredStore",
     "ResultStore",
     "compacted_message",
     "compaction_info",
@@ -72,6 +73,13 @@ class ResultStore:
 
     ``persist(content)`` writes a result once at a stable path (sha256 of the content)
     and returns that path; persisting the same content again writes nothing.
+
+    Durability: a file is written to a temporary name and renamed, so a killed process
+    never leaves half a result under a real name; it is *not* fsynced (a fit can persist
+    hundreds of previews, and an fsync each made it take seconds). What an OS crash or a
+    power cut can cost is the last few seconds of files: the transcript holds every full
+    result anyway, and a file found missing or cut short (its size is checked) is written
+    again the next time its content is persisted.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -83,12 +91,16 @@ class ResultStore:
         return self.directory / f"{digest}.txt"
 
     def persist(self, content: str) -> Path:
-        path = self.path_for(content)
-        if path.exists():
-            return path
+        data = _encode(content)
+        path = self.directory / f"{hashlib.sha256(data).hexdigest()[:HASH_PREFIX_CHARS]}.txt"
+        try:
+            if path.stat().st_size == len(data):
+                return path
+        except OSError:
+            pass
         ensure_private_dir(self.directory)
         # Written to a temporary file and renamed: a reader never sees half a result.
-        write_private_atomic(path, _encode(content))
+        write_private_atomic(path, data, durable=False)
         return path
 
     def load(self, path: Path | str) -> str | None:
@@ -100,6 +112,43 @@ class ResultStore:
             return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:
             return None
+
+
+class DeferredStore(ResultStore):
+    """A :class:`ResultStore` that names paths now and writes files later.
+
+    ``persist`` only remembers the content; :meth:`commit` writes the results that the
+    final history's previews name. A fit that previews hundreds of results and then drops
+    most of them writes only the ones it kept.
+    """
+
+    def __init__(self, store: ResultStore) -> None:
+        super().__init__(store.directory)
+        self._store = store
+        self._pending: dict[Path, str] = {}
+
+    def persist(self, content: str) -> Path:
+        path = self.path_for(content)
+        self._pending[path] = content
+        return path
+
+    def load(self, path: Path | str) -> str | None:
+        pending = self._pending.get(Path(path))
+        return pending if pending is not None else self._store.load(path)
+
+    def commit(self, history: History) -> tuple[Path, ...]:
+        """Write the pending results that ``history``'s previews name; forget the rest."""
+        written: list[Path] = []
+        for m in history:
+            if m.role is not Role.TOOL or not m.meta:
+                continue
+            entry = m.meta.get(META_KEY)
+            path = entry.get("path") if isinstance(entry, Mapping) else None
+            content = self._pending.pop(Path(path), None) if path else None
+            if content is not None:
+                written.append(self._store.persist(content))
+        self._pending.clear()
+        return tuple(written)
 
 
 def _encode(content: str) -> bytes:
@@ -306,6 +355,10 @@ def compaction_info(message: Message) -> CompactionInfo | None:
                 tail=content[len(content) - t:] if t else "")
         except (KeyError, TypeError, ValueError):
             pass                                     # a damaged entry: fall back to markers
+    # Every marker says "chars omitted" or starts "[Old tool result cleared": a plain
+    # substring search rules most results out before the regexes scan them.
+    if "chars omitted" not in content and not content.startswith("[Old tool result cleared"):
+        return None
     m = SUMMARY_RE.fullmatch(content)
     if m:
         return CompactionInfo(LEVEL_SUMMARY, int(m["chars"]), int(m["lines"]),

@@ -9,6 +9,10 @@ The decision (:class:`Level`, :class:`LadderState`, :class:`Decision`, :func:`de
 and the order in which it climbs) is :mod:`._decide`'s; this module exports it with the
 step that carries it out, as one surface for the ladder.
 
+Exact fit and :func:`preflight_fit` fit in one pass (:mod:`.exactfit`): each message is
+sized once, the cut is found walking back from the end, and only previews that stay in
+the result have their full tool result written.
+
 Guarantees of :func:`apply` at every level (tested over generated histories): tool
 pairing valid, every system message kept, the first non-system message is ``user``, the
 latest real user request kept, strings are whole characters, and the size only grows by
@@ -25,8 +29,9 @@ from dataclasses import dataclass, replace
 
 from . import budget, pairing
 from ._decide import Decision, LadderState, Level, decide
-from .budget import ResultStore
+from .budget import DeferredStore, ResultStore
 from .config import Settings, format_size
+from .exactfit import MIN_PREVIEW_CHARS, Sizes, drop_fit, shrink_results, valid_pairs
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -53,8 +58,6 @@ __all__ = [
     "truncate_text",
 ]
 
-MIN_PREVIEW_CHARS = 500
-"""Exact fit never shrinks a tool result below this: the preview must still name its file."""
 
 _PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
 _DROPPED_META = "dropped_messages"
@@ -117,7 +120,7 @@ def _with_payload_notice(h: History) -> tuple[History, bool]:
 
 def _dedupe_payload_notices(h: History) -> History:
     """Several payload notices (never ours, but possible in a loaded transcript): keep the last."""
-    idx = [i for i, m in enumerate(h) if m.tag == TAG_PAYLOAD_NOTICE]
+    idx = [i for i, m in enumerate(h) if m.tag is not None and m.tag == TAG_PAYLOAD_NOTICE]
     if len(idx) <= 1:
         return h
     drop = set(idx[:-1])
@@ -227,48 +230,31 @@ def _cap_results(h: History, limit: int, *, settings: Settings,
     return tuple(out), changed
 
 
-def _shrink_to(h: History, target: int, *, measure: Callable[[History], int],
-               settings: Settings, store: ResultStore) -> tuple[History, int]:
-    """Shrink the biggest tool results (kept part) until ``measure(h) <= target``."""
-    out = list(h)
-    stuck: set[int] = set()
-    shrunk: set[int] = set()
-    tools = [i for i, m in enumerate(out) if m.role is Role.TOOL]
-    for _ in range(3 * len(tools) + 1):
-        excess = measure(tuple(out)) - target
-        if excess <= 0:
-            break
-        options = [i for i in tools if i not in stuck and len(out[i].text) > MIN_PREVIEW_CHARS]
-        if not options:
-            break
-        i = max(options, key=lambda j: len(out[j].text))
-        limit = max(MIN_PREVIEW_CHARS, len(out[i].text) - excess)
-        new = _shrunk_result(out[i], limit, settings=settings, store=store)
-        if new is None:
-            stuck.add(i)
-            continue
-        out[i] = new
-        shrunk.add(i)
-    return tuple(out), len(shrunk)
-
-
 # -- apply --------------------------------------------------------------------------------
 
 def _repaired(history: History) -> tuple[History, list[str]]:
     """Pairing repaired and payload notices deduplicated: where every level starts."""
+    if valid_pairs(history):
+        return _dedupe_payload_notices(tuple(history)), []
     h, report = pairing.repair_pairing(history)
-    notes: list[str] = []
-    if report.changed:
-        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
-                     f"{report.synthetic_added} missing results added, {report.moved} moved")
-    return _dedupe_payload_notices(tuple(h)), notes
+    return _dedupe_payload_notices(tuple(h)), _repair_notes(report)
+
+
+def _repair_notes(report: pairing.PairingReport) -> list[str]:
+    if not report.changed:
+        return []
+    return [f"pairing repaired: {report.orphans_removed} orphan results removed, "
+            f"{report.synthetic_added} missing results added, {report.moved} moved"]
 
 
 def apply(decision: Decision, history: History, *, settings: Settings, store: ResultStore,
-          measure: Callable[[History], int]) -> LadderResult:
+          measure: Callable[[History], int],
+          part: Callable[[Message], int] | None = None) -> LadderResult:
     """Carry out ``decision`` on ``history`` (pure; persisted results go to ``store``).
 
-    ``measure`` gives a history's size in request-body bytes (the provider's encoding).
+    ``measure`` gives a history's size in request-body bytes (the provider's encoding);
+    ``part``, when given, what one message adds to it (the provider's ``message_size``),
+    so an exact fit sizes each message once instead of measuring every candidate.
     LOWER_MAX_TOKENS and GIVE_UP leave the history as it is. When the system messages
     alone (or with just the latest user request) cannot fit ``decision.limit_bytes``, the
     result is GIVE_UP with ``give_up_reason`` — one sentence for the user.
@@ -277,17 +263,22 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
     level = decision.level
     if level in (Level.LOWER_MAX_TOKENS, Level.GIVE_UP):
         return LadderResult(original, level, 0)
+    if level is Level.EXACT_FIT:
+        # Pairing is repaired in the part that is kept (drop_fit), not in all of it.
+        h = _dedupe_payload_notices(original)
+        reason = _hopeless(h, decision, measure, settings)
+        if reason is not None:
+            return LadderResult(original, Level.GIVE_UP, 0, give_up_reason=reason)
+        fitted = _exact_fit(decision, h, [], settings=settings, store=store,
+                            sizes=Sizes(measure, part))
+        if fitted.level is Level.GIVE_UP:
+            return replace(fitted, history=original)
+        return replace(fitted, changed=fitted.history != original)
     h, notes = _repaired(original)
 
     reason = _hopeless(h, decision, measure, settings)
     if reason is not None:
         return LadderResult(original, Level.GIVE_UP, 0, tuple(notes), give_up_reason=reason)
-
-    if level is Level.EXACT_FIT:
-        fitted = _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
-        if fitted.level is Level.GIVE_UP:
-            return replace(fitted, history=original)
-        return replace(fitted, changed=fitted.history != original)
 
     if level is Level.AGGRESSIVE:
         factor = settings.aggressive_factor
@@ -337,7 +328,8 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
     limit = _hard_limit(decision, settings)
     if limit is None:
         return None
-    systems = tuple(m for m in h if m.role is Role.SYSTEM)
+    system = Role.SYSTEM
+    systems = tuple([m for m in h if m.role is system])
     hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
         else "use a model with a larger context window"
     if systems:
@@ -358,37 +350,26 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
 
 
 def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Settings,
-               store: ResultStore, measure: Callable[[History], int]) -> LadderResult:
-    """Drop the fewest oldest units (binary search) so that the history fits the target."""
+               store: ResultStore, sizes: Sizes) -> LadderResult:
+    """Drop the fewest oldest units so that the history fits the target (``drop_fit``),
+    then preview kept tool results if dropping is not enough (``shrink_results``).
+
+    Results are persisted only for previews in the history returned (``DeferredStore``;
+    a caller that passes one commits it itself)."""
     target = decision.target_bytes
     if target is None:
         raise ValueError("an EXACT_FIT decision needs target_bytes")
-    candidates = _fit_candidates(h)
-
-    def build(j: int) -> tuple[History, int, bool, bool]:
-        out, dropped, noticed = _cut(h, candidates[j])
-        added = False
-        if decision.inject_payload_notice:
-            out, added = _with_payload_notice(out)
-        return out, dropped, noticed, added
-
-    lo, hi = 0, len(candidates) - 1
-    if measure(build(hi)[0]) <= target:
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if measure(build(mid)[0]) <= target:
-                hi = mid
-            else:
-                lo = mid + 1
-    out, dropped, noticed, added = build(hi)
-    if dropped:
-        notes.append(f"{dropped} messages dropped to fit {format_size(target)}")
-    size = measure(out)
+    deferred = store if isinstance(store, DeferredStore) else DeferredStore(store)
+    fit = drop_fit(h, target, sizes, payload_notice=decision.inject_payload_notice)
+    notes.extend(_repair_notes(fit.repair))
+    if fit.dropped:
+        notes.append(f"{fit.dropped} messages dropped to fit {format_size(target)}")
+    out, size = fit.history, fit.size
     if size > target:
-        out, shrunk = _shrink_to(out, target, measure=measure, settings=settings, store=store)
+        out, shrunk, size = shrink_results(out, target, sizes, settings=settings,
+                                           store=deferred, size=size)
         if shrunk:
             notes.append(f"{shrunk} tool results previewed to fit")
-        size = measure(out)
         if size > target:
             notes.append(f"still {format_size(size)} after the cut (target "
                          f"{format_size(target)})")
@@ -403,13 +384,17 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
                                 f"the {format_size(limit)} it can carry; send a shorter "
                                 "message or raise the proxy/gateway limit "
                                 "(CHATCLI_MAX_PAYLOAD)."))
-    return LadderResult(out, Level.EXACT_FIT, dropped, tuple(notes),
-                        payload_notice_added=added, compaction_notice_added=noticed)
+    if deferred is not store:
+        deferred.commit(out)
+    return LadderResult(out, Level.EXACT_FIT, fit.dropped, tuple(notes),
+                        payload_notice_added=fit.payload_added,
+                        compaction_notice_added=fit.notice_added)
 
 
 def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | None,
                   payload_related: bool, settings: Settings, store: ResultStore,
-                  measure: Callable[[History], int]) -> LadderResult:
+                  measure: Callable[[History], int],
+                  part: Callable[[Message], int] | None = None) -> LadderResult:
     """Fit a history that pre-flight measured over a known limit, *before* it is sent.
 
     Sending it would only buy a rejection (ANCHORS: no blind retries). Tool results are
@@ -418,6 +403,10 @@ def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | Non
     enough are the oldest units dropped, exactly as :data:`Level.EXACT_FIT` drops them.
     ``limit_bytes``: the size no request can exceed (a payload limit is exact: above it
     after every cut the result is GIVE_UP with a sentence). Same guarantees as :func:`apply`.
+
+    One pass: each message is sized once (``part``, see :func:`apply`), the body size is
+    kept up to date as results become previews, and only the previews still in the
+    returned history have their full result written (no fsync, see ``ResultStore``).
     """
     original = tuple(history)
     h, notes = _repaired(original)
@@ -426,12 +415,16 @@ def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | Non
     reason = _hopeless(h, decision, measure, settings)
     if reason is not None:
         return LadderResult(original, Level.GIVE_UP, 0, tuple(notes), give_up_reason=reason)
-    h, shrunk = _shrink_to(h, target_bytes, measure=measure, settings=settings, store=store)
+    sizes = Sizes(measure, part)
+    deferred = DeferredStore(store)
+    h, shrunk, size = shrink_results(h, target_bytes, sizes, settings=settings, store=deferred)
     if shrunk:
         notes.append(f"{shrunk} tool results previewed to fit {format_size(target_bytes)}")
-    if measure(h) <= target_bytes:
+    if size <= target_bytes:
+        deferred.commit(h)
         return LadderResult(h, Level.EXACT_FIT, 0, tuple(notes), changed=h != original)
-    fitted = _exact_fit(decision, h, notes, settings=settings, store=store, measure=measure)
+    fitted = _exact_fit(decision, h, notes, settings=settings, store=deferred, sizes=sizes)
     if fitted.level is Level.GIVE_UP:
         return replace(fitted, history=original)
+    deferred.commit(fitted.history)
     return replace(fitted, changed=fitted.history != original)

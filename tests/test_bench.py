@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -34,14 +36,32 @@ def test_recovery_vs_blind_rejects_an_unknown_mode() -> None:
     assert done.returncode == 2 and "unknown mode" in done.stderr
 
 
-def test_overhead_prints_ratios_per_history_size() -> None:
-    out = run("overhead.py", "--sizes", "10,40", "--repeat", "1", "--result-chars", "4000",
-              "--session-turns", "3")
-    for n in (10, 40):
-        assert f"ratio overhead n={n}: pipeline/round_trip " in out, out
-    assert "encode/json.dumps" in out
-    for key in ("window", "413"):
-        assert f"ratio session {key}: encodes/request " in out, out
+def test_overhead_prints_session_over_bare_ratios_for_both_wires() -> None:
+    out = run("overhead.py", "--quick", "--repeat", "1")
+    for wire in ("openai", "anthropic"):
+        for case in ("100KB", "1MB", "2000msgs"):
+            assert f"ratio session/bare {wire} {case}: " in out, out
+        assert f"ratio session/floor {wire} 1MB: " in out
+        assert f"ratio memory {wire} 1MB: session peak/bare peak " in out
+    # The fast path: after the shape's probe, the SDK's request pipeline never runs.
+    assert out.count("the SDK's request pipeline ran 2 times in 2 session turns") == 6, out
+
+
+def test_overhead_rejects_an_unknown_case() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "overhead.py"), "--cases", "9GB"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown case" in done.stderr
+
+
+def test_trim_prints_our_fit_against_trim_messages() -> None:
+    pytest.importorskip("langchain_core")
+    out = run("trim.py", "--quick", "--repeat", "1")
+    assert out.count("ratio trim ") == 2, out
+    ours = [line for line in out.splitlines() if line.strip().startswith("ours")]
+    assert len(ours) == 4
+    for line in ours:              # our fits are valid and under the target, always
+        assert "pairs ok, starts on user yes, latest request kept" in line, line
+        assert "≤ target" in line, line
 
 
 def test_microcompact_savings_prints_the_ratio_and_ours_summarizes() -> None:

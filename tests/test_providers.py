@@ -9,6 +9,7 @@ truncated bodies, dropped connections) can be produced on demand.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ from ipy_ctxrecovery.providers import (
     make_provider,
 )
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider, to_anthropic
-from ipy_ctxrecovery.providers.base import Measurable
+from ipy_ctxrecovery.providers.base import Measurable, prepare
 from ipy_ctxrecovery.providers.openai import OpenAIProvider, uses_max_completion_tokens
 
 OPENAI_KEY = "sk-test-SECRETSECRETSECRET1234"
@@ -1064,3 +1065,182 @@ def test_measure_is_optional_for_providers() -> None:
             raise NotImplementedError
 
     assert isinstance(Bare(), Provider) and not isinstance(Bare(), Measurable)
+
+
+# -- the fast path: the encoded body posted through the SDK's own client -----------------------
+
+FAST_OPTIONS: dict[str, list[dict[str, Any]]] = {
+    "openai": [
+        {},
+        {"temperature": 0.25, "top_k": 5},
+        {"temperature": None, "extra_body": {"ünï": "cödé ✓", "n": [1, 2.5, None]}},
+        {"stop": ["\n\n", "☃"], "metadata": {"user_id": "u-1"}, "seed": 7},
+        {"max_tokens": 33, "extra_headers": {"X-Team": "team-42"}, "timeout": 12.5},
+        {"reasoning_effort": "low", "user": "u-2", "parallel_tool_calls": False},
+    ],
+    "anthropic": [
+        {},
+        {"temperature": 0.25, "top_k": 5},
+        {"temperature": None, "extra_body": {"ünï": "cödé ✓", "n": [1, 2.5, None]}},
+        {"stop_sequences": ["\n\n", "☃"], "metadata": {"user_id": "u-1"}},
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}, "workspace_id": "ws-1"},
+        {"extra_headers": {"X-Team": "team-42"}, "timeout": 12.5, "service_tier": "auto"},
+    ],
+}
+FAST_MODELS = [("openai", "gpt-4o"), ("openai", "o3-mini"), ("anthropic", "claude-sonnet-5-5")]
+
+
+def _fast_variants(wire: str, history: Any) -> list[Request]:
+    return [Request(history, max_tokens=mt, tools=tools, options=opts, stream=stream)
+            for stream in (True, False) for tools in ((), (WEATHER,))
+            for mt in (None, 64) for opts in FAST_OPTIONS[wire]]
+
+
+def _sdk_and_fast_requests(provider: Any, request: Request) -> tuple[Any, Any]:
+    """The request the SDK method builds, and the one the fast path posts (both captured
+    by the provider's in-memory transport: nothing leaves the process)."""
+    kwargs = provider._kwargs(request)
+    sdk = provider._capture.request(lambda c: provider._create(c, kwargs))
+    template = provider._template(kwargs)
+    assert template is not None and template.call is not None, "the fast path is off"
+    body = provider.encode(request)
+    fast = provider._capture.request(lambda c: template.call.send(c, body))
+    return sdk, fast
+
+
+def _assert_same_request(sdk: Any, fast: Any) -> None:
+    assert fast.content == sdk.content                   # byte for byte
+    assert (fast.method, fast.url) == (sdk.method, sdk.url)
+    assert list(fast.headers.multi_items()) == list(sdk.headers.multi_items())
+
+
+_FAST = {f"{wire}:{model}": _offline(wire, model) for wire, model in FAST_MODELS}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=valid_histories(max_turns=4, max_result_chars=4_000), pick=st.integers(0, 47))
+def test_fast_path_sends_the_sdks_own_bytes_on_generated_histories(history: Any,
+                                                                    pick: int) -> None:
+    for key, provider in _FAST.items():
+        request = _fast_variants(provider.wire, history)[pick]
+        sdk, fast = _sdk_and_fast_requests(provider, request)
+        _assert_same_request(sdk, fast)
+        assert provider.measure(request) == len(sdk.content), key
+        prepared = prepare(provider, request)
+        body = json.loads(sdk.content)
+        assert prepared.size == len(sdk.content)
+        assert prepared.max_tokens == body.get("max_tokens", body.get("max_completion_tokens"))
+
+
+@pytest.mark.parametrize("wire, model", FAST_MODELS)
+def test_fast_path_covers_every_option_set_and_the_hand_made_histories(wire: str,
+                                                                       model: str) -> None:
+    provider = _offline(wire, model)
+    merged = (Message.user("a"), Message.system("mid-way ✓"), Message.user(""),
+              Message.user("b 日本 \u2028 \"q\" \\"), Message(Role.ASSISTANT, (Reasoning("r", "sig"),)),
+              Message.assistant("c"), Message.user("d"))
+    for history in (HISTORY_WITH_TOOLS, merged, (Message.user("x"),)):
+        for request in _fast_variants(wire, history):
+            _assert_same_request(*_sdk_and_fast_requests(provider, request))
+
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+def test_fast_send_reaches_the_server_as_the_sdk_call_does(server: Recorder, make: Any) -> None:
+    provider = make(server)
+    for request in _fast_variants(provider.wire, HISTORY_WITH_TOOLS)[::5]:
+        response = provider.send(request)
+        ours = server.requests[-1]
+        result = provider._create(provider.client, provider._kwargs(request))
+        if request.stream:
+            with result as stream:
+                for _ in stream:
+                    pass
+        theirs = server.requests[-1]
+        assert ours.body == theirs.body and ours.path == theirs.path
+        assert ours.headers == theirs.headers
+        assert response.body_bytes == len(ours.body)
+
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+def test_fast_send_runs_the_sdk_method_once_per_shape(server: Recorder, make: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make(server)
+    resource_type = type(provider._resource(provider.client))
+    calls: list[int] = []
+    original = resource_type.create
+
+    def counted(self: Any, **kwargs: Any) -> Any:
+        calls.append(len(kwargs["messages"]))
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(resource_type, "create", counted)
+    history: tuple[Message, ...] = ()
+    for turn in range(4):
+        history = (*history, Message.user(f"turn {turn} ✓"))
+        response = provider.send(Request(history, tools=(WEATHER,)))
+        history = (*history, response.message)
+    # The shape's probe (a one-message sentinel history) on the capture client and once
+    # recorded; then never again: the SDK's transform of the history ran zero times.
+    assert calls == [1, 1]
+    assert [len(json.loads(r.body)["messages"]) for r in server.requests] == [1, 3, 5, 7]
+    # Nothing keeps the body after the send.
+    assert not [v for v in vars(provider).values() if isinstance(v, bytes | bytearray)]
+
+
+def test_fast_path_falls_back_and_says_so(server: Recorder,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    class Mine(openai.OpenAI):
+        pass
+
+    caplog.set_level(logging.DEBUG, logger="ipy_ctxrecovery.providers")
+    azure = openai.AzureOpenAI(api_key="az-SECRETSECRET-1234", api_version="2024-06-01",
+                               azure_endpoint=server.anthropic_url, max_retries=0)
+    cases: list[tuple[Any, dict[str, Any], str]] = [
+        (azure, {}, "is not OpenAI"),
+        (Mine(base_url=server.openai_url, api_key=OPENAI_KEY, max_retries=0), {},
+         "is not OpenAI"),
+        (openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY, max_retries=0),
+         {"extra_body": {"messages": [{"role": "user", "content": "override"}]}},
+         "no body template"),
+        (openai.OpenAI(base_url=server.openai_url, api_key=OPENAI_KEY, max_retries=0),
+         {"extra_body": {"when": datetime(2026, 11, 30, 2, 0, 0)}}, "no body template"),
+    ]
+    for client, options, words in cases:
+        caplog.clear()
+        provider = OpenAIProvider("gpt-4o", client=client)
+        request = Request(HISTORY_WITH_TOOLS, options=options, stream=False)
+        body = provider.encode(request)
+        provider.send(request)
+        assert server.requests[-1].body == body
+        assert provider.measure(request) == len(body)
+        assert words in caplog.text, (words, caplog.text)
+        assert "sending through the SDK method" in caplog.text
+
+
+def test_prepare_tells_the_max_tokens_the_body_carries_as_data() -> None:
+    small = ModelInfo("claude-x", 3000, 8000)
+    anth = _offline("anthropic")
+    assert anth.default_max_tokens == 4096
+    assert prepare(anth, Request((Message.user("x"),))).max_tokens == 4096
+    assert prepare(anth, Request((Message.user("x"),), max_tokens=7)).max_tokens == 7
+    tiny = AnthropicProvider("claude-x", info=small, client=anthropic.Anthropic(
+        base_url=NOWHERE, api_key=ANTHROPIC_KEY))
+    assert prepare(tiny, Request((Message.user("x"),))).max_tokens == 1500
+    oai = _offline("openai")
+    assert oai.default_max_tokens is None
+    assert prepare(oai, Request((Message.user("x"),))).max_tokens is None
+    assert prepare(oai, Request((Message.user("x"),), options={"max_tokens": 9})).max_tokens == 9
+
+    class Bare:
+        model = "x"
+        info = ModelInfo("x", 1000, 100)
+        default_max_tokens = 55
+
+        def encode(self, request: Request) -> bytes:
+            return b'{"a": 1}'
+
+        def send(self, request: Request, on_text: Any = None) -> Any:
+            raise NotImplementedError
+
+    bare = prepare(Bare(), Request((Message.user("x"),)))
+    assert (bare.size, bare.max_tokens) == (8, 55)

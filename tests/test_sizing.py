@@ -20,7 +20,7 @@ def _summaries(emu: Any) -> int:
 
 
 def _client(emu: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=emu.openai_base_url, api_key="sk-test-sizing-0123456789")
+    return openai.OpenAI(base_url=emu.openai_base_url, api_key=emu.token)
 
 
 def test_a_guessed_window_never_summarizes_a_conversation_the_server_can_hold(

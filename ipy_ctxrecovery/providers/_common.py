@@ -1,12 +1,14 @@
 """What both SDK adapters share: body capture, option splitting, error conversion, reprs,
 and ``SDKAdapter``, the encode/measure/send/close skeleton around each adapter's one SDK call.
 
-``BodyCapture`` is how ``encode()`` gets the exact bytes: it runs the adapter's real SDK
-call on a private copy of the user's client, made with the SDKs' public
-``with_options(http_client=…, max_retries=0)``. The copy's in-memory transport records
-the body of the first API request and sends nothing. So the bytes come out of the SDK's
-own request pipeline — parameter transforms, Azure/Bedrock/Vertex body rewrites,
-middleware, ``extra_body`` merging, JSON encoding — and not from a re-implementation.
+``BodyCapture`` runs the adapter's real SDK call on a private copy of the user's client,
+made with the SDKs' public ``with_options(http_client=…, max_retries=0)``; the copy's
+in-memory transport records the first API request and sends nothing. So the bytes come
+out of the SDK's own request pipeline — parameter transforms, Azure/Bedrock/Vertex body
+rewrites, middleware, ``extra_body`` merging, JSON encoding — and not from a
+re-implementation. It runs once per request *shape* (``_wire.Template``), on a probe
+whose history is a sentinel; every request of that shape is then the template filled
+with its history's one ``json`` encoding.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -26,11 +29,20 @@ from ..catalogue import ModelInfo, lookup
 from ..errors import ChatError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..history import Message
-from .base import Request, Response, TextCallback
+from ._wire import (
+    BULK,
+    ENCODER,
+    FastCall,
+    Template,
+    build_template,
+    encode_value,
+    prove_call,
+    shape_key,
+)
+from .base import Prepared, Request, Response, TextCallback
 
 __all__ = [
     "BodyCapture",
-    "BodySizer",
     "SDKAdapter",
     "SizeMemo",
     "json_size",
@@ -43,17 +55,19 @@ __all__ = [
     "split_options",
 ]
 
+log = logging.getLogger("ipy_ctxrecovery.providers")
+
 
 class _Captured(Exception):
-    """Raised by the capture transport: carries the body, stops the request."""
+    """Raised by the capture transport: carries the request, stops it."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, request: httpx2.Request) -> None:
         super().__init__("request body captured")
-        self.body = body
+        self.request = request
 
 
 class BodyCapture:
-    """Runs an SDK call on a private client copy whose transport records the body.
+    """Runs an SDK call on a private client copy whose transport records the request.
 
     ``endpoint`` is the path suffix of the API call (``/chat/completions``,
     ``/messages``); any POST to the client's API host counts too (Bedrock's
@@ -69,7 +83,8 @@ class BodyCapture:
         self._http: httpx2.Client | None = None
         self._copy: Any = None
 
-    def _client(self) -> Any:
+    def client(self) -> Any:
+        """The private copy of the user's client (built on first use)."""
         if self._copy is None:
             # trust_env=False: the capture transport never touches the network, so proxy
             # variables must not make httpx2 build real proxy transports for it.
@@ -89,28 +104,33 @@ class BodyCapture:
 
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
         if self._is_api_call(request):
-            raise _Captured(request.read())
+            request.read()
+            raise _Captured(request)
         forward = getattr(self._source, "_client", None)
         if isinstance(forward, httpx2.Client):
             return forward.send(request)
         raise RuntimeError(f"encode() cannot forward a side request to {request.url.path}")
 
-    def capture(self, call: Callable[[Any], object]) -> bytes:
-        """Run ``call(client_copy)`` and return the body bytes it would have sent."""
+    def request(self, call: Callable[[Any], object]) -> httpx2.Request:
+        """Run ``call(client_copy)`` and return the API request it would have sent."""
         try:
             with warnings.catch_warnings():
                 # The SDK's own warnings (deprecated model, …) belong to the real send.
                 warnings.simplefilter("ignore")
-                call(self._client())
+                call(self.client())
         except _Captured as captured:
-            return captured.body
+            return captured.request
         except self._connection_error as exc:
             # The Anthropic SDK wraps any transport exception in APIConnectionError.
             cause = exc.__cause__
             if isinstance(cause, _Captured):
-                return cause.body
+                return cause.request
             raise
         raise RuntimeError("the SDK call returned without sending a request")
+
+    def capture(self, call: Callable[[Any], object]) -> bytes:
+        """Run ``call(client_copy)`` and return the body bytes it would have sent."""
+        return self.request(call).content
 
     def close(self) -> None:
         if self._http is not None:
@@ -119,25 +139,10 @@ class BodyCapture:
             self._copy = None
 
 
-# ``create`` keyword arguments that never become body fields by themselves (extra_body is
-# merged into the body, shallowly, exactly as the SDKs' ``_build_request`` does).
-_NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-# What the calibration key leaves out: the bulk of the body, passed through untransformed.
-_BULK = frozenset({"messages", "system", "tools"})
-
-
-# One encoder, built once: json.dumps with non-default options builds a new encoder per
-# call, which dominates the cost for the many small per-message values measure() encodes.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def json_size(value: Any) -> int:
     """UTF-8 length of ``value`` encoded as both SDKs' ``openapi_dumps`` does."""
-    text = _ENCODER.encode(value)
+    text = ENCODER.encode(value)
     return len(text) if text.isascii() else len(text.encode())
-
-
-_dumps_size = json_size
 
 
 _MISSING = object()
@@ -164,57 +169,6 @@ class SizeMemo:
                 self._sizes.clear()
             self._sizes[key] = value
         return value
-
-
-def _plain_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY}
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
-
-
-class BodySizer:
-    """``measure()``'s engine: the body size from ``json.dumps``, without the SDK pipeline.
-
-    The SDK's pipeline may add, drop or rewrite fields that do not depend on the
-    messages (Bedrock/Vertex move ``model``/``stream`` out and add ``anthropic_version``;
-    a named option may become a header). So the first time a request *shape* is seen —
-    every kwarg except messages/system/tools, plus which of those are present — one
-    probe with no messages goes through ``capture`` (the real pipeline) and the
-    difference to the plain ``json.dumps`` size is kept as that shape's offset. Later
-    requests of the same shape cost one ``json.dumps``. Values the plain encoder cannot
-    take (pydantic models, NaN, …) fall back to the exact ``capture``.
-    """
-
-    _MAX_SHAPES = 64
-
-    def __init__(self, capture: Callable[[dict[str, Any]], bytes]) -> None:
-        self._capture = capture
-        self._offsets: dict[str, int] = {}
-
-    def size(self, kwargs: dict[str, Any], messages_size: int | None = None) -> int:
-        """Body size of ``kwargs``; ``messages_size`` is the size of the encoded
-        ``messages`` array when the caller measured it itself (``kwargs["messages"]`` is
-        then ``[]``)."""
-        if messages_size is not None:
-            return self.size(kwargs) - len("[]") + messages_size
-        try:
-            shape = json.dumps(
-                [sorted(k for k in kwargs if k in _BULK),
-                 {k: v for k, v in kwargs.items() if k not in _BULK and k != "timeout"}],
-                ensure_ascii=False, sort_keys=True, allow_nan=False)
-            plain = _dumps_size(_plain_body(kwargs))
-        except (TypeError, ValueError):
-            return len(self._capture(kwargs))
-        offset = self._offsets.get(shape)
-        if offset is None:
-            probe = {**kwargs, "messages": []}
-            offset = len(self._capture(probe)) - _dumps_size(_plain_body(probe))
-            if len(self._offsets) >= self._MAX_SHAPES:
-                self._offsets.clear()
-            self._offsets[shape] = offset
-        return plain + offset
 
 
 @functools.lru_cache(maxsize=32)
@@ -333,16 +287,23 @@ def safe_url(url: object) -> str:
 
 
 class SDKAdapter:
-    """The half of a provider that does not depend on the SDK: the body ``encode`` made
-    is reused by ``send`` for the same Request, ``measure`` sizes from memoized message
-    sizes, every SDK exception becomes a ChatError with the body size, ``close`` releases
-    what the provider owns. A subclass builds its client, calls :meth:`_bind`, and fills in
-    the hooks below (its kwargs, its one SDK call, its errors, its reply readers).
+    """The half of a provider that does not depend on the SDK: bodies built from a
+    per-shape :class:`~._wire.Template` (the SDK pipeline runs once per shape, not per
+    request), ``measure`` from memoized message sizes, ``send`` posting the encoded body
+    through the SDK's own client when that is proven to send the same request, every SDK
+    exception a ChatError with the body size, ``close`` releasing what the provider owns.
+    A subclass builds its client, calls :meth:`_bind`, and fills in the hooks below (its
+    kwargs, its SDK resource, its errors, its reply readers).
     """
 
     api: str = ""
+    wire: str = ""
     emulator: Any = None
     """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
+    plain_client: type | None = None
+    """The SDK's own client class; only a client of exactly this class gets the fast send."""
+
+    _MAX_SHAPES = 64
 
     def _bind(self, model_id: str, client: Any, *, prefix: str, endpoint: str,
               connection_error: type[BaseException], info: ModelInfo | None,
@@ -356,10 +317,12 @@ class SDKAdapter:
         self.client = client
         self._capture = BodyCapture(client, endpoint, connection_error)
         self._senders = SingleShot(client)
-        self._sizer = BodySizer(self._encode)
         self._memo = SizeMemo()
+        self._templates: dict[str, Template | None] = {}
         self._on_close = on_close
-        self._last: tuple[Request, dict[str, Any], bytes] | None = None
+        if type(client) is not self.plain_client:
+            log.debug("fast send off: %s is not %s; requests go through the SDK method",
+                      type(client).__name__, getattr(self.plain_client, "__name__", "?"))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(model={self.model!r}, "
@@ -370,8 +333,8 @@ class SDKAdapter:
         """The SDK call's keyword arguments; ``convert=False`` leaves the messages empty."""
         raise NotImplementedError
 
-    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        """The one SDK call, on ``client`` (the user's, or a capture/single-shot copy)."""
+    def _resource(self, client: Any) -> Any:
+        """The SDK resource whose ``create`` is the one call (``client.chat.completions``)."""
         raise NotImplementedError
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
@@ -387,51 +350,122 @@ class SDKAdapter:
     def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
         raise NotImplementedError
 
+    @property
+    def default_max_tokens(self) -> int | None:
+        """The max_tokens the body carries when a request sets none (None: not sent)."""
+        return None
+
     # -- shared -----------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; make a new provider.")
 
-    def encode(self, request: Request) -> bytes:
-        """The exact body bytes ``send`` puts on the wire (see ``BodyCapture``)."""
-        kwargs = self._kwargs(request)
-        body = self._encode(kwargs)
-        # Pre-flight encodes, then sends the same Request object: keep one encoding.
-        self._last = (request, kwargs, body)
-        return body
+    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        return self._resource(client).create(**kwargs)
 
-    def measure(self, request: Request) -> int:
-        """``len(encode(request))`` without the SDK's request pipeline (``base.Measurable``).
+    def _template(self, kwargs: Mapping[str, Any]) -> Template | None:
+        """The template of ``kwargs``' shape (learnt once per shape), None for the SDK path."""
+        key = shape_key(kwargs)
+        if key is None:
+            return None
+        if key in self._templates:
+            return self._templates[key]
+        template = build_template(self.wire, kwargs, self._capture_request, self._prove)
+        if len(self._templates) >= self._MAX_SHAPES:
+            self._templates.clear()
+        self._templates[key] = template
+        return template
 
-        Each message's encoded size is memoized (``SizeMemo``: candidate histories share
-        most messages), the rest of the body is one small ``json.dumps`` plus a per-shape
-        offset learnt once from the real pipeline (``BodySizer``). Pre-flight still
-        measures what is sent with ``encode``.
-        """
-        kwargs = self._kwargs(request, convert=False)
+    def _capture_request(self, kwargs: dict[str, Any]) -> httpx2.Request:
         try:
-            messages = self._messages_size(request.messages)
-        except (TypeError, ValueError):
-            return self._sizer.size(self._kwargs(request))
-        return self._sizer.size(kwargs, messages)
-
-    def _encode(self, kwargs: dict[str, Any]) -> bytes:
-        try:
-            return self._capture.capture(lambda c: self._create(c, kwargs))
+            return self._capture.request(lambda c: self._create(c, kwargs))
         except self._sdk_errors() as exc:
             # Only a side request (e.g. a credential provider's token fetch) can fail here.
             raise chat_error(exc, None) from exc
 
+    def _prove(self, probe: dict[str, Any], sdk_request: httpx2.Request) -> FastCall | None:
+        if type(self.client) is not self.plain_client:
+            return None
+        resource_type = type(self._resource(self.client))
+        return prove_call(resource_type, self.client, probe, sdk_request,
+                          lambda call, body: self._capture.request(lambda c: call.send(c, body)))
+
+    def _bulk(self, kwargs: Mapping[str, Any]) -> dict[str, bytes]:
+        return {k: encode_value(kwargs[k]) for k in BULK if k in kwargs}
+
+    def encode(self, request: Request) -> bytes:
+        """The exact body bytes ``send`` puts on the wire.
+
+        The shape's template filled with the bulk's one ``json`` encoding; the SDK's own
+        pipeline (``BodyCapture``) when there is no template or a value is not plain JSON.
+        """
+        kwargs = self._kwargs(request)
+        template = self._template(kwargs)
+        if template is not None:
+            try:
+                return template.fill(self._bulk(kwargs))
+            except (TypeError, ValueError):
+                pass
+        return self._capture_request(kwargs).content
+
+    def measure(self, request: Request) -> int:
+        """``len(encode(request))`` without encoding the history (``base.Measurable``).
+
+        Each message's encoded size is memoized (``SizeMemo``: candidate histories share
+        most messages); the rest of the body is the shape's template, learnt once from the
+        real pipeline. Exact: ``encode`` fills the same template.
+        """
+        kwargs = self._kwargs(request, convert=False)
+        template = self._template(kwargs)
+        if template is not None:
+            try:
+                sizes = {k: json_size(kwargs[k]) for k in template.slots if k != "messages"}
+                if "messages" in template.slots:
+                    sizes["messages"] = self._messages_size(request.messages)
+                return template.size(sizes)
+            except (TypeError, ValueError):
+                pass
+        return len(self.encode(request))
+
+    def prepare(self, request: Request) -> Prepared:
+        """Pre-flight's view of ``request``: its exact body size and the max_tokens the
+        body carries (the default when it sets none), without encoding it."""
+        kwargs = self._kwargs(request, convert=False)
+        sent = next((kwargs[k] for k in ("max_tokens", "max_completion_tokens")
+                     if isinstance(kwargs.get(k), int)), None)
+        return Prepared(request, self.measure(request), sent)
+
     def send(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        last = self._last
-        if last is not None and last[0] is request and not self._closed:
-            kwargs, size = last[1], len(last[2])
+        """Encode ``request`` once and send it.
+
+        Fast path: the template's bytes posted through the SDK's own client (its HTTP
+        layer, auth, headers, retries, base URL) with the call recorded for the shape, so
+        the SDK's request transform runs zero times. Otherwise the SDK method sends (and
+        a debug line says why). The body is not kept after the send.
+        """
+        kwargs = self._kwargs(request)
+        template = self._template(kwargs)
+        fast = template.call if template is not None else None
+        body: bytes | None = None
+        if template is not None and fast is not None:
+            try:
+                body = template.fill(self._bulk(kwargs))
+            except (TypeError, ValueError):
+                log.debug("sending through the SDK method: a value is not plain JSON")
+        elif template is None:
+            log.debug("sending through the SDK method: no body template for this request")
         else:
-            kwargs = self._kwargs(request)
-            size = len(self._encode(kwargs))
-        self._last = None
+            log.debug("sending through the SDK method: posting the body is not proven "
+                      "to build the same request for this client")
+        size = len(body) if body is not None else self.measure(request)
         try:
-            result = self._create(self._senders.for_size(size), kwargs)
+            client = self._senders.for_size(size)
+            if fast is not None and body is not None:
+                del kwargs                  # the converted messages are not needed any more
+                result = fast.send(client, body)
+                del body
+            else:
+                result = self._create(client, kwargs)
             if request.stream:
                 with result as stream:
                     return self._read_stream(stream, on_text, size)

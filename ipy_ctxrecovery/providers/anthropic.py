@@ -26,6 +26,7 @@ for small windows such as the emulator's, where the input must fit next to it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -166,6 +167,8 @@ class AnthropicProvider(SDKAdapter):
     """Messages through ``client.messages.create``."""
 
     api = "Anthropic"
+    wire = "anthropic"
+    plain_client = anthropic.Anthropic
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -230,16 +233,16 @@ class AnthropicProvider(SDKAdapter):
             kwargs["extra_body"] = extra
         return kwargs
 
+    def _resource(self, client: Any) -> Any:
+        return client.messages
+
     @property
     def default_max_tokens(self) -> int:
-        """What a request that sets no max_tokens carries (the API requires one). Never
-        more than half the window: with a small window (an emulator, an override) the
-        input must still fit next to it."""
+        """What a request that sets no max_tokens sends (the API requires one): never more
+        than half the window, so with a small window (an emulator, an override) the input
+        still fits next to it."""
         return max(1, min(DEFAULT_MAX_TOKENS, self.info.max_output_tokens,
                           self.info.context_window // 2))
-
-    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        return client.messages.create(**kwargs)
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _sdk_errors()
@@ -247,6 +250,50 @@ class AnthropicProvider(SDKAdapter):
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         # Per-message block sizes, merged as ``to_anthropic`` merges same-role runs.
         return _messages_size([self._memo.get(m, _message_size) for m in messages])
+
+    def message_size(self, message: Message) -> int:
+        """What ``message`` adds to the body as a message of its own after another one (a
+        system message: its share of the joined ``system`` text). Exact for replacing a
+        message by one of the same role and number of blocks, merged or not."""
+        if message.role is Role.SYSTEM:
+            return json_size(message.text) + 2 if message.text else 0
+        item = self._memo.get(message, _message_size)
+        if item is None:
+            return 0
+        role, size, count = item
+        return _EMPTY_MESSAGE[role] + size + count
+
+    def message_sizes(self, request: Request) -> tuple[int, list[int]]:
+        """``(base, parts)`` with ``measure(request) == base + sum(parts)`` exactly: the body
+        without messages or system text, and what each message adds in this history (a
+        message merged into the one before adds its blocks only; system messages add
+        their share of the ``system`` text)."""
+        base = self.measure(dataclasses.replace(request, messages=()))
+        parts: list[int] = []
+        previous: str | None = None
+        system_key: int | None = None
+        for m in request.messages:
+            if m.role is Role.SYSTEM:
+                if not m.text:
+                    parts.append(0)
+                elif system_key is None:
+                    probe = dataclasses.replace(request, messages=(Message.system("x"),))
+                    system_key = self.measure(probe) - base - json_size("x")
+                    parts.append(system_key + json_size(m.text))
+                else:                          # joined with "\n\n": 4 bytes once escaped
+                    parts.append(json_size(m.text) - 2 + 4)
+                continue
+            item = self._memo.get(m, _message_size)
+            if item is None:
+                parts.append(0)
+                continue
+            role, size, count = item
+            if role == previous:
+                parts.append(size + count)     # its blocks join the previous message's
+            else:
+                parts.append(_EMPTY_MESSAGE[role] + size + count - 1 + (previous is not None))
+                previous = role
+        return base, parts
 
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_message(result, size, self.api)

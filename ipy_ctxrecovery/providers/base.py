@@ -13,6 +13,11 @@ candidate histories (the compactor's search) use it when present
 (``isinstance(provider, Measurable)``) and fall back to ``len(encode(...))``; the bytes
 actually sent are still measured with ``encode``. It is not a required ``Provider``
 member, so test fakes and third-party providers need not implement it.
+
+:func:`prepare` gives pre-flight a :class:`Prepared` — body size and the max_tokens the
+body carries — from any provider: the built-in adapters answer it without encoding (the
+size is ``measure``'s, exact; the max_tokens is data, never read back from bytes), and
+``send`` then encodes the request exactly once.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "Closable",
     "DefaultsMaxTokens",
     "Measurable",
+    "Prepared",
     "Provider",
     "Refreshable",
     "Request",
@@ -37,6 +43,7 @@ __all__ = [
     "TextCallback",
     "ToolSpec",
     "Usage",
+    "prepare",
 ]
 
 
@@ -133,3 +140,28 @@ class Closable(Protocol):
 
     def close(self) -> None:
         ...
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request as pre-flight sees it: the exact size of its body and the max_tokens the
+    body carries (the provider's default when the request sets none; None: not sent).
+    It holds no body: ``send`` encodes the request once, and nothing keeps the bytes."""
+
+    request: Request
+    size: int
+    max_tokens: int | None
+
+
+def prepare(provider: Provider, request: Request) -> Prepared:
+    """:class:`Prepared` for any provider: its own ``prepare`` when it has one; else the
+    size from ``measure`` (or ``len(encode())``) and the max_tokens from the request, or
+    from the provider's ``default_max_tokens`` attribute (data, never parsed from a body)."""
+    own = getattr(provider, "prepare", None)
+    if callable(own):
+        prepared = own(request)
+        if isinstance(prepared, Prepared):
+            return prepared
+    measure = getattr(provider, "measure", None)
+    size = int(measure(request)) if callable(measure) else len(provider.encode(request))
+    default = getattr(provider, "default_max_tokens", None)
+    sent = request.max_tokens if request.max_tokens is not None else default
+    return Prepared(request, size, sent if isinstance(sent, int) else None)

@@ -23,6 +23,7 @@ not changed, so its messages keep their tags.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -115,6 +116,8 @@ class OpenAIProvider(SDKAdapter):
     """Chat Completions through ``client.chat.completions.create``."""
 
     api = "OpenAI"
+    wire = "openai"
+    plain_client = openai.OpenAI
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -172,8 +175,8 @@ class OpenAIProvider(SDKAdapter):
             kwargs["extra_body"] = extra
         return kwargs
 
-    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        return client.chat.completions.create(**kwargs)
+    def _resource(self, client: Any) -> Any:
+        return client.chat.completions
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _SDK_ERRORS
@@ -181,6 +184,30 @@ class OpenAIProvider(SDKAdapter):
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         # Per-message sizes, merged as ``to_wire`` merges same-role runs.
         return _messages_size([self._memo.get(m, _message_size) for m in messages])
+
+    def message_size(self, message: Message) -> int:
+        """What ``message`` adds to the body after a message of another role (its JSON and
+        a comma); after one of its own role it is merged into it (``to_wire``), which a
+        fit settles with an exact ``measure``."""
+        return self._memo.get(message, _message_size).size + 1
+
+    def message_sizes(self, request: Request) -> tuple[int, list[int]]:
+        """``(base, parts)`` with ``measure(request) == base + sum(parts)`` exactly: the body
+        without messages, and what each message adds to it where it stands (a message
+        merged into the run before it adds its part of the merged message)."""
+        base = self.measure(dataclasses.replace(request, messages=()))
+        items = [self._memo.get(m, _message_size) for m in request.messages]
+        parts: list[int] = []
+        run: list[_Sized] = []
+        for item in items:
+            if run and item.role == run[-1].role and item.role in _MERGED_ROLES:
+                before = _merged_size(run)
+                run.append(item)
+                parts.append(_merged_size(run) - before)
+            else:
+                run = [item]
+                parts.append(_merged_size(run) + (1 if parts else 0))
+        return base, parts
 
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_completion(result, size, self.api)

@@ -96,8 +96,7 @@ class Preparer:
         self.check_request_fits(history, spec)
         asked = spec.max_tokens is not None
         requested = self.reserve_answer(history, spec, log, asked=asked)
-        _, encoded = sizer.encode(sizer.request(history, requested))  # the one exact encoding
-        body = len(encoded)
+        body = sizer.prepare(sizer.request(history, requested)).size   # exact, not encoded
         spec = self.fit_max_tokens(body, requested, log, asked=asked)
         reserve = sizer.reserved_tokens(spec)
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
@@ -253,7 +252,8 @@ class Preparer:
             limit, payload = window_limit, False
         result = ladder.preflight_fit(
             history, target_bytes=goal, limit_bytes=limit, payload_related=payload,
-            settings=self.settings, store=self.store, measure=sizer.measurer(spec))
+            settings=self.settings, store=self.store, measure=sizer.measurer(spec),
+            part=sizer.part_size)
         if result.level is ladder.Level.GIVE_UP:
             if rejected is not None and body >= rejected:
                 reason = result.give_up_reason or (

@@ -138,16 +138,16 @@ class RecoveryLoop:
                                log: TurnLog) -> tuple[History, Request, int]:
         """The request to send; a body already known to be rejected is fitted first."""
         sizer = self.sizer
-        request, encoded = sizer.encode(sizer.request(history, spec))
-        body = len(encoded)
+        prepared = sizer.prepare(sizer.request(history, spec))
         rejected = self.limits.caps.smallest_rejected
-        if rejected is None or body < rejected:
-            return history, request, body
+        if rejected is None or prepared.size < rejected:
+            return history, prepared.request, prepared.size
+        body = prepared.size
         # Sending it again only repeats the rejection: fit it (or fail with a sentence).
         history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
                                                  spec, sizer.compaction_target(), log)
-        request, encoded = sizer.encode(sizer.request(history, spec))
-        body = len(encoded)
+        prepared = sizer.prepare(sizer.request(history, spec))
+        request, body = prepared.request, prepared.size
         if body >= rejected:
             reason = (f"The request is {format_size(body)} even after fitting, at least the "
                       f"{format_size(rejected)} the proxy/gateway already rejected; send a "
@@ -195,7 +195,7 @@ class RecoveryLoop:
         if summarized is not None:
             return summarized, decision.state, spec
         result = ladder.apply(decision, history, settings=self.settings, store=self.store,
-                              measure=sizer.measurer(spec))
+                              measure=sizer.measurer(spec), part=sizer.part_size)
         if result.level is ladder.Level.GIVE_UP:
             self._emit_all(learned, log)
             raise ChatError(failure, result.give_up_reason or sentence(failure)) from error

@@ -3,9 +3,9 @@
 A :class:`RequestSpec` is what a caller asked for besides the messages (``max_tokens``,
 model options, streaming); it travels through the pipeline as one value. The
 :class:`RequestSizer` knows the limits in force (the window and output cap, with what was
-learned), builds and encodes requests, and measures candidate histories for searches:
-the provider's fast ``measure`` when it has one (exact for the built-in adapters), else
-``len(encode())``. The body actually sent is encoded once, by :meth:`RequestSizer.encode`.
+learned), builds requests and sizes them: the provider's fast ``measure`` when it has one
+(exact for the built-in adapters, from memoized per-message sizes), else ``len(encode())``.
+Nothing here encodes the body that is sent: the provider does, once, when it sends.
 """
 
 from __future__ import annotations
@@ -19,8 +19,15 @@ from typing import Any
 
 from .. import compactor
 from ..config import Settings
-from ..history import History, Role, latest_user_index
-from ..providers.base import DefaultsMaxTokens, Measurable, Request, ToolSpec
+from ..history import History, Message, Role, latest_user_index
+from ..providers.base import (
+    DefaultsMaxTokens,
+    Measurable,
+    Prepared,
+    Request,
+    ToolSpec,
+    prepare,
+)
 from .endpoint import Endpoint
 from .learned import LearnedLimits
 
@@ -48,7 +55,7 @@ class RequestSizer:
         self.limits = limits
         self.settings = settings
         self._tools = tools
-        self._encoded: tuple[Request, bytes] | None = None
+        self._prepared: Prepared | None = None
 
     # -- limits in force -------------------------------------------------------------------
     @property
@@ -131,25 +138,29 @@ class RequestSizer:
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
                        options=dict(spec.options), stream=spec.stream)
 
-    def encode(self, request: Request) -> tuple[Request, bytes]:
-        """The request and its body, encoded once.
-
-        An equal request built again returns the first object: the provider keeps the
-        encoding of the object it last encoded, so sending that object does not encode
-        the body a second time.
-        """
-        if self._encoded is not None and self._encoded[0] == request:
-            return self._encoded
-        body = self.endpoint.provider.encode(request)
-        self._encoded = (request, body)
-        return self._encoded
+    def prepare(self, request: Request) -> Prepared:
+        """Pre-flight's view of ``request``: its exact body size and the max_tokens the body
+        carries, once per request (an equal request built again returns the same object).
+        No body is kept: the provider encodes it once, when it sends."""
+        if self._prepared is not None and self._prepared.request == request:
+            return self._prepared
+        self._prepared = prepare(self.endpoint.provider, request)
+        return self._prepared
 
     def forget_encoding(self) -> None:
-        """Drop the cached body (after a send, or when the provider or tools changed)."""
-        self._encoded = None
+        """Drop what was prepared (after a send, or when the provider or tools changed)."""
+        self._prepared = None
+
+    @property
+    def part_size(self) -> Callable[[Message], int] | None:
+        """What one message adds to a body (the adapters' memoized ``message_size``), for
+        fitting without re-measuring the history; None when the provider cannot tell."""
+        part = getattr(self.endpoint.provider, "message_size", None)
+        return part if callable(part) else None
 
     def measure(self, history: History, spec: RequestSpec) -> int:
-        """A history's body size for searches and reports, not for the body sent."""
+        """A history's exact body size (the provider's fast ``measure``, from memoized
+        message sizes; else ``len(encode())``), for searches, reports and pre-flight."""
         request = self.request(history, spec)
         provider = self.endpoint.provider
         if isinstance(provider, Measurable):
