@@ -137,10 +137,10 @@ class ChatSession(RequestLoop):
                               for m in self._transcript):
             self._record(Message.system(system))
         self._files.save_meta({"model": self.model, "system": system})
-        if self._files.load_history() is None:
+        if not self._files.has_history():
             # An existing snapshot stays until this session's first turn replaces it, so
             # opening a session by name never loses what ``resume`` would restore.
-            self._files.save_history(self._history)
+            self._files.checkpoint(self._history)
 
     # -- construction helpers -------------------------------------------------------------
     def _make_provider(self, model: str) -> Provider:
@@ -168,8 +168,8 @@ class ChatSession(RequestLoop):
         if "provider" not in kwargs and meta.get("model"):
             kwargs.setdefault("model", meta["model"])
         kwargs.setdefault("system", meta.get("system"))
-        snapshot = files.load_history()
         session = cls(name=name, **kwargs)
+        snapshot = session._files.load_history()   # later turns journal against it
         if snapshot is not None:
             session._history = snapshot
         session._cap_note = restore_learned(session)
@@ -554,7 +554,7 @@ class ChatSession(RequestLoop):
 
     def close(self) -> None:
         """Save the history snapshot and release the provider's client when it has one."""
-        self._files.save_history(self._history)
+        self._files.checkpoint(self._history)
         save_learned(self)
         closer = getattr(self._provider, "close", None)
         if self._owns_provider and callable(closer):
