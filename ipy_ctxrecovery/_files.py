@@ -11,8 +11,8 @@ whose write failed is cut back off the file, and a record is preceded by a newli
 the file does not end with one (a crash mid-write left a torn last line).
 
 :class:`SaveHealth` is how a session reports that its files cannot be written (disk
-full, read-only directory): one warning per session, then silence until a write
-succeeds again, so a notebook keeps chatting with one line saying nothing is being saved.
+full, read-only directory): one warning per session, so a notebook keeps chatting with
+one line saying nothing is being saved.
 """
 
 from __future__ import annotations
@@ -134,9 +134,10 @@ def write_private_atomic(path: Path, data: str | bytes, *, sync: bool = True) ->
 class SaveHealth:
     """Whether a session's files are being saved; warns once when they are not.
 
-    ``failed(what, error)`` after a write that raised ``OSError``: the first failure (and
-    the first after a recovery) warns, naming the directory, the reason and what it means;
-    ``ok()`` after a write that succeeded. The conversation itself goes on in memory.
+    ``failed(what, error)`` after a write that raised ``OSError``: the first failure of the
+    session warns, naming the directory, the reason and what it means (a disk filling up
+    fails some writes and not others, so one line, not one per write); ``ok()`` after a
+    write that succeeded. The conversation itself goes on in memory.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -146,15 +147,15 @@ class SaveHealth:
 
     def failed(self, what: str, error: OSError) -> None:
         self.failures += 1
-        if not self.saving:
-            return
         self.saving = False
+        if self.failures > 1:
+            return
         reason = error.strerror or str(error) or type(error).__name__
         warnings.warn(
             f"cannot save this session's files in {self.directory} ({reason}, while "
-            f"writing {what}); the conversation goes on in memory but nothing is being "
-            "saved until writing works again — free some space or set IPY_CTXRECOVERY_DIR "
-            "to a writable directory.", RuntimeWarning, stacklevel=4)
+            f"writing {what}); the conversation goes on in memory, but nothing is being "
+            "saved while this lasts — free some space or set IPY_CTXRECOVERY_DIR to a "
+            "writable directory.", RuntimeWarning, stacklevel=4)
 
     def ok(self) -> None:
         self.saving = True

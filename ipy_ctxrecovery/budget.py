@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._files import ensure_private_dir, write_private_atomic
+from ._files import SaveHealth, ensure_private_dir, write_private_atomic
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [
@@ -74,9 +74,13 @@ class ResultStore:
     and returns that path; persisting the same content again writes nothing.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, health: SaveHealth | None = None) -> None:
         # Absolute, so the path named in a preview can be read back from any working dir.
         self.directory = Path(directory).expanduser().absolute()
+        # A result that cannot be written (disk full, read-only) is kept here instead, and
+        # ``health`` (the session's) warns once that nothing is being saved.
+        self._health = health if health is not None else SaveHealth(self.directory)
+        self._unsaved: dict[Path, str] = {}
 
     def path_for(self, content: str) -> Path:
         digest = hashlib.sha256(_encode(content)).hexdigest()[:HASH_PREFIX_CHARS]
@@ -84,11 +88,15 @@ class ResultStore:
 
     def persist(self, content: str) -> Path:
         path = self.path_for(content)
-        if path.exists():
+        if path in self._unsaved or path.exists():
             return path
-        ensure_private_dir(self.directory)
-        # Written to a temporary file and renamed: a reader never sees half a result.
-        write_private_atomic(path, _encode(content))
+        try:
+            ensure_private_dir(self.directory)
+            # Written to a temporary file and renamed: a reader never sees half a result.
+            write_private_atomic(path, _encode(content))
+        except OSError as e:
+            self._unsaved[path] = content
+            self._health.failed(f"a tool result ({path.name})", e)
         return path
 
     def load(self, path: Path | str) -> str | None:
@@ -96,6 +104,8 @@ class ResultStore:
         candidate = Path(path)
         if candidate.parent != self.directory or not candidate.name.endswith(".txt"):
             return None
+        if candidate in self._unsaved:
+            return self._unsaved[candidate]
         try:
             return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:

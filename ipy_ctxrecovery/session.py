@@ -100,7 +100,7 @@ class ChatSession(RequestLoop):
         self.name = validate_name(name) if name is not None else _auto_name()
         user_tools = [as_tool(t) for t in tools]
         self._files = Transcript(self.name)
-        self._store = budget.ResultStore(self._files.results_dir)
+        self._store = budget.ResultStore(self._files.results_dir, self._files.health)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
         self._builtin: dict[str, Tool] = {}
         if builtin_tools:
