@@ -4,8 +4,9 @@ A :class:`~ipy_ctxrecovery.session.ChatSession` learns limits the hard way (one 
 request each): payload caps, the real context window, the output limit, the token
 calibration; plus two one-shot flags. This module writes that state to the session's
 ``learned.json`` (0600, atomic, via :class:`~ipy_ctxrecovery.transcript.Transcript`) after
-each turn where it changed, and restores it in ``ChatSession.resume`` under the same rules
-``ChatSession.update`` uses for a live session:
+each turn where it really changed (the token calibration and the largest body that
+passed drift with every answer: see ``save``), and restores it in ``ChatSession.resume``
+under the same rules ``ChatSession.update`` uses for a live session:
 
 - payload caps (largest ok, smallest rejected, assumed) belong to the **network path**
   (the client's base URL and the emulator behind it): restored only on the same path;
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from .providers.base import Provider
     from .session import ChatSession
 
-__all__ = ["VERSION", "path_key", "restore", "save", "snapshot"]
+__all__ = ["CALIBRATION_DRIFT", "VERSION", "path_key", "restore", "save", "snapshot"]
 
 VERSION = 1
 """Format version of ``learned.json``; another version is ignored (with a warning)."""
@@ -100,10 +101,49 @@ def snapshot(session: ChatSession) -> dict[str, Any]:
     }
 
 
-def save(session: ChatSession) -> None:
-    """Write the learned state when it differs from what this session last wrote."""
+CALIBRATION_DRIFT = 0.02
+"""The token calibration is rewritten only when it moved more than this (relative) from
+what was saved: it changes a little with every answer's usage, and an estimate 2 % off
+changes no decision that matters (pre-flight keeps a 10 % exact-fit margin)."""
+
+
+LARGEST_OK_GROWTH = 0.5
+"""With no rejection known, the largest body that passed grows with every turn; it is
+rewritten only when it grew past this (relative). A value saved a little low only makes
+a cap learned after ``resume`` a little lower: the safe side."""
+
+
+def _same(state: dict[str, Any], saved: dict[str, Any] | None) -> bool:
+    """Whether ``state`` is what was saved, up to the drifts allowed above."""
+    if saved is None:
+        return False
+    drifting = ("calibration", "caps")
+    if {k: v for k, v in state.items() if k not in drifting} \
+            != {k: v for k, v in saved.items() if k not in drifting}:
+        return False
+    caps, saved_caps = state["caps"], saved["caps"]
+    if {k: v for k, v in caps.items() if k != "largest_ok"} \
+            != {k: v for k, v in saved_caps.items() if k != "largest_ok"}:
+        return False
+    largest, saved_largest = caps["largest_ok"], saved_caps["largest_ok"]
+    drifted = caps["smallest_rejected"] is None \
+        and saved_largest <= largest <= saved_largest * (1 + LARGEST_OK_GROWTH)
+    if largest != saved_largest and not drifted:
+        return False
+    new, old = state["calibration"], saved["calibration"]
+    if (new["samples"] > 0) != (old["samples"] > 0):
+        return False
+    before = old["bytes_per_token"]
+    return abs(new["bytes_per_token"] - before) <= CALIBRATION_DRIFT * before
+
+
+def save(session: ChatSession, *, exact: bool = False) -> None:
+    """Write the learned state when it really changed since this session last wrote it:
+    any cap, window, limit or flag; the calibration only past ``CALIBRATION_DRIFT``, the
+    largest body that passed (no rejection known) only past ``LARGEST_OK_GROWTH``.
+    ``exact`` (on close): any difference at all is written."""
     state = snapshot(session)
-    if state != session._learned_saved:
+    if state != session._learned_saved if exact else not _same(state, session._learned_saved):
         session._files.save_learned(json.dumps(state, ensure_ascii=False))
         session._learned_saved = state
 

@@ -555,7 +555,7 @@ class ChatSession(RequestLoop):
     def close(self) -> None:
         """Save the history snapshot and release the provider's client when it has one."""
         self._files.checkpoint(self._history)
-        save_learned(self)
+        save_learned(self, exact=True)
         closer = getattr(self._provider, "close", None)
         if self._owns_provider and callable(closer):
             closer()  # releases what the provider opened itself, never a user's client

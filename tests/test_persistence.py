@@ -358,3 +358,26 @@ def test_append_record_starts_on_a_new_line_after_a_torn_one(tmp_path: Path) -> 
     path.write_bytes(b'{"a": 1}\n{"torn')
     append_record(path, b'{"b": 2}\n')
     assert path.read_bytes() == b'{"a": 1}\n{"torn\n{"b": 2}\n'
+
+
+# -- learned.json -------------------------------------------------------------------------------
+
+def test_learned_json_is_written_only_on_a_real_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[str] = []
+    real = Transcript.save_learned
+
+    def counting(self: Transcript, text: str) -> None:
+        writes.append(text)
+        real(self, text)
+
+    monkeypatch.setattr(Transcript, "save_learned", counting)
+    s = make("learned-writes")
+    for i in range(30):
+        s.send(f"turn {i} " + "words " * (50 + 7 * i))   # usage and body drift every turn
+    assert 1 <= len(writes) <= 12, len(writes)
+    # A real change (a learned cap) is written at once.
+    before = len(writes)
+    s.caps.record_rejection(100_000)
+    s.send("after a rejection")
+    assert len(writes) == before + 1
+    assert json.loads(writes[-1])["caps"]["smallest_rejected"] == 100_000
