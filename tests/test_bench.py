@@ -52,3 +52,9 @@ def test_microcompact_savings_prints_the_ratio_and_ours_summarizes() -> None:
     # ANCHORS weakness 9: ChatCLI's one-line summary never fires; ours must.
     assert " 0 results summarized" in chatcli
     assert " 0 results summarized" not in ours
+
+
+def test_persistence_prints_bytes_per_turn_before_and_after() -> None:
+    out = run("persistence.py", "--turns", "12", "--turn-kb", "2")
+    assert "== before: written " in out and "== journal: written " in out, out
+    assert "ratio persistence before/journal: total bytes " in out
