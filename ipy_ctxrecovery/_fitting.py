@@ -12,12 +12,14 @@ the pre-send fit that never sends blind a body pre-flight already knows is too b
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import budget, compactor, ladder, preflight
 from .config import Settings, format_size
+from .deadline import call_with_deadline
 from .errors import ChatError, Failure, FailureKind
 from .events import Event, NoticeInjected, Preflight
 from .history import History, Message
@@ -36,6 +38,11 @@ class Turn:
     completion_tokens: int = 0
     compacted_from: tuple[History, int] | None = None
     """The history before this turn's last compaction, and the compacted length."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the turn must end (``turn_timeout``); None: no bound."""
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
 
 class RequestSizing:
@@ -116,10 +123,11 @@ class RequestSizing:
         return len(self._provider.encode(request))
 
     # -- the summarizer the compactor uses (CONVENTIONS.md "Summarizer") --------------------
-    def _summarize(self, text: str, *, max_tokens: int) -> str:
+    def _summarize(self, text: str, *, max_tokens: int, deadline: float | None = None) -> str:
         request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
-        return self._provider.send(request).message.text
+        return call_with_deadline(lambda _: self._provider.send(request), None, deadline,
+                                  timeout=self.settings.turn_timeout or 0).message.text
 
     # -- fitting before the send -----------------------------------------------------------
     def _fit_known_limits(self, history: History, body: int, sent_max_tokens: int | None,
@@ -258,7 +266,8 @@ class RequestSizing:
         new, report = compactor.compact(
             history, target_bytes=target,
             measure=lambda h: self._measure(h, max_tokens, options, stream=stream),
-            summarize=lambda text: self._summarize(text, max_tokens=summary_tokens),
+            summarize=lambda text: self._summarize(text, max_tokens=summary_tokens,
+                                                   deadline=turn.deadline),
             settings=settings, on_event=lambda e: self._emit(e, turn),
             instructions=instructions, force_summary=force)
         self._last_compaction = report

@@ -25,7 +25,9 @@ send loop and the ladder climbing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 from . import budget, compactor, ladder, microcompact, preflight
 from ._fitting import RequestSizing, Turn
 from .config import format_size
+from .deadline import call_with_deadline
 from .errors import ChatError, Failure, FailureKind, redact
 from .events import (
     BudgetApplied,
@@ -48,12 +51,10 @@ from .events import (
 )
 from .history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from .providers.base import Provider, Response, TextCallback
+from .retry import retry_wait, too_long_sentence
 
 __all__ = ["RequestLoop", "Turn"]
 
-_BACKOFF_BASE_SECONDS = 1.0
-"""First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
-_BACKOFF_MAX_SECONDS = 30.0
 _MAX_TOKENS_RE = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
 """The max_tokens a provider put in the body (Anthropic always sends one)."""
 
@@ -162,7 +163,10 @@ class RequestLoop(RequestSizing):
                     raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                             request_bytes=body), reason)
             try:
-                response = self._provider.send(request, on_text=on_text if stream else None)
+                response = call_with_deadline(
+                    functools.partial(self._provider.send, request),
+                    on_text if stream else None, turn.deadline,
+                    timeout=settings.turn_timeout or 0)
             except ChatError as e:
                 failure = e.failure
                 if failure.request_bytes is None:
@@ -177,8 +181,13 @@ class RequestLoop(RequestSizing):
                     continue
                 if kind is FailureKind.TRANSIENT and transient < settings.transient_retries:
                     transient += 1
-                    wait = failure.retry_after if failure.retry_after is not None else min(
-                        _BACKOFF_MAX_SECONDS, _BACKOFF_BASE_SECONDS * 2 ** (transient - 1))
+                    plan = retry_wait(transient, failure.retry_after,
+                                      max_wait=settings.max_retry_wait, remaining=turn.left())
+                    if plan.seconds is None:
+                        what = f"HTTP {failure.status}" if failure.status else failure.label
+                        raise ChatError(failure, too_long_sentence(
+                            plan, what, now=time.time())) from e
+                    wait = plan.seconds
                     self._emit(Retrying(
                         message=f"↻ {failure.label} — retrying in {wait:.1f}s "
                                 f"({transient}/{settings.transient_retries})",

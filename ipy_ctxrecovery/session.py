@@ -371,7 +371,8 @@ class ChatSession(RequestLoop):
         for good; the working history is then exactly as before. ``record=False`` sends
         the exchange without keeping it (history and transcript untouched).
         """
-        turn = Turn()
+        timeout = self.settings.turn_timeout
+        turn = Turn(deadline=None if timeout is None else time.monotonic() + timeout)
         user = Message.user(text)
         if record:
             self._record(user)
