@@ -361,9 +361,10 @@ def test_bad_model_session_name_or_directory_is_one_sentence(
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(blocker))
-    result = cell(ip, "-S elsewhere", "hi")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert "set IPY_CTXRECOVERY_DIR to a writable directory" in str(result.error_in_exec)
+    # A state dir that cannot be written: the notebook still chats, one warning says so.
+    with pytest.warns(RuntimeWarning, match="set IPY_CTXRECOVERY_DIR to a writable directory"):
+        result = cell(ip, "-S elsewhere", "hi")
+    assert result.error_in_exec is None
 
 
 def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> None:

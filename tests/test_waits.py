@@ -5,8 +5,6 @@ turn_timeout, whether the server never answers or its stream stalls."""
 from __future__ import annotations
 
 import math
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 from fakes import FakeProvider, failure
+from rawserver import serving
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.errors import ChatError, FailureKind
@@ -84,62 +83,10 @@ def test_a_session_never_sleeps_past_max_retry_wait(asked: float, words: str) ->
     assert sleeps == [] and s.history == before
 
 
-class _Server:
-    """A one-purpose HTTP server on 127.0.0.1: answers each connection with ``reply``
-    (bytes), then keeps the socket open without a word (``stall`` seconds)."""
-
-    def __init__(self, reply: bytes, stall: float = 30.0) -> None:
-        self.reply, self.stall = reply, stall
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5)
-            data = b""
-            try:
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                while len(body) < length:
-                    body += conn.recv(65536)
-                if self.reply:
-                    conn.sendall(self.reply)
-                self._stop.wait(self.stall)
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
-def server() -> Iterator[Any]:
-    made: list[_Server] = []
-
-    def start(reply: bytes, stall: float = 30.0) -> _Server:
-        made.append(_Server(reply, stall))
-        return made[-1]
-
-    yield start
-    for s in made:
-        s.close()
+def raw_server() -> Iterator[Any]:
+    with serving() as start:
+        yield start
 
 
 def _session(port: int, timeout: float) -> ChatSession:
@@ -150,8 +97,8 @@ def _session(port: int, timeout: float) -> ChatSession:
                        sleep=lambda s: None)
 
 
-def test_a_server_that_never_answers_fails_the_turn_at_turn_timeout(server: Any) -> None:
-    srv = server(b"")
+def test_a_server_that_never_answers_fails_the_turn_at_turn_timeout(raw_server: Any) -> None:
+    srv = raw_server(b"")
     s = _session(srv.port, 1.5)
     with pytest.raises(ChatError) as caught:
         s.send("hello")
@@ -160,13 +107,13 @@ def test_a_server_that_never_answers_fails_the_turn_at_turn_timeout(server: Any)
     s.close()
 
 
-def test_a_stalled_stream_fails_the_turn_at_turn_timeout(server: Any) -> None:
+def test_a_stalled_stream_fails_the_turn_at_turn_timeout(raw_server: Any) -> None:
     chunk = (b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
              b'"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},'
              b'"finish_reason":null}]}\n\n')
     head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n")
-    srv = server(head + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+    srv = raw_server(head + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
     s = _session(srv.port, 1.5)
     shown: list[str] = []
     with pytest.raises(ChatError, match=r"^No answer within turn_timeout"):
@@ -176,9 +123,9 @@ def test_a_stalled_stream_fails_the_turn_at_turn_timeout(server: Any) -> None:
     s.close()
 
 
-def test_a_real_429_asking_for_a_day_fails_with_one_sentence(server: Any) -> None:
+def test_a_real_429_asking_for_a_day_fails_with_one_sentence(raw_server: Any) -> None:
     body = b'{"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}'
-    srv = server(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+    srv = raw_server(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
                  b"retry-after: inf\r\nconnection: close\r\ncontent-length: "
                  + str(len(body)).encode() + b"\r\n\r\n" + body, stall=0)
     s = _session(srv.port, 120)
