@@ -183,7 +183,7 @@ def restore(session: ChatSession) -> str | None:
         return None
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict) or data.get("version") != VERSION or not _valid(data):
         version = data.get("version") if isinstance(data, dict) else None
