@@ -126,8 +126,15 @@ class RequestSizing:
     def _summarize(self, text: str, *, max_tokens: int, deadline: float | None = None) -> str:
         request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
-        return call_with_deadline(lambda _: self._provider.send(request), None, deadline,
-                                  timeout=self.settings.turn_timeout or 0).message.text
+        try:
+            return call_with_deadline(lambda _: self._provider.send(request), None, deadline,
+                                      timeout=self.settings.turn_timeout or 0).message.text
+        except ChatError as e:
+            if e.failure.payload_related:
+                # A proxy's size limit holds for every request: what rejected the
+                # summarizer's body is learned, so the main request is fitted under it.
+                self.caps.record_rejection(e.failure.request_bytes)
+            raise
 
     # -- fitting before the send -----------------------------------------------------------
     def _fit_known_limits(self, history: History, body: int, sent_max_tokens: int | None,
