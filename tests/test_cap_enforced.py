@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import pytest
 from fakes import FakeProvider
 
@@ -36,3 +39,31 @@ def test_an_old_history_over_the_configured_cap_is_fitted_under_it() -> None:
     s.send("the latest question")
     assert max(len(b) for b in fake.bodies[12:]) <= 64 * KB
     assert s.history[-2].text == "the latest question"
+
+
+def test_a_proxy_rejecting_the_summarizer_request_teaches_the_cap() -> None:
+    """Found by the soak: the main request was then sent larger than the rejected one."""
+    from fakes import failure
+
+    from ipy_ctxrecovery.errors import FailureKind
+
+    rejected: list[int] = []
+    fake = FakeProvider(window=6_000, max_output=1024)
+
+    def answer(request: Any) -> Any:
+        summary = "STRUCTURED SUMMARY" in (request.messages[0].text or "")
+        if summary and not rejected:
+            rejected.append(len(fake.encode(request)))
+            raise failure(FailureKind.WAF_REJECTION, "blocked by security policy",
+                          status=403, request_bytes=rejected[0])
+        return None
+
+    fake.script.extend(answer for _ in range(200))
+    s = ChatSession(provider=fake, settings=Settings(), sleep=lambda x: None)
+    for i in range(12):
+        with contextlib.suppress(ChatError):
+            s.send(f"turn {i} " + "z" * 4_000)
+    assert rejected, "no summary was asked for"
+    first = next(i for i, r in enumerate(fake.requests)
+                 if "STRUCTURED SUMMARY" in (r.messages[0].text or ""))
+    assert all(len(b) < rejected[0] for b in fake.bodies[first + 1:])
