@@ -126,6 +126,16 @@ class RequestSizing:
     def _summarize(self, text: str, *, max_tokens: int, deadline: float | None = None) -> str:
         request = Request(messages=(Message.system(compactor.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
+        rejected = self.caps.smallest_rejected
+        if rejected is not None:
+            fast = getattr(self._provider, "measure", None)
+            size = int(fast(request)) if callable(fast) else len(self._provider.encode(request))
+            if size >= rejected:
+                # Not even the summary request fits under what a proxy already rejected.
+                reason = (f"the summary request ({format_size(size)}) is not below the "
+                          f"{format_size(rejected)} the proxy/gateway already rejected")
+                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                        request_bytes=size), reason)
         try:
             return call_with_deadline(lambda _: self._provider.send(request), None, deadline,
                                       timeout=self.settings.turn_timeout or 0).message.text

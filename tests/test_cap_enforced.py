@@ -67,3 +67,16 @@ def test_a_proxy_rejecting_the_summarizer_request_teaches_the_cap() -> None:
     first = next(i for i, r in enumerate(fake.requests)
                  if "STRUCTURED SUMMARY" in (r.messages[0].text or ""))
     assert all(len(b) < rejected[0] for b in fake.bodies[first + 1:])
+
+
+def test_no_summary_request_is_sent_at_a_size_already_rejected() -> None:
+    """Found by the long soak: with a tiny learned cap the summary request went out anyway."""
+    fake = FakeProvider(window=50_000_000, max_output=4096)
+    s = ChatSession(provider=fake, settings=Settings(), sleep=lambda x: None)
+    for i in range(6):
+        s.send(f"turn {i} " + "w" * 400)
+    s.caps.record_rejection(950)        # about the summary prompt alone
+    sent = len(fake.bodies)
+    report = s.compact()
+    assert not report.applied
+    assert all(len(b) < 950 for b in fake.bodies[sent:])
