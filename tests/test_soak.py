@@ -41,6 +41,7 @@ PLANTED_KEY = "sk-soak-PLANTED-0123456789abcdefABCDEF"
 PROVIDER_FAULTS = ["429", "500", "503", "529", "stream-error", "stream-cut", "drop"]
 MIDDLEBOX_FAULTS = ["413:nginx", "413:cloudflare", "413:aws", "413:envoy", "waf", "waf:bare"]
 SIZE_REJECTIONS = ("413", "waf")
+MIDDLEBOX_MIN_HISTORY = 24 * 1024
 
 
 def fetch_log(n: int, seed: int = 0) -> str:
@@ -210,7 +211,10 @@ def run_session(index: int, rng: random.Random, figures: Figures) -> None:
         for turn in range(TURNS):
             marker = f"[s{index}t{turn}]"
             if rng.random() < 0.4:
-                pool = PROVIDER_FAULTS if rng.random() < 0.85 else MIDDLEBOX_FAULTS
+                # A proxy rejects big bodies: its one-off faults only meet a big request
+                # (one on a 1 KB body would teach a cap no conversation fits under).
+                big = s.status().history_bytes >= MIDDLEBOX_MIN_HISTORY
+                pool = MIDDLEBOX_FAULTS if big and rng.random() < 0.3 else PROVIDER_FAULTS
                 for _ in range(rng.choice([1, 1, 2])):
                     fault = rng.choice(pool)
                     if fault == "429":
