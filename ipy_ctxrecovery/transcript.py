@@ -326,7 +326,7 @@ class Transcript:
         try:
             for index, record, _ in _json_lines(self.path, problems):
                 yield index, record
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return
         except OSError as e:
             problems.add(0, e.strerror or type(e).__name__)
@@ -446,7 +446,7 @@ class Transcript:
         """
         try:
             raw = self.history_path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return None
         except OSError as e:
             return self._rebuilt(self.history_path, e.strerror or type(e).__name__)
@@ -488,7 +488,7 @@ class Transcript:
         clean = True
         try:
             lines = list(_json_lines(self.journal_path, problems))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return tuple(current), 0, ""
         except OSError as e:
             return None, None, e.strerror or type(e).__name__
@@ -544,7 +544,7 @@ class Transcript:
         """``session.json`` as a dict: ``{}`` when missing; unreadable → ``{}`` and one warning."""
         try:
             raw = self.meta_path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return {}
         except OSError as e:
             why = e.strerror or type(e).__name__
@@ -579,7 +579,7 @@ class Transcript:
         as replacement characters so the caller reports the file as invalid."""
         try:
             return self.learned_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return None
         except OSError:
             return ""
