@@ -1,8 +1,18 @@
-"""Private files and directories: directories 0700, files 0600, whole-file writes atomic.
+"""Private files and directories: directories 0700, files 0600, checked writes, atomic replaces.
 
 Shared by ``budget.ResultStore`` (persisted tool results) and ``transcript`` (the session's
 log, history and metadata), so both keep the same promise (SPEC: files written are 0600,
 directories 0700) in one place.
+
+Every write goes through :func:`write_all`, which loops until the kernel took every byte
+(``os.write`` may take fewer on a full disk), so a short write is never mistaken for a
+whole one. :func:`append_record` never lets a torn record swallow the next one: a record
+whose write failed is cut back off the file, and a record is preceded by a newline when
+the file does not end with one (a crash mid-write left a torn last line).
+
+:class:`SaveHealth` is how a session reports that its files cannot be written (disk
+full, read-only directory): one warning per session, so a notebook keeps chatting with
+one line saying nothing is being saved.
 """
 
 from __future__ import annotations
@@ -10,54 +20,142 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
-__all__ = ["DIR_MODE", "FILE_MODE", "ensure_private_dir", "open_private", "write_private_atomic"]
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "SaveHealth",
+    "append_record",
+    "ensure_private_dir",
+    "open_private",
+    "write_all",
+    "write_private_atomic",
+]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` and any missing parents as 0700 directories; the leaf ends up 0700."""
+    """Create ``path`` and any missing parents as 0700 directories.
+
+    Only directories created here are made private: an existing directory (a state dir
+    the user chose, their home) keeps the mode its owner gave it.
+    """
     missing: list[Path] = []
     d = path
     while not d.exists():
         missing.append(d)
         d = d.parent
     for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
+        try:
             d.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue                    # another process made it: not ours to chmod
         os.chmod(d, DIR_MODE)           # mkdir's mode is filtered by the umask
-    # An existing directory keeps its mode: the leaf is ours, so make it private.
-    if path.stat().st_mode & 0o777 != DIR_MODE:
-        os.chmod(path, DIR_MODE)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a directory")
     return path
 
 
 def open_private(path: Path, flags: int) -> int:
-    """``os.open`` creating ``path`` if needed, the file made 0600 either way."""
-    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
-    # O_CREAT's mode is filtered by the umask and ignored for an existing file.
-    os.fchmod(fd, FILE_MODE)
+    """``os.open`` creating ``path`` if needed (never through a symlink), made 0600 either way."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        # O_CREAT's mode is filtered by the umask and ignored for an existing file.
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
-def write_private_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, or raise ``OSError``.
+
+    ``os.write`` may write fewer bytes than asked (a disk filling up, a file-size limit);
+    the rest is retried until it goes or the kernel refuses with an error.
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"write() took {written} bytes")
+        view = view[written:]
+
+
+def append_record(path: Path, line: bytes) -> None:
+    """Append one newline-terminated record to ``path`` (created 0600), all or nothing.
+
+    One ``write`` per record keeps records whole when two processes append. A failed
+    write is cut back off (when no other process appended meanwhile), so a full disk
+    leaves no torn record; if the file does not end with a newline (a crash mid-write),
+    the record starts on a new line, so the torn one never swallows it.
+    """
+    fd = open_private(path, os.O_RDWR | os.O_APPEND)
+    try:
+        start = os.fstat(fd).st_size
+        if start and os.pread(fd, 1, start - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            write_all(fd, line)
+        except OSError:
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_size <= start + len(line):
+                    os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_private_atomic(path: Path, data: str | bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` (str: UTF-8) atomically: a 0600 temp file in the same
-    directory, flushed to disk (``durable=False``: left to the kernel's writeback), then
-    renamed, so a reader never sees half a file."""
+    directory, written in full (flushed to disk unless ``sync=False``), then renamed, so a
+    reader never sees half a file and a failed write leaves the old file as it was."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
+        try:
+            os.fchmod(fd, FILE_MODE)
+            write_all(fd, raw)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class SaveHealth:
+    """Whether a session's files are being saved; warns once when they are not.
+
+    ``failed(what, error)`` after a write that raised ``OSError``: the first failure of the
+    session warns, naming the directory, the reason and what it means (a disk filling up
+    fails some writes and not others, so one line, not one per write); ``ok()`` after a
+    write that succeeded. The conversation itself goes on in memory.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.saving = True
+        self.failures = 0
+
+    def failed(self, what: str, error: OSError) -> None:
+        self.failures += 1
+        self.saving = False
+        if self.failures > 1:
+            return
+        reason = error.strerror or str(error) or type(error).__name__
+        warnings.warn(
+            f"cannot save this session's files in {self.directory} ({reason}, while "
+            f"writing {what}); the conversation goes on in memory, but nothing is being "
+            "saved while this lasts — free some space or set IPY_CTXRECOVERY_DIR to a "
+            "writable directory.", RuntimeWarning, stacklevel=4)
+
+    def ok(self) -> None:
+        self.saving = True

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._files import ensure_private_dir, write_private_atomic
+from ._files import SaveHealth, ensure_private_dir, write_private_atomic
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [
@@ -82,9 +82,13 @@ class ResultStore:
     again the next time its content is persisted.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, health: SaveHealth | None = None) -> None:
         # Absolute, so the path named in a preview can be read back from any working dir.
         self.directory = Path(directory).expanduser().absolute()
+        # A result that cannot be written (disk full, read-only) is kept here instead, and
+        # ``health`` (the session's) warns once that nothing is being saved.
+        self._health = health if health is not None else SaveHealth(self.directory)
+        self._unsaved: dict[Path, str] = {}
 
     def path_for(self, content: str) -> Path:
         digest = hashlib.sha256(_encode(content)).hexdigest()[:HASH_PREFIX_CHARS]
@@ -93,14 +97,20 @@ class ResultStore:
     def persist(self, content: str) -> Path:
         data = _encode(content)
         path = self.directory / f"{hashlib.sha256(data).hexdigest()[:HASH_PREFIX_CHARS]}.txt"
+        if path in self._unsaved:
+            return path
         try:
             if path.stat().st_size == len(data):
                 return path
         except OSError:
             pass
-        ensure_private_dir(self.directory)
-        # Written to a temporary file and renamed: a reader never sees half a result.
-        write_private_atomic(path, data, durable=False)
+        try:
+            ensure_private_dir(self.directory)
+            # Written to a temporary file and renamed: a reader never sees half a result.
+            write_private_atomic(path, data, sync=False)
+        except OSError as e:
+            self._unsaved[path] = content
+            self._health.failed(f"a tool result ({path.name})", e)
         return path
 
     def load(self, path: Path | str) -> str | None:
@@ -108,6 +118,8 @@ class ResultStore:
         candidate = Path(path)
         if candidate.parent != self.directory or not candidate.name.endswith(".txt"):
             return None
+        if candidate in self._unsaved:
+            return self._unsaved[candidate]
         try:
             return candidate.read_bytes().decode("utf-8", errors="surrogatepass")
         except OSError:

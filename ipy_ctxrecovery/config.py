@@ -140,6 +140,16 @@ class Settings:
     # --- session loop ---
     max_tool_rounds: int = 8
     transient_retries: int = 2
+    max_retry_wait: float = 60.0
+    """Seconds: the longest a transient retry waits (a server's Retry-After included);
+    a server asking for longer fails the turn with a sentence saying when to retry."""
+    turn_timeout: float | None = 900.0
+    """Seconds: the most one turn (every request, retry and wait in it) may take; None =
+    no deadline. A server that never answers or a stalled stream fails the turn then."""
+
+    def __post_init__(self) -> None:
+        # Checked when built, however built: a Settings that exists is safe to compute with.
+        self.validate()
 
     # --- files and privacy (README "Files and privacy") ---
     redact_stored: bool = True
@@ -152,12 +162,15 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
-        updated = dataclasses.replace(self, **changes)
-        updated.validate()
-        return updated
+        return dataclasses.replace(self, **changes)
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` when a value or a relation between values is wrong."""
+        """Raise :class:`ConfigError` when a value or a relation between values is wrong.
+
+        Everything that passes is safe to compute with: finite numbers, whole numbers where
+        a count is meant, and no zero where a value divides or bounds (a cap of 0 bytes,
+        0 characters per token).
+        """
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in _FLAG_FIELDS:
@@ -169,11 +182,42 @@ class Settings:
                     raise ConfigError(f"{f.name}={value!r} is not a path.")
                 continue
             if value is None:
+                if f.name not in _OPTIONAL:
+                    raise ConfigError(f"{_label(f.name)} must be set (it has no 'none' form).")
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{_label(f.name)}={value!r} is not a number.")
+            if not math.isfinite(value):
+                raise ConfigError(f"{_label(f.name)}={value!r} is not a finite number.")
+            if f.type in ("int", int) and f.name not in _OPTIONAL \
+                    and not isinstance(value, int):
+                raise ConfigError(f"{_label(f.name)}={value!r} is not a whole number.")
             if value < 0:
                 raise ConfigError(f"{_label(f.name)}={value!r} must not be negative.")
+        if self.context_window is not None and not isinstance(self.context_window, int):
+            raise ConfigError(f"{_label('context_window')}={self.context_window!r} is not a "
+                              "whole number of tokens.")
+        if self.max_payload is not None and not (
+                isinstance(self.max_payload, int) and self.max_payload >= MIN_PAYLOAD):
+            raise ConfigError(
+                f"{_label('max_payload')}={self.max_payload!r} is not a usable cap; give a "
+                "positive whole number of bytes, or None for no cap.")
+        if not MIN_CHARS_PER_TOKEN <= self.chars_per_token <= MAX_CHARS_PER_TOKEN:
+            raise ConfigError(
+                f"chars_per_token={self.chars_per_token!r} must be between "
+                f"{MIN_CHARS_PER_TOKEN:g} and {MAX_CHARS_PER_TOKEN:g} (4 is typical).")
+        if self.assumed_cap_bytes < 1:
+            raise ConfigError(f"assumed_cap_bytes={self.assumed_cap_bytes!r} must be a "
+                              "positive number of bytes.")
+        if self.turn_timeout is not None and self.turn_timeout < 1:
+            raise ConfigError(f"turn_timeout={self.turn_timeout!r} must be at least 1 second, "
+                              "or None for no deadline.")
+        if not 0 <= self.exact_fit_margin < 1:
+            raise ConfigError(f"exact_fit_margin={self.exact_fit_margin!r} must be a fraction "
+                              "in [0, 1).")
+        for name in ("summarizer_input_max_chars", "summary_max_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be at least 1.")
         for name in ("max_recovery_attempts", "emergency_keep_messages", "context_window",
                      "microcompact_truncate_turns", "microcompact_summarize_turns",
                      "turn_budget_chars", "per_result_max_chars", "nuclear_keep_messages"):
@@ -216,13 +260,11 @@ class Settings:
                     "or a Settings field name."
                 )
             changes[name] = _coerce(name, key, raw)
-        result = dataclasses.replace(self, **changes)
         try:
-            result.validate()
+            return dataclasses.replace(self, **changes)
         except ConfigError as e:
             keys = ", ".join(values)
             raise ConfigError(f"{e} (from {keys})") from None
-        return result
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -230,6 +272,15 @@ class Settings:
         source = os.environ if env is None else env
         present = {k: source[k] for k in ENV_VARS if source.get(k, "").strip()}
         return cls().updated(present, source="environment variable")
+
+
+MIN_PAYLOAD = 1
+"""The smallest payload cap: 0 bytes is no cap (None), not a cap nothing fits under."""
+MIN_CHARS_PER_TOKEN = 1.0
+MAX_CHARS_PER_TOKEN = 10.0
+"""The range a bytes-per-token estimate can take (as ``preflight`` clamps calibration)."""
+_OPTIONAL = frozenset({"context_window", "max_payload", "turn_timeout"})
+"""Fields where None is a value (no override, no cap, no deadline)."""
 
 
 def _label(name: str) -> str:
@@ -271,7 +322,9 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
     default = getattr(Settings(), name)
     if name == "context_window" and text.lower() in {"", "none", "auto", "0"}:
         return None
-    if isinstance(default, float):
+    if name == "turn_timeout" and text.lower() in {"", "none", "off", "0"}:
+        return None
+    if isinstance(default, float) or name == "turn_timeout":
         try:
             value_f = float(text)
         except ValueError:

@@ -339,13 +339,14 @@ class Redactor:
 
     def arguments(self, text: str) -> str:
         """Tool-call arguments: masked value by value when they are JSON, so the masked
-        text is still the same JSON shape; as text otherwise."""
+        text is still the same JSON shape; as text otherwise (or when nested too deeply
+        to walk)."""
         try:
             data = json.loads(text)
-        except ValueError:
+            masked = self.value(data)
+            return text if masked == data else json.dumps(masked, ensure_ascii=False)
+        except (ValueError, RecursionError):
             return self.stored(text)
-        masked = self.value(data)
-        return text if masked == data else json.dumps(masked, ensure_ascii=False)
 
     def message(self, message: Message) -> Message:
         """``message`` as it may be stored (the same object when nothing was masked)."""

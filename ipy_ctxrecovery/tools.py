@@ -72,24 +72,43 @@ class Tool:
             raw = json.loads(arguments) if arguments and arguments.strip() else {}
         except json.JSONDecodeError as e:
             return f"Error: the arguments for {self.name} are not valid JSON ({e.msg}).", True
+        except RecursionError:
+            return f"Error: the arguments for {self.name} are nested too deeply to read.", True
         if not isinstance(raw, dict):
             return f"Error: the arguments for {self.name} must be a JSON object.", True
-        problem = validate_arguments(self.function, raw)
+        try:
+            problem = validate_arguments(self.function, raw)
+        except RecursionError:
+            return f"Error: the arguments for {self.name} are nested too deeply to check.", True
         if problem:
             return f"Error: {problem} (tool {self.name}).", True
         try:
             result = self.function(**raw)
         except ToolError as e:
-            return redact(f"Error: {e}"), True
+            return redact(f"Error: {_describe(e, with_type=False)}"), True
         except Exception as e:  # a tool's bug must not end the conversation
             # Error text goes to the model and the transcript: mask any key it quotes.
-            return redact(f"Error: {self.name} raised {type(e).__name__}: {e}"), True
+            return redact(f"Error: {self.name} raised {_describe(e)}"), True
+        try:
+            text = _to_text(result)
+        except Exception as e:  # a result whose __str__ (or JSON form) raises, or too deep
+            return (f"Error: the result of {self.name} (a {type(result).__name__}) could not be "
+                    f"turned into text ({type(e).__name__}).", True)
         # A tool may read a file that holds a key (an .env, a config): results go to the
         # model, the transcript and the history files, where keys must never appear.
-        return redact(_to_text(result)), False
+        return redact(text), False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
+
+
+def _describe(error: BaseException, *, with_type: bool = True) -> str:
+    """``Type: message`` of an exception, even one whose ``__str__`` raises."""
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message could not be shown)"
+    return f"{type(error).__name__}: {text}" if with_type else text
 
 
 def _to_text(result: Any) -> str:

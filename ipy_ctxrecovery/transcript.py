@@ -1,4 +1,4 @@
-"""Where a session's data lives on disk: the append-only JSONL transcript and the history snapshot.
+"""Where a session's data lives on disk: the append-only transcript, the history snapshot and its journal.
 
 Layout (CONVENTIONS.md): the root is ``$IPY_CTXRECOVERY_DIR``, else
 ``$XDG_STATE_HOME/ipy_ctxrecovery``, else ``~/.local/state/ipy_ctxrecovery``. A session
@@ -10,8 +10,14 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
   full results); ``{"type": "reset", "ts": ...}`` when the working history was reset.
   What the package itself writes for the model (SYSTEM NOTICE, summaries, continuation
   prompts) is not "said" and lives only in the snapshot.
-- ``history.json`` (0600): the working history (what the model sees), rewritten
-  atomically after each turn, so ``resume`` restores exactly what the model saw.
+- ``history.json`` (0600) and ``history.journal`` (0600): the working history (what the
+  model sees), so ``resume`` restores exactly what the model saw. The snapshot
+  ``{"version": 2, "generation": g, "messages": [...]}`` is rewritten (atomically) only
+  when the history stops being an extension of what is on disk — compaction, undo,
+  reset, a recovery that cut messages — and on close. Every other turn appends one line
+  to the journal, ``{"gen": g, "base": n, "set": [[i, message], ...], "add": [...]}``:
+  the messages the turn added after the first ``n``, and the few earlier ones it
+  replaced (microcompact previews). So a turn writes O(its new messages), not O(history).
 - ``session.json`` (0600): the model string and the system prompt (never a key).
 
 What is written passes through the session's ``Redactor`` (``redaction.py``): its own
@@ -19,6 +25,21 @@ credentials and well-known secret formats are masked on disk, never in what is s
 - ``learned.json`` (0600): what the session learned (caps, window, calibration...), written
   atomically when it changed; its format and restore rules live in ``learned.py``.
 - ``results/`` (0700): the budget's persisted tool results (``budget.ResultStore``).
+
+Crash safety (a process killed at any point loses at most the turn in flight): a journal
+line is one ``write``; a torn last line (the turn in flight) is skipped on load; journal
+lines of another generation (a kill between a snapshot's rename and the journal's reset)
+are ignored; a journal line whose ``base`` does not follow from the lines before it is
+damage, and the history is then rebuilt from the transcript. Power loss is not covered
+beyond what the snapshot's fsync gives: appends are not fsynced (that was the per-turn
+cost this layout removes).
+
+Writes that fail (disk full, read-only directory) never raise: the session goes on in
+memory, one warning says nothing is being saved (``_files.SaveHealth``), transcript
+records that could not be written are kept and written with the next record that can be,
+and the next successful history write is a whole snapshot. Reads never raise for a bad
+file either: each unreadable line or file gives one sentence naming the file and line,
+and the rest of the session opens.
 
 Nothing here is global: each :class:`Transcript` belongs to one session object.
 """
@@ -34,9 +55,26 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._files import DIR_MODE, FILE_MODE, ensure_private_dir, open_private, write_private_atomic
+from ._files import (
+    DIR_MODE,
+    FILE_MODE,
+    SaveHealth,
+    append_record,
+    ensure_private_dir,
+    open_private,
+    write_private_atomic,
+)
 from .errors import ConfigError
-from .history import History, Message
+from .history import (
+    Block,
+    History,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from .pairing import repair_pairing
 from .redaction import Redactor
 
@@ -46,11 +84,16 @@ __all__ = [
     "Transcript",
     "data_root",
     "list_sessions",
+    "message_from_dict",
     "session_dir",
     "validate_name",
 ]
 
 ENV_DIR = "IPY_CTXRECOVERY_DIR"
+SNAPSHOT_VERSION = 2
+"""``history.json`` format; version 1 (no generation, no journal) is still read."""
+JOURNAL_MAX_REPLACED = 16
+"""A turn that replaced more earlier messages than this is written as a whole snapshot."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -82,30 +125,185 @@ def session_dir(name: str) -> Path:
 def list_sessions() -> list[str]:
     """Names of the sessions that have a transcript on disk, sorted."""
     root = data_root() / "sessions"
-    if not root.is_dir():
+    try:
+        return sorted(p.name for p in root.iterdir()
+                      if _NAME_RE.match(p.name) and (p / "transcript.jsonl").is_file())
+    except OSError:
         return []
-    return sorted(p.name for p in root.iterdir()
-                  if _NAME_RE.match(p.name) and (p / "transcript.jsonl").is_file())
+
+
+# -- reading our JSON forms strictly --------------------------------------------------------
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not a string")
+    return value
+
+
+def _opt_str(value: Any, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+def _block(data: Any) -> Block:
+    if not isinstance(data, Mapping):
+        raise ValueError("a content block is not an object")
+    kind = data.get("type")
+    if kind == "text":
+        return Text(_str(data.get("text"), "a text block's text"))
+    if kind == "reasoning":
+        return Reasoning(_str(data.get("text"), "a reasoning block's text"),
+                         _opt_str(data.get("signature"), "a reasoning signature"))
+    if kind == "tool_call":
+        return ToolCall(_str(data.get("id"), "a tool call's id"),
+                        _str(data.get("name"), "a tool call's name"),
+                        _str(data.get("arguments", "{}"), "a tool call's arguments"))
+    if kind == "tool_result":
+        return ToolResult(_str(data.get("call_id"), "a tool result's call_id"),
+                          _str(data.get("content"), "a tool result's content"),
+                          bool(data.get("is_error")),
+                          _opt_str(data.get("name"), "a tool result's name"))
+    raise ValueError(f"a content block has unknown type {kind!r}")
+
+
+def message_from_dict(data: Any) -> Message:
+    """A :class:`Message` from its ``to_dict`` form, checked field by field.
+
+    Raises ``ValueError`` with a short reason (``the role 'robot' is not known``) for
+    anything ``to_dict`` could not have written, so a hand edit or damage is reported,
+    not carried into a request.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError("the message is not a JSON object")
+    role = data.get("role")
+    if role is None:
+        raise ValueError("the message has no role")
+    try:
+        parsed = Role(role)
+    except (ValueError, TypeError):
+        raise ValueError(f"the role {role!r} is not known (system, user, assistant or tool)") \
+            from None
+    blocks = data.get("blocks", ())
+    if not isinstance(blocks, list | tuple):
+        raise ValueError("the message's blocks are not a list")
+    meta = data.get("meta", {})
+    if not isinstance(meta, Mapping):
+        raise ValueError("the message's meta is not an object")
+    message = Message(parsed, tuple(_block(b) for b in blocks),
+                      _opt_str(data.get("tag"), "the message's tag"), dict(meta))
+    if parsed is Role.TOOL and message.tool_result is None:
+        raise ValueError("a tool message has no tool result")
+    return message
+
+
+def _dumps(value: Any) -> bytes:
+    """One JSON line as UTF-8; text with lone surrogates (possible in provider JSON) is
+    written with JSON escapes, which read back to the same string."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
+
+
+class _Problems:
+    """Bad lines of one file, reported as one sentence when reading it ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[tuple[int, str]] = []
+
+    def add(self, line: int, why: str) -> None:
+        self.lines.append((line, why))
+
+    def warn(self, consequence: str) -> None:
+        if not self.lines:
+            return
+        first, why = self.lines[0]
+        if first == 0:
+            warnings.warn(f"{self.path} could not be read ({why}); {consequence}",
+                          RuntimeWarning, stacklevel=4)
+            return
+        if len(self.lines) == 1:
+            where = f"line {first} ({why})"
+        else:
+            more = ", ".join(str(n) for n, _ in self.lines[1:6])
+            extra = "…" if len(self.lines) > 6 else ""
+            where = f"lines {first} ({why}), {more}{extra}"
+        warnings.warn(f"{self.path}: {where} could not be read and "
+                      f"{'was' if len(self.lines) == 1 else 'were'} skipped; {consequence}",
+                      RuntimeWarning, stacklevel=4)
+
+
+def _json_lines(path: Path, problems: _Problems) -> Iterator[tuple[int, dict[str, Any], bool]]:
+    """``(line number, record, is last line)`` for each JSON-object line of ``path``.
+
+    Lines that are not UTF-8, not JSON or not an object are added to ``problems``; a last
+    line without its newline is a write cut short (a crash, a full disk).
+    """
+    with open(path, "rb") as f:
+        raw_lines = f.read().split(b"\n")
+    complete = raw_lines[-1] == b""
+    if complete:
+        raw_lines.pop()
+    count = len(raw_lines)
+    for index, raw in enumerate(raw_lines, start=1):
+        last = index == count
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            problems.add(index, f"byte {e.start + 1} is not UTF-8")
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            torn = last and not complete
+            problems.add(index, "cut off mid-write" if torn else "not valid JSON")
+            continue
+        except RecursionError:
+            problems.add(index, "nested too deeply")
+            continue
+        if not isinstance(record, dict):
+            problems.add(index, f"a JSON {type(record).__name__}, not an object")
+            continue
+        yield index, record, last
 
 
 class Transcript:
-    """One session's files. Creating it creates the directory; it never deletes anything."""
+    """One session's files. Creating it creates the directory; it never deletes anything.
+
+    A directory that cannot be created (read-only, disk full) is not an error: the
+    session runs in memory and :attr:`health` warns once that nothing is being saved.
+    """
 
     def __init__(self, name: str, *, redactor: Redactor | None = None) -> None:
         self.name = validate_name(name)
         #: Masks secrets in every message and text written here (README "Files and privacy").
         self.redactor = redactor
-        # Every level we own is private, not just the leaf (mkdir's parents get the umask).
-        ensure_private_dir(data_root())
-        ensure_private_dir(data_root() / "sessions")
-        self.directory = ensure_private_dir(session_dir(name))
-        self.results_dir = ensure_private_dir(self.directory / "results")
+        self.directory = session_dir(name)
+        self.results_dir = self.directory / "results"
         self.path = self.directory / "transcript.jsonl"
         self.history_path = self.directory / "history.json"
+        self.journal_path = self.directory / "history.journal"
         self.meta_path = self.directory / "session.json"
         self.learned_path = self.directory / "learned.json"
-        if not self.path.exists():
-            os.close(open_private(self.path, os.O_WRONLY))
+        self.health = SaveHealth(self.directory)
+        self._pending: list[bytes] = []            # transcript records not written yet
+        self._persisted: History | None = None     # what snapshot + journal hold, if known
+        self._generation = 0
+        self._journal_lines = 0
+        try:
+            # Every level we create is private, not just the leaf (mkdir's parents get
+            # the umask); levels that exist keep their owner's mode.
+            ensure_private_dir(data_root())
+            ensure_private_dir(data_root() / "sessions")
+            ensure_private_dir(self.directory)
+            ensure_private_dir(self.results_dir)
+            if not self.path.exists():
+                os.close(open_private(self.path, os.O_WRONLY))
+        except OSError as e:
+            self.health.failed("its directory", e)
 
     @staticmethod
     def exists(name: str) -> bool:
@@ -113,13 +311,15 @@ class Transcript:
 
     # -- the append-only log ------------------------------------------------------------
     def _append_record(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        self._pending.append(_dumps(record) + b"\n")
         try:
-            # One write per record keeps lines whole even if two processes append.
-            os.write(fd, line.encode("utf-8"))
-        finally:
-            os.close(fd)
+            # Records that could not be written before go first, in order, in one write.
+            append_record(self.path, b"".join(self._pending))
+        except OSError as e:
+            self.health.failed(self.path.name, e)
+            return
+        self._pending.clear()
+        self.health.ok()
 
     def append(self, message: Message) -> None:
         self._append_record({"type": "message", "ts": time.time(),
@@ -132,69 +332,266 @@ class Transcript:
         """Record a non-message event (``reset``) in the log."""
         self._append_record({"type": kind, "ts": time.time(), **fields})
 
+    def _records(self, problems: _Problems) -> Iterator[tuple[int, dict[str, Any]]]:
+        try:
+            for index, record, _ in _json_lines(self.path, problems):
+                yield index, record
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
+            return
+        except OSError as e:
+            problems.add(0, e.strerror or type(e).__name__)
+
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every record in order; a torn last line (a crash mid-write) is skipped."""
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
+        """Every readable record in order; unreadable lines are skipped with one warning."""
+        problems = _Problems(self.path)
+        for _, record in self._records(problems):
+            yield record
+        problems.warn("the rest of the transcript is kept.")
+
+    def _said(self) -> tuple[list[tuple[int, dict[str, Any]]], _Problems]:
+        problems = _Problems(self.path)
+        entries: list[tuple[int, dict[str, Any]]] = []
+        for index, record in self._records(problems):
+            if record.get("type") == "message":
                 try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
+                    message_from_dict(record.get("message"))
+                except ValueError as e:
+                    problems.add(index, str(e))
                     continue
+            entries.append((index, record))
+        return entries, problems
 
     def messages(self) -> History:
-        return tuple(Message.from_dict(r["message"]) for r in self.records()
+        """Every message said, in order; unreadable lines are skipped with one warning."""
+        entries, problems = self._said()
+        problems.warn("the rest of the transcript is kept.")
+        return tuple(message_from_dict(r["message"]) for _, r in entries
                      if r.get("type") == "message")
 
-    # -- the working-history snapshot ------------------------------------------------------
+    def working_messages(self) -> History:
+        """The working history rebuilt from the transcript: what was said since the last
+        reset (the system prompt kept), tool pairing repaired. Messages the user reset
+        away never come back."""
+        entries, problems = self._said()
+        problems.warn("the rest of the transcript is kept.")
+        current: list[Message] = []
+        for _, record in entries:
+            if record.get("type") == "reset":
+                system = [m for m in current if m.role is Role.SYSTEM][-1:]
+                current = system
+            elif record.get("type") == "message":
+                current.append(message_from_dict(record["message"]))
+        rebuilt, _ = repair_pairing(tuple(current))
+        return rebuilt
+
+    # -- the working-history snapshot and its journal ----------------------------------------
+    def has_history(self) -> bool:
+        return self.history_path.is_file()
+
     def save_history(self, history: History) -> None:
-        data = json.dumps({"version": 1,
-                           "messages": [self._stored(m).to_dict() for m in history]},
-                          ensure_ascii=False)
-        write_private_atomic(self.history_path, data)
+        """Persist the working history after a turn: a journal line when ``history``
+        extends what is on disk, else a whole snapshot (see the module doc)."""
+        record = self._journal_record(history)
+        if record is None:
+            self.checkpoint(history)
+            return
+        if not record["set"] and not record["add"]:
+            return
+        try:
+            append_record(self.journal_path, _dumps(record) + b"\n")
+        except OSError as e:
+            self.health.failed(self.journal_path.name, e)
+            self._persisted = None          # the next write is a whole snapshot
+            return
+        self._persisted = history
+        self._journal_lines += 1
+        self.health.ok()
+
+    def _journal_record(self, history: History) -> dict[str, Any] | None:
+        old = self._persisted
+        if old is None or len(history) < len(old):
+            return None
+        replaced: list[list[Any]] = []
+        for i, (before, now) in enumerate(zip(old, history, strict=False)):
+            if now is before or (now == before and now.meta == before.meta):
+                continue
+            if len(replaced) >= JOURNAL_MAX_REPLACED:
+                return None
+            replaced.append([i, self._stored(now).to_dict()])
+        return {"gen": self._generation, "base": len(old), "set": replaced,
+                "add": [self._stored(m).to_dict() for m in history[len(old):]]}
+
+    def checkpoint(self, history: History) -> None:
+        """Write ``history`` as a whole snapshot and empty the journal (close, compaction)."""
+        if history is self._persisted and self._journal_lines == 0 and self.has_history():
+            return
+        generation = self._generation + 1
+        data = {"version": SNAPSHOT_VERSION, "generation": generation,
+                "messages": [self._stored(m).to_dict() for m in history]}
+        try:
+            write_private_atomic(self.history_path, _dumps(data))
+        except OSError as e:
+            self.health.failed(self.history_path.name, e)
+            self._persisted = None
+            return
+        self._generation = generation
+        self._persisted = history
+        self._journal_lines = 0
+        try:
+            # Lines left in the journal are of the old generation and ignored on load;
+            # emptying it only saves replaying them.
+            if self.journal_path.exists():
+                os.truncate(self.journal_path, 0)
+        except OSError:
+            pass
+        self.health.ok()
 
     def load_history(self) -> History | None:
-        """The working-history snapshot; None when there is none.
+        """The working history: the snapshot with its journal replayed; None when there is
+        none. Later :meth:`save_history` calls journal against what this returned.
 
-        A snapshot that cannot be read (a crash mid-write on another tool's part, a hand
-        edit) is not fatal: the transcript holds every message, so the working history is
-        rebuilt from it (tool pairing repaired) with one warning, and nothing is lost.
+        A snapshot or journal that cannot be read (damage, a hand edit) is not fatal: the
+        transcript holds every message said, so the working history is rebuilt from it
+        (since the last reset, tool pairing repaired) with one warning.
         """
         try:
-            data = json.loads(self.history_path.read_text(encoding="utf-8"))
-            return tuple(Message.from_dict(m) for m in data.get("messages", ()))
-        except FileNotFoundError:
+            raw = self.history_path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            warnings.warn(f"{self.history_path} could not be read; the working history was "
-                          "rebuilt from the session's transcript.", RuntimeWarning,
-                          stacklevel=2)
-            rebuilt, _ = repair_pairing(self.messages())
-            return rebuilt
+        except OSError as e:
+            return self._rebuilt(self.history_path, e.strerror or type(e).__name__)
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+                raise ValueError("it is not a history snapshot")
+            version = data.get("version")
+            if version not in (1, SNAPSHOT_VERSION):
+                raise ValueError(f"its format version {version!r} is not known")
+            generation = data.get("generation", 0)
+            if not isinstance(generation, int):
+                raise ValueError("its generation is not a number")
+            current = [message_from_dict(m) for m in data["messages"]]
+        except UnicodeDecodeError:
+            return self._rebuilt(self.history_path, "it is not UTF-8")
+        except RecursionError:
+            return self._rebuilt(self.history_path, "it is nested too deeply")
+        except ValueError as e:
+            why = str(e) if not isinstance(e, json.JSONDecodeError) else "it is not valid JSON"
+            return self._rebuilt(self.history_path, why)
+        history, applied, damage = self._replay(current, generation)
+        if history is None:
+            return self._rebuilt(self.journal_path, damage)
+        self._generation = generation
+        # A torn or stale journal is rewritten as a snapshot by the next save.
+        self._persisted = history if applied is not None else None
+        self._journal_lines = applied or 0
+        return history
+
+    def _replay(self, current: list[Message], generation: int,
+                ) -> tuple[History | None, int | None, str]:
+        """Apply the journal's lines of ``generation``.
+
+        Returns (history, lines applied — None when the journal must be rewritten,
+        damage): history is None when the journal is damaged, ``damage`` then says how.
+        """
+        problems = _Problems(self.journal_path)
+        clean = True
+        try:
+            lines = list(_json_lines(self.journal_path, problems))
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
+            return tuple(current), 0, ""
+        except OSError as e:
+            return None, None, e.strerror or type(e).__name__
+        bad = {n for n, _ in problems.lines}
+        last_line = max([n for n, _, _ in lines] + list(bad), default=0)
+        if bad - {last_line}:
+            line = min(bad)
+            return None, None, f"line {line}: {dict(problems.lines)[line]}"
+        if bad:
+            # The last line was being written when the process stopped: the turn in flight.
+            problems.warn("it was the turn in flight when the session stopped; the "
+                          "transcript still has what was said in it.")
+            clean = False
+        applied = 0
+        for index, record, _ in lines:
+            if record.get("gen") != generation:
+                clean = False
+                continue
+            try:
+                base, replaced, added = record["base"], record["set"], record["add"]
+                if base != len(current):
+                    raise ValueError("it does not follow from the lines before it")
+                new = list(current)
+                for i, m in replaced:
+                    if not 0 <= i < base:
+                        raise ValueError("it replaces a message that is not there")
+                    new[i] = message_from_dict(m)
+                new.extend(message_from_dict(m) for m in added)
+            except (KeyError, TypeError, ValueError) as e:
+                return None, None, (f"line {index}: {e}" if isinstance(e, ValueError)
+                                    else f"line {index} is not a journal entry")
+            current = new
+            applied += 1
+        return tuple(current), applied if clean else None, ""
+
+    def _rebuilt(self, path: Path, why: str) -> History:
+        warnings.warn(f"{path} could not be read ({why}); the working history was rebuilt "
+                      "from the session's transcript (since its last reset).", RuntimeWarning,
+                      stacklevel=3)
+        self._persisted = None
+        return self.working_messages()
 
     # -- session metadata ------------------------------------------------------------------
     def save_meta(self, meta: Mapping[str, Any]) -> None:
         if self.redactor is not None:
             meta = self.redactor.value(dict(meta))  # the system prompt
-        write_private_atomic(self.meta_path, json.dumps(dict(meta), ensure_ascii=False))
+        try:
+            write_private_atomic(self.meta_path, _dumps(dict(meta)))
+        except OSError as e:
+            self.health.failed(self.meta_path.name, e)
+            return
+        self.health.ok()
 
     def load_meta(self) -> dict[str, Any]:
+        """``session.json`` as a dict: ``{}`` when missing; unreadable → ``{}`` and one warning."""
         try:
-            data = json.loads(self.meta_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            raw = self.meta_path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return {}
-        return data if isinstance(data, dict) else {}
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+        else:
+            try:
+                data = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                why = f"byte {e.start + 1} is not UTF-8"
+            except (ValueError, RecursionError):
+                why = "it is not valid JSON"
+            else:
+                if isinstance(data, dict):
+                    return {k: v for k, v in data.items()
+                            if k not in ("model", "system") or isinstance(v, str | None)}
+                why = f"it is a JSON {type(data).__name__}, not an object"
+        warnings.warn(f"{self.meta_path} could not be read ({why}); the session's model and "
+                      "system prompt come from the arguments given (or the defaults).",
+                      RuntimeWarning, stacklevel=2)
+        return {}
 
     # -- learned state (format: learned.py) ------------------------------------------------
     def save_learned(self, text: str) -> None:
-        write_private_atomic(self.learned_path, text)
+        try:
+            write_private_atomic(self.learned_path, text)
+        except OSError as e:
+            self.health.failed(self.learned_path.name, e)
+            return
+        self.health.ok()
 
     def load_learned(self) -> str | None:
         """The saved learned state as text (None: never saved); unreadable bytes are kept
         as replacement characters so the caller reports the file as invalid."""
         try:
             return self.learned_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return None
+        except OSError:
+            return ""

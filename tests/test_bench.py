@@ -78,3 +78,9 @@ def test_redaction_prints_the_ratio_to_detect_secrets_scanner() -> None:
     out = run("redaction.py", "--lines", "2000", "--sample", "20")
     assert "ratio redaction scan_line/ours: " in out, out
     assert "2 planted secrets, 2 masked" in out
+
+
+def test_persistence_prints_bytes_per_turn_before_and_after() -> None:
+    out = run("persistence.py", "--turns", "12", "--turn-kb", "2")
+    assert "== before: written " in out and "== journal: written " in out, out
+    assert "ratio persistence before/journal: total bytes " in out

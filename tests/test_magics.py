@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -361,9 +362,13 @@ def test_bad_model_session_name_or_directory_is_one_sentence(
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(blocker))
-    result = cell(ip, "-S elsewhere", "hi")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert "set IPY_CTXRECOVERY_DIR to a writable directory" in str(result.error_in_exec)
+    # A state dir that cannot be written: the notebook still chats, one warning says so.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = cell(ip, "-S elsewhere", "hi")
+    assert result.error_in_exec is None
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "set IPY_CTXRECOVERY_DIR to a writable directory" in said[0]
 
 
 def test_switching_model_keeps_the_conversation(chat: ChatMagics, ip: Any) -> None:

@@ -26,6 +26,7 @@ from ipy_ctxrecovery.events import (
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
+from ipy_ctxrecovery.transcript import Transcript
 from ipy_ctxrecovery.wording import describe
 
 SETTINGS = Settings()
@@ -59,8 +60,7 @@ def test_a_turn_updates_history_transcript_and_files() -> None:
     assert [t.name for t in sent.tools] == ["read_file"]
     lines = (s.directory / "transcript.jsonl").read_text().splitlines()
     assert [json.loads(line)["message"]["role"] for line in lines] == ["system", "user", "assistant"]
-    snapshot = json.loads((s.directory / "history.json").read_text())
-    assert len(snapshot["messages"]) == 3
+    assert len(Transcript(s.name).load_history() or ()) == 3
     assert stat.S_IMODE(s.directory.stat().st_mode) == 0o700
     assert stat.S_IMODE((s.directory / "history.json").stat().st_mode) == 0o600
 
@@ -391,8 +391,7 @@ def test_interrupting_compaction_leaves_history_exactly_as_it_was() -> None:
     assert "cancelled" in phases
     assert s.history == committed  # the turn's history was never swapped in
     assert s.history[-1].role is Role.ASSISTANT
-    snapshot = json.loads((s.directory / "history.json").read_text())["messages"]
-    assert len(snapshot) == len(committed)
+    assert Transcript(s.name).load_history() == committed
     interrupted = s.transcript[-1]
     assert interrupted.role is Role.USER  # the interrupted request is on record
     assert interrupted not in s.history

@@ -93,7 +93,12 @@ def test_torn_last_line_is_skipped() -> None:
     t.append(Message.user("kept"))
     with open(t.path, "a", encoding="utf-8") as f:
         f.write('{"type": "message", "ts": 1, "mess')
-    assert [m.text for m in t.messages()] == ["kept"]
+    with pytest.warns(RuntimeWarning, match=r"transcript.jsonl: line 2 \(cut off mid-write\)"):
+        assert [m.text for m in t.messages()] == ["kept"]
+    # The next record starts on its own line: the torn one never swallows it.
+    t.append(Message.user("after"))
+    with pytest.warns(RuntimeWarning, match="line 2"):
+        assert [m.text for m in t.messages()] == ["kept", "after"]
 
 
 def test_history_snapshot_and_meta() -> None:
@@ -106,7 +111,7 @@ def test_history_snapshot_and_meta() -> None:
     assert t.load_history() == history[:1]
     t.save_meta({"model": "emulator", "system": None})
     assert t.load_meta() == {"model": "emulator", "system": None}
-    assert json.loads(t.history_path.read_text())["version"] == 1
+    assert json.loads(t.history_path.read_text())["version"] == 2
 
 
 def test_a_corrupt_snapshot_is_rebuilt_from_the_transcript() -> None:

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shlex
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -449,8 +450,23 @@ def _export(magics: ChatMagics, args: Any) -> None:
     else:
         text = _markdown(session, messages)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
+        # Never through a symlink, never into a FIFO or device; a new file is private
+        # (0600), an existing file is the user's and keeps the mode they gave it.
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    except OSError as e:
+        raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(existing.st_mode) else "not a regular file"
+        raise UsageError(f"%chat export: {args.path!r} is {what}; give the path of a regular "
+                         "file (or a new one) to write.")
+    try:
+        if existing is None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.fchmod(fd, 0o600)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
     except OSError as e:

@@ -273,7 +273,7 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):    # RecursionError: nested too deeply to parse
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"_raw_arguments": arguments}
 
@@ -472,8 +472,9 @@ class SDKAdapter:
             return self._read_reply(result, size)
         except self._sdk_errors() as exc:
             raise chat_error(exc, size) from exc
-        except json.JSONDecodeError as exc:
-            # A 2xx reply (or an SSE event) that is not valid JSON: cut off or garbled.
+        except (json.JSONDecodeError, RecursionError) as exc:
+            # A 2xx reply (or an SSE event) that is not valid JSON: cut off, garbled, or
+            # nested deeper than the parser goes.
             raise malformed_reply(exc, size, self.api) from exc
 
     def close(self) -> None:

@@ -298,6 +298,8 @@ def _read_completion(completion: Any, size: int, api: str) -> Response:
         raise incomplete_reply(size, api, "the reply has no choices")
     choice = choices[0]
     msg = choice.message
+    if msg is None:                      # "message": null from a compatible server
+        raise incomplete_reply(size, api, "the reply's choice has no message")
     text = msg.content or getattr(msg, "refusal", None) or ""
     calls = [ToolCall(c.id, c.function.name, c.function.arguments or "{}")
              for c in (msg.tool_calls or ()) if getattr(c, "function", None) is not None]

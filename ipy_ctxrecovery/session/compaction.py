@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 from .. import compactor, prompts
 from ..compactor import CompactionReport
-from ..config import Settings
+from ..config import Settings, format_size
+from ..deadline import call_with_deadline
+from ..errors import ChatError
+from ..failures import Failure, FailureKind
 from ..history import History, Message
 from ..providers.base import Request
 from .sizing import RequestSizer, RequestSpec
@@ -22,8 +25,8 @@ from .turn_log import EventBus, TurnLog
 
 __all__ = ["SessionCompactor", "Summarizer"]
 
-Summarizer = Callable[[str, int], str]
-"""``summarize(text, max_tokens)`` → the summary (the model's answer to the summarizer)."""
+Summarizer = Callable[[str, int, float | None], str]
+"""``summarize(text, max_tokens, deadline)`` → the summary (the model's answer)."""
 
 
 class SessionCompactor:
@@ -36,10 +39,28 @@ class SessionCompactor:
         self.settings = settings
         self._summarize = summarize if summarize is not None else self._ask_model
 
-    def _ask_model(self, text: str, max_tokens: int) -> str:
+    def _ask_model(self, text: str, max_tokens: int, deadline: float | None) -> str:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
-        return self.sizer.endpoint.provider.send(request).message.text
+        provider, caps = self.sizer.endpoint.provider, self.sizer.limits.caps
+        rejected = caps.smallest_rejected
+        if rejected is not None:
+            size = self.sizer.prepare(request).size
+            if size >= rejected:
+                # Not even the summary request fits under what a proxy already rejected.
+                reason = (f"the summary request ({format_size(size)}) is not below the "
+                          f"{format_size(rejected)} the proxy/gateway already rejected")
+                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                        request_bytes=size), reason)
+        try:
+            return call_with_deadline(lambda _: provider.send(request), None, deadline,
+                                      timeout=self.settings.turn_timeout or 0).message.text
+        except ChatError as e:
+            if e.failure.payload_related:
+                # A proxy's size limit holds for every request: what rejected the
+                # summarizer's body is learned, so the main request is fitted under it.
+                caps.record_rejection(e.failure.request_bytes)
+            raise
 
     def bounded_settings(self) -> tuple[Settings, int]:
         """Settings with the summarizer's input and output bounds for this model and cap,
@@ -71,6 +92,7 @@ class SessionCompactor:
         settings, summary_tokens = self.bounded_settings()
         return compactor.compact(
             history, target_bytes=target, measure=self.sizer.measurer(spec),
-            summarize=lambda text: self._summarize(text, summary_tokens),
+            summarize=lambda text: self._summarize(
+                text, summary_tokens, log.deadline if log is not None else None),
             settings=settings, on_event=lambda e: self.bus.emit(e, log),
             instructions=instructions, force_summary=force)

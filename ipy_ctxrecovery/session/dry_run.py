@@ -77,7 +77,7 @@ def dry_run(history: History, spec: RequestSpec, *, endpoint: Endpoint,
     sizer = RequestSizer(endpoint, own_limits, settings, tools.specs)
     compactor = SessionCompactor(
         sizer, bus, settings,
-        summarize=lambda text, tokens: estimated_summary(
+        summarize=lambda text, tokens, _deadline: estimated_summary(
             text, tokens, bytes_per_token=own_limits.tokens.bytes_per_token))
     preparer = Preparer(sizer, compactor, MemoryStore(store), bus, settings)
     return preparer.prepare(history, spec, TurnLog())

@@ -34,10 +34,44 @@ from ..events import CapChanged, Event, WindowLearned
 from ..failures import Failure, FailureKind
 from ..preflight import Caps, PathLimits, TokenEstimator
 
-__all__ = ["VERSION", "LearnedLimits", "PathRegistry"]
+__all__ = ["CALIBRATION_DRIFT", "LARGEST_OK_GROWTH", "VERSION", "LearnedLimits", "PathRegistry"]
 
 VERSION = 1
 """Format version of ``learned.json``; another version is ignored (with a warning)."""
+
+CALIBRATION_DRIFT = 0.02
+"""The token calibration is rewritten only when it moved more than this (relative) from
+what was saved: it changes a little with every answer's usage, and an estimate 2 % off
+changes no decision that matters (pre-flight keeps a 10 % exact-fit margin)."""
+
+LARGEST_OK_GROWTH = 0.5
+"""With no rejection known, the largest body that passed grows with every turn; it is
+rewritten only when it grew past this (relative). A value saved a little low only makes
+a cap learned after ``resume`` a little lower: the safe side."""
+
+
+def _same(state: dict[str, Any], saved: dict[str, Any] | None) -> bool:
+    """Whether ``state`` is what was saved, up to the drifts allowed above."""
+    if saved is None:
+        return False
+    drifting = ("calibration", "caps")
+    if {k: v for k, v in state.items() if k not in drifting} \
+            != {k: v for k, v in saved.items() if k not in drifting}:
+        return False
+    caps, saved_caps = state["caps"], saved["caps"]
+    if {k: v for k, v in caps.items() if k != "largest_ok"} \
+            != {k: v for k, v in saved_caps.items() if k != "largest_ok"}:
+        return False
+    largest, saved_largest = caps["largest_ok"], saved_caps["largest_ok"]
+    drifted = caps["smallest_rejected"] is None \
+        and saved_largest <= largest <= saved_largest * (1 + LARGEST_OK_GROWTH)
+    if largest != saved_largest and not drifted:
+        return False
+    new, old = state["calibration"], saved["calibration"]
+    if (new["samples"] > 0) != (old["samples"] > 0):
+        return False
+    before = old["bytes_per_token"]
+    return bool(abs(new["bytes_per_token"] - before) <= CALIBRATION_DRIFT * before)
 
 
 class PathRegistry:
@@ -189,9 +223,12 @@ class LearnedLimits:
             "payload_notice_sent": self.payload_notice_given,
         }
 
-    def changed_since_saved(self, state: dict[str, Any]) -> bool:
-        """True when ``state`` differs from what was last saved (then it counts as saved)."""
-        if state == self._saved:
+    def changed_since_saved(self, state: dict[str, Any], *, exact: bool = False) -> bool:
+        """True when ``state`` really changed since it was last saved (then it counts as
+        saved): any cap, window, limit or flag; the calibration only past
+        :data:`CALIBRATION_DRIFT`, the largest body that passed (no rejection known) only
+        past :data:`LARGEST_OK_GROWTH`. ``exact`` (on close): any difference at all."""
+        if (state == self._saved) if exact else _same(state, self._saved):
             return False
         self._saved = state
         return True

@@ -242,9 +242,13 @@ class Preparer:
         if window_limit:
             goals.append(math.floor(window_limit * (1 - margin)))
         goal = max(1, min(goals))
-        # The hard limit: a payload size proven to fail, else the window's (an estimate,
-        # given the exact-fit margin by the ladder).
-        payload_limit = rejected - 1 if rejected is not None else None
+        # The hard limit: a payload size proven to fail or the configured cap (the user
+        # said the proxy takes no more), else the window's (an estimate, given the
+        # exact-fit margin by the ladder).
+        configured = caps.configured
+        hard = [x for x in (rejected - 1 if rejected is not None else None, configured)
+                if x is not None]
+        payload_limit = min(hard) if hard else None
         limit: int | None
         if payload_limit is not None and (window_limit is None or payload_limit <= window_limit):
             limit, payload = payload_limit, True
@@ -259,6 +263,12 @@ class Preparer:
                 reason = result.give_up_reason or (
                     f"The request is {format_size(body)}, at least the {format_size(rejected)} the "
                     "proxy/gateway already rejected.")
+                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                        request_bytes=body), reason)
+            if configured is not None and body > configured:
+                reason = (f"The request is {format_size(body)} even after fitting, over the "
+                          f"configured {format_size(configured)} payload cap; send a shorter "
+                          "message or raise CHATCLI_MAX_PAYLOAD if the proxy takes more.")
                 raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                         request_bytes=body), reason)
             return history      # not proven too big: the provider's answer will tell

@@ -13,18 +13,22 @@ A body at or over the smallest size the path ever rejected is never sent again.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import ladder
 from ..budget import ResultStore
 from ..config import Settings, format_size
+from ..deadline import call_with_deadline
 from ..errors import ChatError, redact
 from ..events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
 from ..failures import Failure, FailureKind
 from ..history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..prompts import PAYLOAD_NOTICE
 from ..providers.base import Request, Response, TextCallback
+from ..retry import retry_wait, too_long_sentence
 from .compaction import SessionCompactor
 from .endpoint import Endpoint
 from .learned import LearnedLimits
@@ -32,20 +36,7 @@ from .pipeline import Preparer
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog
 
-__all__ = ["RecoveryLoop", "Sent", "retry_wait", "sentence"]
-
-BACKOFF_BASE_SECONDS = 1.0
-"""First transient-retry wait; doubled each retry (the SDK retries first on its own)."""
-BACKOFF_MAX_SECONDS = 30.0
-
-
-def retry_wait(failure: Failure, retries_done: int) -> float:
-    """Seconds to wait before transient retry number ``retries_done + 1``: what the server
-    asked for (``Retry-After``), else exponential backoff."""
-    if failure.retry_after is not None:
-        return failure.retry_after
-    return min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** retries_done)
-
+__all__ = ["RecoveryLoop", "Sent", "sentence"]
 
 def sentence(failure: Failure) -> str:
     """One clear sentence for a failure recovery could not save (secrets redacted)."""
@@ -95,8 +86,10 @@ class RecoveryLoop:
             while True:
                 history, request, body = self._encoded_within_limits(history, spec, log)
                 try:
-                    response = self.endpoint.provider.send(
-                        request, on_text=on_text if spec.stream else None)
+                    response = call_with_deadline(
+                        functools.partial(self.endpoint.provider.send, request),
+                        on_text if spec.stream else None, log.deadline,
+                        timeout=self.settings.turn_timeout or 0)
                 except ChatError as e:
                     failure = e.failure
                     if failure.request_bytes is None:
@@ -111,8 +104,15 @@ class RecoveryLoop:
                         continue
                     if kind is FailureKind.TRANSIENT \
                             and transient < self.settings.transient_retries:
-                        wait = retry_wait(failure, transient)
                         transient += 1
+                        plan = retry_wait(transient, failure.retry_after,
+                                          max_wait=self.settings.max_retry_wait,
+                                          remaining=log.left())
+                        if plan.seconds is None:
+                            what = f"HTTP {failure.status}" if failure.status else failure.label
+                            raise ChatError(failure, too_long_sentence(
+                                plan, what, now=time.time())) from e
+                        wait = plan.seconds
                         self.bus.emit(Retrying(attempt=transient, wait=wait, failure_kind=kind,
                                                failure=failure,
                                                of=self.settings.transient_retries), log)

@@ -96,7 +96,7 @@ class ChatSession:
         # is sent): this session's own credentials and, unless opted out, known formats.
         self.redactor = Redactor(self._credentials, lambda: self.settings.redact_stored)
         self._files = Transcript(self.name, redactor=self.redactor)
-        self._store = budget.ResultStore(self._files.results_dir)
+        self._store = budget.ResultStore(self._files.results_dir, self._files.health)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
         self._builtin_tools = builtin_tools
         self._toolbox = ToolBox(self._make_builtins(self.settings), user_tools)
@@ -124,10 +124,10 @@ class ChatSession:
                               for m in self._transcript):
             self._record(Message.system(system))
         self._files.save_meta({"model": self.model, "system": system})
-        if self._files.load_history() is None:
+        if not self._files.has_history():
             # An existing snapshot stays until this session's first turn replaces it, so
             # opening a session by name never loses what ``resume`` would restore.
-            self._files.save_history(self._history)
+            self._files.checkpoint(self._history)
 
     def _make_builtins(self, settings: Settings) -> list[Tool]:
         """The built-in tools ``settings`` ask for (read_file, under its root)."""
@@ -184,8 +184,8 @@ class ChatSession:
         if "provider" not in kwargs and meta.get("model"):
             kwargs.setdefault("model", meta["model"])
         kwargs.setdefault("system", meta.get("system"))
-        snapshot = files.load_history()
         session = cls(name=name, **kwargs)
+        snapshot = session._files.load_history()   # later turns journal against it
         if snapshot is not None:
             session._history = snapshot
         session._restore_learned()
@@ -197,15 +197,15 @@ class ChatSession:
             return
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         self.limits.restore(data, model=self.model, path=self._endpoint.path_key(),
                             settings=self.settings, source=str(self._files.learned_path))
 
-    def _save_learned(self) -> None:
+    def _save_learned(self, *, exact: bool = False) -> None:
         state = self.limits.to_json(model=self.model, path=self._endpoint.path_key(),
                                     settings=self.settings)
-        if self.limits.changed_since_saved(state):
+        if self.limits.changed_since_saved(state, exact=exact):
             self._files.save_learned(json.dumps(state, ensure_ascii=False))
 
     def update(self, *, settings: Settings | None = None,
@@ -392,7 +392,8 @@ class ChatSession:
         for good; the working history is then exactly as before. ``record=False`` sends
         the exchange without keeping it (history and transcript untouched).
         """
-        log = TurnLog()
+        timeout = self.settings.turn_timeout
+        log = TurnLog(deadline=None if timeout is None else time.monotonic() + timeout)
         user = Message.user(text)
         if record:
             self._record(user)
@@ -487,8 +488,8 @@ class ChatSession:
 
     def close(self) -> None:
         """Save the history snapshot and release the provider's client when it has one."""
-        self._files.save_history(self._history)
-        self._save_learned()
+        self._files.checkpoint(self._history)
+        self._save_learned(exact=True)
         self._endpoint.close()
 
     def __enter__(self) -> ChatSession:

@@ -10,6 +10,7 @@ one warning (redacted), and the turn goes on.
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,12 @@ class TurnLog:
     completion_tokens: int = 0
     shrinks: list[Shrink] = field(default_factory=list)
     """Every shrink this turn applied, oldest first."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the turn must end (``turn_timeout``); None: no bound."""
+
+    def left(self) -> float | None:
+        """Seconds left before the deadline (None: no bound)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def record(self, event: Event) -> None:
         if not isinstance(event, TurnFinished):

@@ -1,0 +1,97 @@
+"""Disk faults for tests: a directory that fills up (short writes, then ENOSPC) or is read-only.
+
+Both patch the ``os`` functions our file code calls, for paths under one directory only,
+and behave as the kernel does: a write that meets the end of the space writes what fits
+and returns that count; the next write raises ``OSError(ENOSPC)``; on a read-only tree
+every open for writing, mkdir, rename and truncate raises ``OSError(EROFS)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _path_of(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+class FullDisk:
+    """``left`` more bytes fit under ``root``; then writes are short, then ENOSPC."""
+
+    def __init__(self, root: Path, left: int = 0) -> None:
+        self.root = str(Path(root).resolve())
+        self.left = left
+        self.refused = 0
+
+    def _ours(self, path: str) -> bool:
+        return path.startswith(self.root)
+
+    def write(self, real: Any, fd: int, data: Any) -> int:
+        if not self._ours(_path_of(fd)):
+            return int(real(fd, data))
+        if self.left <= 0:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        chunk = bytes(data)[: self.left]
+        written = int(real(fd, chunk))
+        self.left -= written
+        return written
+
+
+@contextlib.contextmanager
+def full_disk(monkeypatch: pytest.MonkeyPatch, root: Path, left: int = 0) -> Iterator[FullDisk]:
+    disk = FullDisk(root, left)
+    real = os.write
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", lambda fd, data: disk.write(real, fd, data))
+        yield disk
+
+
+@contextlib.contextmanager
+def read_only(monkeypatch: pytest.MonkeyPatch, root: Path) -> Iterator[None]:
+    """Everything under ``root`` (existing or not) is on a read-only file system."""
+    base = str(Path(root).resolve())
+
+    def ours(path: Any) -> bool:
+        try:
+            return os.path.abspath(os.fsdecode(path)).startswith(base)
+        except TypeError:
+            return False
+
+    def refuse() -> OSError:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    real_open, real_mkdir = os.open, os.mkdir
+    real_replace, real_truncate, real_chmod = os.replace, os.truncate, os.chmod
+
+    def fake_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
+        if flags & _WRITE_FLAGS and ours(path):
+            raise refuse()
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    def guard(real: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if ours(path):
+                raise refuse()
+            return real(path, *args, **kwargs)
+        return call
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", fake_open)
+        m.setattr(os, "mkdir", guard(real_mkdir))
+        m.setattr(os, "replace", guard(real_replace))
+        m.setattr(os, "truncate", guard(real_truncate))
+        m.setattr(os, "chmod", guard(real_chmod))
+        yield

@@ -1,0 +1,329 @@
+"""The bad-input table (issue 12, "done when"): one row per input, each answered by one
+clear sentence — never a traceback — and nothing of the conversation lost.
+
+Rows by where the input comes in: environment variables, settings set by name, the
+magics, session names, model strings, the session's files on disk (transcript lines,
+history snapshot and journal, session.json, learned.json) and the model's tool arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeProvider
+from IPython.core.error import UsageError
+from IPython.testing import globalipapp
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.errors import ConfigError, CtxRecoveryError
+from ipy_ctxrecovery.history import Message
+from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.tools import as_tool
+from ipy_ctxrecovery.transcript import Transcript, validate_name
+
+
+def one_sentence(text: str) -> None:
+    """One line, no traceback, ends like a sentence, short enough to read."""
+    assert "\n" not in text.strip(), text
+    assert "Traceback" not in text and 'File "' not in text, text
+    assert text.strip().endswith((".", ")", "…")), text
+    assert 10 < len(text) < 600, text
+
+
+# -- environment variables ------------------------------------------------------------------------
+
+_INT_VARS = ["CHATCLI_MAX_RECOVERY_ATTEMPTS", "CHATCLI_MAX_TOKEN_ESCALATIONS",
+             "CHATCLI_EMERGENCY_KEEP_MESSAGES", "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS",
+             "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS", "CHATCLI_CONTEXT_WINDOW"]
+_BAD_INTS = ["abc", "-1", "1.5", "nan", "inf", "1e3", "3 turns", "0x10"]
+_BAD_SIZES = ["abc", "-5MB", "5XB", "nan", "inf", "1e999", "five MB", "MB", "-0.5", "MB5"]
+ENV_ROWS = [(var, value) for var in _INT_VARS for value in _BAD_INTS] + \
+    [("CHATCLI_MAX_PAYLOAD", value) for value in _BAD_SIZES] + \
+    [("CHATCLI_EMERGENCY_KEEP_MESSAGES", "0"), ("CHATCLI_MAX_RECOVERY_ATTEMPTS", "0"),
+     ("CHATCLI_MICROCOMPACT_TRUNCATE_TURNS", "0")]
+
+
+@pytest.mark.parametrize("var, value", ENV_ROWS)
+def test_env(var: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({var: value})
+    one_sentence(str(caught.value))
+    assert var in str(caught.value)
+
+
+# -- settings by name (%chat config, Settings.updated) --------------------------------------------
+
+FIELD_ROWS = [
+    ("chars_per_token", "0"), ("chars_per_token", "nan"), ("chars_per_token", "abc"),
+    ("chars_per_token", "11"), ("chars_per_token", "-1"),
+    ("preflight_cap_fraction", "1.5"), ("preflight_cap_fraction", "0"),
+    ("preflight_cap_fraction", "x"), ("chat_budget_ratio", "-0.1"),
+    ("exact_fit_margin", "1"), ("turn_timeout", "-1"), ("turn_timeout", "0.5"),
+    ("turn_timeout", "soon"), ("max_retry_wait", "-1"), ("max_retry_wait", "inf"),
+    ("max_retry_wait", "x"), ("per_result_max_chars", "300000"), ("turn_budget_chars", "0"),
+    ("summary_max_chars", "0"), ("max_tool_rounds", "many"), ("transient_retries", "-2"),
+    ("assumed_cap_bytes", "0"), ("colour", "blue"), ("CHATCLI_NOPE", "1"),
+    ("max-payloads", "5MB"),
+]
+
+
+@pytest.mark.parametrize("key, value", FIELD_ROWS)
+def test_setting(key: str, value: str) -> None:
+    before = Settings()
+    with pytest.raises(ConfigError) as caught:
+        before.updated({key: value})
+    one_sentence(str(caught.value))
+    assert key in str(caught.value)
+    assert before == Settings()
+
+
+# -- the magics ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.config.pop("ChatMagics", None)
+    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+    shell.run_cell("%%chat\nkeep this\n", store_history=True)
+    yield shell
+    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
+        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    shell.config.pop("ChatMagics", None)
+
+
+MAGIC_ROWS = [
+    "%chat config CHATCLI_MAX_PAYLOAD=abc",
+    "%chat config CHATCLI_CONTEXT_WINDOW=-5",
+    "%chat config nonsense",
+    "%chat config =5",
+    "%chat config colour=blue",
+    "%chat config chars_per_token=0",
+    "%chat nosuchcommand",
+    "%chat resume no-such-session",
+    "%chat export /nonexistent-dir/x.md",
+    "%chat export notes.txt",
+    "%chat emulator --max-body abc",
+    "%chat history --width abc",
+    "%chat undo-compact",
+    "%%chat --max-tokens abc\nhello",
+    "%%chat -S \"bad name!\"\nhello",
+    "%%chat azure:gpt-4o\nhello",
+    "%%chat -f nope\nhello",
+    "%%chat --tools nosuchtool\nhello",
+    "%%chat openai:gpt-4o-mini\nhello",
+    "%%chat emulator:klingon\nhello",
+]
+
+
+@pytest.mark.parametrize("line", MAGIC_ROWS)
+def test_magic(ip: Any, line: str) -> None:
+    magics = ip.magics_manager.registry["ChatMagics"]
+    before = magics.workspace.sessions["default"].history
+    result = ip.run_cell(line, store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    one_sentence(str(result.error_in_exec))
+    assert magics.workspace.sessions["default"].history == before        # nothing lost
+
+
+# -- session names and model strings --------------------------------------------------------------
+
+NAME_ROWS = ["", " ", "../x", "a/b", ".hidden", "x" * 101, "sp ace", "é", "a\x00b", "-lead",
+             "semi;colon", "tab\t", "new\nline", "*", "~user"]
+
+
+@pytest.mark.parametrize("name", NAME_ROWS)
+def test_session_name(name: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_name(name)
+    one_sentence(str(caught.value))
+    with pytest.raises(ConfigError):
+        ChatSession(provider=FakeProvider(), name=name)
+
+
+MODEL_ROWS = ["", " ", "a b", "emulator:klingon", "openai:", "anthropic:", "azure:gpt-4o",
+              "bedrock:claude", "vertex:claude", "ollama:llama3", "vllm:qwen", "lmstudio:x",
+              "openai: gpt", "openai:gpt-4o", "anthropic:claude-sonnet-4"]
+
+
+@pytest.mark.parametrize("spec", MODEL_ROWS)
+def test_model(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        make_provider(spec)
+    one_sentence(str(caught.value))
+
+
+# -- the session's files -------------------------------------------------------------------------------
+
+def _caught(fn: Any) -> tuple[Any, list[str]]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        value = fn()
+    return value, [str(w.message) for w in seen]
+
+
+def _session_with_files(name: str) -> ChatSession:
+    s = ChatSession(provider=FakeProvider(), name=name, system="sys", sleep=lambda x: None)
+    s.send("first")
+    s.send("second")
+    s.close()
+    return s
+
+
+_MSG = b'{"type": "message", "ts": 1, "message": '
+TRANSCRIPT_ROWS = [
+    b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b'{"type": "message", "text": "caf\xe9"}',
+    b"{", b"nul", b"}{", b"[", b"\x00\x00", b'{"a": 1,}',
+    b"42", b'"text"', b"[1, 2]", b"null", b"true",
+    _MSG + b'"hello"}', _MSG + b"null}", _MSG + b'{"blocks": []}}',
+    _MSG + b'{"role": "robot", "blocks": []}}', _MSG + b'{"role": null, "blocks": []}}',
+    _MSG + b'{"role": 7, "blocks": []}}', _MSG + b'{"role": "user", "blocks": "abc"}}',
+    _MSG + b'{"role": "user", "blocks": [7]}}',
+    _MSG + b'{"role": "user", "blocks": [{"type": "video"}]}}',
+    _MSG + b'{"role": "user", "blocks": [{"type": "text"}]}}',
+    _MSG + b'{"role": "user", "blocks": [{"type": "text", "text": 5}]}}',
+    _MSG + b'{"role": "tool", "blocks": [{"type": "tool_result", "content": "x"}]}}',
+    _MSG + b'{"role": "user", "blocks": [], "meta": []}}',
+    _MSG + b'{"role": "user", "blocks": [], "tag": 5}}',
+    b'{"type": "message", "ts": 1, "mess',
+    b"[" * 100_000,
+]
+
+
+@pytest.mark.parametrize("bad", TRANSCRIPT_ROWS, ids=[f"t{i}" for i in range(len(TRANSCRIPT_ROWS))])
+def test_transcript_line(bad: bytes) -> None:
+    s = _session_with_files("tline")
+    lines = s._files.path.read_bytes().splitlines(keepends=True)
+    s._files.path.write_bytes(lines[0] + bad + b"\n" + b"".join(lines[1:]))
+    resumed, said = _caught(lambda: ChatSession.resume("tline", provider=FakeProvider()))
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert "transcript.jsonl: line 2 (" in said[0]
+    assert [m.text for m in resumed.transcript] == [m.text for m in s.transcript]
+    assert resumed.history == s.history
+
+
+HISTORY_ROWS = [b"", b"garbage", b"\xff\xfe", b"[]", b'{"messages": "x", "version": 2}',
+                b'{"messages": [], "version": 99}', b'{"version": 2, "messages": [{"role": "x"}]}',
+                b'{"version": 2, "generation": "x", "messages": []}', b'{"version": 2, "mess',
+                b"[" * 100_000]
+
+
+@pytest.mark.parametrize("bad", HISTORY_ROWS, ids=[f"h{i}" for i in range(len(HISTORY_ROWS))])
+def test_history_snapshot(bad: bytes) -> None:
+    s = _session_with_files("hsnap")
+    s._files.history_path.write_bytes(bad)
+    resumed, said = _caught(lambda: ChatSession.resume("hsnap", provider=FakeProvider()))
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert "history.json could not be read (" in said[0]
+    assert [m.text for m in resumed.history] == [m.text for m in s.history]
+
+
+JOURNAL_ROWS = [b"garbage", b"\xff", b"[]", b'{"gen": 1, "base": 99, "set": [], "add": []}',
+                b'{"gen": 1, "base": 3, "set": [[0, {"role": "x"}]], "add": []}',
+                b'{"gen": 1, "base": 3}', b'{"gen": 1, "base": 3, "set": [[9, {}]], "add": []}']
+
+
+@pytest.mark.parametrize("bad", JOURNAL_ROWS, ids=[f"j{i}" for i in range(len(JOURNAL_ROWS))])
+def test_history_journal(bad: bytes) -> None:
+    s = ChatSession(provider=FakeProvider(), name="hjournal", system="sys", sleep=lambda x: None)
+    for text in ("first", "second", "third"):
+        s.send(text)
+    journal = s._files.journal_path
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 3
+    journal.write_bytes(lines[0] + bad + b"\n" + b"".join(lines[1:]))
+    resumed, said = _caught(lambda: ChatSession.resume("hjournal", provider=FakeProvider()))
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert "history.journal could not be read (line 2" in said[0]
+    assert [m.text for m in resumed.history] == [m.text for m in s.history]
+
+
+META_ROWS = [b"\xff\xfe", b"garbage", b"[]", b"", b"[" * 100_000]
+
+
+@pytest.mark.parametrize("bad", META_ROWS, ids=[f"m{i}" for i in range(len(META_ROWS))])
+def test_session_json(bad: bytes) -> None:
+    s = _session_with_files("smeta")
+    s._files.meta_path.write_bytes(bad)
+    resumed, said = _caught(lambda: ChatSession.resume("smeta", provider=FakeProvider()))
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert "session.json could not be read (" in said[0]
+    assert resumed.history == s.history
+
+
+@pytest.mark.parametrize("bad", [b'{"model": 5, "system": []}', b'{"system": {"a": 1}}'])
+def test_session_json_with_wrong_types_is_ignored(bad: bytes) -> None:
+    s = _session_with_files("smeta2")
+    s._files.meta_path.write_bytes(bad)
+    resumed, said = _caught(lambda: ChatSession.resume("smeta2", provider=FakeProvider()))
+    assert said == [] and resumed.history == s.history
+
+
+LEARNED_ROWS = [b"garbage", b"\xff\xfe", b"[]", b'{"version": 99}', b'{"version": 1}',
+                b'{"version": 1, "model": "fake", "caps": {"largest_ok": -5}, "calibration": {}}',
+                b"[" * 100_000]
+
+
+@pytest.mark.parametrize("bad", LEARNED_ROWS, ids=[f"l{i}" for i in range(len(LEARNED_ROWS))])
+def test_learned_json(bad: bytes) -> None:
+    s = _session_with_files("slearned")
+    s._files.learned_path.write_bytes(bad)
+    resumed, said = _caught(lambda: ChatSession.resume("slearned", provider=FakeProvider()))
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert "learned.json" in said[0]
+    assert resumed.history == s.history
+
+
+# -- tool arguments from the model ----------------------------------------------------------------------
+
+def count(n: int, label: str = "") -> str:
+    """Count to n.
+
+    Args:
+        n: how far.
+        label: a name for it.
+    """
+    return str(n)
+
+
+TOOL_ROWS = ["{", "[]", "1", "null", '"s"', '{"n": "x"}', '{"n": 1.5}', "{}",
+             '{"n": 1, "extra": 2}', "[" * 100_000, '{"n": ' + "[" * 100_000 + "}",
+             '{"n": true}', '{"n": NaN}', '{"n": 1, "label": 5}', "\x00"]
+
+
+@pytest.mark.parametrize("arguments", TOOL_ROWS, ids=[f"a{i}" for i in range(len(TOOL_ROWS))])
+def test_tool_arguments(arguments: str) -> None:
+    content, is_error = as_tool(count).run(arguments)
+    assert is_error and content.startswith("Error: ")
+    one_sentence(content)
+
+
+def test_the_table_has_at_least_150_rows() -> None:
+    rows = (len(ENV_ROWS) + len(FIELD_ROWS) + len(MAGIC_ROWS) + len(NAME_ROWS) + len(MODEL_ROWS)
+            + len(TRANSCRIPT_ROWS) + len(HISTORY_ROWS) + len(JOURNAL_ROWS) + len(META_ROWS) + 2
+            + len(LEARNED_ROWS) + len(TOOL_ROWS))
+    assert rows >= 150, rows
+
+
+def test_a_bad_file_never_raises_from_transcript_reads(tmp_path: Path) -> None:
+    t = Transcript("reads")
+    t.append(Message.user("ok"))
+    t.path.write_bytes(b"\xff\n" + t.path.read_bytes())
+    messages, said = _caught(t.messages)
+    assert [m.text for m in messages] == ["ok"] and len(said) == 1
+    assert isinstance(json.dumps([m.to_dict() for m in messages]), str)
+    assert not isinstance(said, CtxRecoveryError)

@@ -1,0 +1,383 @@
+"""Persistence: the history journal (O(new messages) per turn), crash safety, full and
+read-only disks, damaged files. Issue 11 (persistence) and issue 12 items 2 and 3."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from diskfaults import full_disk, read_only
+from fakes import FakeProvider
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.budget import ResultStore
+from ipy_ctxrecovery.history import Message
+from ipy_ctxrecovery.transcript import Transcript
+
+
+def make(name: str, *, window: int = 10_000_000, **kwargs: Any) -> ChatSession:
+    provider = kwargs.pop("provider", None) or FakeProvider(window=window, max_output=4096)
+    return ChatSession(provider=provider, name=name, sleep=lambda s: None,
+                       settings=kwargs.pop("settings", Settings()), **kwargs)
+
+
+def saving_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "nothing is being saved" in str(w.message)]
+
+
+# -- the journal ----------------------------------------------------------------------------
+
+def test_turns_append_to_the_journal_and_leave_the_snapshot_alone() -> None:
+    s = make("journal", system="Be brief.")
+    snapshot = s.directory / "history.json"
+    before = (snapshot.stat().st_ino, snapshot.read_bytes())
+    for i in range(5):
+        s.send(f"question {i}")
+    assert (snapshot.stat().st_ino, snapshot.read_bytes()) == before
+    lines = (s.directory / "history.journal").read_text().splitlines()
+    assert len(lines) == 5
+    assert [len(json.loads(line)["add"]) for line in lines] == [2] * 5
+    assert Transcript("journal").load_history() == s.history
+
+
+def test_reset_undo_and_close_rewrite_the_snapshot_and_empty_the_journal() -> None:
+    s = make("rewrite")
+    for i in range(3):
+        s.send(f"q{i}")
+    s.reset()
+    assert (s.directory / "history.journal").read_bytes() == b""
+    assert Transcript("rewrite").load_history() == s.history == ()
+    s.send("after reset")
+    assert len((s.directory / "history.journal").read_text().splitlines()) == 1
+    s.close()
+    assert (s.directory / "history.journal").read_bytes() == b""
+    data = json.loads((s.directory / "history.json").read_text())
+    assert data["version"] == 2 and len(data["messages"]) == 2
+    assert Transcript("rewrite").load_history() == s.history
+
+
+def test_a_journal_line_from_before_the_last_snapshot_is_ignored() -> None:
+    """A kill between the snapshot's rename and the journal's reset leaves old lines."""
+    s = make("stale")
+    for i in range(3):
+        s.send(f"q{i}")
+    old_journal = (s.directory / "history.journal").read_bytes()
+    s.reset()
+    (s.directory / "history.journal").write_bytes(old_journal)
+    assert Transcript("stale").load_history() == ()
+
+
+def _bytes_written() -> int:
+    """Bytes this process has passed to write(2) so far (the kernel's count)."""
+    with open("/proc/self/io", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
+def test_bytes_written_per_turn_are_at_most_twice_the_new_messages() -> None:
+    s = make("bytes")
+    for i in range(40):
+        before_len, before_bytes = len(s.history), _bytes_written()
+        s.send(f"turn {i} " + "lorem ipsum " * 800)     # ~10 KB per user message
+        written = _bytes_written() - before_bytes
+        new = s.history[before_len:]
+        new_bytes = sum(len(json.dumps(m.to_dict(), ensure_ascii=False)) for m in new)
+        assert written <= 2 * new_bytes + 2048, (i, written, new_bytes)
+
+
+def test_cutting_the_journal_at_every_byte_of_its_last_line_loses_at_most_that_turn() -> None:
+    s = make("cuts")
+    for i in range(3):
+        s.send(f"q{i}")
+    before = s.history
+    s.send("the last turn")
+    after = s.history
+    journal = s.directory / "history.journal"
+    full = journal.read_bytes()
+    saved = {p: p.read_bytes() for p in s.directory.iterdir() if p.is_file()}
+    start = full.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in range(start, len(full) + 1):
+        for path, data in saved.items():
+            path.write_bytes(data)
+        journal.write_bytes(full[:cut])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            resumed = ChatSession.resume("cuts", provider=FakeProvider(window=10_000_000))
+        assert resumed.history in (before, after), cut
+        # The next turn saves on top of whatever was restored, and reads back the same.
+        resumed.send("next")
+        assert Transcript("cuts").load_history() == resumed.history, cut
+
+
+_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from fakes import FakeProvider
+    from ipy_ctxrecovery import ChatSession, Settings, _files
+
+    kill_at = int(sys.argv[1])
+    calls = 0
+    real = _files.write_all
+
+    def write_all(fd, data):
+        global calls
+        calls += 1
+        if calls == kill_at:
+            # Die mid-write: half the bytes reach the file, then the process is gone.
+            os.write(fd, bytes(data)[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(fd, data)
+
+    _files.write_all = write_all
+    s = ChatSession(provider=FakeProvider(window=10_000_000), name="killed",
+                    settings=Settings())
+    for i in range(4):
+        s.send(f"turn {{i}} " + "x" * 300)
+        print(i, flush=True)
+    s.close()
+""")
+
+
+def test_a_process_killed_at_any_write_loses_at_most_the_turn_in_flight(
+        tmp_path: Path, data_dir: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    killed = 0
+    for kill_at in range(1, 40):
+        for sub in (data_dir / "sessions").glob("*"):
+            for f in sorted(sub.rglob("*"), reverse=True):
+                f.unlink() if f.is_file() else f.rmdir()
+            sub.rmdir()
+        done = subprocess.run([sys.executable, str(script), str(kill_at)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            break                                # past the last write: nothing to kill
+        assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+        killed += 1
+        completed = len(done.stdout.split())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            resumed = ChatSession.resume("killed", provider=FakeProvider(window=10_000_000))
+        turns = [m.text.split()[1] for m in resumed.history if m.role == "user"]
+        # Turns in order, none missing: the completed ones, perhaps the one in flight.
+        assert turns == [str(i) for i in range(len(turns))], (kill_at, turns)
+        assert completed <= len(turns) <= completed + 1, (kill_at, completed, turns)
+        assert all(m.text for m in resumed.history), kill_at
+        resumed.send("after the crash")
+        assert Transcript("killed").load_history() == resumed.history
+    assert killed >= 10
+
+
+# -- full and read-only disks ------------------------------------------------------------------
+
+def test_a_record_cut_by_a_full_disk_never_swallows_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    t = Transcript("full")
+    t.append(Message.user("A"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with full_disk(monkeypatch, t.directory, left=20):
+            t.append(Message.user("B" * 100))    # 20 bytes fit, then ENOSPC
+            t.append(Message.user("C"))
+        t.append(Message.user("D"))              # space again: B and C go first
+    assert len(saving_warnings(caught)) == 1
+    assert [m.text for m in t.messages()] == ["A", "B" * 100, "C", "D"]
+
+
+def test_send_on_a_full_disk_answers_warns_once_and_saves_when_space_returns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = make("fullsend", system="sys")
+    s.send("one")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with full_disk(monkeypatch, s.directory):
+            reply = s.send("two")
+            s.send("three")
+        assert "two" in reply.text
+        assert [m.text for m in s.history if m.role == "user"] == ["one", "two", "three"]
+        s.send("four")
+    assert len(saving_warnings(caught)) == 1
+    resumed = ChatSession.resume("fullsend", provider=FakeProvider(window=10_000_000))
+    assert resumed.history == s.history
+    assert [m.text for m in resumed.transcript] == [m.text for m in s.transcript]
+
+
+def test_resume_works_while_the_disk_is_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = make("fullresume")
+    s.send("kept")
+    s.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with full_disk(monkeypatch, s.directory):
+            resumed = ChatSession.resume("fullresume",
+                                         provider=FakeProvider(window=10_000_000))
+            resumed.send("more")
+    assert resumed.history[0].text == "kept" and len(resumed.history) == 4
+    assert len(saving_warnings(caught)) <= 1
+
+
+def test_a_read_only_state_dir_lets_a_session_chat_with_one_warning(
+        monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with read_only(monkeypatch, data_dir):
+            s = make("readonly", system="sys")
+            s.send("hello " + "x" * 30_000)      # a big tool-free turn, then a second one
+            s.send("again")
+            s.compact()
+            s.reset()
+            s.close()
+    assert len(saving_warnings(caught)) == 1, [str(w.message) for w in caught]
+    assert "readonly" in saving_warnings(caught)[0] or str(data_dir) in saving_warnings(caught)[0]
+
+
+def test_a_tool_result_that_cannot_be_saved_stays_readable_in_memory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "results")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with read_only(monkeypatch, tmp_path):
+            path = store.persist("full content " * 1000)
+    assert store.load(path) == "full content " * 1000
+    assert len(saving_warnings(caught)) == 1
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_real_small_tmpfs_filling_up_and_remounted_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    where = tmp_path / "mnt"
+    where.mkdir()
+    if not _can_mount_tmpfs(where):
+        pytest.skip("needs root and tmpfs mounts")
+    try:
+        monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(where / "state"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = make("tmpfs")
+            for i in range(12):                 # ~40 KB a turn into 256 KB: it fills up
+                s.send(f"turn {i} " + "y" * 20_000)
+            assert len(saving_warnings(caught)) == 1
+            subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+            resumed = ChatSession.resume("tmpfs", provider=FakeProvider(window=10_000_000))
+            resumed.send("read-only now")
+            fresh = make("fresh-on-ro")
+            fresh.send("hello")
+        turns = [m.text.split()[1] for m in resumed.history if m.role == "user"
+                 and m.text.startswith("turn")]
+        assert turns == [str(i) for i in range(len(turns))] and turns
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+# -- damaged files --------------------------------------------------------------------------
+
+def _said(name: str, texts: list[str]) -> Transcript:
+    t = Transcript(name)
+    for text in texts:
+        t.append(Message.user(text))
+    return t
+
+
+@pytest.mark.parametrize("bad, why", [
+    (b'{"type": "message", "message": {"role": "user", "blocks": [{"type": "text", '
+     b'"text": "\xff"}]}}', "not UTF-8"),
+    (b"[1, 2, 3]", "a JSON list, not an object"),
+    (b'"just a string"', "a JSON str, not an object"),
+    (b'{"type": "message", "message": {"blocks": []}}', "has no role"),
+    (b'{"type": "message", "message": {"role": "robot", "blocks": []}}', "'robot' is not known"),
+    (b'{"type": "message", "ts": 1, "mess', "not valid JSON"),
+])
+def test_one_bad_line_is_named_and_the_rest_of_the_session_opens(bad: bytes, why: str) -> None:
+    t = _said("badline", ["first"])
+    with open(t.path, "ab") as f:
+        f.write(bad + b"\n")
+    t.append(Message.user("third"))
+    with pytest.warns(RuntimeWarning) as caught:
+        resumed = ChatSession.resume("badline", provider=FakeProvider())
+    text = " ".join(str(w.message) for w in caught)
+    assert "transcript.jsonl: line 2" in text and why in text, text
+    assert [m.text for m in resumed.transcript] == ["first", "third"]
+
+
+def test_a_non_utf8_session_json_is_named_and_the_session_opens() -> None:
+    s = make("badmeta", system="keep me")
+    s.send("hello")
+    s.close()
+    (s.directory / "session.json").write_bytes(b'{"model": "\xff\xfe"}')
+    with pytest.warns(RuntimeWarning, match=r"session.json could not be read \(byte 12"):
+        resumed = ChatSession.resume("badmeta", provider=FakeProvider(window=10_000_000))
+    assert [m.text for m in resumed.history] == [m.text for m in s.history]
+
+
+def test_rebuilding_a_damaged_history_never_brings_back_what_was_reset_away() -> None:
+    s = make("resetaway", system="sys")
+    s.send("before the reset")
+    s.reset()
+    s.send("after the reset")
+    (s.directory / "history.json").write_bytes(b"\x00garbage")
+    with pytest.warns(RuntimeWarning, match="history.json could not be read"):
+        resumed = ChatSession.resume("resetaway", provider=FakeProvider())
+    texts = [m.text for m in resumed.history]
+    assert "before the reset" not in texts
+    assert texts[0] == "sys" and "after the reset" in texts
+
+
+def test_a_damaged_journal_line_in_the_middle_rebuilds_from_the_transcript() -> None:
+    s = make("midjournal")
+    for i in range(3):
+        s.send(f"q{i}")
+    journal = s.directory / "history.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(lines[0] + b'{"gen": 1, "ba\n' + lines[2])
+    with pytest.warns(RuntimeWarning, match=r"history.journal could not be read \(line 2"):
+        history = Transcript("midjournal").load_history()
+    assert [m.text for m in history or ()][::2] == ["q0", "q1", "q2"]
+
+
+def test_append_record_starts_on_a_new_line_after_a_torn_one(tmp_path: Path) -> None:
+    from ipy_ctxrecovery._files import append_record
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"torn')
+    append_record(path, b'{"b": 2}\n')
+    assert path.read_bytes() == b'{"a": 1}\n{"torn\n{"b": 2}\n'
+
+
+# -- learned.json -------------------------------------------------------------------------------
+
+def test_learned_json_is_written_only_on_a_real_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[str] = []
+    real = Transcript.save_learned
+
+    def counting(self: Transcript, text: str) -> None:
+        writes.append(text)
+        real(self, text)
+
+    monkeypatch.setattr(Transcript, "save_learned", counting)
+    s = make("learned-writes")
+    for i in range(30):
+        s.send(f"turn {i} " + "words " * (50 + 7 * i))   # usage and body drift every turn
+    assert 1 <= len(writes) <= 12, len(writes)
+    # A real change (a learned cap) is written at once.
+    before = len(writes)
+    s.caps.record_rejection(100_000)
+    s.send("after a rejection")
+    assert len(writes) == before + 1
+    assert json.loads(writes[-1])["caps"]["smallest_rejected"] == 100_000
