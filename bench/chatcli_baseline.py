@@ -39,7 +39,7 @@ from typing import Any
 
 import openai
 
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core.history import (
     History,
     Message,
     Role,
@@ -48,8 +48,8 @@ from ipy_ctxrecovery.history import (
     char_size,
     to_openai,
 )
-from ipy_ctxrecovery.pairing import repair_pairing
-from ipy_ctxrecovery.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARIZE_SYSTEM_PROMPT
+from ipy_ctxrecovery.core.pairing import repair_pairing
+from ipy_ctxrecovery.core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARIZE_SYSTEM_PROMPT
 
 __all__ = ["ChatCLIBaseline", "classify"]
 

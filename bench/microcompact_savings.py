@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ipy_ctxrecovery import Settings, budget, microcompact
-from ipy_ctxrecovery.history import History, Message, Role, ToolCall, to_openai
+from ipy_ctxrecovery import Settings
+from ipy_ctxrecovery.core import budget, microcompact
+from ipy_ctxrecovery.core.history import History, Message, Role, ToolCall, to_openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chatcli_baseline import ChatCLIBaseline  # noqa: E402

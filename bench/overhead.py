@@ -43,10 +43,10 @@ import httpx2
 import openai
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.history import History, Message, Role, ToolCall, to_openai
+from ipy_ctxrecovery.core.history import History, Message, Role, ToolCall, to_openai
 from ipy_ctxrecovery.providers.anthropic import to_anthropic
 from ipy_ctxrecovery.providers.base import ToolSpec
-from ipy_ctxrecovery.transcript import Transcript
+from ipy_ctxrecovery.session.store import Transcript
 
 TOOL = ToolSpec("fetch_log", "Return n characters of the service log.",
                 {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -288,7 +288,7 @@ def _memory(fn: Callable[[], object]) -> tuple[int, int]:
 def time_snapshot_files(counter: dict[str, float]) -> None:
     """Time the session's whole-file snapshots (history.json, learned.json): encoding and
     writing, the part of a turn that issue 11's persistence work makes O(new messages)."""
-    from ipy_ctxrecovery.transcript import Transcript
+    from ipy_ctxrecovery.session.store import Transcript
 
     for name in ("save_history", "save_learned"):
         original = getattr(Transcript, name)

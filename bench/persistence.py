@@ -39,8 +39,8 @@ from typing import Any
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery._files import write_private_atomic
-from ipy_ctxrecovery.catalogue import ModelInfo
-from ipy_ctxrecovery.history import History, Message, to_openai
+from ipy_ctxrecovery.core.catalogue import ModelInfo
+from ipy_ctxrecovery.core.history import History, Message, to_openai
 from ipy_ctxrecovery.providers.base import Request, Response, StopReason, TextCallback, Usage
 
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.history import to_openai
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.errors import ChatError
-from ipy_ctxrecovery.history import to_openai
-from ipy_ctxrecovery.tools import as_tool
+from ipy_ctxrecovery.session.tools import as_tool
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chatcli_baseline import ChatCLIBaseline  # noqa: E402

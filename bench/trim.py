@@ -37,17 +37,12 @@ from typing import Any
 
 import openai
 
-from ipy_ctxrecovery import budget, ladder
-from ipy_ctxrecovery._decide import Decision, LadderState, Level
-from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.history import (
-    History,
-    Role,
-    latest_user_index,
-    problems,
-)
+from ipy_ctxrecovery.core import budget, ladder
+from ipy_ctxrecovery.core.history import History, Role, latest_user_index, problems
+from ipy_ctxrecovery.core.ladder.decide import Decision, LadderState, Level
 from ipy_ctxrecovery.providers.base import Request
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
+from ipy_ctxrecovery.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import TOOL, conversation, history_of  # noqa: E402

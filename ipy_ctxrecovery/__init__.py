@@ -21,15 +21,15 @@ _EXPORTS = {
     "CtxRecoveryError": "errors",
     "Failure": "failures",
     "FailureKind": "failures",
-    "classify": "_classify",
-    "Settings": "config",
-    "parse_size": "config",
-    "Message": "history",
+    "classify": "core.classify",
+    "Settings": "settings",
+    "parse_size": "settings",
+    "Message": "core.history",
     "ChatSession": "session",
     "Reply": "session",
-    "chat_tool": "tools",
+    "chat_tool": "session.tools",
     "Emulator": "emulator",
-    "describe": "wording",
+    "describe": "core.wording",
 }
 
 __all__ = [
@@ -53,15 +53,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ._classify import classify
-    from .config import Settings, parse_size
+    from .core.classify import classify
+    from .core.history import Message
+    from .core.wording import describe
     from .emulator import Emulator
     from .errors import ChatError, ConfigError, CtxRecoveryError
     from .failures import Failure, FailureKind
-    from .history import Message
     from .session import ChatSession, Reply
-    from .tools import chat_tool
-    from .wording import describe
+    from .session.tools import chat_tool
+    from .settings import Settings, parse_size
 
 
 def __getattr__(name: str) -> Any:

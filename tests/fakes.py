@@ -12,10 +12,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ipy_ctxrecovery.catalogue import ModelInfo
+from ipy_ctxrecovery.core.catalogue import ModelInfo
+from ipy_ctxrecovery.core.history import Message, ToolCall, to_openai
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import Failure, FailureKind
-from ipy_ctxrecovery.history import Message, ToolCall, to_openai
 from ipy_ctxrecovery.providers.base import Request, Response, StopReason, TextCallback, Usage
 
 Script = Response | ChatError | str | Callable[[Request], "Response | str"]

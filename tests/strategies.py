@@ -35,8 +35,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ipy_ctxrecovery import history as h
-from ipy_ctxrecovery.history import Message, Reasoning, Role, Text, ToolCall
+from ipy_ctxrecovery.core import history as h
+from ipy_ctxrecovery.core.history import Message, Reasoning, Role, Text, ToolCall
 
 __all__ = [
     "MULTIBYTE_PIECES",

@@ -11,15 +11,15 @@ import openai
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.emulator import roles
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
     Message,
     Role,
 )
-from ipy_ctxrecovery.prompts import PAYLOAD_NOTICE
+from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
+from ipy_ctxrecovery.emulator import roles
 from ipy_ctxrecovery.providers import make_provider
 from ipy_ctxrecovery.providers.base import Request
 

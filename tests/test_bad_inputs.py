@@ -20,11 +20,11 @@ from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.history import Message
 from ipy_ctxrecovery.errors import ConfigError, CtxRecoveryError
-from ipy_ctxrecovery.history import Message
 from ipy_ctxrecovery.providers import make_provider
-from ipy_ctxrecovery.tools import as_tool
-from ipy_ctxrecovery.transcript import Transcript, validate_name
+from ipy_ctxrecovery.session.store import Transcript, validate_name
+from ipy_ctxrecovery.session.tools import as_tool
 
 
 def one_sentence(text: str) -> None:

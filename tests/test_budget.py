@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import MULTIBYTE_PIECES, histories, multibyte_text
 
-from ipy_ctxrecovery import history as h
-from ipy_ctxrecovery.budget import (
+from ipy_ctxrecovery.core import history as h
+from ipy_ctxrecovery.core.budget import (
     LEVEL_PREVIEW,
     MIN_PREVIEW_BODY_CHARS,
     ResultStore,
@@ -25,8 +25,8 @@ from ipy_ctxrecovery.budget import (
     preview,
     shrink_tool_message,
 )
-from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.history import Message, Role, ToolCall
+from ipy_ctxrecovery.core.history import Message, Role, ToolCall
+from ipy_ctxrecovery.settings import Settings
 
 PROPS = settings(max_examples=300, deadline=None)
 S = Settings()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipy_ctxrecovery.catalogue import MODELS, lookup
+from ipy_ctxrecovery.core.catalogue import MODELS, lookup
 
 
 @pytest.mark.parametrize(

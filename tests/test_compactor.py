@@ -12,11 +12,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import compactor
-from ipy_ctxrecovery.compactor import compact, compaction_budget, compaction_target, trim
-from ipy_ctxrecovery.config import MiB, Settings, format_size
-from ipy_ctxrecovery.events import CompactionPhase, Event
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core import compactor
+from ipy_ctxrecovery.core.compactor import compact, compaction_budget, compaction_target, trim
+from ipy_ctxrecovery.core.events import CompactionPhase, Event
+from ipy_ctxrecovery.core.history import (
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
     History,
@@ -29,8 +28,9 @@ from ipy_ctxrecovery.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
-from ipy_ctxrecovery.wording import describe
+from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
+from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.settings import MiB, Settings, format_size
 
 S = Settings()
 START = "📦 Compacting history ({n} msgs, {b} → target {t})"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipy_ctxrecovery.config import ENV_VARS, Settings, format_size, parse_size
 from ipy_ctxrecovery.errors import ConfigError, CtxRecoveryError
+from ipy_ctxrecovery.settings import ENV_VARS, Settings, format_size, parse_size
 
 MB = 1024 * 1024
 

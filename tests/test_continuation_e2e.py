@@ -17,10 +17,10 @@ import anthropic
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.api import NO_PREFILL, PREFILL_WHITESPACE
 from ipy_ctxrecovery.errors import ConfigError
-from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.providers import make_provider
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ipy_ctxrecovery import events as ev
+from ipy_ctxrecovery.core import events as ev
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.notebook.display import (
     Answer,

@@ -27,12 +27,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipy_ctxrecovery.emulator as emulator_pkg
-from ipy_ctxrecovery._classify import classify
+from ipy_ctxrecovery.core.classify import classify
+from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.faults import parse_fault
 from ipy_ctxrecovery.emulator.replies import Turn, count_tokens, plan, summarize
 from ipy_ctxrecovery.errors import ConfigError
-from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.failures import FailureKind
 
 WIRES = ("openai", "anthropic")
@@ -357,7 +357,7 @@ def test_summary_then_request_through_the_adapters(spec: str,
                                                    emulator: Callable[..., Emulator]) -> None:
     """The compactor's history shape: a summary user message right before the request;
     the Anthropic adapter merges the two into one message of two text blocks."""
-    from ipy_ctxrecovery.history import Message
+    from ipy_ctxrecovery.core.history import Message
     from ipy_ctxrecovery.providers import Request, make_provider
 
     emu = emulator()
@@ -879,11 +879,11 @@ def test_close_also_ends_keep_alive_connections() -> None:
 
 
 def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing() -> None:
-    from ipy_ctxrecovery.compactor import compact
-    from ipy_ctxrecovery.config import Settings
-    from ipy_ctxrecovery.history import Message as HMessage
-    from ipy_ctxrecovery.history import ToolCall as HToolCall
-    from ipy_ctxrecovery.history import to_openai
+    from ipy_ctxrecovery.core.compactor import compact
+    from ipy_ctxrecovery.core.history import Message as HMessage
+    from ipy_ctxrecovery.core.history import ToolCall as HToolCall
+    from ipy_ctxrecovery.core.history import to_openai
+    from ipy_ctxrecovery.settings import Settings
 
     def measure(history: tuple[HMessage, ...]) -> int:
         return len(json.dumps(to_openai(history), ensure_ascii=False).encode("utf-8"))
@@ -926,7 +926,7 @@ def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing
 
 
 def test_framing_lines_alone_give_only_the_header() -> None:
-    from ipy_ctxrecovery import compactor
+    from ipy_ctxrecovery.core import compactor
 
     text = ("Summarize these 3 earlier messages of the conversation (oldest first).\n\n"
             "--- user ---\n\n--- assistant ---\n[… 120 chars omitted …]\n"

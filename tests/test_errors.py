@@ -27,11 +27,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from quiet_server import QuietHTTPServer
 
-from ipy_ctxrecovery import _classify
-from ipy_ctxrecovery._classify import classify
-from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.core import classify as _classify
+from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.errors import ChatError, redact
 from ipy_ctxrecovery.failures import Failure, FailureKind
+from ipy_ctxrecovery.settings import Settings
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 CASES: list[dict[str, Any]] = [

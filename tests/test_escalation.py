@@ -6,9 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import multibyte_text
 
-from ipy_ctxrecovery import catalogue
-from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.escalation import (
+from ipy_ctxrecovery.core import catalogue
+from ipy_ctxrecovery.core.continuation import (
     CONTINUATION_PROMPT,
     MIN_OVERLAP_CHARS,
     continuation_message,
@@ -17,7 +16,8 @@ from ipy_ctxrecovery.escalation import (
     resume_point,
     stitch,
 )
-from ipy_ctxrecovery.history import TAG_CONTINUATION, Role, latest_user_index
+from ipy_ctxrecovery.core.history import TAG_CONTINUATION, Role, latest_user_index
+from ipy_ctxrecovery.settings import Settings
 
 PROPS = settings(max_examples=300, deadline=None)
 
@@ -70,7 +70,7 @@ def test_continuation_message_is_the_spec_text_tagged() -> None:
 
 
 def test_continuation_is_not_taken_for_the_users_request() -> None:
-    from ipy_ctxrecovery.history import Message
+    from ipy_ctxrecovery.core.history import Message
 
     hist = (Message.user("explain"), Message.assistant("part one"), continuation_message())
     assert latest_user_index(hist) == 0

@@ -21,11 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import budget
-from ipy_ctxrecovery.budget import DeferredStore, ResultStore
-from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.exactfit import Sizes, drop_fit, first_defect, valid_pairs
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core import budget
+from ipy_ctxrecovery.core.budget import DeferredStore, ResultStore
+from ipy_ctxrecovery.core.exactfit import Sizes, drop_fit, first_defect, valid_pairs
+from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
@@ -37,11 +36,12 @@ from ipy_ctxrecovery.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.ladder import drop_oldest, preflight_fit
-from ipy_ctxrecovery.pairing import repair_pairing
+from ipy_ctxrecovery.core.ladder import drop_oldest, preflight_fit
+from ipy_ctxrecovery.core.pairing import repair_pairing
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider
 from ipy_ctxrecovery.providers.base import Request, ToolSpec
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
+from ipy_ctxrecovery.settings import Settings
 
 PROPS = settings(max_examples=120, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -26,7 +26,7 @@ import openai
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery._classify import classify
+from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.failures import FailureKind
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import history as h
-from ipy_ctxrecovery.history import Message, Reasoning, Role, Text, ToolCall, ToolResult
+from ipy_ctxrecovery.core import history as h
+from ipy_ctxrecovery.core.history import Message, Reasoning, Role, Text, ToolCall, ToolResult
 
 PROPS = settings(max_examples=300, deadline=None)
 GENERATOR_CHECK = settings(max_examples=100, deadline=None)    # checks the strategies only

@@ -11,8 +11,8 @@ import openai
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipy_ctxrecovery import catalogue
-from ipy_ctxrecovery.escalation import (
+from ipy_ctxrecovery.core import catalogue
+from ipy_ctxrecovery.core.continuation import (
     CONTINUATION_PROMPT,
     MAX_RETRACT_CHARS,
     Resume,
@@ -21,7 +21,7 @@ from ipy_ctxrecovery.escalation import (
     resume_point,
     stitch,
 )
-from ipy_ctxrecovery.history import TAG_CONTINUATION, Role
+from ipy_ctxrecovery.core.history import TAG_CONTINUATION, Role
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
 

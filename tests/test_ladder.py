@@ -13,11 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import history as hm
-from ipy_ctxrecovery.budget import ResultStore, is_boundary
-from ipy_ctxrecovery.config import KiB, MiB, Settings, format_size
-from ipy_ctxrecovery.failures import Failure, FailureKind
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core import history as hm
+from ipy_ctxrecovery.core.budget import ResultStore, is_boundary
+from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
@@ -29,7 +27,7 @@ from ipy_ctxrecovery.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.ladder import (
+from ipy_ctxrecovery.core.ladder import (
     Decision,
     LadderResult,
     LadderState,
@@ -40,9 +38,11 @@ from ipy_ctxrecovery.ladder import (
     preflight_fit,
     truncate_text,
 )
-from ipy_ctxrecovery.pairing import repair_pairing
-from ipy_ctxrecovery.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
-from ipy_ctxrecovery.wording import decision_lines
+from ipy_ctxrecovery.core.pairing import repair_pairing
+from ipy_ctxrecovery.core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
+from ipy_ctxrecovery.core.wording import decision_lines
+from ipy_ctxrecovery.failures import Failure, FailureKind
+from ipy_ctxrecovery.settings import KiB, MiB, Settings, format_size
 
 PROPS = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -45,7 +45,7 @@ def _append(path: Path, line: str) -> None:
 
 
 def test_a_cycle_between_siblings_breaks_the_contract(copy: Path) -> None:
-    _append(copy / "ipy_ctxrecovery" / "events.py", "from . import wording  # noqa")
+    _append(copy / "ipy_ctxrecovery" / "core" / "events.py", "from . import wording  # noqa")
     result = lint(copy)
     assert result.returncode != 0
     assert "no cycles between siblings BROKEN" in result.stdout
@@ -57,3 +57,10 @@ def test_an_upward_import_breaks_the_layers(copy: Path) -> None:
     result = lint(copy)
     assert result.returncode != 0
     assert "BROKEN" in result.stdout and "notebook" in result.stdout
+
+
+def test_the_core_imports_nothing_above_it(copy: Path) -> None:
+    _append(copy / "ipy_ctxrecovery" / "core" / "compactor.py",
+            "from ..session import values  # noqa")
+    result = lint(copy)
+    assert result.returncode != 0 and "BROKEN" in result.stdout

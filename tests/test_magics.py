@@ -216,7 +216,7 @@ def test_an_answer_still_cut_says_so_in_one_line(chat: ChatMagics, ip: Any,
 
 
 def test_still_cut_wording_without_a_session_event() -> None:
-    from ipy_ctxrecovery import events as ev
+    from ipy_ctxrecovery.core import events as ev
     from ipy_ctxrecovery.notebook.magics import _still_cut
 
     steps = [ev.Escalation(attempt=n, max_tokens=t, previous=t // 2, of=2)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import history as h
-from ipy_ctxrecovery.budget import (
+from ipy_ctxrecovery.core import history as h
+from ipy_ctxrecovery.core.budget import (
     LEVEL_OLD_PREVIEW,
     LEVEL_PREVIEW,
     LEVEL_SUMMARY,
@@ -22,10 +22,10 @@ from ipy_ctxrecovery.budget import (
     detect_kind,
     enforce_budget,
 )
-from ipy_ctxrecovery.config import Settings
-from ipy_ctxrecovery.history import Message, Role, ToolCall
-from ipy_ctxrecovery.microcompact import MicrocompactReport, microcompact
-from ipy_ctxrecovery.pairing import repair_pairing
+from ipy_ctxrecovery.core.history import Message, Role, ToolCall
+from ipy_ctxrecovery.core.microcompact import MicrocompactReport, microcompact
+from ipy_ctxrecovery.core.pairing import repair_pairing
+from ipy_ctxrecovery.settings import Settings
 
 PROPS = settings(max_examples=300, deadline=None)
 S = Settings()

@@ -7,9 +7,9 @@ import copy
 from hypothesis import given, settings
 from strategies import histories, valid_histories
 
-from ipy_ctxrecovery import history as h
-from ipy_ctxrecovery.history import Message, Role, ToolCall
-from ipy_ctxrecovery.pairing import MISSING_RESULT, PairingReport, repair_pairing
+from ipy_ctxrecovery.core import history as h
+from ipy_ctxrecovery.core.history import Message, Role, ToolCall
+from ipy_ctxrecovery.core.pairing import MISSING_RESULT, PairingReport, repair_pairing
 
 PROPS = settings(max_examples=300, deadline=None)
 

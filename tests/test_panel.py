@@ -7,11 +7,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ipy_ctxrecovery import events as ev
-from ipy_ctxrecovery._decide import Decision, LadderState, Level
-from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.core import events as ev
+from ipy_ctxrecovery.core.ladder.decide import Decision, LadderState, Level
 from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.notebook.panel import LADDER_LEVELS, ContextPanel
+from ipy_ctxrecovery.settings import Settings
 
 KB = 1024
 

@@ -18,9 +18,9 @@ from diskfaults import full_disk, read_only
 from fakes import FakeProvider
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.budget import ResultStore
-from ipy_ctxrecovery.history import Message
-from ipy_ctxrecovery.transcript import Transcript
+from ipy_ctxrecovery.core.budget import ResultStore
+from ipy_ctxrecovery.core.history import Message
+from ipy_ctxrecovery.session.store import Transcript
 
 
 def make(name: str, *, window: int = 10_000_000, **kwargs: Any) -> ChatSession:

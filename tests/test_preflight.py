@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipy_ctxrecovery.config import KiB, MiB, Settings, format_size
-from ipy_ctxrecovery.preflight import (
+from ipy_ctxrecovery.core.preflight import (
     MAX_BYTES_PER_TOKEN,
     MIN_BYTES_PER_TOKEN,
     Caps,
@@ -17,6 +16,7 @@ from ipy_ctxrecovery.preflight import (
     TokenEstimator,
     check,
 )
+from ipy_ctxrecovery.settings import KiB, MiB, Settings, format_size
 
 PROPS = settings(max_examples=300, deadline=None)
 S = Settings()

@@ -26,11 +26,10 @@ from hypothesis import strategies as st
 from quiet_server import QuietHTTPServer
 from strategies import valid_histories
 
-from ipy_ctxrecovery.catalogue import ModelInfo
-from ipy_ctxrecovery.config import Settings
+from ipy_ctxrecovery.core.catalogue import ModelInfo
+from ipy_ctxrecovery.core.history import Message, Reasoning, Role, Text, ToolCall
 from ipy_ctxrecovery.errors import ChatError, ConfigError
 from ipy_ctxrecovery.failures import FailureKind
-from ipy_ctxrecovery.history import Message, Reasoning, Role, Text, ToolCall
 from ipy_ctxrecovery.providers import (
     Provider,
     Request,
@@ -41,6 +40,7 @@ from ipy_ctxrecovery.providers import (
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider, to_anthropic
 from ipy_ctxrecovery.providers.base import Measurable, prepare
 from ipy_ctxrecovery.providers.openai import OpenAIProvider, uses_max_completion_tokens
+from ipy_ctxrecovery.settings import Settings
 
 OPENAI_KEY = "sk-test-SECRETSECRETSECRET1234"
 ANTHROPIC_KEY = "sk-ant-test-SECRETSECRETSECRET1234"

@@ -11,9 +11,10 @@ import pytest
 import ipy_ctxrecovery
 
 HEAVY = ("IPython", "ipywidgets", "openai", "anthropic")
-CORE = ("config", "errors", "failures", "history", "events", "wording", "prompts", "catalogue",
-        "budget", "pairing", "microcompact", "compactor", "ladder", "_decide", "preflight",
-        "escalation", "_classify")
+CORE = ("settings", "errors", "failures", "redaction", "core", "core.history", "core.events",
+        "core.wording", "core.prompts", "core.catalogue", "core.budget", "core.pairing",
+        "core.microcompact", "core.compactor", "core.ladder", "core.preflight",
+        "core.continuation", "core.classify", "core.exactfit", "core.retry")
 
 
 def test_all_is_pinned() -> None:
@@ -62,7 +63,7 @@ def test_core_modules_import_no_ui_or_sdk() -> None:
 
 def test_session_layer_imports_no_sdk_until_a_provider_is_made() -> None:
     statement = ("from ipy_ctxrecovery import ChatSession, Reply, chat_tool\n"
-                 "import ipy_ctxrecovery.transcript, ipy_ctxrecovery.tools\n"
+                 "import ipy_ctxrecovery.session.store, ipy_ctxrecovery.session.tools\n"
                  "import ipy_ctxrecovery.session.recovery, ipy_ctxrecovery.session.pipeline")
     assert _loaded_after(statement) == []
 

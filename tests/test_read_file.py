@@ -15,10 +15,10 @@ from IPython.core.error import UsageError
 from test_magics import cell, chat, ip  # noqa: F401  (fixtures)
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.config import ConfigError
 from ipy_ctxrecovery.notebook.magics import ChatMagics
 from ipy_ctxrecovery.redaction import mask_secrets
-from ipy_ctxrecovery.tools import Tool, make_read_file
+from ipy_ctxrecovery.session.tools import Tool, make_read_file
+from ipy_ctxrecovery.settings import ConfigError
 
 
 @pytest.fixture

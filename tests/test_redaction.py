@@ -8,9 +8,10 @@ import openai
 import pytest
 from secrets_planted import PLANTED
 
+from ipy_ctxrecovery.core.history import Message, Reasoning, ToolCall
 from ipy_ctxrecovery.errors import redact
-from ipy_ctxrecovery.history import Message, Reasoning, ToolCall
-from ipy_ctxrecovery.redaction import MASK, Redactor, client_credentials, mask_secrets
+from ipy_ctxrecovery.redaction import MASK, mask_secrets
+from ipy_ctxrecovery.session.redactor import Redactor, client_credentials
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTED))

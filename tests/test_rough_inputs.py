@@ -19,11 +19,11 @@ from IPython.testing import globalipapp
 from rawserver import serving
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.history import Message, ToolCall
 from ipy_ctxrecovery.errors import ChatError
-from ipy_ctxrecovery.history import Message, ToolCall
 from ipy_ctxrecovery.providers.anthropic import to_anthropic
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
-from ipy_ctxrecovery.tools import as_tool
+from ipy_ctxrecovery.session.tools import as_tool
 
 DEEP_LIST = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a": ' + DEEP_LIST + "}"

@@ -16,11 +16,11 @@ from secrets_planted import PLANTED
 from test_magics import cell, chat, ip  # noqa: F401  (fixtures)
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
-from ipy_ctxrecovery.events import Event
-from ipy_ctxrecovery.history import Role
+from ipy_ctxrecovery.core.events import Event
+from ipy_ctxrecovery.core.history import Role
+from ipy_ctxrecovery.core.wording import describe
 from ipy_ctxrecovery.notebook.magics import ChatMagics
 from ipy_ctxrecovery.redaction import MASK
-from ipy_ctxrecovery.wording import describe
 
 
 def echo(text: str) -> str:

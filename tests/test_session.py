@@ -12,9 +12,8 @@ import pytest
 from fakes import FakeProvider, cut_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Reply, Settings
-from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError
-from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
-from ipy_ctxrecovery.events import (
+from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.core.events import (
     Escalation,
     Event,
     Failed,
@@ -23,11 +22,12 @@ from ipy_ctxrecovery.events import (
     Truncated,
     TurnFinished,
 )
+from ipy_ctxrecovery.core.history import Role, problems
+from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError
 from ipy_ctxrecovery.failures import FailureKind
-from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
-from ipy_ctxrecovery.transcript import Transcript
-from ipy_ctxrecovery.wording import describe
+from ipy_ctxrecovery.session.store import Transcript
 
 SETTINGS = Settings()
 

@@ -20,11 +20,9 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.errors import ChatError
-from ipy_ctxrecovery.escalation import CONTINUATION_PROMPT
-from ipy_ctxrecovery.events import Event, LadderStep, NoticeInjected, WindowLearned
-from ipy_ctxrecovery.failures import FailureKind
-from ipy_ctxrecovery.history import (
+from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.core.events import Event, LadderStep, NoticeInjected, WindowLearned
+from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
@@ -37,9 +35,11 @@ from ipy_ctxrecovery.history import (
     from_openai,
     problems,
 )
-from ipy_ctxrecovery.prompts import PAYLOAD_NOTICE
+from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
+from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.errors import ChatError
+from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers import make_provider
-from ipy_ctxrecovery.wording import describe
 
 WIRES = ["emulator", "emulator:anthropic"]
 NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"

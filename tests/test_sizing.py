@@ -8,8 +8,8 @@ from typing import Any
 import openai
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
-from ipy_ctxrecovery.events import Event, WindowLearned
-from ipy_ctxrecovery.prompts import SUMMARIZE_SYSTEM_PROMPT
+from ipy_ctxrecovery.core.events import Event, WindowLearned
+from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT
 
 UNKNOWN = "openai:in-house-model-7b"     # not in the catalogue: its window is a guess
 

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.events import Event, Recovered
+from ipy_ctxrecovery.core.history import Role
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.errors import ChatError
-from ipy_ctxrecovery.events import Event, Recovered
-from ipy_ctxrecovery.history import Role
 from ipy_ctxrecovery.providers import make_provider
 
 LONG = os.environ.get("IPY_CTXRECOVERY_SOAK", "") == "long"

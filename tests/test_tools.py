@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from ipy_ctxrecovery.tools import (
+from ipy_ctxrecovery.session.tools import (
     Tool,
     ToolError,
     as_tool,

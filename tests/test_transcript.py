@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ipy_ctxrecovery.core.history import Message, ToolCall
 from ipy_ctxrecovery.errors import ConfigError
-from ipy_ctxrecovery.history import Message, ToolCall
-from ipy_ctxrecovery.transcript import (
+from ipy_ctxrecovery.session.store import (
     Transcript,
     data_root,
     list_sessions,

@@ -37,21 +37,21 @@ from ipy_ctxrecovery.providers.openai import OpenAIProvider
 def test_retry_wait_decides_from_the_attempt_the_server_and_the_bounds(
         attempt: int, asked: float | None, remaining: float | None,
         expected: float | None) -> None:
-    from ipy_ctxrecovery.retry import retry_wait
+    from ipy_ctxrecovery.core.retry import retry_wait
 
     assert retry_wait(attempt, asked, max_wait=60.0, remaining=remaining).seconds == expected
 
 
 @pytest.mark.parametrize("asked", [61.0, 86_400.0, math.inf, 1e308])
 def test_a_server_asking_for_longer_than_max_retry_wait_is_not_waited_for(asked: float) -> None:
-    from ipy_ctxrecovery.retry import retry_wait
+    from ipy_ctxrecovery.core.retry import retry_wait
 
     plan = retry_wait(1, asked, max_wait=60.0)
     assert plan.give_up and plan.needed == asked and plan.bound == "max_retry_wait"
 
 
 def test_the_sentence_says_what_was_asked_the_bound_and_when_to_retry() -> None:
-    from ipy_ctxrecovery.retry import RetryWait, too_long_sentence
+    from ipy_ctxrecovery.core.retry import RetryWait, too_long_sentence
 
     now = time.mktime((2026, 1, 2, 10, 0, 0, 0, 0, -1))
     day = too_long_sentence(RetryWait(None, 86_400.0, 60.0), "rate limited (HTTP 429)", now=now)

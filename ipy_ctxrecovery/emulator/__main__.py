@@ -9,8 +9,8 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..config import SIZE_FORMS, parse_size
 from ..errors import ConfigError
+from ..settings import SIZE_FORMS, parse_size
 from . import roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
 from .server import PREFILL_MODES, Emulator

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..escalation import CONTINUATION_PROMPT
-from ..prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
+from ..core.continuation import CONTINUATION_PROMPT
+from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
     "CONTINUATION_REPEATS",

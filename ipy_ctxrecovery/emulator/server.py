@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..config import parse_size
 from ..errors import ConfigError
+from ..settings import parse_size
 from . import api, faults, replies, roles
 from .faults import Answer, Fault
 

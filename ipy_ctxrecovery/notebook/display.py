@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from .. import events as ev
-from ..wording import describe
+from ..core import events as ev
+from ..core.wording import describe
 
 __all__ = [
     "FORMATS",

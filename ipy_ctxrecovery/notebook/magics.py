@@ -21,9 +21,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
 
 from .. import errors
-from .. import events as ev
-from ..config import ENV_VARS, ConfigError, Settings, format_size
-from ..wording import describe
+from ..core import events as ev
+from ..core.wording import describe
+from ..settings import ENV_VARS, ConfigError, Settings, format_size
 from . import subcommands
 from .display import (
     FORMATS,
@@ -438,7 +438,7 @@ def _parse_options(pairs: list[list[str]]) -> dict[str, Any]:
 def _lookup_tools(names: str | None) -> tuple[Any, ...]:
     if not names:
         return ()
-    from .. import tools as tools_module
+    from ..session import tools as tools_module
 
     registry = tools_module.registered_tools()
     chosen = []

@@ -19,10 +19,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from .. import events as ev
-from .._decide import Level
-from ..config import Settings, format_size
-from ..wording import describe
+from ..core import events as ev
+from ..core.ladder.decide import Level
+from ..core.wording import describe
+from ..settings import Settings, format_size
 
 __all__ = ["LADDER_LEVELS", "STEP_WORDS", "ContextPanel"]
 

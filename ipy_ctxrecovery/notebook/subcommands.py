@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from .. import errors, history
-from ..config import ENV_VARS, ConfigError, format_size, parse_size
-from ..redaction import Redactor
+from .. import errors
+from ..core import history
+from ..session.redactor import Redactor
+from ..settings import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
 
@@ -195,7 +196,7 @@ def _reset(magics: ChatMagics, args: Any) -> None:
 @_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",
              session_flag=False)
 def _sessions(magics: ChatMagics, args: Any) -> None:
-    from ..transcript import list_sessions
+    from ..session.store import list_sessions
 
     sessions = magics.workspace.sessions
     if not sessions:
@@ -232,7 +233,7 @@ def _usage(magics: ChatMagics, args: Any) -> None:
 @_subcommand("models", "Known models, their context windows and output limits.",
              session_flag=False)
 def _models(magics: ChatMagics, args: Any) -> None:
-    from ..catalogue import MODELS
+    from ..core.catalogue import MODELS
 
     keys = [v for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY") if os.environ.get(v)]
     print(f"default: {magics.model()}; keys set: {', '.join(keys) or 'none (emulator)'}")
@@ -248,7 +249,7 @@ def _models(magics: ChatMagics, args: Any) -> None:
 @_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
              "with @chat_tool (offer those with %%chat --tools NAME).")
 def _tools(magics: ChatMagics, args: Any) -> None:
-    from ..tools import registered_tools
+    from ..session.tools import registered_tools
 
     registry = registered_tools()
     session = _session(magics, args)
@@ -268,7 +269,7 @@ def _tools(magics: ChatMagics, args: Any) -> None:
 
 def _is_builtin(tool: Any) -> bool:
     """A tool the package itself provides (``read_file``), not one the user wrote."""
-    from .. import tools as tools_module
+    from ..session import tools as tools_module
 
     return getattr(tool.function, "__module__", None) == tools_module.__name__
 

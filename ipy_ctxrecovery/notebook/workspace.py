@@ -14,14 +14,14 @@ from typing import Any, Protocol
 
 from IPython.core.error import UsageError
 
-from ..config import Settings
 from ..emulator import Emulator
 from ..errors import CtxRecoveryError
 from ..providers import is_emulator_model
 from ..session import ChatSession
 from ..session.learned import PathRegistry
-from ..tools import Tool
-from ..transcript import Transcript
+from ..session.store import Transcript
+from ..session.tools import Tool
+from ..settings import Settings
 from .panel import ContextPanel
 
 __all__ = ["DEFAULT_SESSION", "Defaults", "Workspace", "as_usage_error"]

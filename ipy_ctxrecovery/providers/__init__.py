@@ -12,12 +12,12 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ..catalogue import ModelInfo, lookup
+from ..core.catalogue import ModelInfo, lookup
 from ..errors import ConfigError
 from .base import Provider, Request, Response, StopReason, TextCallback, ToolSpec, Usage
 
 if TYPE_CHECKING:
-    from ..config import Settings
+    from ..settings import Settings
 
 __all__ = [
     "MODEL_FORMS",

@@ -24,11 +24,11 @@ from typing import Any
 
 import httpx2
 
-from .._classify import classify
-from ..catalogue import ModelInfo, lookup
+from ..core.catalogue import ModelInfo, lookup
+from ..core.classify import classify
+from ..core.history import Message
 from ..errors import ChatError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
-from ..history import Message
 from ._wire import (
     BULK,
     ENCODER,

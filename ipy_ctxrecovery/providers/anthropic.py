@@ -35,9 +35,9 @@ from typing import Any
 import anthropic
 import httpx2
 
-from ..catalogue import ModelInfo
+from ..core.catalogue import ModelInfo
+from ..core.history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ..errors import ConfigError
-from ..history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ._common import (
     SDKAdapter,
     incomplete_reply,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from ..catalogue import ModelInfo
-from ..history import History, Message
+from ..core.catalogue import ModelInfo
+from ..core.history import History, Message
 
 __all__ = [
     "Closable",

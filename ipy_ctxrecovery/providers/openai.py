@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 import httpx2
 import openai
 
-from ..catalogue import ModelInfo
+from ..core.catalogue import ModelInfo
+from ..core.history import Message, ToolCall, to_openai
 from ..errors import ConfigError, redact
-from ..history import Message, ToolCall, to_openai
 from ._common import (
     SDKAdapter,
     incomplete_reply,

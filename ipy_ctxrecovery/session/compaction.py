@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import compactor, prompts
-from ..compactor import CompactionReport
-from ..config import Settings, format_size
-from ..deadline import call_with_deadline
+from ..core import compactor, prompts
+from ..core.compactor import CompactionReport
+from ..core.history import History, Message
 from ..errors import ChatError
 from ..failures import Failure, FailureKind
-from ..history import History, Message
 from ..providers.base import Request
+from ..settings import Settings, format_size
+from .deadline import call_with_deadline
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, TurnLog
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..budget import ResultStore
-from ..config import Settings
-from ..history import History
-from ..prompts import summary_header
+from ..core.budget import ResultStore
+from ..core.history import History
+from ..core.prompts import summary_header
+from ..settings import Settings
 from .compaction import SessionCompactor
 from .endpoint import Endpoint
 from .learned import LearnedLimits

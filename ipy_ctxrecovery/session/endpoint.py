@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..catalogue import ModelInfo
+from ..core.catalogue import ModelInfo
 from ..errors import redact
 from ..providers import base_url, emulator_identity, is_emulator_model
 from ..providers.base import Closable, Provider, Refreshable

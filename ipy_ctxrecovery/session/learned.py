@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings, format_size
-from ..events import CapChanged, Event, WindowLearned
+from ..core.events import CapChanged, Event, WindowLearned
+from ..core.preflight import Caps, PathLimits, TokenEstimator
 from ..failures import Failure, FailureKind
-from ..preflight import Caps, PathLimits, TokenEstimator
+from ..settings import Settings, format_size
 
 __all__ = ["CALIBRATION_DRIFT", "LARGEST_OK_GROWTH", "VERSION", "LearnedLimits", "PathRegistry"]
 

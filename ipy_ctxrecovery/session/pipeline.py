@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import budget, ladder, microcompact, preflight
-from ..budget import ResultStore
-from ..config import Settings, format_size
-from ..errors import ChatError
-from ..events import (
+from ..core import budget, ladder, microcompact, preflight
+from ..core.budget import ResultStore
+from ..core.events import (
     BudgetApplied,
     Event,
     FitBeforeSend,
@@ -26,8 +24,10 @@ from ..events import (
     MicrocompactApplied,
     NoticeInjected,
 )
+from ..core.history import History
+from ..errors import ChatError
 from ..failures import Failure, FailureKind
-from ..history import History
+from ..settings import Settings, format_size
 from .compaction import SessionCompactor
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog

@@ -18,18 +18,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import ladder
-from ..budget import ResultStore
-from ..config import Settings, format_size
-from ..deadline import call_with_deadline
+from ..core import ladder
+from ..core.budget import ResultStore
+from ..core.events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
+from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
+from ..core.prompts import PAYLOAD_NOTICE
+from ..core.retry import retry_wait, too_long_sentence
 from ..errors import ChatError, redact
-from ..events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
 from ..failures import Failure, FailureKind
-from ..history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
-from ..prompts import PAYLOAD_NOTICE
 from ..providers.base import Request, Response, TextCallback
-from ..retry import retry_wait, too_long_sentence
+from ..settings import Settings, format_size
 from .compaction import SessionCompactor
+from .deadline import call_with_deadline
 from .endpoint import Endpoint
 from .learned import LearnedLimits
 from .pipeline import Preparer

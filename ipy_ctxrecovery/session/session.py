@@ -38,25 +38,25 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .. import budget, compactor
-from ..catalogue import ModelInfo
-from ..config import Settings
+from ..core import budget, compactor
+from ..core.catalogue import ModelInfo
+from ..core.events import EventCallback, Failed, TurnFinished
+from ..core.history import History, Message, Role
+from ..core.preflight import Caps, TokenEstimator
 from ..errors import ChatError, CtxRecoveryError
-from ..events import EventCallback, Failed, TurnFinished
-from ..history import History, Message, Role
-from ..preflight import Caps, TokenEstimator
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
-from ..redaction import Redactor, client_credentials
-from ..tools import Tool, as_tool, make_read_file
-from ..transcript import Transcript, validate_name
+from ..settings import Settings
 from .compaction import SessionCompactor
 from .dry_run import dry_run
 from .endpoint import Endpoint, path_key
 from .learned import LearnedLimits, PathRegistry
 from .pipeline import Prepared, Preparer
 from .recovery import RecoveryLoop
+from .redactor import Redactor, client_credentials
 from .sizing import RequestSizer, RequestSpec
+from .store import Transcript, validate_name
+from .tools import Tool, as_tool, make_read_file
 from .turn_log import EventBus, Shrink, TurnLog
 from .turns import ToolBox, TurnRunner
 from .values import KEEP, Reply, SessionStatus, _Keep

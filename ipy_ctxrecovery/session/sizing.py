@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .. import compactor
-from ..config import Settings
-from ..history import History, Message, Role, latest_user_index
+from ..core import compactor
+from ..core.history import History, Message, Role, latest_user_index
 from ..providers.base import (
     DefaultsMaxTokens,
     Measurable,
@@ -28,6 +27,7 @@ from ..providers.base import (
     ToolSpec,
     prepare,
 )
+from ..settings import Settings
 from .endpoint import Endpoint
 from .learned import LearnedLimits
 

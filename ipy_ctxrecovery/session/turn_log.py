@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.events import Event, EventCallback, TurnFinished
+from ..core.history import History
+from ..core.wording import describe
 from ..errors import redact
-from ..events import Event, EventCallback, TurnFinished
 from ..failures import Failure
-from ..history import History
-from ..wording import describe
 
 __all__ = ["EventBus", "Shrink", "TurnLog"]
 

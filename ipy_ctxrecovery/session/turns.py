@@ -16,14 +16,14 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from .. import escalation
-from ..config import Settings
-from ..events import Escalation, ToolRun, Truncated
-from ..history import TAG_CONTINUATION, History, Message, ToolCall
+from ..core import continuation as escalation
+from ..core.events import Escalation, ToolRun, Truncated
+from ..core.history import TAG_CONTINUATION, History, Message, ToolCall
 from ..providers.base import StopReason, TextCallback, ToolSpec
-from ..tools import Tool
+from ..settings import Settings
 from .recovery import RecoveryLoop
 from .sizing import RequestSpec
+from .tools import Tool
 from .turn_log import EventBus, TurnLog
 
 __all__ = ["ToolBox", "TurnResult", "TurnRunner"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import format_size
 from ..providers.base import Usage
+from ..settings import format_size
 
 __all__ = ["KEEP", "Reply", "SessionStatus"]
 

@@ -1,7 +1,7 @@
 """Microcompact (SPEC §6): old tool results become previews, older ones one-line summaries.
 
 Pure, no LLM, no network (it only writes full results to the session's
-:class:`~ipy_ctxrecovery.budget.ResultStore`, once each, so nothing is lost).
+:class:`~ipy_ctxrecovery.core.budget.ResultStore`, once each, so nothing is lost).
 
 Age is counted in model round trips (``history.ages``), so a long tool loop inside one
 user request ages its own early results. With the settings' defaults:
@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..settings import Settings, format_size
 from .budget import (
     LEVEL_OLD_PREVIEW,
     LEVEL_SUMMARY,
@@ -36,7 +37,6 @@ from .budget import (
     cut_tail,
     detect_kind,
 )
-from .config import Settings, format_size
 from .history import History, Message, Role, ages
 
 __all__ = ["MicrocompactReport", "detect_kind", "microcompact"]

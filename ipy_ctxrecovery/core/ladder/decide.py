@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from .config import Settings
-from .failures import Failure, FailureKind
+from ...failures import Failure, FailureKind
+from ...settings import Settings
 
 __all__ = ["Decision", "LadderState", "Level", "decide"]
 

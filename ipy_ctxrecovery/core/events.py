@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .failures import Failure, FailureKind
+from ..failures import Failure, FailureKind
 
 if TYPE_CHECKING:
-    from ._decide import Decision, Level
+    from .ladder.decide import Decision, Level
 
 __all__ = [
     "BudgetApplied",

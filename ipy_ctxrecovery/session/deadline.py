@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from humanfriendly import format_timespan
 
-from .errors import ChatError
-from .failures import Failure, FailureKind
+from ..errors import ChatError
+from ..failures import Failure, FailureKind
 
 __all__ = ["call_with_deadline", "deadline_error"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from functools import singledispatch
 
+from ..failures import FailureKind
+from ..settings import format_size
 from . import events as ev
-from ._decide import Decision, Level
-from .config import format_size
-from .failures import FailureKind
+from .ladder.decide import Decision, Level
 
 __all__ = ["assumed_cap_line", "decision_lines", "describe", "no_cap_warning", "plural"]
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Union, get_args, get_origin
 
-from .errors import ConfigError, ToolError, redact
-from .providers.base import ToolSpec
+from ..errors import ConfigError, ToolError, redact
+from ..providers.base import ToolSpec
 
 __all__ = [
     "READ_FILE_DENY",

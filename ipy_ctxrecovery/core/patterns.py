@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .failures import FailureKind
+from ..failures import FailureKind
 
 _I = re.IGNORECASE
 _S = re.IGNORECASE | re.DOTALL

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._files import SaveHealth, ensure_private_dir, write_private_atomic
+from .._files import SaveHealth, ensure_private_dir, write_private_atomic
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [

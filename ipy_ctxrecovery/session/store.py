@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._files import (
+from .._files import (
     DIR_MODE,
     FILE_MODE,
     SaveHealth,
@@ -64,19 +64,10 @@ from ._files import (
     open_private,
     write_private_atomic,
 )
-from .errors import ConfigError
-from .history import (
-    Block,
-    History,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    ToolCall,
-    ToolResult,
-)
-from .pairing import repair_pairing
-from .redaction import Redactor
+from ..core.history import Block, History, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from ..core.pairing import repair_pairing
+from ..errors import ConfigError
+from .redactor import Redactor
 
 __all__ = [
     "DIR_MODE",

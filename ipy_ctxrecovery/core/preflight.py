@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .config import Settings
+from ..settings import Settings
 from .events import CapSource, Preflight
 from .wording import describe
 

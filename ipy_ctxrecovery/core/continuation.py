@@ -264,7 +264,7 @@ class Resume:
     def messages(self, parts: Sequence[str]) -> tuple[Message, ...]:
         """What follows the history in the next request, given the partial answers so far:
         nothing before the first cut; then the partial answer — tagged
-        :data:`~ipy_ctxrecovery.history.TAG_CONTINUATION` like the prompt, so neither is
+        :data:`~ipy_ctxrecovery.core.history.TAG_CONTINUATION` like the prompt, so neither is
         kept in the history — and, without prefill, the continuation prompt."""
         if not parts:
             return ()

@@ -64,10 +64,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import _patterns as P
-from .config import format_size
-from .errors import redact
-from .failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
+from ..errors import redact
+from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
+from ..settings import format_size
+from . import patterns as P
 
 __all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify", "classify_failure"]
 

@@ -11,7 +11,7 @@ re-measuring the whole history per candidate:
   every cut would find, the same cut as ``ladder.drop_oldest``);
 - :func:`shrink_results` turns the biggest tool results into previews, biggest first,
   keeping the body size up to date from the size of each preview; the full results go
-  to a :class:`~ipy_ctxrecovery.budget.DeferredStore`, so only previews that stay in the
+  to a :class:`~ipy_ctxrecovery.core.budget.DeferredStore`, so only previews that stay in the
   final history are written (none per preview that is then dropped, and no fsync).
 
 The guarantees are ``ladder.apply``'s: pairing valid, every pinned message kept, the
@@ -25,8 +25,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..settings import Settings
 from . import budget, pairing
-from .config import Settings
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,

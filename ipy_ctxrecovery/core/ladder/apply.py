@@ -27,12 +27,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from . import budget, pairing
-from ._decide import Decision, LadderState, Level, decide
-from .budget import DeferredStore, ResultStore
-from .config import Settings, format_size
-from .exactfit import MIN_PREVIEW_CHARS, Sizes, drop_fit, shrink_results, valid_pairs
-from .history import (
+from ...settings import Settings, format_size
+from .. import budget, pairing
+from ..budget import DeferredStore, ResultStore
+from ..exactfit import MIN_PREVIEW_CHARS, Sizes, drop_fit, shrink_results, valid_pairs
+from ..history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
@@ -43,7 +42,8 @@ from .history import (
     Text,
     latest_user_index,
 )
-from .prompts import PAYLOAD_NOTICE, compaction_notice
+from ..prompts import PAYLOAD_NOTICE, compaction_notice
+from .decide import Decision, LadderState, Level, decide
 
 __all__ = [
     "MIN_PREVIEW_CHARS",

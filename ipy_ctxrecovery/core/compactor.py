@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import redact
+from ..settings import Settings
 from .budget import cut_head, cut_tail
-from .config import Settings
-from .errors import redact
 from .events import CompactionPhase, EventCallback
 from .history import (
     TAG_PAYLOAD_NOTICE,

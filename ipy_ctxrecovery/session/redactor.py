@@ -1,0 +1,127 @@
+"""Redactor: what one session masks before text is stored, shown in an error or an event,
+or exported — its own client's credentials always, and the well-known secret formats
+(``ipy_ctxrecovery.redaction``) unless the user opted out for conversation text.
+
+What is *sent* to the model is never changed by it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from ..core.history import Message, Reasoning, Text, ToolCall, ToolResult
+from ..redaction import MIN_CREDENTIAL, mask_exact, mask_secrets
+
+__all__ = ["Redactor", "client_credentials"]
+
+_CREDENTIAL_ATTRS = ("api_key", "auth_token", "aws_secret_key", "aws_session_token",
+                     "_azure_ad_token")
+_CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie|signature|password")
+_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest)\s+")
+
+
+def client_credentials(client: Any) -> set[str]:
+    """The credential strings an SDK client sends: its key attributes and the values of its
+    credential headers (``Authorization: Bearer K`` gives both the header value and K)."""
+    found: set[str] = set()
+    if client is None:
+        return found
+    values: list[Any] = [getattr(client, name, None) for name in _CREDENTIAL_ATTRS]
+    try:
+        headers = dict(getattr(client, "default_headers", None) or {})
+    except Exception:  # a client-like object whose headers cannot be listed
+        headers = {}
+    values += [v for k, v in headers.items() if _CREDENTIAL_HEADER.search(str(k))]
+    for value in values:
+        if isinstance(value, str) and len(value.strip()) >= MIN_CREDENTIAL:
+            found.add(value.strip())
+            bare = _SCHEME.sub("", value.strip())
+            if len(bare) >= MIN_CREDENTIAL:
+                found.add(bare)
+    return found
+
+
+class Redactor:
+    """Masks one session's credentials and the well-known formats.
+
+    ``credentials`` is called for the strings the session's client sends *now* (the
+    provider may change); every credential ever seen is remembered, so a key replaced
+    after an auth failure is still masked where it was echoed. ``formats`` says whether
+    conversation text is checked for well-known formats too (the ``redact_stored``
+    setting); :meth:`shown` (errors, events) always checks them.
+    """
+
+    def __init__(self, credentials: Callable[[], Iterable[str]] = tuple,
+                 formats: Callable[[], bool] = lambda: True) -> None:
+        self._credentials = credentials
+        self._formats = formats
+        self._known: set[str] = set()
+
+    def credentials(self) -> tuple[str, ...]:
+        self._known.update(c for c in self._credentials() if len(c) >= MIN_CREDENTIAL)
+        return tuple(sorted(self._known, key=len, reverse=True))
+
+    def own(self, text: str) -> str:
+        """``text`` with this session's credentials masked (nothing else)."""
+        return mask_exact(text, self.credentials())
+
+    def shown(self, text: str) -> str:
+        """Text for an error or an event: credentials and formats masked, always."""
+        return mask_secrets(mask_exact(text, self.credentials()))
+
+    def stored(self, text: str) -> str:
+        """Conversation text for a file: credentials always, formats unless opted out."""
+        text = mask_exact(text, self.credentials())
+        return mask_secrets(text) if self._formats() else text
+
+    def value(self, data: Any) -> Any:
+        """A JSON-like value with every string (keys too) passed through :meth:`stored`."""
+        if isinstance(data, str):
+            return self.stored(data)
+        if isinstance(data, list):
+            return [self.value(v) for v in data]
+        if isinstance(data, dict):
+            return {self.value(k) if isinstance(k, str) else k: self.value(v)
+                    for k, v in data.items()}
+        return data
+
+    def arguments(self, text: str) -> str:
+        """Tool-call arguments: masked value by value when they are JSON, so the masked
+        text is still the same JSON shape; as text otherwise (or when nested too deeply
+        to walk)."""
+        try:
+            data = json.loads(text)
+            masked = self.value(data)
+            return text if masked == data else json.dumps(masked, ensure_ascii=False)
+        except (ValueError, RecursionError):
+            return self.stored(text)
+
+    def message(self, message: Message) -> Message:
+        """``message`` as it may be stored (the same object when nothing was masked)."""
+        blocks = tuple(self._block(b) for b in message.blocks)
+        if all(new is old for new, old in zip(blocks, message.blocks, strict=True)):
+            return message
+        return message.with_blocks(blocks)
+
+    def messages(self, messages: Iterable[Message]) -> tuple[Message, ...]:
+        return tuple(self.message(m) for m in messages)
+
+    def _block(self, block: Any) -> Any:
+        if isinstance(block, Text):
+            text = self.stored(block.text)
+            return block if text == block.text else replace(block, text=text)
+        if isinstance(block, Reasoning):
+            text = self.stored(block.text)
+            # A provider's signature covers the exact text: a masked one cannot be sent back.
+            return block if text == block.text else Reasoning(text, None)
+        if isinstance(block, ToolCall):
+            arguments = self.arguments(block.arguments)
+            return block if arguments == block.arguments else replace(block, arguments=arguments)
+        if isinstance(block, ToolResult):
+            content = self.stored(block.content)
+            return block if content == block.content else replace(block, content=content)
+        return block
