@@ -1,6 +1,6 @@
 """Where a session's data lives on disk: the append-only transcript, the history snapshot and its journal.
 
-Layout (CONVENTIONS.md): the root is ``$IPY_CTXRECOVERY_DIR``, else
+Layout: the root is ``$IPY_CTXRECOVERY_DIR``, else
 ``$XDG_STATE_HOME/ipy_ctxrecovery``, else ``~/.local/state/ipy_ctxrecovery``. A session
 named S owns ``<root>/sessions/S/`` (0700) holding:
 
@@ -19,20 +19,20 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
   the messages the turn added after the first ``n``, and the few earlier ones it
   replaced (microcompact previews). So a turn writes O(its new messages), not O(history).
 - ``session.json`` (0600): the model string and the system prompt (never a key).
-
-What is written passes through the session's ``Redactor`` (``redaction.py``): its own
-credentials and well-known secret formats are masked on disk, never in what is sent.
 - ``learned.json`` (0600): what the session learned (caps, window, calibration...), written
   atomically when it changed; its format and restore rules live in ``learned.py``.
 - ``results/`` (0700): the budget's persisted tool results (``budget.ResultStore``).
+
+What is written passes through the session's ``Redactor`` (``redactor.py``): its own
+credentials and well-known secret formats are masked on disk, never in what is sent.
 
 Crash safety (a process killed at any point loses at most the turn in flight): a journal
 line is one ``write``; a torn last line (the turn in flight) is skipped on load; journal
 lines of another generation (a kill between a snapshot's rename and the journal's reset)
 are ignored; a journal line whose ``base`` does not follow from the lines before it is
 damage, and the history is then rebuilt from the transcript. Power loss is not covered
-beyond what the snapshot's fsync gives: appends are not fsynced (that was the per-turn
-cost this layout removes).
+beyond what the snapshot's fsync gives: appends are not fsynced (an fsync per turn would
+cost more than the rest of the turn's bookkeeping).
 
 Writes that fail (disk full, read-only directory) never raise: the session goes on in
 memory, one warning says nothing is being saved (``_files.SaveHealth``), transcript
