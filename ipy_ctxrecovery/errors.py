@@ -5,10 +5,11 @@ Exception tree::
     CtxRecoveryError                 every error this package raises on purpose
     ├── ConfigError (ValueError)     a bad setting: names the variable, the value, the accepted forms
     ├── ChatError                    a request failed for good; ``.failure`` says why and how
+    ├── SessionInUse                 a saved session is open for writing in another process
     └── ToolError                    raised inside a tool: reported to the model as an error result
 
 Provider adapters catch their SDK's exceptions at the boundary, classify them
-(``_classify.classify``) with the request size attached and raise :class:`ChatError` from them; nothing above the
+(``core.classify.classify``) with the request size attached and raise :class:`ChatError` from them; nothing above the
 providers ever sees an SDK exception type.
 
 This module imports no SDK and no IPython; it is imported by every layer.
@@ -22,6 +23,7 @@ __all__ = [
     "ChatError",
     "ConfigError",
     "CtxRecoveryError",
+    "SessionInUse",
     "ToolError",
     "redact",
 ]
@@ -41,6 +43,11 @@ class ChatError(CtxRecoveryError):
     def __init__(self, failure: Failure, message: str | None = None) -> None:
         super().__init__(redact(message or failure.reason))
         self.failure = failure
+
+
+class SessionInUse(CtxRecoveryError):
+    """A saved session is held by another process (one writer per session); the message
+    names the holder and the ways out."""
 
 
 class ToolError(CtxRecoveryError):

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -81,12 +83,19 @@ def _detectors() -> tuple[tuple[re.Pattern[str], ...], tuple[tuple[re.Pattern[st
                           tuple[re.Pattern[str], ...]]:
     """The detect-secrets patterns: regex plugins, keyword (pattern, group) pairs, the
     keyword prefilter, the filters for keyword hits, and the private-key headers."""
+    shown_by = warnings.showwarning
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.filters import heuristic
     from detect_secrets.plugins import keyword
     from detect_secrets.plugins.base import RegexBasedDetector
     from detect_secrets.plugins.ip_public import IPPublicDetector
     from detect_secrets.plugins.private_key import PrivateKeyDetector
+
+    if warnings.showwarning is not shown_by:
+        # detect-secrets turns logging.captureWarnings on when it is imported: every
+        # warning in the kernel would then go to a logger instead of being shown (and
+        # warnings.catch_warnings(record=True) would record nothing). Put it back.
+        logging.captureWarnings(False)
 
     regexes: list[re.Pattern[str]] = []
     plugins: list[Any] = list(get_mapping_from_secret_type_to_class().values())

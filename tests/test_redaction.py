@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import openai
 import pytest
@@ -104,3 +106,20 @@ def test_masking_is_linear_on_ordinary_text() -> None:
     masked = mask_secrets("\n".join(lines))
     assert PLANTED["ghp"][1] not in masked
     assert masked.count("\n") == 19_999
+
+
+def test_loading_the_detector_leaves_warnings_shown_as_python_shows_them() -> None:
+    # detect-secrets turns logging.captureWarnings on when imported; a kernel's warnings
+    # (ours included: "nothing is being saved") must still be shown and recordable.
+    code = ("import warnings\n"
+            "from ipy_ctxrecovery.redaction import mask_secrets\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    mask_secrets('password = hunter22222')\n"
+            "    warnings.warn('still shown', RuntimeWarning)\n"
+            "print(len(caught))\n"
+            "warnings.warn('to stderr', RuntimeWarning)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "1"
+    assert "RuntimeWarning: to stderr" in out.stderr

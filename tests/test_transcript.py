@@ -104,6 +104,7 @@ def test_torn_last_line_is_skipped() -> None:
 def test_history_snapshot_and_meta() -> None:
     t = Transcript("snap")
     assert t.load_history() is None and t.load_meta() == {}
+    t.create()
     history = (Message.system("s"), Message.user("u"), Message.assistant("a"))
     t.save_history(history)
     assert t.load_history() == history
@@ -128,8 +129,9 @@ def test_a_corrupt_snapshot_is_rebuilt_from_the_transcript() -> None:
 
 def test_list_sessions() -> None:
     assert list_sessions() == []
-    Transcript("b")
-    Transcript("a")
+    Transcript("b").create()
+    Transcript("a").create()
+    Transcript("unused")                    # nothing said: nothing saved
     assert list_sessions() == ["a", "b"]
     assert Transcript.exists("a") and not Transcript.exists("c")
 
@@ -137,6 +139,7 @@ def test_list_sessions() -> None:
 def test_learned_state_file_is_private_atomic_and_optional() -> None:
     t = Transcript("learned-files")
     assert t.load_learned() is None
+    t.create()
     t.save_learned('{"version": 1}')
     assert t.load_learned() == '{"version": 1}'
     assert mode(t.learned_path) == 0o600 and t.learned_path.parent == t.directory

@@ -96,6 +96,7 @@ class ChatSession:
         # is sent): this session's own credentials and, unless opted out, known formats.
         self.redactor = Redactor(self._credentials, lambda: self.settings.redact_stored)
         self._files = Transcript(self.name, redactor=self.redactor)
+        self._files.claim()     # a saved session has one writer: fails here if held elsewhere
         self._store = budget.ResultStore(self._files.results_dir, self._files.health)
         self._files_root = Path(files_root) if files_root is not None else Path.cwd()
         self._builtin_tools = builtin_tools
@@ -120,14 +121,7 @@ class ChatSession:
 
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
-        if system and not any(m.role is Role.SYSTEM and m.text == system
-                              for m in self._transcript):
-            self._record(Message.system(system))
-        self._files.save_meta({"model": self.model, "system": system})
-        if not self._files.has_history():
-            # An existing snapshot stays until this session's first turn replaces it, so
-            # opening a session by name never loses what ``resume`` would restore.
-            self._files.checkpoint(self._history)
+        self._started = False   # this object has written its first record (see _record)
 
     def _make_builtins(self, settings: Settings) -> list[Tool]:
         """The built-in tools ``settings`` ask for (read_file, under its root)."""
@@ -379,8 +373,21 @@ class ChatSession:
 
     # -- transcript -----------------------------------------------------------------------
     def _record(self, message: Message) -> None:
+        if not self._started:
+            self._start_files()
         self._transcript.append(message)
         self._files.append(message)
+
+    def _start_files(self) -> None:
+        """The first word said through this object: the session's files come into being
+        (nothing is saved for a session in which nothing was said), with its metadata and
+        system prompt."""
+        self._started = True
+        self._files.create()
+        self._files.save_meta({"model": self.model, "system": self.system})
+        if self.system and not any(m.role is Role.SYSTEM and m.text == self.system
+                                   for m in self._transcript):
+            self._record(Message.system(self.system))
 
     # -- the turn -------------------------------------------------------------------------
     def send(self, text: str, *, max_tokens: int | None = None, stream: bool = True,
@@ -487,9 +494,11 @@ class ChatSession:
         self._files.save_history(self._history)
 
     def close(self) -> None:
-        """Save the history snapshot and release the provider's client when it has one."""
+        """Save the history snapshot, let another process open the session, and release the
+        provider's client when the session built it."""
         self._files.checkpoint(self._history)
         self._save_learned(exact=True)
+        self._files.release()
         self._endpoint.close()
 
     def __enter__(self) -> ChatSession:

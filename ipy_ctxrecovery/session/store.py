@@ -46,12 +46,16 @@ Nothing here is global: each :class:`Transcript` belongs to one session object.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
+import socket
 import time
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +70,21 @@ from .._files import (
 )
 from ..core.history import Block, History, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ..core.pairing import repair_pairing
-from ..errors import ConfigError
+from ..errors import ConfigError, SessionInUse
 from .redactor import Redactor
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "LOCK_FILE",
+    "SavedSession",
     "Transcript",
+    "archive",
     "data_root",
+    "held_elsewhere",
     "list_sessions",
     "message_from_dict",
+    "saved_sessions",
     "session_dir",
     "validate_name",
 ]
@@ -121,6 +130,100 @@ def list_sessions() -> list[str]:
                       if _NAME_RE.match(p.name) and (p / "transcript.jsonl").is_file())
     except OSError:
         return []
+
+
+LOCK_FILE = ".lock"
+"""The file a session's writer holds a lock on (its content names the holder)."""
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock on ``fd``'s file, in words ("pid 42 on host, since 14:02")."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        since = time.strftime("%H:%M", time.localtime(float(data["since"])))
+        return f"pid {int(data['pid'])} on {data['host']}, since {since}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def held_elsewhere(name: str) -> str | None:
+    """Who holds session ``name`` open for writing in another process, or None."""
+    path = session_dir(name) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return _holder(fd)
+    else:
+        # Not held: this probe held it for a moment; closing releases it. (A lock this
+        # process holds is never reported: POSIX locks belong to the process.)
+        return None
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class SavedSession:
+    """One session on disk, as ``%chat sessions`` lists it."""
+
+    name: str
+    messages: int
+    size: int
+    last_used: float
+    first_words: str
+    open_elsewhere: str | None
+
+
+def saved_sessions() -> list[SavedSession]:
+    """Every session on disk, most recently used first."""
+    found = []
+    for name in list_sessions():
+        files = Transcript(name)
+        try:
+            stat = files.path.stat()
+        except OSError:
+            continue
+        messages = 0
+        first = ""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # a damaged line is named when it is opened
+            for record in files.records():
+                if record.get("type") != "message":
+                    continue
+                messages += 1
+                data = record.get("message")
+                if not first and isinstance(data, dict) and data.get("role") == "user":
+                    with contextlib.suppress(ValueError):
+                        first = " ".join(message_from_dict(data).text.split())[:60]
+        found.append(SavedSession(name, messages, stat.st_size, stat.st_mtime, first,
+                                  held_elsewhere(name)))
+    return sorted(found, key=lambda s: s.last_used, reverse=True)
+
+
+def archive(name: str) -> str | None:
+    """Keep session ``name``'s conversation under a name of its own (``NAME.YYYYmmdd-HHMMSS``)
+    so a new one can start under ``name``; None when there is nothing to keep. Raises
+    SessionInUse when another process has it open."""
+    if not Transcript.exists(name):
+        return None
+    holder = held_elsewhere(name)
+    if holder is not None:
+        raise SessionInUse(f"session {name!r} is open in another process ({holder}); it "
+                           "cannot be set aside while it is in use — close it there or use "
+                           "another name.")
+    source = session_dir(name)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(source.joinpath(
+        "transcript.jsonl").stat().st_mtime))
+    kept = f"{name[:80]}.{stamp}"
+    n = 1
+    while session_dir(kept).exists():
+        n += 1
+        kept = f"{name[:80]}.{stamp}-{n}"
+    os.rename(source, session_dir(kept))
+    return kept
 
 
 # -- reading our JSON forms strictly --------------------------------------------------------
@@ -262,8 +365,12 @@ def _json_lines(path: Path, problems: _Problems) -> Iterator[tuple[int, dict[str
 
 
 class Transcript:
-    """One session's files. Creating it creates the directory; it never deletes anything.
+    """One session's files. Nothing is written until something is said (:meth:`create`);
+    nothing is ever deleted.
 
+    One writer per session: while a process has the session open for writing it holds an
+    exclusive lock on ``.lock`` in its directory (released when it closes, or dies); another
+    process that tries gets :class:`~ipy_ctxrecovery.errors.SessionInUse`, naming the holder.
     A directory that cannot be created (read-only, disk full) is not an error: the
     session runs in memory and :attr:`health` warns once that nothing is being saved.
     """
@@ -284,6 +391,20 @@ class Transcript:
         self._persisted: History | None = None     # what snapshot + journal hold, if known
         self._generation = 0
         self._journal_lines = 0
+        self._lock_fd: int | None = None
+        self.created = self.path.is_file()
+
+    @staticmethod
+    def exists(name: str) -> bool:
+        return (session_dir(name) / "transcript.jsonl").is_file()
+
+    # -- lifecycle: created on the first word, one writer, closed -------------------------
+    def create(self) -> None:
+        """Make the session's files exist (its first record is about to be written) and
+        hold the writer's lock."""
+        if self.created:
+            self.claim()
+            return
         try:
             # Every level we create is private, not just the leaf (mkdir's parents get
             # the umask); levels that exist keep their owner's mode.
@@ -291,17 +412,46 @@ class Transcript:
             ensure_private_dir(data_root() / "sessions")
             ensure_private_dir(self.directory)
             ensure_private_dir(self.results_dir)
+            self.claim()
             if not self.path.exists():
                 os.close(open_private(self.path, os.O_WRONLY))
+            self.created = True
         except OSError as e:
             self.health.failed("its directory", e)
 
-    @staticmethod
-    def exists(name: str) -> bool:
-        return (session_dir(name) / "transcript.jsonl").is_file()
+    def claim(self) -> None:
+        """Hold the writer's lock on this session (no-op when held already, or when the
+        directory does not exist). Raises SessionInUse when another process holds it."""
+        if self._lock_fd is not None or not self.directory.is_dir():
+            return
+        try:
+            fd = open_private(self.directory / LOCK_FILE, os.O_RDWR)
+        except OSError:
+            return                          # a read-only directory: nobody can write here
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise SessionInUse(
+                f"session {self.name!r} is open in another process ({holder}); close it "
+                f"there, start a new conversation with %%chat -S {self.name} --new (the "
+                f"other keeps its own), or use another name.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.time()}).encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Let another process write this session (on close)."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)   # closing releases the lock
+            self._lock_fd = None
 
     # -- the append-only log ------------------------------------------------------------
     def _append_record(self, record: Mapping[str, Any]) -> None:
+        self.create()
         self._pending.append(_dumps(record) + b"\n")
         try:
             # Records that could not be written before go first, in order, in one write.
@@ -382,6 +532,8 @@ class Transcript:
     def save_history(self, history: History) -> None:
         """Persist the working history after a turn: a journal line when ``history``
         extends what is on disk, else a whole snapshot (see the module doc)."""
+        if not self.created:
+            return                  # nothing said yet: nothing saved
         record = self._journal_record(history)
         if record is None:
             self.checkpoint(history)
@@ -414,6 +566,8 @@ class Transcript:
 
     def checkpoint(self, history: History) -> None:
         """Write ``history`` as a whole snapshot and empty the journal (close, compaction)."""
+        if not self.created:
+            return                  # nothing said yet: nothing saved
         if history is self._persisted and self._journal_lines == 0 and self.has_history():
             return
         generation = self._generation + 1
@@ -534,6 +688,8 @@ class Transcript:
 
     # -- session metadata ------------------------------------------------------------------
     def save_meta(self, meta: Mapping[str, Any]) -> None:
+        if not self.created:
+            return                  # nothing said yet: nothing saved
         if self.redactor is not None:
             meta = self.redactor.value(dict(meta))  # the system prompt
         try:
@@ -570,6 +726,8 @@ class Transcript:
 
     # -- learned state (format: learned.py) ------------------------------------------------
     def save_learned(self, text: str) -> None:
+        if not self.created:
+            return                  # nothing said yet: nothing saved
         try:
             write_private_atomic(self.learned_path, text)
         except OSError as e:
