@@ -110,15 +110,17 @@ def append_record(path: Path, line: bytes) -> None:
         os.close(fd)
 
 
-def write_private_atomic(path: Path, data: str | bytes, *, sync: bool = True) -> None:
+def write_private_atomic(path: Path, data: str | bytes, *, sync: bool = True,
+                         mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` (str: UTF-8) atomically: a 0600 temp file in the same
     directory, written in full (flushed to disk unless ``sync=False``), then renamed, so a
-    reader never sees half a file and a failed write leaves the old file as it was."""
+    reader never sees half a file and a failed write leaves the old file as it was.
+    ``mode``: the permissions to give instead of 0600 (a user's existing file keeps its)."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         try:
-            os.fchmod(fd, FILE_MODE)
+            os.fchmod(fd, FILE_MODE if mode is None else mode)
             write_all(fd, raw)
             if sync:
                 os.fsync(fd)

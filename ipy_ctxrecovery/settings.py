@@ -35,6 +35,10 @@ def parse_size(text: str, *, name: str = "size") -> int:
     stripped = raw.strip()
     if not stripped:
         raise ConfigError(f"{name} is empty; expected {SIZE_FORMS}.")
+    if not stripped.isascii():
+        # float() reads full-width and other Unicode digits; a size is typed in ASCII.
+        raise ConfigError(f"{name}={raw!r} is not a valid size (use ASCII digits); expected "
+                          f"{SIZE_FORMS}.")
     try:
         number = float(stripped)
     except ValueError:
@@ -197,11 +201,24 @@ class Settings:
         if self.context_window is not None and not isinstance(self.context_window, int):
             raise ConfigError(f"{_label('context_window')}={self.context_window!r} is not a "
                               "whole number of tokens.")
+        if self.context_window is not None \
+                and not MIN_WINDOW <= self.context_window <= MAX_WINDOW:
+            raise ConfigError(
+                f"{_label('context_window')}={self.context_window:,} tokens is outside what "
+                f"any model has; give {MIN_WINDOW:,} to {MAX_WINDOW:,} tokens, or 0 to use "
+                "the model's own window.")
         if self.max_payload is not None and not (
                 isinstance(self.max_payload, int) and self.max_payload >= MIN_PAYLOAD):
             raise ConfigError(
                 f"{_label('max_payload')}={self.max_payload!r} is not a usable cap; give a "
                 "positive whole number of bytes, or None for no cap.")
+        if self.max_payload is not None and not MIN_CAP <= self.max_payload <= MAX_CAP:
+            shown = format_size(self.max_payload) if self.max_payload < 1024 * MAX_CAP \
+                else "far more than 1 GB"
+            raise ConfigError(
+                f"{_label('max_payload')}={shown} is outside what a "
+                f"proxy's body limit can be; give {format_size(MIN_CAP)} to "
+                f"{format_size(MAX_CAP)} (e.g. 5MB, 512KB), or 0 for no cap.")
         if not MIN_CHARS_PER_TOKEN <= self.chars_per_token <= MAX_CHARS_PER_TOKEN:
             raise ConfigError(
                 f"chars_per_token={self.chars_per_token!r} must be between "
@@ -276,6 +293,13 @@ class Settings:
 
 MIN_PAYLOAD = 1
 """The smallest payload cap: 0 bytes is no cap (None), not a cap nothing fits under."""
+MIN_CAP = 4 * KiB
+MAX_CAP = 1024 * MiB
+"""A payload cap is a proxy's body limit: below a few KB no request fits (the request's
+own frame is ~1 KB), above 1 GB no proxy limits anything."""
+MIN_WINDOW = 256
+MAX_WINDOW = 10_000_000
+"""The context windows models have: a few hundred tokens to millions."""
 MIN_CHARS_PER_TOKEN = 1.0
 MAX_CHARS_PER_TOKEN = 10.0
 """The range a bytes-per-token estimate can take (as ``preflight`` clamps calibration)."""
@@ -319,6 +343,9 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
             return None
         return value
     text = str(raw).strip()
+    if not text.isascii():
+        # int() and float() read full-width and other Unicode digits; settings are ASCII.
+        raise ConfigError(f"{key}={raw!r} is not a number (use ASCII digits).")
     default = getattr(Settings(), name)
     if name == "context_window" and text.lower() in {"", "none", "auto", "0"}:
         return None

@@ -149,7 +149,7 @@ def test_settings_are_frozen_values() -> None:
     s = Settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.max_payload = 5  # type: ignore[misc]
-    assert s.replace(max_payload=10).max_payload == 10
+    assert s.replace(max_payload=10 * 1024).max_payload == 10 * 1024
     assert s.max_payload is None
 
 

@@ -323,7 +323,9 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
     assert panel.history_bytes == status.history_bytes
     assert panel.token_label.value == f"≈{status.est_tokens:,} of {status.window:,} tokens"
     chat.show_panel = False
-    assert ip.run_line_magic("chat", "panel") is panel  # shown on demand, same widgets
+    assert ip.run_line_magic("chat", "panel -S default") is panel  # on demand, same widgets
+    # Without -S, the panel of the current session: the one the last cell used.
+    assert ip.run_line_magic("chat", "panel") is chat.workspace.panels["other"]
 
 
 def test_formats(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -593,8 +595,15 @@ def test_status_history_usage_and_sessions(chat: ChatMagics, ip: Any,
     cell(ip, "-S other", "x")
     capsys.readouterr()
     ip.run_line_magic("chat", "sessions")
-    out = capsys.readouterr().out
-    assert out.startswith("default") and "\nother" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["name", "messages", "size", "last", "used", "first", "words"]
+    # Most recent first; * marks the current session, + another one open in this kernel.
+    assert lines[1].startswith("*") and lines[1].split()[1:3] == ["other", "2"]
+    assert lines[1].rstrip().endswith("x")
+    default = chat.workspace.session().name
+    assert lines[2].startswith("+") and lines[2].split()[1:4] == ["default", f"({default})",
+                                                                  "4"]
+    assert lines[2].rstrip().endswith("one")
 
 
 def test_compact_undo_and_reset(chat: ChatMagics, ip: Any,
@@ -632,7 +641,9 @@ def test_export_json_and_markdown_are_private(chat: ChatMagics, ip: Any, tmp_pat
 def test_resume_after_a_restart(chat: ChatMagics, ip: Any,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "-S project", "the plan is X")
-    ip.run_line_magic("reload_ext", "ipy_ctxrecovery")  # as good as a kernel restart
+    ip.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    delattr(ip, "_ipy_ctxrecovery_reopen")                # as good as a kernel restart
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
     fresh = get_magics(ip)
     assert fresh is not None and "project" not in fresh.workspace.sessions
     capsys.readouterr()

@@ -146,7 +146,10 @@ def test_export_over_an_existing_file_keeps_its_mode(ip: Any, tmp_path: Path) ->
     existing = tmp_path / "notes.json"
     existing.write_text("old")
     os.chmod(existing, 0o644)
-    ip.run_line_magic("chat", f"export {existing}")
+    with pytest.raises(UsageError, match="exists; add --force"):
+        ip.run_line_magic("chat", f"export {existing}")
+    assert existing.read_text() == "old"                    # nothing written without --force
+    ip.run_line_magic("chat", f"export {existing} --force")
     assert json.loads(existing.read_text())["messages"][0]["blocks"][0]["text"] == "export me"
     assert stat.S_IMODE(existing.stat().st_mode) == 0o644
     fresh = tmp_path / "new.json"

@@ -530,7 +530,7 @@ def _rejected_once() -> tuple[ChatSession, FakeProvider]:
     s, fake, _ = session(
         "first", failure(FailureKind.PAYLOAD_TOO_LARGE, "413 Request Entity Too Large",
                          status=413), "recovered", name="learner")
-    s.send("z" * 3000)
+    s.send("z" * 9000)
     s.send("y" * 500)
     assert s.status().cap_source == "learned"
     return s, fake
@@ -553,8 +553,8 @@ def test_update_settings_keeps_learned_caps_counters_and_history() -> None:
         assert getattr(after, field) == getattr(before, field)
     assert after.recoveries == 1
     # A configured cap below the learned one takes over.
-    s.update(settings=SETTINGS.replace(max_payload=1024))
-    assert s.status().cap == 1024 and s.status().cap_source == "configured"
+    s.update(settings=SETTINGS.replace(max_payload=4096))
+    assert s.status().cap == 4096 and s.status().cap_source == "configured"
 
 
 def test_a_cap_set_mid_session_applies_at_the_next_preflight() -> None:
@@ -632,7 +632,7 @@ def test_update_checks_everything_before_changing_anything() -> None:
     with pytest.raises(CtxRecoveryError, match="either provider= or model="):
         s.update(provider=FakeProvider(), model="emulator")
     with pytest.raises(ConfigError):
-        s.update(settings=SETTINGS.replace(max_payload=123), model="azure:gpt-4o")
+        s.update(settings=SETTINGS.replace(max_payload=123_000), model="azure:gpt-4o")
     assert s.settings is SETTINGS and s.caps.configured is None and s.provider is fake
     s.update(emulator=object())  # not on an emulator model: kept for later, nothing rebuilt
     assert s.provider is fake

@@ -9,7 +9,9 @@ lives here and only here; the Anthropic adapter converts from our blocks directl
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,7 +31,9 @@ __all__ = [
     "from_openai",
     "latest_user_index",
     "problems",
+    "storable",
     "to_openai",
+    "unstorable_at",
 ]
 
 
@@ -191,6 +195,38 @@ def _block_from_dict(data: Mapping[str, Any]) -> Block:
 
 
 # -- whole-history helpers ----------------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unstorable_at(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (not valid Unicode: it cannot be written as
+    UTF-8), or None when it can be stored."""
+    found = _SURROGATE.search(text)
+    return found.start() if found else None
+
+
+def storable(message: Message) -> Message:
+    """``message`` with any lone surrogate replaced by U+FFFD, so what is kept in memory is
+    exactly what can be written to disk (the same object when there is none)."""
+    def fix(text: str) -> str:
+        return _SURROGATE.sub("\ufffd", text)
+
+    blocks = []
+    changed = False
+    for block in message.blocks:
+        if isinstance(block, Text | Reasoning) and unstorable_at(block.text) is not None:
+            block = dataclasses.replace(block, text=fix(block.text))
+            changed = True
+        elif isinstance(block, ToolCall) and unstorable_at(block.arguments) is not None:
+            block = dataclasses.replace(block, arguments=fix(block.arguments))
+            changed = True
+        elif isinstance(block, ToolResult) and unstorable_at(block.content) is not None:
+            block = dataclasses.replace(block, content=fix(block.content))
+            changed = True
+        blocks.append(block)
+    return message.with_blocks(blocks) if changed else message
+
 
 def char_size(history: Sequence[Message]) -> int:
     return sum(m.char_size() for m in history)

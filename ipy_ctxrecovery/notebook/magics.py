@@ -250,7 +250,11 @@ class ChatMagics(Magics):
     @argument("--system", default=None, metavar="TEXT", help="System prompt for this session.")
     @argument("--max-tokens", type=int, default=None, metavar="N",
               help="Output token limit for this answer.")
-    @argument("--new", action="store_true", help="Start this session afresh.")
+    @argument("--new", action="store_true",
+              help="Start a new conversation (a saved one under this name is kept under a "
+                   "name of its own).")
+    @argument("-c", "--continue", dest="continue_", action="store_true",
+              help="Continue the most recently used saved session (like llm -c).")
     @argument("--no-history", action="store_true", help="Don't record this exchange.")
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
@@ -279,7 +283,7 @@ class ChatMagics(Magics):
             raise UsageError(f"--max-tokens {max_tokens} is too small; give a positive number.")
         options = _parse_options(args.option or [])
         tools = _lookup_tools(args.tools)
-        session = self._session_for_cell(args.session, model, args, tools)
+        args.session, session = self._session_for_cell(args.session, model, args, tools)
         self.show_panel_for(args.session)
 
         stream = self.stream and not args.no_stream
@@ -303,6 +307,8 @@ class ChatMagics(Magics):
         except errors.ChatError as e:
             self.fail(str(e), e)
             return None
+        except errors.CtxRecoveryError as e:   # bad input (a message that cannot be stored,
+            raise UsageError(str(e)) from e      # a session open elsewhere): one sentence
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
@@ -362,19 +368,15 @@ class ChatMagics(Magics):
         return args.MODEL or args.model_flag
 
     def _session_for_cell(self, name: str, model: str | None, args: Any,
-                          tools: tuple[Any, ...]) -> Any:
+                          tools: tuple[Any, ...]) -> tuple[str, Any]:
         ws = self.workspace
-        existing = ws.sessions.get(name)
-        if existing is None or args.new:
-            session = ws.new_session(name, model or self.model(), system=args.system,
-                                     tools=tools)
-            ws.replace_session(name, session)
-            return session
-        if args.system is not None and args.system != existing.system:
-            raise UsageError(f"--system applies when a session starts; add --new to restart "
-                             f"session {name!r} with it.")
-        # Same conversation, perhaps on another model or with more tools.
-        return ws.update_session(name, model=model, tools=tools)
+        if args.continue_:
+            if args.new or name != DEFAULT_SESSION:
+                raise UsageError("-c/--continue picks the latest saved session itself; give "
+                                 "it without -S or --new.")
+            return ws.continue_latest(model, tools)
+        return name, ws.open_session(name, model, system=args.system, tools=tools,
+                                     new=args.new)
 
     def fail(self, sentence: str, error: BaseException) -> None:
         """A chat that failed for good: fail the cell, or print (``raise_on_error``)."""
@@ -484,13 +486,26 @@ def load(ipython: Any) -> None:
     cap = (f"payload cap {format_size(settings.max_payload)}" if settings.max_payload
            else "no payload cap configured")
     print(f"ipy_ctxrecovery: %%chat uses {model}{reason}; {cap}. %chat help lists commands.")
+    was_open = getattr(ipython, _REOPEN, None)
+    if was_open is not None:
+        delattr(ipython, _REOPEN)
+        magics.workspace.reopen(*was_open)
+
+
+_REOPEN = "_ipy_ctxrecovery_reopen"
+"""Shell attribute: the sessions open when the extension was unloaded, reopened on load
+(``%reload_ext`` keeps a kernel's conversations)."""
 
 
 def unload(ipython: Any) -> None:
-    """Unregister the magics, close sessions and stop the embedded emulator."""
+    """Unregister the magics, close sessions (saved: a later load reopens them) and stop the
+    embedded emulator."""
     magics = get_magics(ipython)
     if magics is None:
         return
+    ws = magics.workspace
+    setattr(ipython, _REOPEN, ([(key, s.name) for key, s in ws.sessions.items()
+                                if s.last_used() is not None], ws.current))
     magics.close()
     manager = ipython.magics_manager
     for kind in ("line", "cell"):

@@ -10,10 +10,12 @@ except ``compact`` (through the session).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
 from .. import errors
+from .._files import write_private_atomic
 from ..core import history
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, format_size, parse_size
@@ -45,8 +48,8 @@ def _subcommand(name: str, summary: str, *arguments: tuple[tuple[str, ...], dict
     parser = MagicArgumentParser(prog=f"%chat {name}", description=summary,
                                  formatter_class=argparse.HelpFormatter)
     if session_flag:
-        parser.add_argument("-S", "--session", default=DEFAULT_SESSION, metavar="NAME",
-                            help="Session name.")
+        parser.add_argument("-S", "--session", default=None, metavar="NAME",
+                            help="Session name (default: the one the last %%%%chat used).")
     for flags, options in arguments:
         parser.add_argument(*flags, **options)
 
@@ -81,8 +84,11 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
 
 
 def _session(magics: ChatMagics, args: Any) -> Any:
-    """The session a subcommand works on; only the kernel's default one is created here."""
+    """The session a subcommand works on: ``-S NAME``, else the current one (the last one
+    a ``%%chat`` cell used). Only the kernel's default session is created here."""
     ws = magics.workspace
+    if args.session is None:
+        args.session = ws.current
     if args.session != DEFAULT_SESSION and args.session not in ws.sessions:
         raise UsageError(f"no session named {args.session!r} in this kernel; start it with "
                          f"%%chat -S {args.session}, or %chat resume {args.session} if it "
@@ -116,7 +122,9 @@ def summary_text() -> str:
 def _status(magics: ChatMagics, args: Any) -> Any:
     session = _session(magics, args)
     status = session.status()
-    print(status)
+    label = args.session if session.name == args.session else \
+        f"{args.session} (saved as {session.name})"
+    print(dataclasses.replace(status, name=label))
     if session.model.startswith("emulator") and magics.workspace.emulator is not None:
         print(f"emulator: {_emulator_limits(magics)}")
     return None
@@ -196,25 +204,48 @@ def _reset(magics: ChatMagics, args: Any) -> None:
 @_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",
              session_flag=False)
 def _sessions(magics: ChatMagics, args: Any) -> None:
-    from ..session.store import list_sessions
+    from ..session.store import saved_sessions
 
-    sessions = magics.workspace.sessions
-    if not sessions:
-        print("no session in this kernel yet")
-    for key, session in sessions.items():
-        print(f"{key:<12} {session.model:<28} {len(session.history):>4} msgs "
-              f"(saved as {session.name})")
-    live = {s.name for s in sessions.values()}
-    saved = [name for name in list_sessions() if name not in live]
-    if saved:
-        print("saved (%chat resume NAME): " + ", ".join(saved))
+    ws = magics.workspace
+    here = {s.name: key for key, s in ws.sessions.items()}
+    rows = [("", "name", "messages", "size", "last used", "first words")]
+    shown = set()
+    for saved in saved_sessions():
+        key = here.get(saved.name)
+        mark = ("*" if key == ws.current else "+") if key is not None else \
+            ("!" if saved.open_elsewhere else " ")
+        name = key if key is not None and key != saved.name else saved.name
+        if key is not None and key != saved.name:
+            name = f"{key} ({saved.name})"
+        rows.append((mark, name, f"{saved.messages:,}", format_size(saved.size),
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime(saved.last_used)),
+                     saved.first_words))
+        shown.add(saved.name)
+    for key, session in ws.sessions.items():
+        if session.name not in shown:   # open here, nothing said yet
+            rows.append(("*" if key == ws.current else "+", key, "0", "-", "-", ""))
+    if len(rows) == 1:
+        print("no session yet: %%chat starts the kernel's default one, %%chat -S NAME a "
+              "named one")
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True))
+              + "  " + row[5])
+    print("* current  + open in this kernel  ! open in another process · "
+          "%chat resume NAME reopens a saved one, %%chat -c continues the latest")
 
 
 @_subcommand("resume", "Reopen a saved session (e.g. after a kernel restart) as -S NAME.",
              _arg("name", metavar="NAME", help="The saved session's name."), session_flag=False)
 def _resume(magics: ChatMagics, args: Any) -> None:
-    session = magics.workspace.resume_session(args.name)
-    magics.workspace.replace_session(args.name, session)
+    ws = magics.workspace
+    old = ws.sessions.pop(args.name, None)
+    if old is not None:
+        old.close()                     # its files are what is reopened
+    session = ws.resume_session(args.name)
+    ws.replace_session(args.name, session)
+    ws.current = args.name
     print(f"resumed {args.name}: {len(session.history)} messages on {session.model}; "
           f"use %%chat -S {args.name}")
 
@@ -433,7 +464,8 @@ def _emulator_limits(magics: ChatMagics) -> str:
 
 
 @_subcommand("export", "Write the transcript to PATH (.json or .md), private to you (0600).",
-             _arg("path", metavar="PATH", help="Where to write: a .json or .md file."))
+             _arg("path", metavar="PATH", help="Where to write: a .json or .md file."),
+             _arg("--force", action="store_true", help="Replace PATH if it exists."))
 def _export(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     path = Path(args.path).expanduser()
@@ -462,14 +494,14 @@ def _export(magics: ChatMagics, args: Any) -> None:
         what = "a symbolic link" if stat.S_ISLNK(existing.st_mode) else "not a regular file"
         raise UsageError(f"%chat export: {args.path!r} is {what}; give the path of a regular "
                          "file (or a new one) to write.")
+    if existing is not None and not args.force:
+        raise UsageError(f"%chat export: {args.path!r} exists; add --force to replace it, or "
+                         "give another path.")
     try:
-        if existing is None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            os.fchmod(fd, 0o600)
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        # Written whole to a temporary file beside it, then renamed over: a failure never
+        # leaves a partial file, nor destroys the one that was there.
+        write_private_atomic(path, text.encode("utf-8"), sync=True,
+                             mode=stat.S_IMODE(existing.st_mode) if existing else None)
     except OSError as e:
         raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
     print(f"exported {len(messages)} messages to {path}")

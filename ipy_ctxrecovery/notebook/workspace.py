@@ -9,6 +9,7 @@ network path share what it taught about payload caps (:class:`~..session.learned
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from ..errors import CtxRecoveryError
 from ..providers import is_emulator_model
 from ..session import ChatSession
 from ..session.learned import PathRegistry
-from ..session.store import Transcript
+from ..session.store import Transcript, archive, saved_sessions, validate_name
 from ..session.tools import Tool
 from ..settings import Settings
 from .panel import ContextPanel
@@ -65,6 +66,9 @@ class Workspace:
         self.emulator: Emulator | None = None
         self.emulator_limits: dict[str, Any] = {}
         self.paths = PathRegistry()
+        self.current = DEFAULT_SESSION
+        """The session the ``%chat`` subcommands and the panel use without ``-S``: the
+        one the last ``%%chat`` cell talked to."""
 
     def tell(self, name: str, notes: tuple[str, ...] | list[str]) -> None:
         """After session ``name`` changed: print what it forgot (one ℹ line each) and bring
@@ -137,6 +141,84 @@ class Workspace:
             return ChatSession.resume(stored_name, model=model,
                                       **self._session_kwargs(model, tools))
 
+    def open_session(self, name: str, model: str | None, *, system: str | None = None,
+                     tools: tuple[Tool, ...] = (), new: bool = False) -> ChatSession:
+        """The session a ``%%chat -S name`` cell talks to; it becomes the current one.
+
+        One conversation, one transcript: a name saved on disk (by an earlier kernel)
+        continues that conversation, said in one line; ``new`` starts a clean one and
+        keeps the earlier conversation under its own name (said too). The kernel's
+        default session is new in every kernel (``-c`` continues the latest saved one).
+        """
+        with as_usage_error():
+            validate_name(name)
+        existing = self.sessions.get(name)
+        if existing is not None and not new:
+            if system is not None and system != existing.system:
+                raise UsageError(f"--system applies when a session starts; add --new to "
+                                 f"restart session {name!r} with it.")
+            session = self.update_session(name, model=model, tools=tools)
+        elif name != DEFAULT_SESSION and not new and Transcript.exists(name):
+            session = self.resume_session(name, model=model, tools=tools)
+            if system is not None and system != session.system:
+                session.close()
+                raise UsageError(f"--system applies when a session starts; {name!r} is a "
+                                 f"saved conversation — add --new to start it afresh.")
+            self.replace_session(name, session)
+            print(f"ℹ continuing saved session {name}: {_told(session)} "
+                  f"(--new starts a new conversation)")
+        else:
+            if existing is not None:
+                self.sessions.pop(name).close()     # lets its files be set aside
+            kept = None
+            if name != DEFAULT_SESSION:
+                with as_usage_error():
+                    kept = archive(name)
+            session = self.new_session(name, model or self.defaults.model(), system=system,
+                                       tools=tools)
+            self.replace_session(name, session)
+            if kept is not None:
+                print(f"ℹ new conversation in session {name}; the earlier one is kept as "
+                      f"{kept} (%chat resume {kept})")
+        self.current = name
+        return session
+
+    def continue_latest(self, model: str | None = None,
+                        tools: tuple[Tool, ...] = ()) -> tuple[str, ChatSession]:
+        """``%%chat -c``: the most recently used saved session, reopened under its name."""
+        live = {s.name for s in self.sessions.values()}
+        for saved in saved_sessions():
+            if saved.name in live:
+                name = next(k for k, s in self.sessions.items() if s.name == saved.name)
+                return name, self.open_session(name, model, tools=tools)
+            if saved.open_elsewhere is None:
+                session = self.resume_session(saved.name, model=model, tools=tools)
+                self.replace_session(saved.name, session)
+                self.current = saved.name
+                print(f"ℹ continuing saved session {saved.name}: {_told(session)}")
+                return saved.name, session
+        raise UsageError("there is no saved session to continue yet; %%chat -S NAME starts "
+                         "one that is saved under NAME.")
+
+    def reopen(self, names: list[tuple[str, str]], current: str) -> None:
+        """After ``%reload_ext``: open again the sessions the previous load had open
+        (``(key, saved name)`` pairs), from their files."""
+        reopened = []
+        for key, saved in names:
+            if not Transcript.exists(saved):
+                continue
+            try:
+                session = self.resume_session(saved)
+            except UsageError as e:
+                print(f"⚠ session {key} was not reopened: {e}")
+                continue
+            self.replace_session(key, session)
+            reopened.append(key)
+        if current in self.sessions:
+            self.current = current
+        if reopened:
+            print(f"ℹ reopened after the reload: {', '.join(reopened)}")
+
     def update_session(self, name: str, *, model: str | None = None,
                        tools: tuple[Tool, ...] = ()) -> ChatSession:
         """Move session ``name`` to another model and/or offer it more tools, in place.
@@ -202,3 +284,11 @@ class Workspace:
         if self.emulator is not None:
             self.emulator.close()
             self.emulator = None
+
+
+def _told(session: ChatSession) -> str:
+    """``12 messages, last used 2026-11-30 14:02``."""
+    n = len(session.transcript)
+    when = session.last_used()
+    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "never"
+    return f"{n} message{'s' if n != 1 else ''}, last used {used}"

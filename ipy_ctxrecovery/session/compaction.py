@@ -10,10 +10,12 @@ use a result has nothing to undo.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..core import compactor, prompts
 from ..core.compactor import CompactionReport
+from ..core.events import CompactionPhase, Event
 from ..core.history import History, Message
 from ..errors import ChatError
 from ..failures import Failure, FailureKind
@@ -85,14 +87,40 @@ class SessionCompactor:
         return settings, summary_tokens
 
     def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None, *,
-            instructions: str | None = None,
-            force: bool = False) -> tuple[History, CompactionReport]:
+            instructions: str | None = None, force: bool = False,
+            accept: Callable[[History, CompactionReport], str | None] | None = None,
+            ) -> tuple[History, CompactionReport]:
         """Compact ``history`` to ``target`` bytes (trim → summarize → apply), telling each
-        phase; an interrupt during the summary leaves nothing changed (it re-raises)."""
+        phase; an interrupt during the summary leaves nothing changed (it re-raises).
+
+        ``accept(new, report)``, when given, may still refuse a compaction the core applied
+        (it returns why): the history is then returned unchanged and the compaction is told
+        as rejected — never "applied" first and taken back after.
+        """
         settings, summary_tokens = self.bounded_settings()
-        return compactor.compact(
+        held: list[CompactionPhase] = []
+
+        def tell(event: Event) -> None:
+            if accept is not None and isinstance(event, CompactionPhase) \
+                    and event.phase == "applied":
+                held.append(event)      # told once the caller accepted it
+                return
+            self.bus.emit(event, log)
+
+        new, report = compactor.compact(
             history, target_bytes=target, measure=self.sizer.measurer(spec),
             summarize=lambda text: self._summarize(
                 text, summary_tokens, log.deadline if log is not None else None),
-            settings=settings, on_event=lambda e: self.bus.emit(e, log),
-            instructions=instructions, force_summary=force)
+            settings=settings, on_event=tell, instructions=instructions, force_summary=force)
+        why = accept(new, report) if accept is not None and report.applied else None
+        if why is not None:
+            for event in held:
+                self.bus.emit(dataclasses.replace(
+                    event, phase="rejected", outcome=None, reason=why,
+                    after_messages=event.before_messages, after_bytes=event.before_bytes), log)
+            return history, dataclasses.replace(
+                report, applied=False, after_messages=report.before_messages,
+                after_bytes=report.before_bytes, rejected_reason=why)
+        for event in held:
+            self.bus.emit(event, log)
+        return new, report

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..core import ladder
 from ..core.budget import ResultStore
+from ..core.compactor import CompactionReport
 from ..core.events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
 from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..core.prompts import PAYLOAD_NOTICE
@@ -263,12 +264,16 @@ class RecoveryLoop:
         self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
                                  after_messages=before, summarizing=True), log)
         self._emit_all(learned, log)
-        new, report = self.compactor.run(start, target, spec, log)
-        size = measure(new) if report.applied else None
-        if size is None or size > target or not report.summarized_messages:
-            why = (report.rejected_reason if report.rejected_reason
-                   else f"the summary left {format_size(size or 0)}, over the target")
-            return None, why
+        def within_target(new: History, report: CompactionReport) -> str | None:
+            if not report.summarized_messages:
+                return "no message could be summarized"
+            size = measure(new)
+            return None if size <= target else (f"the summary left {format_size(size)}, "
+                                                f"over the {format_size(target)} needed")
+
+        new, report = self.compactor.run(start, target, spec, log, accept=within_target)
+        if not report.applied:
+            return None, report.rejected_reason or "the summary did not fit"
         log.shrinks.append(Shrink("compaction", history, len(new)))
         if decision.inject_payload_notice:
             self.limits.payload_notice_given = True

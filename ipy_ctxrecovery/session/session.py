@@ -41,7 +41,7 @@ from typing import Any
 from ..core import budget, compactor
 from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
-from ..core.history import History, Message, Role
+from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import Caps, TokenEstimator
 from ..errors import ChatError, CtxRecoveryError
 from ..providers import is_emulator_model
@@ -310,6 +310,13 @@ class ChatSession:
     def endpoint(self) -> Endpoint:
         return self._endpoint
 
+    def last_used(self) -> float | None:
+        """When the session's transcript was last written (None: nothing saved yet)."""
+        try:
+            return self._files.path.stat().st_mtime
+        except OSError:
+            return None
+
     @property
     def directory(self) -> Path:
         """The session's private data directory."""
@@ -399,6 +406,12 @@ class ChatSession:
         for good; the working history is then exactly as before. ``record=False`` sends
         the exchange without keeping it (history and transcript untouched).
         """
+        at = unstorable_at(text)
+        if at is not None:
+            raise CtxRecoveryError(
+                f"Your message cannot be sent or saved: character {at + 1} is a lone "
+                f"surrogate ({text[at]!r}), which is not valid Unicode text — it usually "
+                "comes from a broken copy-paste or decoding; remove it and send again.")
         timeout = self.settings.turn_timeout
         log = TurnLog(deadline=None if timeout is None else time.monotonic() + timeout)
         user = Message.user(text)

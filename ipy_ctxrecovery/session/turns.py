@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..core import continuation as escalation
 from ..core.events import Escalation, ToolRun, Truncated
-from ..core.history import TAG_CONTINUATION, History, Message, ToolCall
+from ..core.history import TAG_CONTINUATION, History, Message, ToolCall, storable, unstorable_at
 from ..providers.base import StopReason, TextCallback, ToolSpec
 from ..settings import Settings
 from .recovery import RecoveryLoop
@@ -107,6 +107,7 @@ class TurnRunner:
         max_rounds = self.settings.max_tool_rounds
         while True:
             history, answer, stop, spec = self._answer(history, spec, log, on_text)
+            answer = storable(answer)     # what is kept in memory is what can be saved
             if record is not None:
                 record(answer)
             history = history + (answer,)
@@ -136,6 +137,8 @@ class TurnRunner:
     def _run_tool(self, call: ToolCall, log: TurnLog) -> Message:
         content, is_error = self.tools.run(call)
         content = self._mask(content)
+        if unstorable_at(content) is not None:
+            content = storable(Message.tool(call.id, content)).text
         self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content)), log)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
 
