@@ -36,7 +36,7 @@ from .budget import (
     cut_tail,
     detect_kind,
 )
-from .config import Settings, format_size
+from .config import Settings
 from .history import History, Message, Role, ages
 
 __all__ = ["MicrocompactReport", "detect_kind", "microcompact"]
@@ -50,9 +50,13 @@ class MicrocompactReport:
 
     @property
     def message(self) -> str:
-        """``🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed``"""
-        return (f"🗜 microcompact: {self.truncated} truncated, {self.summarized} summarized, "
-                f"{format_size(self.bytes_freed)} freed")
+        """``✂ microcompact: 3 truncated, 2 summarized, 1.7 MB freed`` (``wording``)."""
+        from .events import MicrocompactApplied
+        from .wording import describe
+
+        return describe(MicrocompactApplied(truncated=self.truncated,
+                                            summarized=self.summarized,
+                                            bytes_freed=self.bytes_freed))
 
 
 def microcompact(history: History, *, settings: Settings,

@@ -26,7 +26,7 @@ from ipy_ctxrecovery.events import (
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.history import Role, problems
 from ipy_ctxrecovery.providers.base import StopReason, Usage
-from ipy_ctxrecovery.wording import describe
+from ipy_ctxrecovery.wording import describe, describe_debug
 
 SETTINGS = Settings()
 
@@ -179,7 +179,7 @@ def test_an_answer_still_cut_after_the_escalations_says_so() -> None:
     assert truncated[0].max_tokens == last
     assert describe(truncated[0]) == (
         f"⚠ answer still cut at max_tokens={last:,} after {n} escalations — raise "
-        "max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS")
+        "--max-tokens or CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
     assert describe(truncated[0]) in reply.actions
     # An answer that ends by itself says nothing of the kind.
     events.clear()
@@ -493,7 +493,7 @@ def test_exact_fit_leaves_room_for_the_max_tokens_the_provider_adds() -> None:
     # One rejection for the window, then the resend fits prompt + the default max_tokens.
     assert len(fake.requests) - sent == 2
     assert fake.requests[-1].max_tokens is None
-    assert any("room kept for max_tokens 2,048" in describe(e) for e in events)
+    assert any("room kept for max_tokens 2,048" in describe_debug(e) for e in events)
 
 
 def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:

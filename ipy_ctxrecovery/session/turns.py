@@ -138,7 +138,8 @@ class TurnRunner:
     def _run_tool(self, call: ToolCall, log: TurnLog) -> Message:
         content, is_error = self.tools.run(call)
         content = self._mask(content)
-        self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content)), log)
+        self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content),
+                              detail=content[:500] if is_error else ""), log)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
 
     def _answer(self, history: History, spec: RequestSpec, log: TurnLog,
