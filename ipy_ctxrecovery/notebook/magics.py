@@ -3,15 +3,21 @@
 A thin layer (STYLE: IPython's autoreload): :class:`~ipy_ctxrecovery.session.ChatSession`
 does the work; ``ChatMagics`` parses flags, picks the session, shows what happens, and
 owns the embedded emulator (started on first use, stopped by ``%unload_ext``).
-The ``%chat`` subcommands live in :mod:`ipy_ctxrecovery._subcommands`.
+The ``%chat`` subcommands live in :mod:`.subcommands`, the plain-text output in
+:mod:`.display`; every line's wording comes from :mod:`ipy_ctxrecovery.wording`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import os
+import re
 import shlex
+import string
 import sys
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,28 +25,39 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
+from traitlets.config import Config
 
 from .. import errors
 from .. import events as ev
-from ..config import ENV_VARS, ConfigError, Settings, format_size
-from ..wording import describe
+from ..catalogue import lookup
+from ..config import ENV_VARS, ConfigError, Settings, format_size, proxy_for, public_url
+from ..providers import is_emulator_model
+from ..wording import VERBOSITIES, endpoint_text, first_line, max_tokens_above_limit_line
 from . import subcommands
 from .display import (
     FORMATS,
     Answer,
     EventPrinter,
     Streamer,
+    StreamMode,
+    event_record,
     extract_code,
     parse_json_answer,
     usage_dict,
 )
 from .workspace import DEFAULT_SESSION, Workspace
 
-__all__ = ["ChatMagics", "get_magics", "load", "unload"]
+__all__ = ["ChatInterrupted", "ChatMagics", "get_magics", "load", "unload"]
 
 # Used when only a key is configured: current, non-deprecated models in both SDKs' lists.
 DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
 DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
+
+#: Where each provider's SDK sends requests unless its base-URL variable says otherwise.
+SDK_ENDPOINTS = {
+    "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+}
 
 
 def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -53,21 +70,140 @@ def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
 
 
-def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
-    """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each."""
+def default_endpoint(model: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Where ``model``'s requests go with the SDK's own settings (None: the emulator)."""
+    if is_emulator_model(model):
+        return None
     source = os.environ if env is None else env
-    settings, warnings = Settings(), []
+    prefix = model.split(":", 1)[0].lower()
+    wire = prefix if prefix in SDK_ENDPOINTS else (
+        "anthropic" if model.lower().startswith("claude") else "openai")
+    var, default = SDK_ENDPOINTS[wire]
+    return source.get(var, "").strip() or default
+
+
+def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """``url`` and the proxy the environment routes it through, credentials masked."""
+    if url is None:
+        return None
+    proxy, var = proxy_for(url, env) or (None, None)
+    return endpoint_text(public_url(url), proxy, proxy_var=var)
+
+
+def session_endpoint(session: Any) -> str:
+    """Where a live session's requests go (``%chat status``)."""
+    provider = session.provider
+    url = getattr(getattr(provider, "client", None), "base_url", None)
+    if getattr(provider, "emulator", None) is not None and url is not None:
+        return f"the embedded emulator at {public_url(url)}"
+    if url is None:
+        return "set by your own client"
+    return describe_endpoint(str(url)) or str(url)
+
+
+def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
+    """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each.
+
+    Each variable is checked alone first; values that are fine alone but contradict each
+    other (the microcompact ages) are then named together in one warning, both ignored.
+    """
+    source = os.environ if env is None else env
+    good: dict[str, str] = {}
+    warnings: list[str] = []
     for var, field_name in ENV_VARS.items():
         raw = source.get(var, "")
         if not raw.strip():
             continue
         try:
-            settings = settings.updated({var: raw}, source="environment variable")
+            Settings().updated({var: raw}, source="environment variable")
         except ConfigError as e:
-            default = getattr(Settings(), field_name)
-            shown = "none" if default is None else default
-            warnings.append(f"⚠ ignoring {var}: {e} Using the default ({shown}).")
-    return settings, warnings
+            if "(from " not in str(e):     # a bad value, not a relation with a default
+                warnings.append(f"⚠ ignoring {var}: {e} Using the default "
+                                f"({_shown_default(field_name)}).")
+                continue
+        good[var] = raw
+    try:
+        return Settings().updated(good, source="environment variable"), warnings
+    except ConfigError as e:
+        involved = [var for var in good if _valid_without(good, var)] or list(good)
+        kept = {k: v for k, v in good.items() if k not in involved}
+        given = " and ".join(f"{var}={good[var]}" for var in involved)
+        defaults = " and ".join(_shown_default(ENV_VARS[var]) for var in involved)
+        reason = str(e).split(" (from ")[0].rstrip(".")
+        warnings.append(f"⚠ ignoring {given}: {reason}. Using the default"
+                        f"{'s' if len(involved) > 1 else ''} ({defaults}).")
+        return Settings().updated(kept, source="environment variable"), warnings
+
+
+def _valid_without(values: Mapping[str, str], var: str) -> bool:
+    try:
+        Settings().updated({k: v for k, v in values.items() if k != var})
+    except ConfigError:
+        return False
+    return True
+
+
+def _shown_default(field_name: str) -> str:
+    default = getattr(Settings(), field_name)
+    return "none" if default is None else str(default)
+
+
+class ChatInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or "interrupt kernel") during a chat: shown as its one sentence.
+
+    A KeyboardInterrupt, so Run-All stops as it should; IPython prints what
+    ``_render_traceback_`` returns instead of the SDK's traceback through the HTTP stack.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
+
+
+class _CellValues(string.Formatter):
+    """``{name}`` in a ``%%chat -i`` body: the kernel's variables, ``In[n]``/``Out[n]``,
+    and ``Err[n]`` (the traceback of cell ``n``)."""
+
+    def __init__(self, namespace: Mapping[str, Any], errors_by_cell: Mapping[int, str]) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.errors = errors_by_cell
+
+    def get_value(self, key: Any, args: Any, kwargs: Any) -> Any:
+        if key == "Err":
+            return self.errors
+        if isinstance(key, int):
+            raise UsageError(f"%%chat -i: {{{key}}} is a position, not a name; write "
+                             "{{ and }} for literal braces.")
+        if key not in self.namespace:
+            raise UsageError(f"%%chat -i: {{{key}}} is not defined in this kernel; define it, "
+                             "or write {{ and }} for literal braces.")
+        return self.namespace[key]
+
+
+def interpolate(text: str, namespace: Mapping[str, Any],
+                errors_by_cell: Mapping[int, str] | None = None) -> str:
+    """``text`` with ``{expr}`` fields filled from ``namespace`` (``str.format`` rules:
+    ``{df.shape}``, ``{In[3]}``, ``{x:.2f}``; ``{{`` and ``}}`` are literal braces)."""
+    try:
+        return _CellValues(namespace, errors_by_cell or {}).format(text)
+    except UsageError:
+        raise
+    except (KeyError, IndexError) as e:
+        raise UsageError(f"%%chat -i: {first_line(str(e), 80)} is not there (In, Out and Err "
+                         "are indexed by execution count); write {{ and }} for literal "
+                         "braces.") from None
+    except (ValueError, AttributeError, TypeError) as e:
+        raise UsageError(f"%%chat -i: cannot fill in the braces ({first_line(str(e), 120)}); "
+                         "write {{ and }} for literal braces.") from None
+
+
+def cell_error_text(error: BaseException, limit: int = 60) -> str:
+    """A failed cell's traceback as plain text (the cell's own frames, not IPython's)."""
+    summary = traceback.TracebackException.from_exception(error)
+    summary.stack = traceback.StackSummary.from_list(
+        [f for f in summary.stack if "IPython/core/" not in f.filename.replace("\\", "/")])
+    lines = "".join(summary.format()).splitlines()
+    return "\n".join(lines[-limit:])
 
 
 @magics_class
@@ -76,7 +212,8 @@ class ChatMagics(Magics):
 
     ``ChatMagics`` is a traitlets ``Configurable``: set its traits with
     ``%config ChatMagics.<name> = value``, in ``ipython_config.py``
-    (``c.ChatMagics.<name> = value``) or with ``%chat config name=value``.
+    (``c.ChatMagics.<name> = value``) or with ``%chat config name=value``. A bad value is
+    refused with one sentence and the setting keeps its value.
 
     Precedence, highest first: a flag on the ``%%chat`` line (``-m``, ``--max-tokens``,
     ``-f``, ``--no-stream``, ``--system``) > ``%chat config`` / ``%config`` (the two write the
@@ -105,12 +242,20 @@ class ChatMagics(Magics):
         config=True)
     show_panel = Bool(True, help="Show the live context panel (notebook front ends).").tag(
         config=True)
-    show_events = Bool(True, help="Print one status line per recovery action.").tag(config=True)
-    verbose = Bool(False, help="Also print routine pre-flight and end-of-turn lines.").tag(
-        config=True)
+    verbosity = Enum(
+        VERBOSITIES, "normal",
+        help="Status lines: 'quiet' (only a cut answer or dropped context), 'normal' (one "
+             "line per thing that happened) or 'debug' (every step with its numbers; the "
+             "output's metadata always has them).",
+    ).tag(config=True)
+    show_events = Bool(
+        True, help="Deprecated: False is verbosity = 'quiet'.").tag(config=True)
+    verbose = Bool(False, help="Deprecated: True is verbosity = 'debug'.").tag(config=True)
     live_display = Enum(
-        ("auto", "always", "never"), "auto",
-        help="Live display handles: 'auto' uses them under a Jupyter kernel, not in a terminal.",
+        ("auto", "always", "print", "never"), "auto",
+        help="How an answer streams: 'auto' into a display area under a Jupyter kernel and "
+             "as printed text in a terminal; 'always' a display area; 'print' printed text; "
+             "'never' shown once, complete.",
     ).tag(config=True)
     stream_interval = Float(0.1, help="Seconds between streamed display updates.").tag(config=True)
     settings_overrides = Dict(
@@ -128,6 +273,8 @@ class ChatMagics(Magics):
         self.workspace = Workspace(self)
         self.panel_handles: dict[str, Any] = {}
         self._warned: set[str] = set()
+        self.failed_cells: dict[int, tuple[str, str]] = {}
+        """Execution count -> (source, traceback) of cells that raised (``Err[n]``)."""
 
     # -- configuration ------------------------------------------------------------------
     @validate("max_payload")
@@ -164,6 +311,62 @@ class ChatMagics(Magics):
             return Settings().updated({"read_file_root": proposal["value"]}).read_file_root
         except ConfigError as e:
             raise TraitError(str(e)) from None
+
+    @observe("show_events")
+    def _show_events_changed(self, change: Any) -> None:
+        if not change["new"]:
+            self.verbosity = "quiet"
+        elif self.verbosity == "quiet":
+            self.verbosity = "normal"
+
+    @observe("verbose")
+    def _verbose_changed(self, change: Any) -> None:
+        if change["new"]:
+            self.verbosity = "debug"
+        elif self.verbosity == "debug":
+            self.verbosity = "normal"
+
+    def update_config(self, config: Config) -> None:
+        """``%config ChatMagics.x = v``: a value this class refuses is said in one sentence
+        (not logged as an error) and kept out of the shell's configuration, so it is not
+        applied again by ``%reload_ext``; the setting keeps its value."""
+        mine = config.get("ChatMagics")
+        if isinstance(mine, Config):
+            for key in list(mine):
+                problem = self.refusal(key, mine[key])
+                if problem is None:
+                    continue
+                print(f"⚠ %config ChatMagics.{key}: {problem} It stays "
+                      f"{getattr(self, key, None)!r}.", file=sys.stderr, flush=True)
+                del mine[key]
+                self._forget_shell_value(key)
+        super().update_config(config)
+
+    def refusal(self, key: str, value: Any) -> str | None:
+        """Why ``value`` cannot be set as trait ``key`` (one sentence), or None when it can."""
+        trait = self.traits(config=True).get(key)
+        if trait is None:
+            return None      # traitlets warns about an unknown name itself
+        try:
+            trait._validate(self, value)
+        except TraitError as e:
+            text = str(e).strip()
+            if not text.startswith(key):
+                text = f"{value!r} is not valid for {key} ({first_line(text, 120)})"
+            return text.rstrip(".") + "."
+        return None
+
+    def _forget_shell_value(self, key: str) -> None:
+        """The shell merges a %config line into its own configuration before this class
+        sees it: a refused value is replaced there by the one in force (or removed)."""
+        shell_config = getattr(self.shell, "config", None)
+        section = shell_config.get("ChatMagics") if shell_config is not None else None
+        if not isinstance(section, Config) or key not in section:
+            return
+        if self.trait_has_value(key) and getattr(self, key) != self.trait_defaults(key):
+            section[key] = getattr(self, key)
+        else:
+            del section[key]
 
     @observe("max_payload", "context_window", "settings_overrides", "read_file",
              "read_file_root")
@@ -204,14 +407,24 @@ class ChatMagics(Magics):
     def warn_once(self, line: str) -> None:
         if line not in self._warned:
             self._warned.add(line)
-            print(line, file=sys.stderr)
+            print(line, file=sys.stderr, flush=True)
+
+    def stream_mode(self) -> StreamMode:
+        """How answers stream here: ``display``, ``print`` or ``off`` (``live_display``)."""
+        if self.live_display == "always":
+            return "display"
+        if self.live_display == "print":
+            return "print"
+        if self.live_display == "never":
+            return "off"
+        return "display" if self.is_kernel() else "print"
+
+    def is_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
 
     def is_live(self) -> bool:
-        if self.live_display == "always":
-            return True
-        if self.live_display == "never":
-            return False
-        return getattr(self.shell, "kernel", None) is not None
+        """Display handles are available (a Jupyter front end, or ``live_display='always'``)."""
+        return self.stream_mode() == "display"
 
     # -- panels ----------------------------------------------------------------------------
     def show_panel_for(self, name: str) -> None:
@@ -236,25 +449,59 @@ class ChatMagics(Magics):
         self.workspace.close()
         self.panel_handles.clear()
 
+    # -- failed cells (Err[n], %chat error) --------------------------------------------------
+    def last_failed_cell(self) -> tuple[str, str] | None:
+        """(source, traceback) of the latest cell that raised, not counting chat cells (their
+        failure is already one sentence); else the last exception IPython kept."""
+        for count in sorted(self.failed_cells, reverse=True):
+            source, trace = self.failed_cells[count]
+            if not source.lstrip().startswith(("%chat", "%%chat")):
+                return source, trace
+        error = getattr(sys, "last_value", None)
+        if isinstance(error, BaseException) and not isinstance(error, UsageError):
+            return "", cell_error_text(error)
+        return None
+
+    def record_cell(self, result: Any) -> None:
+        """``post_run_cell`` hook: keep the source and traceback of a cell that raised."""
+        error = getattr(result, "error_in_exec", None)
+        count = getattr(result, "execution_count", None)
+        if error is None or count is None:
+            return
+        source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        self.failed_cells[count] = (source, cell_error_text(error))
+        for old in sorted(self.failed_cells)[:-50]:     # the recent ones are what is asked
+            del self.failed_cells[old]
+
     # -- %%chat ----------------------------------------------------------------------------
     @no_var_expand
     @magic_arguments(name="%chat")  # the help formatter adds one "%": the usage reads %%chat
     @argument("MODEL", nargs="?", default=None,
-              help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic.")
+              help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic "
+                   "(%%chat models lists the known ones). The message itself goes in the cell "
+                   "body, never on this line.")
     @argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
               help="Model (same as the positional MODEL).")
     @argument("-S", "--session", default=DEFAULT_SESSION, metavar="NAME",
               help="Named conversation (default: one per kernel).")
     @argument("-f", "--format", choices=FORMATS, default=None,
-              help="markdown (default), text, code (answer goes to a new cell) or json.")
-    @argument("--system", default=None, metavar="TEXT", help="System prompt for this session.")
+              help="markdown (default), text, code (every code block of the answer, with its "
+                   "language, goes to a new cell) or json.")
+    @argument("-s", "--system", default=None, metavar="TEXT",
+              help="System prompt for this session.")
+    @argument("-i", "--interpolate", action="store_true",
+              help="Fill in {name} from the kernel's variables, {In[3]}/{Out[3]} from cell 3's "
+                   "input/output and {Err[3]} from its traceback ({{ }} for literal braces). "
+                   "Off by default because code pasted into a message is full of braces.")
     @argument("--max-tokens", type=int, default=None, metavar="N",
-              help="Output token limit for this answer.")
+              help="Output token limit for this answer (at most the model's own limit).")
     @argument("--new", action="store_true", help="Start this session afresh.")
     @argument("--no-history", action="store_true", help="Don't record this exchange.")
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
-              help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
+              help="Model option the provider's SDK takes, e.g. -o temperature 0.2 (repeatable; "
+                   "checked against its parameters). -o extra.KEY VALUE sends any other field "
+                   "as is, e.g. -o extra.top_k 40 for a vLLM server.")
     @argument("--no-read-file", action="store_true",
               help="Answer this cell without the built-in read_file tool.")
     @argument("--tools", default=None, metavar="NAME,...",
@@ -266,33 +513,49 @@ class ChatMagics(Magics):
         The answer streams into the cell and is the cell's result (``Out[n]``, ``_``);
         end the ``%%chat`` line or the body with ``;`` to silence it. When recovery is exhausted
         the cell fails with one sentence (``%config ChatMagics.raise_on_error = False`` to
-        print it instead). Recovery actions are shown one line each.
+        print it instead). What recovery does is shown one line per step
+        (``%config ChatMagics.verbosity = "quiet" | "normal" | "debug"``); Ctrl-C stops a
+        request and leaves the history as it was before the cell.
         """
+        return self.chat(line, cell, as_result=self._is_cell_result())
+
+    def chat(self, line: str, cell: str, *, as_result: bool) -> Answer | None:
+        """One ``%%chat``: ``as_result`` when the answer is the running cell's own result
+        (then it is shown once, where it streamed); otherwise it is returned to the code
+        that called it, after being shown live (a loop of calls shows every answer)."""
         line = line.strip()
         cell = cell.rstrip("\r\n")  # the cell's own line end is not part of the message
         silent = line.endswith(";") or cell.rstrip().endswith(";")
         args = self._parse(self.chat_cell.parser, line.rstrip(";"), "%%chat")
         model = self._pick_model(args)
+        if args.interpolate:
+            assert self.shell is not None
+            errors_by_cell = {n: text for n, (_, text) in self.failed_cells.items()}
+            cell = interpolate(cell, self.shell.user_ns, errors_by_cell)
+        if not cell.strip():
+            raise UsageError("%%chat: the cell has no message; write it below the %%chat line.")
         fmt = args.format or self.default_format
         max_tokens = args.max_tokens if args.max_tokens is not None else self.max_tokens
         if max_tokens is not None and max_tokens < 1:
             raise UsageError(f"--max-tokens {max_tokens} is too small; give a positive number.")
-        options = _parse_options(args.option or [])
         tools = _lookup_tools(args.tools)
         session = self._session_for_cell(args.session, model, args, tools)
+        options = check_options(_parse_options(args.option or []), session.provider)
         self.show_panel_for(args.session)
 
         stream = self.stream and not args.no_stream
         # A silenced cell (";") shows no answer at all, so it does not stream one either.
-        streamer = Streamer(live=stream and self.is_live() and not silent, fmt=fmt,
-                            interval=self.stream_interval)
-        printer = EventPrinter(verbose=self.verbose) if self.show_events else None
-        # Escalations, and the session's own "still cut" event where it has one.
-        cut_events: list[ev.Event] = []
-        watched = tuple(k for k in (ev.Escalation, getattr(ev, "Truncated", None)) if k)
-        subscriptions = [session.subscribe(printer)] if printer else []
-        subscriptions.append(session.subscribe(
-            lambda e: cut_events.append(e) if isinstance(e, watched) else None))
+        mode: StreamMode = self.stream_mode() if stream and not silent else "off"
+        streamer = Streamer(mode=mode, fmt=fmt, interval=self.stream_interval)
+        printer = EventPrinter(verbosity=self.verbosity, before_line=streamer.break_line,
+                               model_limit=None if session.info.guessed else session.output_cap,
+                               model=session.model)
+        if max_tokens is not None and not session.info.guessed \
+                and max_tokens > session.output_cap:
+            printer.say(max_tokens_above_limit_line(max_tokens, session.output_cap,
+                                                    session.model))
+            max_tokens = session.output_cap
+        unsubscribe = session.subscribe(printer)
         answered = False
         try:
             with session.offering(builtin_tools=not args.no_read_file):
@@ -303,36 +566,51 @@ class ChatMagics(Magics):
         except errors.ChatError as e:
             self.fail(str(e), e)
             return None
+        except KeyboardInterrupt:
+            kept = (f"the working history is as it was before this cell "
+                    f"({len(session.history)} messages)")
+            said = "your message stays in the transcript" if not args.no_history else \
+                "nothing was recorded"
+            streamer.break_line()
+            raise ChatInterrupted(f"the request was interrupted — {kept}; {said}.") from None
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
                 streamer.finish()
-            for unsubscribe in subscriptions:
-                unsubscribe()
+            unsubscribe()
             self.refresh_panel_text(args.session)
-        answer = self._answer(reply, fmt, args.session)
-        if answer.finish_reason == "length":
-            told = [e for e in cut_events if not isinstance(e, ev.Escalation)]
-            if not told:
-                print(_still_cut([e for e in cut_events if isinstance(e, ev.Escalation)],
-                                 max_tokens))
-            elif printer is None:  # the printer, when on, showed the session's line already
-                print(describe(told[-1]))
+        answer = self._answer(reply, fmt, args.session, printer)
+        if answer.finish_reason == "length" \
+                and not any(isinstance(e, ev.Truncated) for e in printer.events):
+            # Cut with no escalation event (a cut tool call, say): still said once.
+            cuts = [e for e in printer.events if isinstance(e, ev.Escalation)]
+            limit = cuts[-1].max_tokens if cuts else (max_tokens or session.output_cap)
+            printer(ev.Truncated(max_tokens=limit, escalations=len(cuts)))
         if fmt == "code":
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
         if silent:
+            streamer.finish()
             return None
-        if not self._is_cell_result():
-            streamer.finish()  # called from code: the streamed text is all the user sees
+        if not as_result:
+            if not streamer.finish(answer):
+                # Nothing was shown live (--no-stream, live_display='never'): show it now, so
+                # a loop of calls shows every answer; it is not shown a second time.
+                self._display(answer)
             return answer
         if streamer.finish(answer):
-            # The streamed area now holds the answer: returning it too would show it twice
-            # (and leave an empty output if the area were cleared), so it is put in Out[n]
-            # and _ the way IPython's display hook does, and the cell returns None.
+            # The streamed area (or the printed text) is the answer: returning it too would
+            # show it twice (and leave an empty output if the area were cleared), so it is put
+            # in Out[n] and _ the way IPython's display hook does, and the cell returns None.
             self._store_result(answer)
             return None
         return answer
+
+    def _display(self, answer: Answer) -> None:
+        from IPython.display import display
+
+        display(answer)
+        answer.shown = True
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)
@@ -343,9 +621,13 @@ class ChatMagics(Magics):
 
     def _is_cell_result(self) -> bool:
         """True when this call is the running cell's own ``%%chat`` (IPython displays its value)."""
+        return self.is_cell_result("%%chat")
+
+    def is_cell_result(self, prefix: str) -> bool:
+        """True when the running cell is ``prefix …`` itself, not code calling the magic."""
         history = getattr(self.shell, "history_manager", None)
         raw = history.input_hist_raw if history is not None else []
-        return bool(raw) and raw[-1].lstrip().startswith("%%chat")
+        return bool(raw) and raw[-1].lstrip().startswith(prefix)
 
     def _parse(self, parser: Any, line: str, prog: str) -> Any:
         try:
@@ -359,7 +641,10 @@ class ChatMagics(Magics):
         if args.MODEL and args.model_flag and args.model_flag != args.MODEL:
             raise UsageError(f"two models given ({args.MODEL} and -m {args.model_flag}); "
                              "give only one.")
-        return args.MODEL or args.model_flag
+        model = args.MODEL or args.model_flag
+        if model is not None:
+            check_model_word(model, positional=bool(args.MODEL))
+        return model
 
     def _session_for_cell(self, name: str, model: str | None, args: Any,
                           tools: tuple[Any, ...]) -> Any:
@@ -385,13 +670,14 @@ class ChatMagics(Magics):
         print(sentence, file=sys.stderr)
         return None
 
-    def _answer(self, reply: Any, fmt: str, name: str) -> Answer:
+    def _answer(self, reply: Any, fmt: str, name: str, printer: EventPrinter) -> Answer:
         usage = usage_dict(getattr(reply, "usage", None))
         self.workspace.answered(name)
-        actions = list(reply.actions)
         answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
-                        actions=actions, finish_reason=_str(getattr(reply, "finish_reason", None)),
-                        answer_format=fmt, session=name)
+                        actions=list(reply.actions),
+                        finish_reason=_str(getattr(reply, "finish_reason", None)),
+                        answer_format=fmt, session=name,
+                        events=[event_record(e) for e in printer.events])
         if fmt == "json":
             try:
                 parse_json_answer(answer)
@@ -410,14 +696,166 @@ ChatMagics.chat_line.__doc__ = (ChatMagics.chat_line.__doc__ or "") + "\n\n" + \
     subcommands.summary_text()
 
 
-def _still_cut(escalations: list[Any], requested: int | None) -> str:
-    """One line for an answer still cut at the token limit once escalations ran out."""
-    limit = escalations[-1].max_tokens if escalations else requested
-    at = f"max_tokens={limit:,}" if limit else "the model's output limit"
-    tried = (f"after {len(escalations)} escalation{'s' if len(escalations) != 1 else ''}"
-             if escalations else "with no escalation left")
-    return (f"⚠ answer still cut at {at} {tried} — raise --max-tokens or "
-            "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
+_KNOWN_PREFIXES = ("openai", "anthropic", "emulator", "azure", "bedrock", "vertex", "ollama",
+                   "vllm", "lmstudio")
+
+
+def check_model_word(model: str, *, positional: bool, env: Mapping[str, str] | None = None
+                     ) -> None:
+    """Refuse, in one sentence, a model that is surely a mistake: a word meant as part of the
+    message, an unknown ``provider:`` prefix, or a name no catalogue or server knows.
+
+    With ``OPENAI_BASE_URL`` set any name may be a model of that server, so only braces and
+    unknown prefixes are refused then.
+    """
+    source = os.environ if env is None else env
+    text = model.strip()
+    taken = "was taken as the model (the word after the flags on the %%chat line)" \
+        if positional else "is not a model"
+    if "{" in text or "}" in text:
+        raise UsageError(f"%%chat: {text!r} {taken}; the message goes in the cell body, below "
+                         "the %%chat line — add -i there to fill in {name} from your variables.")
+    prefix, sep, rest = text.partition(":")
+    if prefix.lower() in _KNOWN_PREFIXES:
+        return                      # make_provider checks the rest, with its own hints
+    custom_server = bool(source.get("OPENAI_BASE_URL", "").strip())
+    if sep and not custom_server:
+        raise UsageError(f"%%chat: unknown provider {prefix!r} in {text!r}; use openai:MODEL, "
+                         "anthropic:MODEL, emulator or emulator:anthropic (%chat models lists "
+                         "them; for another OpenAI-compatible server set OPENAI_BASE_URL).")
+    if not sep and not custom_server and lookup(text).guessed:
+        raise UsageError(f"%%chat: {text!r} {taken}, and no model by that name is known; write "
+                         "the message in the cell body, or name the model as "
+                         f"openai:{text} or anthropic:{text} (%chat models lists the known ones).")
+
+
+def sdk_parameters(provider: Any) -> tuple[str, Mapping[str, inspect.Parameter]] | None:
+    """(name, parameters) of the SDK call behind ``provider``, or None when it has none
+    that can be inspected (a fake, a third-party provider)."""
+    client = getattr(provider, "client", None)
+    chat = getattr(getattr(client, "chat", None), "completions", None)
+    if chat is not None and hasattr(chat, "create"):
+        name, create = "OpenAI chat.completions.create", chat.create
+    elif client is not None and hasattr(getattr(client, "messages", None), "create"):
+        name, create = "Anthropic messages.create", client.messages.create
+    else:
+        return None
+    try:
+        return name, inspect.signature(create).parameters
+    except (TypeError, ValueError):
+        return None
+
+
+#: ``create`` parameters the adapters fill themselves (the request, not an option).
+_OWN_PARAMETERS = frozenset({"messages", "model", "stream", "tools", "system", "extra_headers",
+                             "extra_query", "extra_body", "timeout", "stream_options"})
+
+
+def check_options(options: Mapping[str, Any], provider: Any) -> dict[str, Any]:
+    """``-o`` options checked against the parameters of the provider's SDK call: an unknown
+    name or a value of the wrong kind is one sentence; ``extra.KEY`` passes KEY as is."""
+    checked: dict[str, Any] = {}
+    found = sdk_parameters(provider)
+    for key, value in options.items():
+        if key.startswith("extra.") and key != "extra.":
+            checked[key[len("extra."):]] = value
+            continue
+        if found is None:
+            checked[key] = value
+            continue
+        call, parameters = found
+        parameter = parameters.get(key)
+        if parameter is None or key in _OWN_PARAMETERS:
+            known = ", ".join(sorted(k for k in parameters if k not in _OWN_PARAMETERS))
+            why = "is set by %%chat itself" if parameter is not None else \
+                f"is not a parameter of {call}"
+            raise UsageError(f"%%chat: -o {key} {why} (it takes: {known}); to send a field "
+                             f"as is, write -o extra.{key} VALUE.")
+        expected = _expected_kind(parameter.annotation)
+        if expected is not None and not _fits(value, expected):
+            raise UsageError(f"%%chat: -o {key} {json.dumps(value)} is not valid: {call} "
+                             f"takes {_kind_words(expected)} for {key}.")
+        checked[key] = value
+    return checked
+
+
+def _expected_kind(annotation: Any) -> tuple[str, ...] | None:
+    """The scalar kinds a parameter annotation allows (``number``, ``integer``, ``boolean``,
+    ``string``, ``'literal'``s), or None when it takes structured values (not checked)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    text = re.sub(r"\s+", "", text)
+    parts: list[str] = []
+    for part in _split_union(text):
+        if part.startswith("Optional[") and part.endswith("]"):
+            parts.extend(_split_union(part[len("Optional["):-1]))
+        elif part.startswith("Union[") and part.endswith("]"):
+            parts.extend(_split_comma(part[len("Union["):-1]))
+        else:
+            parts.append(part)
+    kinds: list[str] = []
+    for part in parts:
+        if part in ("Omit", "NotGiven", "None"):
+            continue
+        if part == "float":
+            kinds.append("number")
+        elif part == "int":
+            kinds.append("integer")
+        elif part == "bool":
+            kinds.append("boolean")
+        elif part == "str":
+            kinds.append("string")
+        elif part.startswith("Literal[") and part.endswith("]"):
+            kinds.extend(f"'{v.strip(chr(39) + chr(34))}'"
+                         for v in _split_comma(part[len("Literal["):-1]))
+        else:
+            return None
+    return tuple(kinds) or None
+
+
+def _split_union(text: str) -> list[str]:
+    return _split_top(text, "|")
+
+
+def _split_comma(text: str) -> list[str]:
+    return _split_top(text, ",")
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == sep and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p for p in (*parts, current) if p]
+
+
+def _fits(value: Any, kinds: tuple[str, ...]) -> bool:
+    for kind in kinds:
+        if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+            return True
+        if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if kind == "boolean" and isinstance(value, bool):
+            return True
+        if kind == "string" and isinstance(value, str):
+            return True
+        if kind.startswith("'") and value == kind.strip("'"):
+            return True
+    return value is None
+
+
+def _kind_words(kinds: tuple[str, ...]) -> str:
+    words = {"number": "a number (e.g. 0.2)", "integer": "a whole number",
+             "boolean": "true or false", "string": "a text"}
+    literals = [k for k in kinds if k.startswith("'")]
+    shown = [words[k] for k in kinds if k in words]
+    if literals:
+        shown.append("one of " + ", ".join(literals))
+    return " or ".join(shown)
 
 
 def _str(value: Any) -> str | None:
@@ -454,6 +892,17 @@ def _lookup_tools(names: str | None) -> tuple[Any, ...]:
 
 # -- IPython connectivity -------------------------------------------------------------------
 
+_SEMICOLON_MAGIC = re.compile(r"^(\s*%%chat);")
+
+
+def semicolon_after_magic(lines: list[str]) -> list[str]:
+    """Input transformer: ``%%chat;`` (the silencing ``;`` right after the name) is read as
+    ``%%chat ;`` — IPython would otherwise look for a magic called ``chat;``."""
+    if lines and _SEMICOLON_MAGIC.match(lines[0]):
+        lines = [_SEMICOLON_MAGIC.sub(r"\1 ;", lines[0], count=1), *lines[1:]]
+    return lines
+
+
 def get_magics(shell: Any = None) -> ChatMagics | None:
     """The loaded ChatMagics of ``shell`` (default: the running one), or None."""
     if shell is None:
@@ -467,23 +916,35 @@ def get_magics(shell: Any = None) -> ChatMagics | None:
 
 
 def load(ipython: Any) -> None:
-    """Register the magics and print one line: the default model and the active cap."""
+    """Register the magics and print one line, after any warning it depends on: the default
+    model, where its requests go, and the active cap."""
     # Magics.__init__ adds the instance to shell.configurables (so %config finds it) and
     # would take the shell as parent, failing on a bad value from ipython_config.py; the
     # values are applied one at a time instead, a bad one skipped with a warning.
     magics = ChatMagics(shell=ipython, parent=None)
-    for key, value in dict(ipython.config.get("ChatMagics", {})).items():
+    section = ipython.config.get("ChatMagics", {})
+    for key, value in dict(section).items():
         try:
             setattr(magics, key, value)
         except (TraitError, ValueError, TypeError, AttributeError) as e:
-            print(f"⚠ ignoring ChatMagics.{key}: {e} Using the default.", file=sys.stderr)
+            print(f"⚠ ignoring ChatMagics.{key}: {e} Using the default.", file=sys.stderr,
+                  flush=True)
+            if isinstance(section, Config):
+                del section[key]    # said once: not again at the next %reload_ext
     ipython.register_magics(magics)
-    settings = magics.settings()
+    ipython.events.register("post_run_cell", magics.record_cell)
+    cleanup = ipython.input_transformers_cleanup
+    if semicolon_after_magic not in cleanup:
+        cleanup.append(semicolon_after_magic)
+    settings = magics.settings()   # warns about bad CHATCLI_* values first
     model = magics.model()
     reason = "" if magics.default_model.strip() else f" ({auto_model()[1]})"
+    where = describe_endpoint(default_endpoint(model))
     cap = (f"payload cap {format_size(settings.max_payload)}" if settings.max_payload
            else "no payload cap configured")
-    print(f"ipy_ctxrecovery: %%chat uses {model}{reason}; {cap}. %chat help lists commands.")
+    sys.stderr.flush()
+    print(f"ipy_ctxrecovery: %%chat uses {model}{reason}" + (f" at {where}" if where else "")
+          + f"; {cap}. %chat help lists commands.", flush=True)
 
 
 def unload(ipython: Any) -> None:
@@ -492,10 +953,14 @@ def unload(ipython: Any) -> None:
     if magics is None:
         return
     magics.close()
+    with contextlib.suppress(ValueError):
+        ipython.events.unregister("post_run_cell", magics.record_cell)
+    cleanup = ipython.input_transformers_cleanup
+    if semicolon_after_magic in cleanup:
+        cleanup.remove(semicolon_after_magic)
     manager = ipython.magics_manager
     for kind in ("line", "cell"):
         if manager.magics[kind].get("chat") is not None:
             del manager.magics[kind]["chat"]
     manager.registry.pop("ChatMagics", None)
     ipython.configurables[:] = [c for c in ipython.configurables if c is not magics]
-
