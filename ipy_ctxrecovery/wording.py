@@ -395,9 +395,8 @@ def _(e: ev.LadderStep) -> str:
     if e.summary_not_used is not None:
         done.append(f"summary not used ({e.summary_not_used})")
     if _dropped(e):
-        gone = e.before_messages - e.after_messages
-        done.append(f"{plural(gone, 'oldest message')} dropped "
-                    f"({e.before_messages} → {plural(e.after_messages, 'message')})")
+        done.append(f"oldest messages dropped to fit ({e.before_messages} → "
+                    f"{plural(e.after_messages, 'message')})")
     elif e.level is Level.AGGRESSIVE:
         done.append("tool results shortened (budget halved)")
     else:

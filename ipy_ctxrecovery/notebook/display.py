@@ -229,7 +229,9 @@ class EventPrinter:
         if isinstance(event, ev.Truncated):
             return truncated_line(event, self.model_limit, self.model)
         render = describe_debug if self.verbosity == "debug" else describe
-        return render(event).strip("\n").rstrip()
+        text = render(event).strip("\n").rstrip()
+        # Quiet shows a step's outcome alone, not under the line it continues.
+        return text.strip() if self.verbosity == "quiet" else text
 
     def __call__(self, event: ev.Event) -> None:
         self.events.append(event)

@@ -32,7 +32,13 @@ from .. import events as ev
 from ..catalogue import lookup
 from ..config import ENV_VARS, ConfigError, Settings, format_size, proxy_for, public_url
 from ..providers import is_emulator_model
-from ..wording import VERBOSITIES, endpoint_text, first_line, max_tokens_above_limit_line
+from ..wording import (
+    VERBOSITIES,
+    endpoint_text,
+    first_line,
+    max_tokens_above_limit_line,
+    plural,
+)
 from . import subcommands
 from .display import (
     FORMATS,
@@ -568,7 +574,7 @@ class ChatMagics(Magics):
             return None
         except KeyboardInterrupt:
             kept = (f"the working history is as it was before this cell "
-                    f"({len(session.history)} messages)")
+                    f"({plural(len(session.history), 'message')})")
             said = "your message stays in the transcript" if not args.no_history else \
                 "nothing was recorded"
             streamer.break_line()
