@@ -1290,3 +1290,23 @@ def test_called_as_the_last_expression_the_answer_is_shown_once(chat: ChatMagics
     assert {c["transient"]["display_id"] for c in publisher.calls} == {
         publisher.calls[0]["transient"]["display_id"]}
     assert ip.display_formatter.format(answer) == ({}, {})
+
+
+def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any) -> None:
+    from ipy_ctxrecovery.notebook.magics import ChatInterrupted
+
+    for i in range(4):
+        cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
+    session = chat.workspace.session()
+    history = session.history
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    session.provider.send = interrupted  # type: ignore[method-assign]
+    with pytest.raises(ChatInterrupted) as raised:
+        ip.run_line_magic("chat", "compact")
+    assert raised.value._render_traceback_() == [
+        "KeyboardInterrupt: the compaction was interrupted — the history is as it was "
+        "(8 messages)."]
+    assert session.history == history

@@ -173,6 +173,11 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     except errors.ChatError as e:
         magics.fail(str(e), e)
         return
+    except KeyboardInterrupt:
+        from .magics import ChatInterrupted
+
+        raise ChatInterrupted(f"the compaction was interrupted — the history is as it was "
+                              f"({plural(len(session.history), 'message')}).") from None
     finally:
         unsubscribe()
     if report.applied:
