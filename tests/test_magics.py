@@ -1274,22 +1274,24 @@ def test_a_loop_of_calls_shows_every_answer(chat: ChatMagics, ip: Any,
     assert capsys.readouterr().out == "w1 w2\nw1 w2 w3\n"
 
 
-def test_called_as_the_last_expression_the_answer_is_shown_once(chat: ChatMagics,
-                                                                ip: Any) -> None:
+def test_called_as_the_last_expression_the_answer_is_shown_once(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
     publisher = RecordingPublisher(shell=ip)
     saved, ip.display_pub = ip.display_pub, publisher
+    capsys.readouterr()
     try:
         result = ip.run_cell("get_ipython().run_cell_magic('chat', '', '[[words 3]]')",
                              store_history=True)
     finally:
         ip.display_pub = saved
     answer = result.result
-    assert isinstance(answer, Answer) and answer.shown and ip.user_ns["_"] is answer
-    # One display area ends as the answer; as the cell's value it formats to nothing more.
+    assert isinstance(answer, Answer) and ip.user_ns["_"] is answer
+    # One display area ends as the answer; as the cell's value it shows nothing more.
     assert {c["transient"]["display_id"] for c in publisher.calls} == {
         publisher.calls[0]["transient"]["display_id"]}
-    assert ip.display_formatter.format(answer) == ({}, {})
+    assert publisher.calls[-1]["data"]["text/plain"] == "w1 w2 w3"
+    assert "w1 w2 w3" not in capsys.readouterr().out
 
 
 def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any) -> None:
@@ -1310,3 +1312,15 @@ def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any
         "KeyboardInterrupt: the compaction was interrupted — the history is as it was "
         "(8 messages)."]
     assert session.history == history
+
+
+def test_a_streamed_answer_shows_again_in_a_later_cell(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        cell(ip, "", "[[words 2]]")
+    finally:
+        ip.display_pub = saved
+    answer = ip.user_ns["_"]
+    assert ip.display_formatter.format(answer)[0]["text/plain"] == "w1 w2"   # _ shows it

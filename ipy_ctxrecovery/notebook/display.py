@@ -110,8 +110,9 @@ class Answer(str):
     the answer parses), and the output's metadata records the model, the token usage, what
     recovery did (``actions``, the lines shown) and every event in full (``events``).
 
-    Once the answer has been shown where it streamed (``shown``), displaying it again shows
-    nothing: ``run_cell_magic`` as a cell's last expression does not show it twice.
+    Once the answer has been shown where it streamed (``shown``), displaying it again in
+    the same cell shows nothing: ``run_cell_magic`` as a cell's last expression does not
+    show it twice. In a later cell (``_``, ``Out[n]``) it shows as usual.
     """
 
     model: str
@@ -121,7 +122,7 @@ class Answer(str):
     finish_reason: str | None
     answer_format: str
     session: str
-    shown: bool
+    _shown_in: int | None
 
     def __new__(cls, text: str, *, model: str = "", usage: Mapping[str, int | None] | None = None,
                 actions: Sequence[str] = (), finish_reason: str | None = None,
@@ -135,8 +136,17 @@ class Answer(str):
         self.finish_reason = finish_reason
         self.answer_format = answer_format
         self.session = session
-        self.shown = False
+        self._shown_in = None
         return self
+
+    @property
+    def shown(self) -> bool:
+        """True while the cell that showed this answer runs."""
+        return self._shown_in is not None and self._shown_in == _running_cell()
+
+    @shown.setter
+    def shown(self, value: bool) -> None:
+        self._shown_in = _running_cell() if value else None
 
     @property
     def text(self) -> str:
@@ -185,6 +195,14 @@ class Answer(str):
 
 def _shown_already() -> None:
     return None
+
+
+def _running_cell() -> int:
+    """The execution count of the running cell (-1 outside IPython)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return int(getattr(shell, "execution_count", -1)) if shell is not None else -1
 
 
 def usage_dict(usage: Any) -> dict[str, int | None]:
