@@ -325,7 +325,7 @@ def test_status_reports_sizes_and_counts() -> None:
     assert st.cap == 1024 * 1024 and st.cap_source == "configured"
     assert st.history_bytes > 0 and st.est_tokens > 0
     text = str(st)
-    assert "8,192 tokens" in text and "1 MB (configured)" in text and "2 messages" in text
+    assert "8,192-token window" in text and "1 MB (configured)" in text and "2 messages" in text
 
 
 def test_max_tokens_that_cannot_fit_the_window_is_lowered_before_sending() -> None:
