@@ -513,12 +513,12 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
 
 #: How each emulator limit reads in a status line (plain words, not the flag names).
 _LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
-    "context_window": lambda v: f"context window {v:,} tokens",
+    "context_window": lambda v: f"context window {plural(v, 'token')}",
     "max_body": lambda v: f"rejects requests over {format_size(v)} (HTTP 413)",
     "body_limit_style": lambda v: f"{v}-style 413 page",
     "waf_over": lambda v: f"firewall blocks requests over {format_size(v)} (HTTP 403)",
     "drop_over": lambda v: f"drops the connection for requests over {format_size(v)}",
-    "max_output_tokens": lambda v: f"answers at most {v:,} tokens",
+    "max_output_tokens": lambda v: f"answers at most {plural(v, 'token')}",
     "latency": lambda v: f"{v:g} s delay per answer",
 }
 
@@ -556,7 +556,7 @@ def _export(magics: ChatMagics, args: Any) -> None:
             out.write(text)
     except OSError as e:
         raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
-    print(f"exported {len(messages)} messages to {path}")
+    print(f"exported {plural(len(messages), 'message')} to {path}")
 
 
 def _markdown(session: Any, messages: Any) -> str:
