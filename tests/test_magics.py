@@ -473,8 +473,12 @@ def test_help(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "%%chat [-m MODEL] [-S NAME]" in out
     for flag in ("--session", "--format", "--system", "--max-tokens", "--new", "--no-history",
-                 "--no-stream", "--option", "--tools", "MODEL"):
+                 "--no-stream", "--option", "--tools", "MODEL", "-s TEXT", "-i, --interpolate",
+                 "extra.KEY"):
         assert flag in out
+    # Why interpolation is opt-in is said where the flag is.
+    assert "Off by default because code pasted into a message is full of braces." in \
+        " ".join(out.split())
     ip.run_cell("%chat?")
     out = capsys.readouterr().out
     assert "%chat emulator" in out and "%chat export" in out
@@ -1324,3 +1328,16 @@ def test_a_streamed_answer_shows_again_in_a_later_cell(chat: ChatMagics, ip: Any
         ip.display_pub = saved
     answer = ip.user_ns["_"]
     assert ip.display_formatter.format(answer)[0]["text/plain"] == "w1 w2"   # _ shows it
+
+
+def test_config_refusals_say_what_is_accepted(chat: ChatMagics, ip: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("config", "ChatMagics.verbosity = 'loud'")
+    ip.run_line_magic("config", "ChatMagics.stream = 'sometimes'")
+    assert capsys.readouterr().err.splitlines() == [
+        "⚠ %config ChatMagics.verbosity: verbosity='loud' is not valid; use one of quiet, "
+        "normal, debug. It stays 'normal'.",
+        "⚠ %config ChatMagics.stream: stream='sometimes' is not valid; use True or False. "
+        "It stays True."]
+    ip.run_line_magic("config", "ChatMagics.verbosity = 'debug'")
+    assert chat.verbosity == "debug" and capsys.readouterr().err == ""

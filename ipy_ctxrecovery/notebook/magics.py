@@ -30,7 +30,6 @@ from ..providers import is_emulator_model
 from ..wording import (
     VERBOSITIES,
     endpoint_text,
-    first_line,
     max_tokens_above_limit_line,
     plural,
 )
@@ -141,6 +140,21 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         warnings.append(f"⚠ ignoring {given}: {reason}. Using the default"
                         f"{'s' if len(involved) > 1 else ''} ({defaults}).")
         return Settings().updated(kept, source="environment variable"), warnings
+
+
+def _accepted(trait: Any) -> str:
+    """What a trait takes, in words (for a refused value)."""
+    if isinstance(trait, Enum):
+        return "use one of " + ", ".join(str(v) for v in trait.values or ())
+    if isinstance(trait, Bool):
+        return "use True or False"
+    if isinstance(trait, Int):
+        return "use a whole number" + (" or None" if trait.allow_none else "")
+    if isinstance(trait, Float):
+        return "use a number"
+    if isinstance(trait, Unicode):
+        return "use a text" + (" or None" if trait.allow_none else "")
+    return "see %config ChatMagics for what it takes"
 
 
 def _valid_without(values: Mapping[str, str], var: str) -> bool:
@@ -314,8 +328,8 @@ class ChatMagics(Magics):
             trait._validate(self, value)
         except TraitError as e:
             text = str(e).strip()
-            if not text.startswith(key):
-                text = f"{value!r} is not valid for {key} ({first_line(text, 120)})"
+            if not text.startswith(key):     # traitlets' own wording: say what is accepted
+                text = f"{key}={value!r} is not valid; {_accepted(trait)}"
             return text.rstrip(".") + "."
         return None
 
