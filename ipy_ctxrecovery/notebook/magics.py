@@ -556,13 +556,13 @@ class ChatMagics(Magics):
                 streamer.finish()
             unsubscribe()
             self.refresh_panel_text(args.session)
-        answer = self._answer(reply, fmt, args.session, printer)
-        if answer.finish_reason == "length" \
+        if _str(reply.finish_reason) == "length" \
                 and not any(isinstance(e, ev.Truncated) for e in printer.events):
             # Cut with no escalation event (a cut tool call, say): still said once.
             cuts = [e for e in printer.events if isinstance(e, ev.Escalation)]
             limit = cuts[-1].max_tokens if cuts else (max_tokens or session.output_cap)
             printer(ev.Truncated(max_tokens=limit, escalations=len(cuts)))
+        answer = self._answer(reply, fmt, args.session, printer)
         if fmt == "code":
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
