@@ -9,15 +9,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 import humanfriendly
 
 from .errors import ConfigError
 
-__all__ = ["ENV_VARS", "ConfigError", "Settings", "format_size", "parse_size"]
+__all__ = ["ENV_VARS", "ConfigError", "Settings", "format_size", "parse_size", "proxy_for",
+           "public_url"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -66,6 +69,35 @@ def format_size(num_bytes: int | float) -> str:
             shown = value / scale
             return f"{shown:.1f} {unit}" if shown < 100 and shown != int(shown) else f"{shown:.0f} {unit}"
     return f"{int(value)} B"
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
+
+
+def public_url(url: object) -> str:
+    """``url`` with any ``user:password@`` part masked, fit to be shown."""
+    return _USERINFO.sub("//[REDACTED]@", str(url))
+
+
+def proxy_for(url: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The proxy the environment routes ``url`` through, as (masked proxy URL, variable),
+    or None: ``HTTPS_PROXY``/``HTTP_PROXY`` by scheme, then ``ALL_PROXY``, either case, unless
+    ``NO_PROXY`` names the host (the rules the SDKs' HTTP client follows)."""
+    source = os.environ if env is None else env
+    parts = urlsplit(str(url))
+    host = (parts.hostname or "").lower()
+    scheme = parts.scheme.lower() or "https"
+    no_proxy = source.get("NO_PROXY", source.get("no_proxy", ""))
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        entry = entry.split(":", 1)[0] if entry.count(":") == 1 else entry
+        if entry == "*" or (entry and (host == entry.lstrip(".")
+                                       or host.endswith("." + entry.lstrip(".")))):
+            return None
+    for var in (f"{scheme.upper()}_PROXY", f"{scheme}_proxy", "ALL_PROXY", "all_proxy"):
+        value = source.get(var, "").strip()
+        if value:
+            return public_url(value), var
+    return None
 
 
 # Environment variable -> Settings field (SPEC §8).

@@ -29,14 +29,10 @@ from ipy_ctxrecovery.core.history import (
     to_openai,
 )
 from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
-from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.core.wording import describe, describe_debug
 from ipy_ctxrecovery.settings import MiB, Settings, format_size
 
 S = Settings()
-START = "📦 Compacting history ({n} msgs, {b} → target {t})"
-TRIM = "🧹 Trim: removing reasoning/dedup (no LLM)…"
-SUMMARIZING = "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…"
-APPLIED = "✓ Summary applied ({n0} → {n1} msgs, {b0} → {b1})"
 CANCELLED = "✗ Compaction cancelled — history left exactly as it was"
 
 
@@ -277,11 +273,17 @@ def test_spec_messages_exactly() -> None:
     summary = "## Files read\n- big files\n## Current task state\n- going on"
     out, report = compact(h, target_bytes=int(2.9 * MiB), measure=wire_bytes,
                           summarize=Recorder(summary), settings=S, on_event=events)
-    assert [describe(e) for e in events] == [
-        "📦 Compacting history (23 msgs, 4.2 MB → target 2.9 MB)",
-        "🧹 Trim: removing reasoning/dedup (no LLM)…",
-        "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…",
-        "✓ Summary applied (23 → 9 msgs, 4.2 MB → 1.8 MB)",
+    # Every phase for an expert (the SPEC's four lines); a person reads two: the summary
+    # being made, and its result.
+    assert [describe_debug(e) for e in events] == [
+        "⇣ Compacting history (23 messages, 4.2 MB → target 2.9 MB)",
+        "· trim: removing reasoning and duplicate tool results (no LLM)",
+        "⇣ Summarizing older messages with the model (23 messages, 4.2 MB → target 2.9 MB)…",
+        "✓ Summary applied (23 → 9 messages, 4.2 MB → 1.8 MB)",
+    ]
+    assert [line for line in map(describe, events) if line] == [
+        "⇣ Summarizing older messages with the model (23 messages, 4.2 MB → target 2.9 MB)…",
+        "✓ Summary applied (23 → 9 messages, 4.2 MB → 1.8 MB)",
     ]
     assert events.phases == ["start", "trim", "summarize", "applied"]
     assert report.applied and report.summarized_messages == 15
@@ -312,8 +314,9 @@ def test_trim_alone_reaching_the_target_makes_no_llm_call() -> None:
     out, report = compact(h, target_bytes=target, measure=dict_bytes, summarize=no_llm,
                           settings=S, on_event=events)
     assert events.phases == ["start", "trim", "applied"]
-    assert describe(events[-1]) == (f"✓ Trim applied, no LLM needed (3 → 3 msgs, "
-                                  f"{format_size(before)} → {format_size(dict_bytes(out))})")
+    assert describe(events[-1]) == (
+        f"✓ Trimmed reasoning and duplicate tool results, no summary needed (3 → 3 messages, "
+        f"{format_size(before)} → {format_size(dict_bytes(out))})")
     assert report.applied and report.trimmed_blocks == 1 and report.summarized_messages == 0
     assert dict_bytes(out) <= target
     assert out == (Message.user("q1"), Message.assistant("a1"), Message.user("q2"))

@@ -13,6 +13,7 @@ from ipy_ctxrecovery.notebook.display import (
     Answer,
     EventPrinter,
     Streamer,
+    code_blocks,
     extract_code,
     parse_json_answer,
 )
@@ -40,7 +41,7 @@ def recorder() -> tuple[list[tuple[str, Any]], Any]:
 def test_streamer_coalesces_updates_by_the_clock() -> None:
     now = [0.0]
     log, display = recorder()
-    streamer = Streamer(live=True, fmt="markdown", interval=0.1, display=display,
+    streamer = Streamer(mode="display", fmt="markdown", interval=0.1, display=display,
                         clock=lambda: now[0])
     streamer("a")            # first delta: shown at once
     streamer("b")            # 0 s later: held
@@ -61,7 +62,7 @@ def test_streamer_coalesces_updates_by_the_clock() -> None:
 
 def test_streamer_finish_shows_the_final_answer_in_place() -> None:
     log, display = recorder()
-    streamer = Streamer(live=True, fmt="markdown", interval=0.0, display=display)
+    streamer = Streamer(mode="display", fmt="markdown", interval=0.0, display=display)
     streamer("par")
     streamer("tial")
     answer = Answer("partial", model="m")
@@ -69,14 +70,16 @@ def test_streamer_finish_shows_the_final_answer_in_place() -> None:
     # The live area becomes the answer object (its formats and metadata); nothing empty.
     assert log[-1] == ("update", answer) and log[-1][1] is answer
     assert all(entry[1] for entry in log)
-    quiet = Streamer(live=False, fmt="markdown", interval=0.0, display=display)
+    assert answer.shown  # shown where it streamed: displaying it again shows nothing
+    quiet = Streamer(mode="off", fmt="markdown", interval=0.0, display=display)
     quiet("x")
-    assert quiet.finish(answer) is False  # nothing shown live: the caller returns the answer
+    fresh = Answer("x")
+    assert quiet.finish(fresh) is False and not fresh.shown  # the caller shows it
 
 
 def test_streamer_not_live_collects_without_displaying() -> None:
     log, display = recorder()
-    streamer = Streamer(live=False, fmt="text", interval=0.0, display=display)
+    streamer = Streamer(mode="off", fmt="text", interval=0.0, display=display)
     for part in ("x", "y"):
         streamer(part)
     streamer.flush()
@@ -96,12 +99,62 @@ def test_event_printer_shows_actions_not_routine() -> None:
                          reasons=("cap",)))
     printer(ev.Failed(failure_kind=FailureKind.OTHER, sentence="reported by the cell instead"))
     assert out.getvalue().splitlines() == [
-        "🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed",
+        "✂ microcompact: 3 truncated, 2 summarized, 1.7 MB freed",
         "ℹ pre-flight: history 4.3 MB ≈ 86% of configured cap (5 MB) — compacting",
     ]
-    verbose = EventPrinter(io.StringIO(), verbose=True)
-    verbose(ev.TurnFinished(history_bytes=1024, est_tokens=256, window=1024, cap=None))
-    assert verbose.lines == ["history 1 KB ≈ 256 tokens (25% of the 1,024-token window)"]
+    assert len(printer.events) == 5   # every event is kept (the output's metadata)
+    debug = EventPrinter(io.StringIO(), verbosity="debug")
+    debug(ev.TurnFinished(history_bytes=1024, est_tokens=256, window=1024, cap=None))
+    assert debug.lines == ["· history 1 KB ≈ 256 tokens (25% of the 1,024-token window)"]
+    quiet = EventPrinter(io.StringIO(), verbosity="quiet")
+    quiet(ev.MicrocompactApplied(truncated=3, summarized=2, bytes_freed=10))
+    quiet(ev.Truncated(max_tokens=80, escalations=2))
+    assert quiet.lines == ["⚠ answer still cut at max_tokens=80 after 2 escalations — raise "
+                           "--max-tokens or CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a "
+                           "shorter answer"]
+
+
+def test_a_cut_at_the_models_own_limit_names_it() -> None:
+    printer = EventPrinter(io.StringIO(), model_limit=10, model="emulator")
+    printer(ev.Truncated(max_tokens=10, escalations=0))
+    assert printer.lines == ["⚠ answer cut at 10 tokens: that is the most emulator writes in "
+                             "one answer — ask for a shorter answer, or for the rest in the "
+                             "next cell"]
+
+
+def test_terminal_streaming_prints_deltas_and_ends_the_line_before_a_status_line() -> None:
+    out = io.StringIO()
+    streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
+    printer = EventPrinter(out, before_line=streamer.break_line)
+    streamer("w1 ")
+    streamer("w2")
+    assert out.getvalue() == "w1 w2"          # as it arrives, no coalescing
+    printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
+    streamer(" w3")
+    answer = Answer("w1 w2 w3")
+    assert streamer.finish(answer) is True and answer.shown
+    assert out.getvalue() == ("w1 w2\n↗ answer cut at max_tokens=10 — continuing with "
+                              "max_tokens=20 (escalation 1/2)\n w3\n")
+
+
+def test_a_shown_answer_displays_nothing_the_second_time() -> None:
+    from IPython.core.formatters import DisplayFormatter
+
+    formatter = DisplayFormatter()
+    answer = Answer("hello")
+    data, _ = formatter.format(answer)
+    assert data["text/markdown"] == "hello"
+    answer.shown = True
+    assert formatter.format(answer) == ({}, {})
+
+
+def test_event_records_for_the_metadata() -> None:
+    from ipy_ctxrecovery.notebook.display import event_record
+
+    record = event_record(ev.ToolRun(name="fetch", ok=False, detail="Error: boom"))
+    assert record == {"event": "ToolRun", "name": "fetch", "ok": False, "chars": 0,
+                      "limit_reached": False, "max_rounds": 0, "detail": "Error: boom",
+                      "line": "⚙ fetch failed: Error: boom"}
 
 
 def test_answer_is_a_string_with_a_rich_bundle() -> None:
@@ -118,8 +171,15 @@ def test_answer_is_a_string_with_a_rich_bundle() -> None:
 
 def test_code_and_json_extraction() -> None:
     text = "Here:\n```python\nprint(1)\n```\nand more\n```\nx\n```"
-    assert extract_code(text) == "print(1)"
+    assert code_blocks(text) == [("python", "print(1)"), ("", "x")]
+    assert extract_code(text) == "print(1)\n\nx"     # every block, in order
     assert extract_code("no fences") == "no fences"
+    shell = "```bash\nls -l\n```\nthen\n```sh\npwd\n```"
+    assert extract_code(shell) == "%%bash\nls -l\n\npwd"
+    mixed = "```python\nimport os\n```\n```bash\npip install x\n```"
+    assert extract_code(mixed) == "import os\n\n# bash:\n# pip install x"
+    code = Answer(mixed, answer_format="code")._repr_mimebundle_()[0]["text/markdown"]
+    assert code == "```python\nimport os\n```\n\n```bash\npip install x\n```"
     assert parse_json_answer('[1, {"a": null}]') == [1, {"a": None}]
     assert parse_json_answer('Sure:\n```json\n{"k": 2}\n```') == {"k": 2}
     with pytest.raises(ValueError):

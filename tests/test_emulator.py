@@ -202,7 +202,7 @@ def test_default_reply(emulator: Callable[..., Emulator], wire: str, stream: boo
     long = "Please explain the difference between a list and a tuple in Python, with examples."
     got = ask(emu, wire, [{"role": "user", "content": long}], stream=stream)
     p = count_tokens(long) + 4 + 3
-    assert got["text"] == f'Emulator reply: you said "{long[:60]}" (1 messages, {p} prompt tokens).'
+    assert got["text"] == f'Emulator reply: you said "{long[:60]}" (1 message, {p} prompt tokens).'
     assert got["stop"] == ("stop" if wire == "openai" else "end_turn")
     assert got["prompt"] == p
     rec = emu.requests[-1]

@@ -116,8 +116,8 @@ def test_payload_failure_first_decision_has_the_spec_lines_notice_and_auto_cap()
     lines = told(d).splitlines()
     assert lines[0] == ("⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) "
                         "— compacting and retrying")
-    assert lines[1] == ("ℹ Assuming a 4 MB/payload limit — export CHATCLI_MAX_PAYLOAD "
-                        "(e.g. 5MB, 512KB) to adjust")
+    assert lines[1] == ("ℹ Assuming a 4 MB payload limit — set the real one with "
+                        "%chat config CHATCLI_MAX_PAYLOAD=SIZE (e.g. 5MB, 512KB)")
     assert d.inject_payload_notice
     assert d.assume_cap == 4 * MiB == S.assumed_cap_bytes
     assert d.state.payload_notice_sent
@@ -148,7 +148,7 @@ def test_payload_target_uses_a_smaller_known_cap() -> None:
     assert d.limit_bytes == 200 * KiB - 1
     # No cap configured: the SPEC auto-cap is offered even when a learned cap exists.
     assert d.assume_cap == S.assumed_cap_bytes
-    assert "ℹ Assuming a 4 MB/payload limit" in told(d)
+    assert "ℹ Assuming a 4 MB payload limit" in told(d)
 
 
 def test_blind_ladder_without_numbers() -> None:

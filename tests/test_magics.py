@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,19 +215,6 @@ def test_an_answer_still_cut_says_so_in_one_line(chat: ChatMagics, ip: Any,
     assert capsys.readouterr().out.count("still cut") == 1
     cell(ip, "--max-tokens 20", "[[words 10]]")
     assert "still cut" not in capsys.readouterr().out  # a complete answer says nothing
-
-
-def test_still_cut_wording_without_a_session_event() -> None:
-    from ipy_ctxrecovery.core import events as ev
-    from ipy_ctxrecovery.notebook.magics import _still_cut
-
-    steps = [ev.Escalation(attempt=n, max_tokens=t, previous=t // 2, of=2)
-             for n, t in ((1, 200), (2, 400))]
-    assert _still_cut(steps, 100) == (
-        "⚠ answer still cut at max_tokens=400 after 2 escalations — raise --max-tokens or "
-        "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
-    assert _still_cut([], None).startswith("⚠ answer still cut at the model's output limit "
-                                           "with no escalation left")
 
 
 def test_called_from_code_the_streamed_answer_stays_visible(chat: ChatMagics, ip: Any) -> None:
@@ -491,8 +480,12 @@ def test_help(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "%%chat [-m MODEL] [-S NAME]" in out
     for flag in ("--session", "--format", "--system", "--max-tokens", "--new", "--no-history",
-                 "--no-stream", "--option", "--tools", "MODEL"):
+                 "--no-stream", "--option", "--tools", "MODEL", "-s TEXT", "-i, --interpolate",
+                 "extra.KEY"):
         assert flag in out
+    # Why interpolation is opt-in is said where the flag is.
+    assert "Off by default because code pasted into a message is full of braces." in \
+        " ".join(out.split())
     ip.run_cell("%chat?")
     out = capsys.readouterr().out
     assert "%chat emulator" in out and "%chat export" in out
@@ -502,19 +495,23 @@ def test_help(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_config_round_trips_and_precedence(chat: ChatMagics, ip: Any,
                                            caplog: pytest.LogCaptureFixture,
+                                           capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "1MB")
     assert chat.settings().max_payload == 1024 * 1024  # env
     ip.run_line_magic("config", "ChatMagics.max_payload = '2MB'")
     assert ip.run_line_magic("config", "ChatMagics.max_payload") == "2MB"
     assert chat.settings().max_payload == 2 * 1024 * 1024  # %config beats env
+    capsys.readouterr()
     ip.run_line_magic("config", "ChatMagics.max_payload = 'lots'")
-    # %config reports a trait error as one logged line, no traceback.
-    assert [r.getMessage() for r in caplog.records if "lots" in r.getMessage()] == [
-        "max_payload='lots' is not a valid size; expected "
+    # One sentence, as IPython's own settings say it — not an ERROR:root log line — and
+    # the value in force stays, in the magics and in the shell's configuration.
+    assert capsys.readouterr().err == (
+        "⚠ %config ChatMagics.max_payload: max_payload='lots' is not a valid size; expected "
         "a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number "
-        "means MB; 0 means no cap)."]
-    assert chat.max_payload == "2MB"
+        "means MB; 0 means no cap). It stays '2MB'.\n")
+    assert not [r for r in caplog.records if "lots" in r.getMessage()]
+    assert chat.max_payload == "2MB" and ip.config.ChatMagics.max_payload == "2MB"
 
     ip.run_line_magic("config", "ChatMagics.default_model = 'emulator:anthropic'")
     cell(ip, "", "hi")
@@ -672,18 +669,22 @@ def test_models_tools_help_and_unknown(chat: ChatMagics, ip: Any,
 
     ip.run_line_magic("chat", "tools")
     out = capsys.readouterr().out.splitlines()
-    # Every request offers the built-in read_file: it is listed, marked built-in.
+    # Every request offers the built-in read_file: it is listed, marked built-in, its
+    # description whole (wrapped, never cut mid-sentence).
     assert out[0] == "offered to the model in session default:"
-    assert out[1].startswith("  read_file (built-in): Read lines of a text file")
-    assert out[2] == "registered, not offered yet (add with %%chat --tools NAME):"
-    assert "  shout: Upper-case a text." in out[3:]  # (other tests register tools too)
+    assert out[1:3] == [
+        "  read_file (built-in): Read lines of a text file: a persisted tool result (the path "
+        "shown in a",
+        "      tool-result preview) or a file under the working directory."]
+    assert out[3] == "registered, not offered yet (add with %%chat --tools NAME):"
+    assert "  shout: Upper-case a text." in out[4:]  # (other tests register tools too)
     cell(ip, "--tools shout", "hi")
     capsys.readouterr()
     ip.run_line_magic("chat", "tools")
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("  read_file (built-in): ")
-    assert out[2] == "  shout: Upper-case a text."
-    assert "  shout: Upper-case a text." not in out[3:]
+    assert out[3] == "  shout: Upper-case a text."
+    assert "  shout: Upper-case a text." not in out[4:]
     ip.run_line_magic("chat", "help")
     out = capsys.readouterr().out
     for name in ("status", "history", "compact", "undo-compact", "reset", "sessions", "resume",
@@ -823,3 +824,538 @@ def test_chat_config_rejects_bad_values_in_one_sentence_and_sets_nothing(
         assert chat.stream is True  # the good item before the bad one was not applied
     assert chat.max_tokens is None and chat.default_format == "markdown"
     assert cell(ip, "", "still fine").success
+
+
+# -- issue 14: every line true, quiet and in order ------------------------------------------------
+
+REPORT = "Q3 revenue grew 12% while storage costs fell. " * 250      # ≈ 11.5 KB
+
+
+def proxy_session(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
+                  parts: int) -> list[str]:
+    """A 32 KB proxy and big pastes: the output lines of the cell that hits the 413."""
+    ip.run_line_magic("chat", "emulator --context-window 128000 --max-body 32KB")
+    ip.user_ns["report"] = REPORT
+    out: list[str] = []
+    for i in range(1, parts + 1):
+        capsys.readouterr()
+        assert cell(ip, "-i", f"Part {i} of the report: {{report}}").success
+        out = capsys.readouterr().out.splitlines()
+    return out
+
+
+def test_a_recovered_turn_says_each_step_once_in_order_before_the_answer(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = proxy_session(chat, ip, capsys, 3)
+    # The failure, what it taught, the cut it explains, the recovery — then the answer
+    # (streamed as printed text in a terminal shell).
+    # (The emulator counts the messages of the body it received: on the OpenAI wire the
+    # notices and the request, all the user's, go out merged as one message.)
+    assert [re.sub(r"[\d.]+ KB|\(\d+ messages?, \d+ prompt", "N", line) for line in out] == [
+        "⚠ Recoverable failure (payload too large (413)) — compacting and retrying",
+        "ℹ Learned a payload limit of about N (a N request was rejected)",
+        "  ↳ oldest messages dropped to fit (5 → 3 messages)",
+        "✓ Recovered after 1 recovery step",
+        'Emulator reply: you said "Part 3 of the report: Q3 revenue grew 12% while storage '
+        'cost" N tokens).',
+    ]
+    answer = ip.user_ns["_"]
+    assert list(answer.actions) == out[:4]
+    # The expert's details are in the output's metadata whatever the verbosity.
+    steps = [e for e in answer.metadata["events"] if e["event"] == "LadderStep"]
+    assert steps[0]["decision"]["level"] == "exact_fit" and "exact fit" in steps[0]["line"]
+    for line in out:
+        assert "exact" not in line and "after the cut" not in line and "target" not in line
+
+
+def test_a_summary_is_said_once_without_noise(chat: ChatMagics, ip: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = proxy_session(chat, ip, capsys, 4)
+    assert [re.sub(r"[\d.]+ KB|\d+%", "N", line) for line in out[:-1]] == [
+        "ℹ pre-flight: history N ≈ N of learned cap (N) — compacting",
+        "⇣ Summarizing older messages with the model (5 messages, N → target N)…",
+        "✓ Summary applied (5 → 3 messages, N → N)",
+    ]
+    assert out[-1].startswith('Emulator reply: you said "Part 4')
+
+
+def test_the_learned_limit_comes_before_the_cut_at_every_verbosity(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    chat.verbosity = "debug"
+    out = proxy_session(chat, ip, capsys, 3)
+    first = [line.split(" ", 2)[:2] for line in out]
+    learned = first.index(["ℹ", "Learned"])
+    assert out[learned - 2].startswith("⚠ Recoverable failure (payload too large (413))")
+    assert out[learned - 1].startswith("ℹ exact fit: a ")        # the expert's numbers
+    assert out[learned + 1] == "  ↳ oldest messages dropped to fit (5 → 3 messages)"
+    assert out[learned + 2].startswith("  ↳ exact_fit: ")
+    assert out[learned + 3:learned + 5] == [
+        "ℹ SYSTEM NOTICE (payload limit hit) given to the model",
+        "ℹ the model was told that earlier context was compacted"]
+    assert out.index("✓ Recovered after 1 recovery step") == learned + 5
+    assert out[-1].startswith("· history ")                      # routine, debug only
+
+
+def test_quiet_says_only_what_was_lost(chat: ChatMagics, ip: Any,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    chat.show_events = False            # the deprecated alias of verbosity = "quiet"
+    assert chat.verbosity == "quiet"
+    out = proxy_session(chat, ip, capsys, 3)
+    assert out[0] == "↳ oldest messages dropped to fit (5 → 3 messages)"
+    assert out[1].startswith("Emulator reply:") and len(out) == 2
+    chat.verbose = True
+    assert chat.verbosity == "debug"
+
+
+def test_in_a_notebook_recovered_is_said_before_the_answer_area(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ip.run_line_magic("chat", "emulator --context-window 128000 --max-body 32KB")
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    ip.user_ns["report"] = REPORT
+    cell(ip, "-i", "Part 1: {report}")
+    cell(ip, "-i", "Part 2: {report}")
+    timeline: list[str] = []
+
+    class Timeline(RecordingPublisher):
+        def publish(self, data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+            super().publish(data, *args, **kwargs)
+            timeline.append("display: " + data["text/plain"][:20])
+
+    class Out:
+        def write(self, text: str) -> int:
+            timeline.extend(f"print: {line}" for line in text.splitlines() if line)
+            return len(text)
+
+        def flush(self) -> None:
+            return None
+
+    monkeypatch.setattr(sys, "stdout", Out())
+    saved, ip.display_pub = ip.display_pub, Timeline(shell=ip)
+    try:
+        cell(ip, "-i", "Part 3: {report}")
+    finally:
+        ip.display_pub = saved
+    recovered = timeline.index("print: ✓ Recovered after 1 recovery step")
+    shown = next(i for i, t in enumerate(timeline) if t.startswith("display: "))
+    assert recovered < shown and timeline[shown].startswith("display: Emulator reply")
+
+
+def test_compact_says_its_result_once(chat: ChatMagics, ip: Any,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "compact")
+    assert capsys.readouterr().out == "nothing to compact: session default has no messages yet\n"
+    for i in range(4):
+        cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
+    capsys.readouterr()
+    ip.run_line_magic("chat", "compact")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert out[0].startswith("⇣ Summarizing older messages with the model (8 messages, ")
+    assert re.fullmatch(r"✓ compacted: 8 → 3 messages, [\d.]+ KB → [\d.]+ KB "
+                        r"\(%chat undo-compact restores\)", out[1]), out[1]
+
+
+def test_status_of_an_empty_session_and_plurals(chat: ChatMagics, ip: Any,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "status")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "session default · model emulator"
+    assert re.fullmatch(r"endpoint: the embedded emulator at http://127\.0\.0\.1:\d+/v1/", out[1])
+    assert out[2] == "history: empty (the 8,192-token window)"   # no request overhead shown
+    cell(ip, "", "one")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status")
+    out = capsys.readouterr().out
+    assert "history: 2 messages, " in out and "(2% of the 8,192-token window)" in out
+    ip.run_line_magic("chat", "usage")
+    assert capsys.readouterr().out.endswith(" completion tokens over 1 cell\n")
+    assert "(1 message, " in str(ip.user_ns["_"])
+
+
+# -- errors that name the cause and the way out -----------------------------------------------------
+
+@pytest.mark.parametrize(("line", "sentence"), [
+    ("nosuchprovider:model",
+     "%%chat: unknown provider 'nosuchprovider' in 'nosuchprovider:model'; use openai:MODEL, "
+     "anthropic:MODEL, emulator or emulator:anthropic (%chat models lists them; for another "
+     "OpenAI-compatible server set OPENAI_BASE_URL)."),
+    ("-S foo bar",
+     "%%chat: 'bar' was taken as the model (the word after the flags on the %%chat line), and "
+     "no model by that name is known; write the message in the cell body, or name the model "
+     "as openai:bar or anthropic:bar (%chat models lists the known ones)."),
+    ("-S x {x}",
+     "%%chat: '{x}' was taken as the model (the word after the flags on the %%chat line); the "
+     "message goes in the cell body, below the %%chat line — add -i there to fill in {name} "
+     "from your variables."),
+])
+def test_a_mistaken_model_word_is_named(chat: ChatMagics, ip: Any, line: str,
+                                        sentence: str) -> None:
+    result = cell(ip, line, "hi")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == sentence
+    assert chat.workspace.sessions == {}       # nothing was started
+
+
+def test_a_connection_error_names_the_endpoint_and_the_proxy(
+        chat: ChatMagics, ip: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    import openai
+
+    from ipy_ctxrecovery.session import ChatSession
+    from ipy_ctxrecovery.settings import Settings
+
+    with socket.socket() as probe:            # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://alice:s3cret@127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = openai.OpenAI(api_key="sk-test-0000", base_url=f"http://gateway.invalid:{port}/v1",
+                           max_retries=0)
+    session = ChatSession("openai:gpt-4o", client=client, name="down",
+                          settings=Settings(transient_retries=0))
+    chat.workspace.replace_session("down", session)
+    result = cell(ip, "-S down", "hello")
+    assert isinstance(result.error_in_exec, UsageError)
+    said = str(result.error_in_exec)
+    assert said.endswith(f"(endpoint http://gateway.invalid:{port}/v1/chat/completions via "
+                         f"proxy http://[REDACTED]@127.0.0.1:{port} (HTTP_PROXY)).")
+    assert "s3cret" not in said and "alice" not in said
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status -S down")
+    assert (f"endpoint: http://gateway.invalid:{port}/v1/ via proxy "
+            f"http://[REDACTED]@127.0.0.1:{port} (HTTP_PROXY)") in capsys.readouterr().out
+
+
+def test_the_load_line_names_the_endpoint_and_proxy(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://llm.example.internal/v1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://bob:hunter2@proxy.example:3128")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    assert capsys.readouterr().out == (
+        "ipy_ctxrecovery: %%chat uses openai:gpt-5.4-mini (OPENAI_API_KEY is set) at "
+        "https://llm.example.internal/v1 via proxy http://[REDACTED]@proxy.example:3128 "
+        "(HTTPS_PROXY); no payload cap configured. %chat help lists commands.\n")
+
+
+def test_the_no_cap_hint_is_a_notebook_command(chat: ChatMagics, ip: Any,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "config no_cap_warn_bytes=4KB")
+    capsys.readouterr()
+    cell(ip, "", "x" * 5000)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ℹ history ")
+    assert out[0].endswith("— if your network has a proxy/gateway, set its limit with "
+                           "%chat config CHATCLI_MAX_PAYLOAD=5MB (or the environment variable "
+                           "CHATCLI_MAX_PAYLOAD)")
+    assert "export" not in out[0]
+
+
+def test_a_cut_at_the_models_own_limit_names_that_limit(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --max-output-tokens 10")
+    capsys.readouterr()
+    result = cell(ip, "", "[[words 40]]")
+    assert result.result.finish_reason == "length"
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == ("⚠ answer cut at 10 tokens: that is the most emulator writes in one "
+                       "answer — ask for a shorter answer, or for the rest in the next cell")
+    assert not any("raise" in line for line in out)
+
+
+def test_max_tokens_above_the_models_limit_is_said(chat: ChatMagics, ip: Any,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "--max-tokens 10000000", "hi")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("ℹ --max-tokens 10,000,000 is above emulator's output limit of 4,096 "
+                      "tokens — asking for 4,096")
+    assert chat.workspace.emulator.requests[-1].body["max_tokens"] == 4096
+
+
+def test_a_failing_tool_shows_its_error_on_one_line(chat: ChatMagics, ip: Any,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from ipy_ctxrecovery import chat_tool
+
+    @chat_tool
+    def lookup_order(order: str) -> str:
+        """Find an order."""
+        raise RuntimeError("database unreachable\nkey sk-proj-abcdefghijklmnopqrstuvwxyz0123 "
+                           "rejected")
+
+    capsys.readouterr()
+    cell(ip, "--tools lookup_order", '[[tool lookup_order {"order": "42"}]]')
+    tool_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("⚙")]
+    assert tool_lines == ["⚙ lookup_order failed: Error: lookup_order raised RuntimeError: "
+                          "database unreachable key [REDACTED] rejected"]
+
+
+def test_ctrl_c_is_one_line_and_keeps_the_history(chat: ChatMagics, ip: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from ipy_ctxrecovery.notebook.display import ChatInterrupted
+
+    cell(ip, "", "before")
+    session = chat.workspace.session()
+    history = session.history
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt     # what Ctrl-C raises deep inside the HTTP client
+
+    session.provider.send = interrupted  # type: ignore[method-assign]
+    capsys.readouterr()
+    result = cell(ip, "", "this one is interrupted")
+    error = result.error_in_exec
+    assert isinstance(error, ChatInterrupted) and isinstance(error, KeyboardInterrupt)
+    assert error._render_traceback_() == [
+        "KeyboardInterrupt: the request was interrupted — the working history is as it was "
+        "before this cell (2 messages); your message stays in the transcript."]
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err     # IPython prints tracebacks to stdout
+    assert shown == f"{error._render_traceback_()[0]}\n" and "Traceback" not in shown
+    assert session.history == history
+
+
+# -- configuration like IPython's own ---------------------------------------------------------------
+
+def test_a_refused_config_value_is_not_applied_again_on_reload(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("config", "ChatMagics.max_payload = 'garbage'")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("It stays None.\n")
+    assert "max_payload" not in ip.config.ChatMagics
+    ip.run_line_magic("reload_ext", "ipy_ctxrecovery")
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("ipy_ctxrecovery: %%chat uses")
+
+
+def test_env_warnings_do_not_contradict_and_rejected_values_are_not_the_source(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "lots")
+    monkeypatch.setenv("CHATCLI_MICROCOMPACT_TRUNCATE_TURNS", "6")
+    monkeypatch.setenv("CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS", "5")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "⚠ ignoring CHATCLI_MAX_PAYLOAD: CHATCLI_MAX_PAYLOAD='lots' is not a valid size; "
+        "expected a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number "
+        "means MB; 0 means no cap). Using the default (none).",
+        # Named with the values set, not a default the user never wrote; the other
+        # value stays in force.
+        "⚠ ignoring CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=6: "
+        "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS=5 is below CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=6; "
+        "results must be truncated before they are summarized, so set it to at least the "
+        "truncate age. Using the default (2).",
+    ]
+    ip.run_line_magic("chat", "config max_payload")
+    ip.run_line_magic("chat", "config CHATCLI_MICROCOMPACT_TRUNCATE_TURNS")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "None", "(default;",
+                              "CHATCLI_MAX_PAYLOAD='lots'", "was", "ignored)"]
+    assert out[1].split()[2:4] == ["2", "(default;"]
+
+
+def test_config_shows_one_key_and_takes_a_size_with_a_space(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=5 MB")
+    assert chat.settings().max_payload == 5 * 1024 * 1024
+    capsys.readouterr()
+    ip.run_line_magic("chat", "config max_payload")
+    assert capsys.readouterr().out.split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "5",
+                                               "MB", "(%chat", "config)"]
+    ip.run_line_magic("chat", "config verbosity")
+    assert capsys.readouterr().out == "ChatMagics.verbosity = 'normal' (default)\n"
+    monkeypatch.setenv("CHATCLI_CONTEXT_WINDOW", "32000")
+    ip.run_line_magic("chat", "config context_window")
+    assert capsys.readouterr().out.split()[2:] == ["32000", "(environment)"]
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "2 MB")   # a space in the environment too
+    ip.run_line_magic("config", "ChatMagics.max_payload = None")
+    assert chat.settings().max_payload == 2 * 1024 * 1024
+
+
+def test_options_are_checked_against_the_sdk(chat: ChatMagics, ip: Any) -> None:
+    for line, sentence in (
+            ("-o temperature abc", "%%chat: -o temperature \"abc\" is not valid: OpenAI "
+                                   "chat.completions.create takes a number (e.g. 0.2) for "
+                                   "temperature."),
+            ("-o bogus 1", "%%chat: -o bogus is not a parameter of OpenAI "
+                           "chat.completions.create (it takes: ")):
+        result = cell(ip, line, "hi")
+        assert isinstance(result.error_in_exec, UsageError)
+        assert str(result.error_in_exec).startswith(sentence)
+    assert str(result.error_in_exec).endswith("to send a field as is, write -o extra.bogus "
+                                              "VALUE.")
+    assert cell(ip, "-o extra.top_k 40 -o seed 7 -o reasoning_effort low", "hi").success
+    body = chat.workspace.emulator.requests[-1].body
+    assert (body["top_k"], body["seed"], body["reasoning_effort"]) == (40, 7, "low")
+    result = cell(ip, "emulator:anthropic -S a -o top_k many", "hi")
+    assert "Anthropic messages.create" in str(result.error_in_exec)
+
+
+# -- habits from jupyter-ai and llm -----------------------------------------------------------------
+
+def test_interpolation_is_opt_in_and_knows_in_out_and_err(
+        chat: ChatMagics, ip: Any) -> None:
+    ip.user_ns["name"] = "Ada"
+    cell(ip, "-i", "hello {name}, braces {{kept}}")
+    assert chat.workspace.session().history[-2].text == "hello Ada, braces {kept}"
+    code = ip.run_cell("1 + 41", store_history=True)
+    failed = ip.run_cell("int('x')", store_history=True)
+    assert not failed.success
+    n, m = code.execution_count, failed.execution_count
+    cell(ip, "-i", f"In: {{In[{n}]}} Out: {{Out[{n}]}}\nErr: {{Err[{m}]}}")
+    sent = chat.workspace.session().history[-2].text
+    assert sent.startswith("In: 1 + 41 Out: 42\nErr: Traceback (most recent call last):")
+    assert sent.rstrip().endswith("ValueError: invalid literal for int() with base 10: 'x'")
+    result = cell(ip, "-i", "what is {nowhere}?")
+    assert str(result.error_in_exec) == ("%%chat -i: {nowhere} is not defined in this kernel; "
+                                         "define it, or write {{ and }} for literal braces.")
+    assert cell(ip, "-s 'Be brief.' -S short", "hi").success      # -s is --system
+    assert chat.workspace.sessions["short"].history[0].text == "Be brief."
+
+
+def test_chat_error_asks_about_the_last_failed_cell(chat: ChatMagics, ip: Any,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match="no cell has failed since ipy_ctxrecovery was loaded"):
+        ip.run_line_magic("chat", "error")
+    assert not ip.run_cell("values = [1, 2]\nvalues[5]", store_history=True).success
+    capsys.readouterr()
+    result = ip.run_cell("%chat error why index 5?", store_history=True)
+    assert result.success
+    asked = chat.workspace.emulator.requests[-1].body["messages"][-1]["content"]
+    assert asked.startswith("This notebook cell failed.\n\n```python\nvalues = [1, 2]\n"
+                            "values[5]\n```\n\nTraceback:\n```\nTraceback (most recent call")
+    assert "IndexError: list index out of range" in asked and asked.endswith("why index 5?")
+    assert capsys.readouterr().out.startswith('Emulator reply: you said "This notebook cell')
+
+
+def test_code_format_takes_every_block(chat: ChatMagics, ip: Any) -> None:
+    from ipy_ctxrecovery.session import ChatSession
+    from tests.fakes import FakeProvider
+
+    reply = ("Install, then run:\n```bash\npip install rich\n```\n"
+             "```python\nfrom rich import print\nprint('hi')\n```")
+    fake = FakeProvider([reply])
+    chat.workspace.replace_session("code", ChatSession("fake", provider=fake, name="code"))
+    result = cell(ip, "-S code -f code", "show me")
+    assert ip.rl_next_input == ("# bash:\n# pip install rich\n\nfrom rich import print\n"
+                                "print('hi')")
+    assert result.result._repr_mimebundle_()[0]["text/markdown"] == (
+        "```bash\npip install rich\n```\n\n```python\nfrom rich import print\nprint('hi')\n```")
+
+
+def test_models_name_the_variable_each_provider_needs_in_aligned_columns(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "models")
+    out = capsys.readouterr().out.splitlines()
+    headers = [line for line in out if " — needs " in line]
+    assert headers == [
+        "openai — needs OPENAI_API_KEY (OPENAI_BASE_URL for another OpenAI-compatible server)",
+        "anthropic — needs ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL for a gateway)",
+        "emulator — needs nothing: the built-in emulator on 127.0.0.1 (%chat emulator changes "
+        "its limits)"]
+    rows = [line for line in out if line.startswith("  ")]
+    assert len({line.index(" window ") for line in rows}) == 1
+    assert len({line.index(" max output ") for line in rows}) == 1
+    assert len({len(line) for line in rows}) == 1
+
+
+def test_semicolon_right_after_the_magic_and_an_empty_cell(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    result = ip.run_cell("%%chat;\nquietly\n", store_history=True)
+    assert result.success and result.result is None
+    assert chat.workspace.session().history[-2].text == "quietly"
+    assert "quietly" not in capsys.readouterr().out
+    result = cell(ip, "", "   \n\t ")
+    assert str(result.error_in_exec) == ("%%chat: the cell has no message; write it below the "
+                                         "%%chat line.")
+    assert len(chat.workspace.session().history) == 2
+
+
+# -- terminal IPython and code calling the magic ----------------------------------------------------
+
+def test_a_terminal_streams_the_answer_once(chat: ChatMagics, ip: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert chat.stream_mode() == "print"        # no kernel: a terminal
+    result = cell(ip, "", "[[words 5]]")
+    out = capsys.readouterr().out
+    assert out == "w1 w2 w3 w4 w5\n"           # streamed; no second copy as Out[n]
+    assert ip.user_ns["_"] is result.result and result.result == "w1 w2 w3 w4 w5"
+
+
+def test_a_loop_of_calls_shows_every_answer(chat: ChatMagics, ip: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    loop = ("for n in (2, 3):\n"
+            "    get_ipython().run_cell_magic('chat', '{}', f'[[words {{n}}]]')\n")
+    ip.run_cell(loop.format(""), store_history=True)
+    assert capsys.readouterr().out == "w1 w2\nw1 w2 w3\n"
+    ip.run_cell(loop.format("--no-stream"), store_history=True)  # shown once each, complete
+    assert capsys.readouterr().out == "w1 w2\nw1 w2 w3\n"
+
+
+def test_called_as_the_last_expression_the_answer_is_shown_once(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    capsys.readouterr()
+    try:
+        result = ip.run_cell("get_ipython().run_cell_magic('chat', '', '[[words 3]]')",
+                             store_history=True)
+    finally:
+        ip.display_pub = saved
+    answer = result.result
+    assert isinstance(answer, Answer) and ip.user_ns["_"] is answer
+    # One display area ends as the answer; as the cell's value it shows nothing more.
+    assert {c["transient"]["display_id"] for c in publisher.calls} == {
+        publisher.calls[0]["transient"]["display_id"]}
+    assert publisher.calls[-1]["data"]["text/plain"] == "w1 w2 w3"
+    assert "w1 w2 w3" not in capsys.readouterr().out
+
+
+def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any) -> None:
+    from ipy_ctxrecovery.notebook.display import ChatInterrupted
+
+    for i in range(4):
+        cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
+    session = chat.workspace.session()
+    history = session.history
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    session.provider.send = interrupted  # type: ignore[method-assign]
+    with pytest.raises(ChatInterrupted) as raised:
+        ip.run_line_magic("chat", "compact")
+    assert raised.value._render_traceback_() == [
+        "KeyboardInterrupt: the compaction was interrupted — the history is as it was "
+        "(8 messages)."]
+    assert session.history == history
+
+
+def test_a_streamed_answer_shows_again_in_a_later_cell(chat: ChatMagics, ip: Any) -> None:
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        cell(ip, "", "[[words 2]]")
+    finally:
+        ip.display_pub = saved
+    answer = ip.user_ns["_"]
+    assert ip.display_formatter.format(answer)[0]["text/plain"] == "w1 w2"   # _ shows it
+
+
+def test_config_refusals_say_what_is_accepted(chat: ChatMagics, ip: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("config", "ChatMagics.verbosity = 'loud'")
+    ip.run_line_magic("config", "ChatMagics.stream = 'sometimes'")
+    assert capsys.readouterr().err.splitlines() == [
+        "⚠ %config ChatMagics.verbosity: verbosity='loud' is not valid; use one of quiet, "
+        "normal, debug. It stays 'normal'.",
+        "⚠ %config ChatMagics.stream: stream='sometimes' is not valid; use True or False. "
+        "It stays True."]
+    ip.run_line_magic("config", "ChatMagics.verbosity = 'debug'")
+    assert chat.verbosity == "debug" and capsys.readouterr().err == ""

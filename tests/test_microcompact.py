@@ -167,9 +167,9 @@ def test_custom_turn_settings(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("truncated", "summarized", "freed", "text"), [
-    (3, 2, int(1.7 * 1024 * 1024), "🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed"),
-    (1, 0, 2_048, "🗜 microcompact: 1 truncated, 0 summarized, 2 KB freed"),
-    (0, 1, 500, "🗜 microcompact: 0 truncated, 1 summarized, 500 B freed"),
+    (3, 2, int(1.7 * 1024 * 1024), "✂ microcompact: 3 truncated, 2 summarized, 1.7 MB freed"),
+    (1, 0, 2_048, "✂ microcompact: 1 truncated, 0 summarized, 2 KB freed"),
+    (0, 1, 500, "✂ microcompact: 0 truncated, 1 summarized, 500 B freed"),
 ])
 def test_report_message(truncated: int, summarized: int, freed: int, text: str) -> None:
     assert MicrocompactReport(truncated, summarized, freed).message == text

@@ -108,11 +108,11 @@ def test_nuclear_level_is_danger() -> None:
 def test_summarization_status_and_cap_changes() -> None:
     panel = ContextPanel()
     panel.handle(ev.CompactionPhase(phase="summarize", before_messages=23))
-    assert panel.summary_label.value.startswith("🧠 Summarizing old messages via LLM")
+    assert panel.summary_label.value.startswith("⇣ Summarizing older messages with the model")
     panel.handle(ev.CompactionPhase(phase="applied", before_messages=23, after_messages=9,
                                     before_bytes=40 * KB, after_bytes=9 * KB,
                                     outcome="summary"))
-    assert panel.summary_label.value == "✓ Summary applied (23 → 9 msgs, 40 KB → 9 KB)"
+    assert panel.summary_label.value == "✓ Summary applied (23 → 9 messages, 40 KB → 9 KB)"
     panel.handle(ev.CapChanged(cap=4 * 1024 * KB, source="assumed"))
     panel.handle(preflight(1024 * KB, cap=4 * 1024 * KB))
     assert panel.size_label.value == "1 MB of 4 MB cap (assumed)"
@@ -128,7 +128,7 @@ def test_turn_finished_updates_sizes_without_touching_the_last_action() -> None:
                                  cap=None))
     assert panel.history_bytes == 2048
     assert panel.token_bar.value == 512 / 4096
-    assert panel.action_label.value == ("last: 🗜 microcompact: 3 truncated, 0 summarized, "
+    assert panel.action_label.value == ("last: ✂ microcompact: 3 truncated, 0 summarized, "
                                         "8.8 KB freed")
 
 

@@ -241,8 +241,9 @@ def test_no_cap_warning_once_with_the_spec_line() -> None:
     result = run_check(body)
     assert result.action == "warn"
     assert result.warned
-    assert result.message == ("ℹ history 2.8 MB — if your network has a proxy/gateway, export "
-                              "CHATCLI_MAX_PAYLOAD=5MB (set it to the proxy's limit)")
+    assert result.message == ("ℹ history 2.8 MB — if your network has a proxy/gateway, set "
+                              "its limit with %chat config CHATCLI_MAX_PAYLOAD=5MB (or the "
+                              "environment variable CHATCLI_MAX_PAYLOAD)")
     again = run_check(body, warned=True)
     assert (again.action, again.message, again.warned) == ("ok", None, False)
 

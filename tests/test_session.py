@@ -23,7 +23,7 @@ from ipy_ctxrecovery.core.events import (
     TurnFinished,
 )
 from ipy_ctxrecovery.core.history import Role, problems
-from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.core.wording import describe, describe_debug
 from ipy_ctxrecovery.errors import ChatError, ConfigError, CtxRecoveryError
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers.base import StopReason, Usage
@@ -180,7 +180,7 @@ def test_an_answer_still_cut_after_the_escalations_says_so() -> None:
     assert truncated[0].max_tokens == last
     assert describe(truncated[0]) == (
         f"⚠ answer still cut at max_tokens={last:,} after {n} escalations — raise "
-        "max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS")
+        "--max-tokens or CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
     assert describe(truncated[0]) in reply.actions
     # An answer that ends by itself says nothing of the kind.
     events.clear()
@@ -326,7 +326,7 @@ def test_status_reports_sizes_and_counts() -> None:
     assert st.cap == 1024 * 1024 and st.cap_source == "configured"
     assert st.history_bytes > 0 and st.est_tokens > 0
     text = str(st)
-    assert "8,192 tokens" in text and "1 MB (configured)" in text and "2 messages" in text
+    assert "8,192-token window" in text and "1 MB (configured)" in text and "2 messages" in text
 
 
 def test_max_tokens_that_cannot_fit_the_window_is_lowered_before_sending() -> None:
@@ -490,7 +490,7 @@ def test_exact_fit_leaves_room_for_the_max_tokens_the_provider_adds() -> None:
     # One rejection for the window, then the resend fits prompt + the default max_tokens.
     assert len(fake.requests) - sent == 2
     assert fake.requests[-1].max_tokens is None
-    assert any("room kept for max_tokens 2,048" in describe(e) for e in events)
+    assert any("room kept for max_tokens 2,048" in describe_debug(e) for e in events)
 
 
 def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:

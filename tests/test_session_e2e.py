@@ -457,7 +457,7 @@ def test_a_window_reported_by_the_provider_is_learned_once(emulator: Any, wire: 
     assert [(e.window, e.previous) for e in learned] == [(4096, 32_000)]
     status = session.status()
     assert status.window == 4096 and status.window_learned
-    assert "4,096 tokens (learned from the provider)" in str(status)
+    assert "4,096-token window (learned from the provider)" in str(status)
     # An explicit new window replaces the learned one; the same settings again do not.
     session.update(settings=session.settings)
     assert session.window == 4096

@@ -211,13 +211,15 @@ class Retrying(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolRun(Event):
-    """A tool call ran (``limit_reached``: the turn's tool-round limit; nothing ran)."""
+    """A tool call ran (``limit_reached``: the turn's tool-round limit; nothing ran).
+    ``detail``: a failed call's error text (masked like every event text)."""
 
     name: str
     ok: bool
     chars: int = 0
     limit_reached: bool = False
     max_rounds: int = 0
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..settings import Settings, format_size
+from ..settings import Settings
 from .budget import (
     LEVEL_OLD_PREVIEW,
     LEVEL_SUMMARY,
@@ -50,9 +50,13 @@ class MicrocompactReport:
 
     @property
     def message(self) -> str:
-        """``🗜 microcompact: 3 truncated, 2 summarized, 1.7 MB freed``"""
-        return (f"🗜 microcompact: {self.truncated} truncated, {self.summarized} summarized, "
-                f"{format_size(self.bytes_freed)} freed")
+        """``✂ microcompact: 3 truncated, 2 summarized, 1.7 MB freed`` (``wording``)."""
+        from .events import MicrocompactApplied
+        from .wording import describe
+
+        return describe(MicrocompactApplied(truncated=self.truncated,
+                                            summarized=self.summarized,
+                                            bytes_freed=self.bytes_freed))
 
 
 def microcompact(history: History, *, settings: Settings,

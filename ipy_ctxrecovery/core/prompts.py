@@ -13,6 +13,7 @@ __all__ = [
     "SUMMARIZE_SYSTEM_PROMPT",
     "SUMMARY_HEADER",
     "compaction_notice",
+    "explain_error",
     "summary_header",
 ]
 
@@ -84,3 +85,11 @@ def summary_header(covered: int) -> str:
 
 
 # -- trim -----------------------------------------------------------------------------------
+
+
+def explain_error(source: str, trace: str, question: str = "") -> str:
+    """The user message ``%chat error`` sends: the failed cell's code and its traceback."""
+    code = source.strip() or "(the cell's code is not known)"
+    ask = question.strip() or "Explain the error and how to fix the code."
+    return (f"This notebook cell failed.\n\n```python\n{code}\n```\n\n"
+            f"Traceback:\n```\n{trace.strip()}\n```\n\n{ask}")

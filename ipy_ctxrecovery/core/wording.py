@@ -1,21 +1,55 @@
 """What the product says to a person: every status line, rendered from typed events.
 
-:func:`describe` turns one :mod:`event <.events>` into its line(s) of plain text, and
-:func:`decision_lines` a ladder :class:`~._decide.Decision`. The printer, the panel,
-``Reply.actions`` and the tests all read these, so a wording changes in one place and
-nothing ever parses a line back. Pure functions; no I/O.
+:func:`describe` turns one :mod:`event <.events>` into its line(s) of plain text at the
+``normal`` verbosity — one line per thing that actually happened, in plain words — and
+:func:`describe_debug` into what an expert reads (the ladder's numbers, every compaction
+phase, the routine checks). :func:`shown_at` says from which verbosity (``quiet``,
+``normal``, ``debug``) an event is printed at all. :func:`decision_lines` renders a ladder
+:class:`~._decide.Decision`. The printer, the panel, ``Reply.actions`` and the tests all
+read these, so a wording changes in one place and nothing ever parses a line back. Pure
+functions; no I/O.
+
+Every line starts with one of :data:`MARKS`, all present in DejaVu Sans (the fallback
+font of most Linux desktops and of Jupyter's default font stacks), so none renders as a
+missing-glyph box.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import singledispatch
+from typing import Any, Literal
 
 from ..failures import FailureKind
 from ..settings import format_size
 from . import events as ev
 from .ladder.decide import Decision, Level
 
-__all__ = ["assumed_cap_line", "decision_lines", "describe", "no_cap_warning", "plural"]
+__all__ = [
+    "MARKS",
+    "VERBOSITIES",
+    "Verbosity",
+    "assumed_cap_line",
+    "decision_lines",
+    "describe",
+    "describe_debug",
+    "endpoint_text",
+    "first_line",
+    "max_tokens_above_limit_line",
+    "no_cap_warning",
+    "plural",
+    "shown_at",
+    "status_text",
+    "truncated_line",
+]
+
+Verbosity = Literal["quiet", "normal", "debug"]
+VERBOSITIES: tuple[Verbosity, ...] = ("quiet", "normal", "debug")
+
+INFO, WARN, DONE, FAIL, RETRY, UP, CUT, TOOL, SHRINK, SUB, DETAIL = (
+    "ℹ", "⚠", "✓", "✗", "↻", "↗", "✂", "⚙", "⇣", "↳", "·")
+#: The marks lines start with (each in DejaVu Sans; tests/test_wording.py checks).
+MARKS = (INFO, WARN, DONE, FAIL, RETRY, UP, CUT, TOOL, SHRINK, SUB, DETAIL)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -23,21 +57,58 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
+def first_line(text: str, limit: int = 160) -> str:
+    """``text`` on one line (whitespace collapsed), cut at ``limit`` characters with ``…``."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
 def no_cap_warning(body_bytes: int) -> str:
-    """SPEC §2's one-shot warning when no cap is configured."""
-    return (f"ℹ history {format_size(body_bytes)} — if your network has a proxy/gateway, "
-            "export CHATCLI_MAX_PAYLOAD=5MB (set it to the proxy's limit)")
+    """SPEC §2's one-shot warning when no cap is configured (said the notebook way)."""
+    return (f"{INFO} history {format_size(body_bytes)} — if your network has a proxy/gateway, "
+            "set its limit with %chat config CHATCLI_MAX_PAYLOAD=5MB (or the environment "
+            "variable CHATCLI_MAX_PAYLOAD)")
 
 
 def assumed_cap_line(cap: int) -> str:
     """SPEC §3's auto-cap line."""
-    return (f"ℹ Assuming a {format_size(cap)}/payload limit — export CHATCLI_MAX_PAYLOAD "
-            "(e.g. 5MB, 512KB) to adjust")
+    return (f"{INFO} Assuming a {format_size(cap)} payload limit — set the real one with "
+            "%chat config CHATCLI_MAX_PAYLOAD=SIZE (e.g. 5MB, 512KB)")
+
+
+def endpoint_text(url: str | None, proxy: str | None = None, *,
+                  proxy_var: str | None = None) -> str:
+    """Where requests go: ``https://api.openai.com/v1 (no proxy)``, or ``… via proxy URL
+    (HTTPS_PROXY)``. URLs must already have their credentials masked."""
+    where = url or "the SDK's default endpoint"
+    if not proxy:
+        return f"{where} (no proxy)"
+    return f"{where} via proxy {proxy}" + (f" ({proxy_var})" if proxy_var else "")
+
+
+def max_tokens_above_limit_line(requested: int, limit: int, model: str) -> str:
+    """``--max-tokens`` above what the model can write: said, and the limit used instead."""
+    return (f"{INFO} --max-tokens {requested:,} is above {model}'s output limit of "
+            f"{plural(limit, 'token')} — asking for {limit:,}")
+
+
+def truncated_line(e: ev.Truncated, model_limit: int | None = None,
+                   model: str | None = None) -> str:
+    """The answer was still cut when the escalations ran out. When the cut was the model's
+    own output limit, raising max_tokens cannot help: that limit is named instead."""
+    tried = (f" after {plural(e.escalations, 'escalation')}" if e.escalations else "")
+    if model_limit is not None and e.max_tokens >= model_limit:
+        who = model or "the model"
+        return (f"{WARN} answer cut at {plural(e.max_tokens, 'token')}{tried}: that is the most "
+                f"{who} writes in one answer — ask for a shorter answer, or for the rest "
+                "in the next cell")
+    return (f"{WARN} answer still cut at max_tokens={e.max_tokens:,}{tried} — raise "
+            "--max-tokens or CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
 
 
 def decision_lines(decision: Decision, *, assumption: bool = True,
                    summarizing: bool = False) -> list[str]:
-    """The lines a ladder decision is told with (SPEC §3).
+    """The lines a ladder decision is told with (SPEC §3), in full (``debug``).
 
     ``assumption``: include the auto-cap line (the session tells it as its own event);
     ``summarizing``: an exact fit that first tries an LLM summary.
@@ -45,25 +116,34 @@ def decision_lines(decision: Decision, *, assumption: bool = True,
     failure = decision.failure
     if decision.level is Level.GIVE_UP or failure is None:
         return [decision.reason] if decision.reason else []
+    lines = [_failure_line(decision)]
+    if decision.level is Level.LOWER_MAX_TOKENS:
+        return lines
+    if assumption and decision.assume_cap is not None:
+        lines.append(assumed_cap_line(decision.assume_cap))
+    if decision.level is Level.EXACT_FIT and decision.target_bytes is not None:
+        verb = "summarizing" if summarizing else "cutting"
+        lines.append(f"{INFO} exact fit: {_fit_reason(decision)} — {verb} history to "
+                     f"{format_size(decision.target_bytes)}")
+    return lines
+
+
+def _failure_line(decision: Decision) -> str:
+    """The ⚠ line of a ladder decision: what failed and what is done about it."""
+    failure = decision.failure
+    assert failure is not None
     label = failure.label
     if decision.level is Level.LOWER_MAX_TOKENS:
         new = decision.max_tokens or 0
         requested = decision.requested_max_tokens
         if failure.kind is FailureKind.OUTPUT_LIMIT:
             shown = f"{requested:,}" if requested is not None else "requested"
-            return [f"⚠ Recoverable failure ({label}) — retrying with max_tokens {new:,} "
-                    f"instead of {shown}"]
-        return [f"⚠ Recoverable failure ({label}) — {failure.prompt_tokens or 0:,} + "
+            return (f"{WARN} Recoverable failure ({label}) — retrying with max_tokens {new:,} "
+                    f"instead of {shown}")
+        return (f"{WARN} Recoverable failure ({label}) — {failure.prompt_tokens or 0:,} + "
                 f"{requested or 0:,} > {failure.limit_tokens or 0:,} tokens: retrying with "
-                f"max_tokens {new:,} (history untouched)"]
-    lines = [f"⚠ Recoverable failure ({label}) — compacting and retrying"]
-    if assumption and decision.assume_cap is not None:
-        lines.append(assumed_cap_line(decision.assume_cap))
-    if decision.level is Level.EXACT_FIT and decision.target_bytes is not None:
-        verb = "summarizing" if summarizing else "cutting"
-        lines.append(f"ℹ exact fit: {_fit_reason(decision)} — {verb} history to "
-                     f"{format_size(decision.target_bytes)}")
-    return lines
+                f"max_tokens {new:,} (history untouched)")
+    return f"{WARN} Recoverable failure ({label}) — compacting and retrying"
 
 
 def _fit_reason(decision: Decision) -> str:
@@ -78,35 +158,164 @@ def _fit_reason(decision: Decision) -> str:
             f"{failure.limit_tokens or 0:,}{room}")
 
 
+def status_text(status: Any, *, name: str | None = None, endpoint: str | None = None) -> str:
+    """Where a session stands (``%chat status``, ``str(SessionStatus)``), one fact a line.
+
+    An empty session says so, rather than showing the request's fixed overhead (tool
+    definitions, framing) as if it were history.
+    """
+    window = f"{status.window:,}-token window" + (
+        " (learned from the provider)" if status.window_learned else
+        " (guessed — set CHATCLI_CONTEXT_WINDOW)" if status.window_guessed else "")
+    if status.messages:
+        share = f"{100 * status.est_tokens / status.window:.0f}%" if status.window else "?"
+        history = (f"history: {plural(status.messages, 'message')}, "
+                   f"{format_size(status.history_bytes)} ≈ {status.est_tokens:,} tokens "
+                   f"({share} of the {window})")
+    else:
+        history = f"history: empty (the {window})"
+    if status.cap is None:
+        cap = "no payload cap configured"
+    elif status.messages:
+        cap = (f"{format_size(status.cap)} ({status.cap_source}); history is "
+               f"{100 * status.history_bytes / status.cap:.0f}% of it")
+    else:
+        cap = f"{format_size(status.cap)} ({status.cap_source})"
+    if status.cap_note:
+        cap += f" — {status.cap_note}"
+    lines = [f"session {name or status.name} · model {status.model}"]
+    if endpoint:
+        lines.append(f"endpoint: {endpoint}")
+    lines += [
+        history,
+        f"payload cap: {cap}",
+        f"transcript: {plural(status.transcript_messages, 'message')}",
+        f"usage: {status.prompt_tokens:,} prompt + {status.completion_tokens:,} completion "
+        "tokens",
+        f"compactions: {status.compactions} · recoveries: {status.recoveries}",
+    ]
+    return "\n".join(lines)
+
+
+# -- events ---------------------------------------------------------------------------------
+
+_RANK: Mapping[str, int] = {"quiet": 0, "normal": 1, "debug": 2}
+
+
+def printed_at(event: ev.Event, verbosity: str) -> bool:
+    """True when ``event`` has a line at ``verbosity`` (see :func:`shown_at`)."""
+    return _RANK[shown_at(event)] <= _RANK.get(verbosity, 1)
+
+
+@singledispatch
+def shown_at(event: ev.Event) -> Verbosity:
+    """The lowest verbosity that prints ``event``: ``quiet`` for what changed the answer or
+    lost context, ``normal`` for what happened, ``debug`` for bookkeeping."""
+    return "normal"
+
+
+@shown_at.register
+def _(e: ev.Preflight) -> Verbosity:
+    return "debug" if e.action == "ok" else "normal"
+
+
+@shown_at.register
+def _(e: ev.TurnFinished) -> Verbosity:
+    return "debug"
+
+
+@shown_at.register
+def _(e: ev.NoticeInjected) -> Verbosity:
+    return "debug"
+
+
+@shown_at.register
+def _(e: ev.CompactionPhase) -> Verbosity:
+    if e.phase in ("start", "trim") or (e.phase == "applied" and e.outcome == "nothing"):
+        return "debug"
+    return "normal"
+
+
+@shown_at.register
+def _(e: ev.CapChanged) -> Verbosity:
+    return "normal" if e.source in ("learned", "assumed") and e.cap is not None else "debug"
+
+
+@shown_at.register
+def _(e: ev.LadderStep) -> Verbosity:
+    return "quiet" if _dropped(e) else "normal"
+
+
+@shown_at.register
+def _(e: ev.FitBeforeSend) -> Verbosity:
+    return "quiet"
+
+
+@shown_at.register
+def _(e: ev.Truncated) -> Verbosity:
+    return "quiet"
+
+
+@shown_at.register
+def _(e: ev.ToolRun) -> Verbosity:
+    return "quiet" if e.limit_reached else "normal"
+
+
+def _dropped(e: ev.LadderStep) -> bool:
+    return e.after_messages < e.before_messages
+
+
+def _announces(e: ev.LadderStep) -> bool:
+    """A step announced before it is applied (its ⚠ line), not its outcome."""
+    return not e.notes and e.summary_not_used is None and e.after_messages == e.before_messages
+
+
 @singledispatch
 def describe(event: ev.Event) -> str:
-    """The line(s) a person reads for ``event`` ('' for an event with nothing to say)."""
+    """The line(s) a person reads for ``event`` at the normal verbosity ('' for nothing)."""
     return ""
+
+
+@singledispatch
+def describe_debug(event: ev.Event) -> str:
+    """The line(s) an expert reads for ``event`` (``verbosity = "debug"``)."""
+    return describe(event)
 
 
 @describe.register
 def _(e: ev.Preflight) -> str:
     lines = []
     if "cap" in e.reasons and e.cap:
-        lines.append(f"ℹ pre-flight: history {format_size(e.body_bytes)} ≈ "
+        lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} ≈ "
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
                      f"({format_size(e.cap)}) — compacting")
     if "window" in e.reasons:
         what = f"≈{e.est_tokens:,} tokens" + (f" + max_tokens {e.max_tokens:,}"
                                               if e.max_tokens else "")
-        lines.append(f"ℹ pre-flight: {what} > context window {e.window:,} tokens — compacting")
+        lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
+                     "compacting")
     if "no_cap" in e.reasons:
         lines.append(no_cap_warning(e.body_bytes))
     return "\n".join(lines)
 
 
+@describe_debug.register
+def _(e: ev.Preflight) -> str:
+    if e.action != "ok":
+        return describe(e)
+    cap = (f"{format_size(e.cap)} {e.cap_source} cap" if e.cap else "no cap")
+    reserve = f" + max_tokens {e.max_tokens:,}" if e.max_tokens else ""
+    return (f"{DETAIL} pre-flight: request {format_size(e.body_bytes)} ≈ {e.est_tokens:,} "
+            f"tokens{reserve}; {e.window:,}-token window, {cap} — ok")
+
+
 @describe.register
 def _(e: ev.MaxTokensLowered) -> str:
     if e.reason == "output_limit":
-        return (f"ℹ pre-flight: max_tokens {e.requested:,} is above the model's output limit "
-                f"({e.sent:,}, learned from an earlier rejection) — sending max_tokens "
+        return (f"{INFO} pre-flight: max_tokens {e.requested:,} is above the model's output "
+                f"limit ({e.sent:,}, learned from an earlier rejection) — sending max_tokens "
                 f"{e.sent:,}")
-    return (f"ℹ pre-flight: ≈{e.est_tokens:,} prompt tokens + max_tokens {e.requested:,} > "
+    return (f"{INFO} pre-flight: ≈{e.est_tokens:,} prompt tokens + max_tokens {e.requested:,} > "
             f"context window {e.window:,} — sending max_tokens {e.sent:,}")
 
 
@@ -118,21 +327,26 @@ def _(e: ev.FitBeforeSend) -> str:
         what = (f"≈{e.est_tokens:,} tokens"
                 + (f" + max_tokens {e.reserved_tokens:,}" if e.reserved_tokens else "")
                 + f" over the {e.window:,}-token window")
-    line = (f"ℹ pre-flight: still {format_size(e.body_bytes)} after compaction, {what} — "
+    return (f"{CUT} pre-flight: still {format_size(e.body_bytes)} after compaction, {what} — "
             f"fitting to {format_size(e.goal_bytes)} before sending")
-    return line + (f"\n  ↳ {'; '.join(e.notes)}" if e.notes else "")
+
+
+@describe_debug.register
+def _(e: ev.FitBeforeSend) -> str:
+    return describe(e) + (f"\n  {SUB} {'; '.join(e.notes)}" if e.notes else "")
 
 
 @describe.register
 def _(e: ev.MicrocompactApplied) -> str:
-    return (f"🗜 microcompact: {e.truncated} truncated, {e.summarized} summarized, "
+    return (f"{CUT} microcompact: {e.truncated} truncated, {e.summarized} summarized, "
             f"{format_size(e.bytes_freed)} freed")
 
 
 @describe.register
 def _(e: ev.BudgetApplied) -> str:
-    return (f"✂ tool-result budget: {e.replaced} result(s) replaced by previews; full content "
-            f"saved ({', '.join(e.persisted) or 'already saved'})")
+    saved = ", ".join(e.persisted) or "already saved"
+    return (f"{CUT} {plural(e.replaced, 'large tool result')} replaced by "
+            f"{'a preview' if e.replaced == 1 else 'previews'}; full content saved ({saved})")
 
 
 @describe.register
@@ -140,41 +354,72 @@ def _(e: ev.CompactionPhase) -> str:
     n0, b0 = e.before_messages, format_size(e.before_bytes)
     n1 = e.after_messages if e.after_messages is not None else n0
     b1 = format_size(e.after_bytes if e.after_bytes is not None else e.before_bytes)
+    target = format_size(e.target_bytes or 0)
+    if e.phase in ("start", "trim"):
+        return ""
+    if e.phase == "summarize":
+        return (f"{SHRINK} Summarizing older messages with the model ({plural(n0, 'message')}, "
+                f"{b0} → target {target})…")
+    if e.phase == "rejected":
+        return f"{FAIL} Compaction rejected: {e.reason} — history kept as it was"
+    if e.phase == "cancelled":
+        return f"{FAIL} Compaction cancelled — history left exactly as it was"
+    if e.outcome == "nothing":
+        return ""
+    if e.outcome == "trim":
+        return (f"{DONE} Trimmed reasoning and duplicate tool results, no summary needed "
+                f"({n0} → {plural(n1, 'message')}, {b0} → {b1})")
+    return f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1})"
+
+
+@describe_debug.register
+def _(e: ev.CompactionPhase) -> str:
+    n0, b0 = e.before_messages, format_size(e.before_bytes)
     if e.phase == "start":
-        return (f"📦 Compacting history ({n0} msgs, {b0} → target "
+        return (f"{SHRINK} Compacting history ({plural(n0, 'message')}, {b0} → target "
                 f"{format_size(e.target_bytes or 0)})")
     if e.phase == "trim":
-        return "🧹 Trim: removing reasoning/dedup (no LLM)…"
-    if e.phase == "summarize":
-        return "🧠 Summarizing old messages via LLM (may take 30-90s — interrupt cancels)…"
-    if e.phase == "rejected":
-        return f"✗ Compaction rejected: {e.reason} — history kept as it was"
-    if e.phase == "cancelled":
-        return "✗ Compaction cancelled — history left exactly as it was"
-    if e.outcome == "nothing":
-        return f"✓ History already within target ({n0} msgs, {b0}) — nothing to compact"
-    if e.outcome == "trim":
-        return f"✓ Trim applied, no LLM needed ({n0} → {n1} msgs, {b0} → {b1})"
-    return f"✓ Summary applied ({n0} → {n1} msgs, {b0} → {b1})"
+        return f"{DETAIL} trim: removing reasoning and duplicate tool results (no LLM)"
+    if e.phase == "applied" and e.outcome == "nothing":
+        return (f"{DONE} History already within target ({plural(n0, 'message')}, {b0}) — "
+                "nothing to compact")
+    return describe(e)
 
 
 @describe.register
 def _(e: ev.LadderStep) -> str:
+    if _announces(e):
+        return _failure_line(e.decision) if e.decision.failure is not None else \
+            f"{WARN} recovery: {e.level.value}"
+    done: list[str] = []
     if e.summary_not_used is not None:
-        text = f"  ↳ summary not used ({e.summary_not_used}) — dropping the oldest messages"
+        done.append(f"summary not used ({e.summary_not_used})")
+    if _dropped(e):
+        done.append(f"oldest messages dropped to fit ({e.before_messages} → "
+                    f"{plural(e.after_messages, 'message')})")
+    elif e.level is Level.AGGRESSIVE:
+        done.append("tool results shortened (budget halved)")
     else:
-        text = "\n".join(decision_lines(e.decision, assumption=False,
-                                        summarizing=e.summarizing))
+        done.append("history fitted without dropping messages")
+    return f"  {SUB} " + "; ".join(done)
+
+
+@describe_debug.register
+def _(e: ev.LadderStep) -> str:
+    if _announces(e):
+        lines = decision_lines(e.decision, assumption=False, summarizing=e.summarizing)
+        return "\n".join(lines) or f"{WARN} recovery: {e.level.value}"
+    text = describe(e)
     if e.notes:
-        text += f"\n  ↳ {e.level.value}: " + "; ".join(e.notes)
-    return text or f"⚠ recovery: {e.level.value}"
+        text += f"\n  {SUB} {e.level.value}: " + "; ".join(e.notes)
+    return text
 
 
-@describe.register
+@describe_debug.register
 def _(e: ev.NoticeInjected) -> str:
     if e.notice == "payload":
-        return "ℹ SYSTEM NOTICE (payload limit hit) given to the model"
-    return "ℹ the model was told that earlier context was compacted"
+        return f"{INFO} SYSTEM NOTICE (payload limit hit) given to the model"
+    return f"{INFO} the model was told that earlier context was compacted"
 
 
 @describe.register
@@ -183,59 +428,72 @@ def _(e: ev.CapChanged) -> str:
         return assumed_cap_line(e.cap)
     if e.source == "learned" and e.cap is not None:
         verb = "dropped" if e.dropped else "rejected"
-        return (f"ℹ Learned a payload limit of about {format_size(e.cap)} (a "
+        return (f"{INFO} Learned a payload limit of about {format_size(e.cap)} (a "
                 f"{format_size(e.rejected_bytes or 0)} request was {verb})")
-    return (f"ℹ payload cap {format_size(e.cap)} ({e.source})" if e.cap is not None
-            else "ℹ no payload cap")
+    return ""
+
+
+@describe_debug.register
+def _(e: ev.CapChanged) -> str:
+    if shown_at(e) == "normal":
+        return describe(e)
+    return (f"{INFO} payload cap {format_size(e.cap)} ({e.source})" if e.cap is not None
+            else f"{INFO} no payload cap")
 
 
 @describe.register
 def _(e: ev.Escalation) -> str:
-    return (f"↗ answer cut at max_tokens={e.previous:,} — continuing with "
+    return (f"{UP} answer cut at max_tokens={e.previous:,} — continuing with "
             f"max_tokens={e.max_tokens:,} (escalation {e.attempt}/{e.of})")
 
 
 @describe.register
 def _(e: ev.Truncated) -> str:
-    return (f"⚠ answer still cut at max_tokens={e.max_tokens:,} after "
-            f"{e.escalations} escalation{'s' if e.escalations != 1 else ''} — "
-            "raise max_tokens or CHATCLI_MAX_TOKEN_ESCALATIONS")
+    return truncated_line(e)
 
 
 @describe.register
 def _(e: ev.WindowLearned) -> str:
-    return (f"ℹ Learned a context window of {e.window:,} tokens from the provider (this "
-            f"session assumed {e.previous:,}) — using it from now on; set "
-            f"CHATCLI_CONTEXT_WINDOW={e.window} to start with it")
+    return (f"{INFO} Learned a context window of {e.window:,} tokens from the provider (this "
+            f"session assumed {e.previous:,}) — using it from now on; "
+            f"%chat config CHATCLI_CONTEXT_WINDOW={e.window} starts with it")
 
 
 @describe.register
 def _(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
-        return "↻ authentication failed — re-reading the credentials and retrying once"
-    return f"↻ {e.failure.label} — retrying in {e.wait:.1f}s ({e.attempt}/{e.of})"
+        return f"{RETRY} authentication failed — re-reading the credentials and retrying once"
+    return f"{RETRY} {e.failure.label} — retrying in {e.wait:.1f}s ({e.attempt}/{e.of})"
+
+
+@describe_debug.register
+def _(e: ev.Retrying) -> str:
+    return describe(e) + f"\n  {SUB} {first_line(e.failure.reason)}"
 
 
 @describe.register
 def _(e: ev.ToolRun) -> str:
     if e.limit_reached:
-        return (f"🔧 tool round limit ({e.max_rounds}) reached — asking the model to answer "
+        return (f"{TOOL} tool round limit ({e.max_rounds}) reached — asking the model to answer "
                 "with what it has")
-    return f"🔧 {e.name}: {'ok' if e.ok else 'error'} ({e.chars:,} chars)"
+    if e.ok:
+        return f"{TOOL} {e.name}: ok ({plural(e.chars, 'char')})"
+    detail = first_line(e.detail, 120)
+    return f"{TOOL} {e.name} failed" + (f": {detail}" if detail else f" ({plural(e.chars, 'char')})")
 
 
 @describe.register
 def _(e: ev.Recovered) -> str:
-    return f"✓ Recovered after {e.attempts} recovery step{'s' if e.attempts > 1 else ''}"
+    return f"{DONE} Recovered after {plural(e.attempts, 'recovery step')}"
 
 
 @describe.register
 def _(e: ev.Failed) -> str:
-    return f"✗ {e.sentence}"
+    return f"{FAIL} {e.sentence}"
 
 
-@describe.register
+@describe_debug.register
 def _(e: ev.TurnFinished) -> str:
     share = f"{100 * e.est_tokens / e.window:.0f}%" if e.window else "?"
-    return (f"history {format_size(e.history_bytes)} ≈ {e.est_tokens:,} tokens ({share} of "
-            f"the {e.window:,}-token window)")
+    return (f"{DETAIL} history {format_size(e.history_bytes)} ≈ {e.est_tokens:,} tokens "
+            f"({share} of the {e.window:,}-token window)")

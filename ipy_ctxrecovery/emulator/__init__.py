@@ -46,7 +46,8 @@ merges consecutive user messages, so a summary block followed by the request is 
 message — and the request is the last such block.
 
 * Default: ``Emulator reply: you said "<first 60 chars of it>" (<k> messages, <p> prompt
-  tokens).`` — ``k`` counts every message (system included), ``p`` is the prompt tokens.
+  tokens).`` (``1 message`` for one) — ``k`` counts every message (system included),
+  ``p`` is the prompt tokens.
 * ``[[words N]]`` in it: the reply is ``w1 w2 … wN``.
 * ``[[echo]]`` in it: the reply is the rest of the message after the directive (one
   newline right after it dropped), verbatim — any text, code block or script to cut.

@@ -343,7 +343,8 @@ def _words(text: str) -> str | None:
 def _default_reply(turns: Sequence[Turn], user_text: str, tools: Any) -> str:
     quoted = user_text[:QUOTE_CHARS]
     p = prompt_tokens(turns, tools)
-    return f'Emulator reply: you said "{quoted}" ({len(turns)} messages, {p} prompt tokens).'
+    count = f"{len(turns)} message{'' if len(turns) == 1 else 's'}"
+    return f'Emulator reply: you said "{quoted}" ({count}, {p} prompt tokens).'
 
 
 def _compose(turns: Sequence[Turn], tools: Any) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -7,21 +7,25 @@ panel (``panel.py``) is an optional extra on top. Nothing here talks to a model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import json
 import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from ..core import events as ev
-from ..core.wording import describe
+from ..core.wording import describe, describe_debug, printed_at, truncated_line
 
 __all__ = [
     "FORMATS",
     "Answer",
     "EventPrinter",
     "Streamer",
+    "code_blocks",
+    "event_record",
     "extract_code",
     "parse_json_answer",
     "usage_dict",
@@ -29,18 +33,45 @@ __all__ = [
 
 FORMATS = ("markdown", "text", "code", "json")
 
-_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
+
+#: Fence languages a notebook runs with a cell magic (``%%bash`` …); others are Python's.
+_CELL_MAGICS = {"bash": "bash", "sh": "bash", "shell": "bash", "console": "bash",
+                "html": "html", "javascript": "javascript", "js": "javascript",
+                "latex": "latex", "markdown": "markdown", "md": "markdown", "perl": "perl",
+                "ruby": "ruby", "svg": "svg"}
+_PYTHON = {"", "python", "py", "python3", "ipython", "ipython3", "pycon"}
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced code block of ``text`` as (language, code), in order ('' = unlabelled)."""
+    return [(m.group(1).strip().split()[0].lower() if m.group(1).strip() else "",
+             m.group(2).rstrip("\n")) for m in _FENCE.finditer(text)]
 
 
 def extract_code(text: str) -> str:
-    """The first fenced code block of ``text``, or the whole text when it has none."""
-    match = _FENCE.search(text)
-    return (match.group(1) if match else text).rstrip("\n")
+    """The code of an answer as one notebook cell: every fenced block in order, or the whole
+    text when it has none. Blocks all in one language a cell magic runs (``bash``, ``html``
+    …) get that magic; in a mix, the blocks that are not Python are kept as comments."""
+    blocks = code_blocks(text)
+    if not blocks:
+        return text.rstrip("\n")
+    magics = {_CELL_MAGICS.get(lang) for lang, _ in blocks}
+    if len(magics) == 1 and (magic := next(iter(magics))) is not None:
+        return f"%%{magic}\n" + "\n\n".join(code for _, code in blocks)
+    parts = []
+    for lang, code in blocks:
+        if lang in _PYTHON:
+            parts.append(code)
+        else:
+            parts.append(f"# {lang}:\n" + "\n".join(f"# {line}" for line in code.splitlines()))
+    return "\n\n".join(parts)
 
 
 def parse_json_answer(text: str) -> Any:
     """The answer parsed as JSON (a fenced ``json`` block counts); raise ValueError if it isn't."""
-    for candidate in (text.strip(), extract_code(text).strip()):
+    candidates = [text.strip()] + [code.strip() for _, code in code_blocks(text)]
+    for candidate in candidates:
         try:
             return json.loads(candidate)
         except ValueError:
@@ -48,33 +79,74 @@ def parse_json_answer(text: str) -> Any:
     raise ValueError("the answer is not valid JSON")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses as dicts, enums as their values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, str | int | float | bool) else str(value)
+
+
+def event_record(event: ev.Event) -> dict[str, Any]:
+    """One event for the output's metadata: its type, its fields and the expert's line."""
+    record = {"event": type(event).__name__, **_plain(event)}
+    line = describe_debug(event)
+    if line:
+        record["line"] = line
+    return record
+
+
 class Answer(str):
     """A model's answer as returned by ``%%chat``: a ``str`` that also carries metadata.
 
     It lands in ``Out[n]`` and ``_`` and can be used as a string. Its rich display offers
-    ``text/plain`` and ``text/markdown`` (``text/plain`` only for ``-f text``; a fenced block
-    for ``-f code``; ``application/json`` as well for ``-f json`` when the answer parses),
-    and the output's metadata records the model, the token usage and what recovery did.
+    ``text/plain`` and ``text/markdown`` (``text/plain`` only for ``-f text``; the code blocks
+    with their languages for ``-f code``; ``application/json`` as well for ``-f json`` when
+    the answer parses), and the output's metadata records the model, the token usage, what
+    recovery did (``actions``, the lines shown) and every event in full (``events``).
+
+    Once the answer has been shown where it streamed (``shown``), displaying it again in
+    the same cell shows nothing: ``run_cell_magic`` as a cell's last expression does not
+    show it twice. In a later cell (``_``, ``Out[n]``) it shows as usual.
     """
 
     model: str
     usage: Mapping[str, int | None]
     actions: tuple[str, ...]
+    events: tuple[dict[str, Any], ...]
     finish_reason: str | None
     answer_format: str
     session: str
+    _shown_in: int | None
 
     def __new__(cls, text: str, *, model: str = "", usage: Mapping[str, int | None] | None = None,
                 actions: Sequence[str] = (), finish_reason: str | None = None,
-                answer_format: str = "markdown", session: str = "default") -> Answer:
+                answer_format: str = "markdown", session: str = "default",
+                events: Sequence[Mapping[str, Any]] = ()) -> Answer:
         self = super().__new__(cls, text)
         self.model = model
         self.usage = dict(usage or {})
         self.actions = tuple(actions)
+        self.events = tuple(dict(e) for e in events)
         self.finish_reason = finish_reason
         self.answer_format = answer_format
         self.session = session
+        self._shown_in = None
         return self
+
+    @property
+    def shown(self) -> bool:
+        """True while the cell that showed this answer runs."""
+        return self._shown_in is not None and self._shown_in == _running_cell()
+
+    @shown.setter
+    def shown(self, value: bool) -> None:
+        self._shown_in = _running_cell() if value else None
 
     @property
     def text(self) -> str:
@@ -83,13 +155,22 @@ class Answer(str):
     @property
     def metadata(self) -> dict[str, Any]:
         """What the output's metadata records (JSON-serializable)."""
-        return {
+        data: dict[str, Any] = {
             "model": self.model,
             "usage": dict(self.usage),
             "actions": list(self.actions),
             "finish_reason": self.finish_reason,
             "session": self.session,
         }
+        if self.events:
+            data["events"] = [dict(e) for e in self.events]
+        return data
+
+    @property
+    def _ipython_display_(self) -> Callable[[], None] | None:
+        # IPython calls this instead of formatting the object when it is callable: an
+        # answer already shown displays nothing the second time.
+        return _shown_already if self.shown else None
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # IPython's plain-text formatter would otherwise print str's repr, with quotes.
@@ -102,12 +183,26 @@ class Answer(str):
         if self.answer_format == "markdown":
             data["text/markdown"] = text
         elif self.answer_format == "code":
-            data["text/markdown"] = f"```python\n{extract_code(text)}\n```"
+            blocks = code_blocks(text) or [("python", text)]
+            data["text/markdown"] = "\n\n".join(f"```{lang or 'python'}\n{code}\n```"
+                                                 for lang, code in blocks)
         elif self.answer_format == "json":
             with contextlib.suppress(ValueError):
                 data["application/json"] = parse_json_answer(text)
             data["text/markdown"] = f"```json\n{text}\n```"
         return data, {"ipy_ctxrecovery": self.metadata}
+
+
+def _shown_already() -> None:
+    return None
+
+
+def _running_cell() -> int:
+    """The execution count of the running cell (-1 outside IPython)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return int(getattr(shell, "execution_count", -1)) if shell is not None else -1
 
 
 def usage_dict(usage: Any) -> dict[str, int | None]:
@@ -123,54 +218,86 @@ def usage_dict(usage: Any) -> dict[str, int | None]:
 
 
 class EventPrinter:
-    """Prints one status line per recovery event (the SPEC's texts), nothing for routine ones.
+    """Prints the status lines of a turn's events at a verbosity, in the order they happen.
 
-    Routine events are the per-turn bookkeeping: a pre-flight check that found nothing to do
-    and the end-of-turn sizes. ``verbose=True`` prints those too. A final failure is never
-    printed here: whoever called ``send`` reports it once (the cell fails with that sentence).
+    ``normal``: one line per thing that happened; ``quiet``: only what changed the answer or
+    dropped context; ``debug``: every event, with the numbers an expert reads
+    (:func:`~ipy_ctxrecovery.wording.shown_at` decides). A final failure is never printed
+    here: whoever called ``send`` reports it once (the cell fails with that sentence).
+    ``before_line`` runs before each line (the terminal streamer ends its open line);
+    ``model_limit``/``model`` let a cut answer name the model's own output limit.
+    ``events`` keeps every event seen, printed or not.
     """
 
-    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, *, verbosity: str = "normal",
+                 before_line: Callable[[], None] | None = None,
+                 model_limit: int | None = None, model: str | None = None) -> None:
         self._stream = stream
-        self.verbose = verbose
+        self.verbosity = verbosity
+        self.before_line = before_line
+        self.model_limit = model_limit
+        self.model = model
         self.lines: list[str] = []
+        self.events: list[ev.Event] = []
 
-    def is_routine(self, event: ev.Event) -> bool:
-        if isinstance(event, ev.TurnFinished):
-            return True
-        return isinstance(event, ev.Preflight) and event.action == "ok"
+    def line_for(self, event: ev.Event) -> str:
+        """What this printer says for ``event`` ('' for nothing)."""
+        if isinstance(event, ev.Failed) or not printed_at(event, self.verbosity):
+            return ""
+        if isinstance(event, ev.Truncated):
+            return truncated_line(event, self.model_limit, self.model)
+        render = describe_debug if self.verbosity == "debug" else describe
+        text = render(event).strip("\n").rstrip()
+        # Quiet shows a step's outcome alone, not under the line it continues.
+        return text.strip() if self.verbosity == "quiet" else text
 
     def __call__(self, event: ev.Event) -> None:
-        message = describe(event).strip()
-        if not message or isinstance(event, ev.Failed):
+        self.events.append(event)
+        self.say(self.line_for(event))
+
+    def say(self, message: str) -> None:
+        """Print one line (or block) among the event lines."""
+        if not message:
             return
-        if self.is_routine(event) and not self.verbose:
-            return
+        if self.before_line is not None:
+            self.before_line()
         self.lines.append(message)
         print(message, file=self._stream or sys.stdout, flush=True)
 
 
-class Streamer:
-    """Streams an answer into a display handle, coalescing updates (~100 ms by default).
+StreamMode = Literal["display", "print", "off"]
 
-    ``display`` and ``clock`` are injected so the same code runs under a kernel, in a test
-    that captures display calls, and not at all in terminal IPython (``live=False``: the
-    answer is shown once, at the end, as the cell's result).
+
+class Streamer:
+    """Shows an answer while it arrives.
+
+    ``display`` (a Jupyter front end): into one display handle, updates coalesced (~100 ms
+    by default). ``print`` (terminal IPython): each delta written to ``out`` as it comes.
+    ``off``: nothing live; the answer is shown once, at the end, as the cell's result.
+    ``display`` and ``clock`` are injected so tests capture display calls without a kernel.
     """
 
-    def __init__(self, *, live: bool, fmt: str, interval: float,
+    def __init__(self, *, mode: StreamMode, fmt: str, interval: float,
                  display: Callable[..., Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.live = live
+                 clock: Callable[[], float] = time.monotonic,
+                 out: TextIO | None = None) -> None:
+        self.mode = mode
         self.fmt = fmt
         self.interval = interval
         self._display = display
         self._clock = clock
+        self._out = out
         self._handle: Any = None
         self._parts: list[str] = []
         self._last = 0.0
         self._shown = ""
+        self._printed = 0
+        self._line_open = False
         self.updates = 0
+
+    @property
+    def live(self) -> bool:
+        return self.mode != "off"
 
     @property
     def text(self) -> str:
@@ -197,28 +324,65 @@ class Streamer:
         else:
             self._handle.update(self._bundle(text), raw=True)
 
+    def _write(self, text: str) -> None:
+        out = self._out or sys.stdout
+        out.write(text)
+        out.flush()
+        self._printed += len(text)
+        self._line_open = not text.endswith("\n")
+
     def __call__(self, delta: str) -> None:
         """``on_text`` callback: called with each text delta, from the kernel thread."""
         if not delta:
             return
         self._parts.append(delta)
-        if self.live and (self._handle is None or self._clock() - self._last >= self.interval):
+        if self.mode == "print":
+            self._write(delta)
+        elif self.mode == "display" and (self._handle is None
+                                         or self._clock() - self._last >= self.interval):
             self._publish()
+
+    def break_line(self) -> None:
+        """End a printed line that the answer left open, so a status line starts on its own."""
+        if self.mode == "print" and self._line_open:
+            self._write("\n")
 
     def flush(self) -> None:
         """Show whatever arrived since the last coalesced update."""
-        if self.live and self._parts:
+        if self.mode == "display" and self._parts:
             self._publish()
 
     def finish(self, final: Any = None) -> bool:
-        """End the stream. With ``final`` (the Answer), the live area becomes the finished
-        answer, with its formats and metadata, so the cell keeps ONE output and no empty
-        leftover; without, the streamed text stays as shown (a loop of cells, an interrupt,
-        a failure). Returns True when ``final`` was shown here."""
-        if self._handle is None:
+        """End the stream; True when the answer was shown here (then it is not shown again).
+
+        ``display``: with ``final`` (the Answer) the live area becomes the finished answer,
+        with its formats and metadata, so the cell keeps ONE output and no empty leftover;
+        without, the streamed text stays as shown (a loop of cells, an interrupt, a
+        failure). ``print``: the open line is ended. An Answer shown here is marked
+        ``shown``, so displaying it again (as a cell's last expression) shows nothing.
+        """
+        if self.mode == "print":
+            self.break_line()
+            shown = self._printed > 0
+        elif self._handle is None:
             return False
-        if final is None:
+        elif final is None:
             self._publish()
             return True
-        self._handle.update(final)
-        return True
+        else:
+            self._handle.update(final)
+            shown = True
+        if shown and isinstance(final, Answer):
+            final.shown = True
+        return shown
+
+
+class ChatInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or "interrupt kernel") during a chat: shown as its one sentence.
+
+    A KeyboardInterrupt, so Run-All stops as it should; IPython prints what
+    ``_render_traceback_`` returns instead of the SDK's traceback through the HTTP stack.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]

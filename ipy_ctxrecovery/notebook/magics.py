@@ -3,71 +3,70 @@
 A thin layer (STYLE: IPython's autoreload): :class:`~ipy_ctxrecovery.session.ChatSession`
 does the work; ``ChatMagics`` parses flags, picks the session, shows what happens, and
 owns the embedded emulator (started on first use, stopped by ``%unload_ext``).
-The ``%chat`` subcommands live in :mod:`ipy_ctxrecovery._subcommands`.
+The ``%chat`` subcommands live in :mod:`.subcommands`, the plain-text output in
+:mod:`.display`; every line's wording comes from :mod:`ipy_ctxrecovery.wording`.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
+import re
 import shlex
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, Union, observe, validate
+from traitlets.config import Config
 
 from .. import errors
 from ..core import events as ev
-from ..core.wording import describe
-from ..settings import ENV_VARS, ConfigError, Settings, format_size
+from ..core.wording import (
+    VERBOSITIES,
+    max_tokens_above_limit_line,
+    plural,
+)
+from ..settings import ConfigError, Settings, format_size
 from . import subcommands
+from .cell_inputs import (
+    cell_error_text,
+    check_model_word,
+    check_options,
+    interpolate,
+    parse_options,
+)
 from .display import (
     FORMATS,
     Answer,
+    ChatInterrupted,
     EventPrinter,
     Streamer,
+    StreamMode,
+    event_record,
     extract_code,
     parse_json_answer,
     usage_dict,
 )
+from .environment import auto_model, default_endpoint, describe_endpoint, env_settings
 from .workspace import DEFAULT_SESSION, Workspace
 
-__all__ = ["ChatMagics", "get_magics", "load", "unload"]
+__all__ = ["ChatInterrupted", "ChatMagics", "get_magics", "load", "unload"]
 
-# Used when only a key is configured: current, non-deprecated models in both SDKs' lists.
-DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
-DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
-
-
-def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """The model used when none is configured, and why: a key in the environment, else the emulator."""
-    source = os.environ if env is None else env
-    if source.get("OPENAI_API_KEY", "").strip():
-        return DEFAULT_OPENAI_MODEL, "OPENAI_API_KEY is set"
-    if source.get("ANTHROPIC_API_KEY", "").strip():
-        return DEFAULT_ANTHROPIC_MODEL, "ANTHROPIC_API_KEY is set"
-    return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
-
-
-def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
-    """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each."""
-    source = os.environ if env is None else env
-    settings, warnings = Settings(), []
-    for var, field_name in ENV_VARS.items():
-        raw = source.get(var, "")
-        if not raw.strip():
-            continue
-        try:
-            settings = settings.updated({var: raw}, source="environment variable")
-        except ConfigError as e:
-            default = getattr(Settings(), field_name)
-            shown = "none" if default is None else default
-            warnings.append(f"⚠ ignoring {var}: {e} Using the default ({shown}).")
-    return settings, warnings
+def _accepted(trait: Any) -> str:
+    """What a trait takes, in words (for a refused value)."""
+    if isinstance(trait, Enum):
+        return "use one of " + ", ".join(str(v) for v in trait.values or ())
+    if isinstance(trait, Bool):
+        return "use True or False"
+    if isinstance(trait, Int):
+        return "use a whole number" + (" or None" if trait.allow_none else "")
+    if isinstance(trait, Float):
+        return "use a number"
+    if isinstance(trait, Unicode):
+        return "use a text" + (" or None" if trait.allow_none else "")
+    return "see %config ChatMagics for what it takes"
 
 
 @magics_class
@@ -76,7 +75,8 @@ class ChatMagics(Magics):
 
     ``ChatMagics`` is a traitlets ``Configurable``: set its traits with
     ``%config ChatMagics.<name> = value``, in ``ipython_config.py``
-    (``c.ChatMagics.<name> = value``) or with ``%chat config name=value``.
+    (``c.ChatMagics.<name> = value``) or with ``%chat config name=value``. A bad value is
+    refused with one sentence and the setting keeps its value.
 
     Precedence, highest first: a flag on the ``%%chat`` line (``-m``, ``--max-tokens``,
     ``-f``, ``--no-stream``, ``--system``) > ``%chat config`` / ``%config`` (the two write the
@@ -105,12 +105,20 @@ class ChatMagics(Magics):
         config=True)
     show_panel = Bool(True, help="Show the live context panel (notebook front ends).").tag(
         config=True)
-    show_events = Bool(True, help="Print one status line per recovery action.").tag(config=True)
-    verbose = Bool(False, help="Also print routine pre-flight and end-of-turn lines.").tag(
-        config=True)
+    verbosity = Enum(
+        VERBOSITIES, "normal",
+        help="Status lines: 'quiet' (only a cut answer or dropped context), 'normal' (one "
+             "line per thing that happened) or 'debug' (every step with its numbers; the "
+             "output's metadata always has them).",
+    ).tag(config=True)
+    show_events = Bool(
+        True, help="Deprecated: False is verbosity = 'quiet'.").tag(config=True)
+    verbose = Bool(False, help="Deprecated: True is verbosity = 'debug'.").tag(config=True)
     live_display = Enum(
-        ("auto", "always", "never"), "auto",
-        help="Live display handles: 'auto' uses them under a Jupyter kernel, not in a terminal.",
+        ("auto", "always", "print", "never"), "auto",
+        help="How an answer streams: 'auto' into a display area under a Jupyter kernel and "
+             "as printed text in a terminal; 'always' a display area; 'print' printed text; "
+             "'never' shown once, complete.",
     ).tag(config=True)
     stream_interval = Float(0.1, help="Seconds between streamed display updates.").tag(config=True)
     settings_overrides = Dict(
@@ -128,6 +136,8 @@ class ChatMagics(Magics):
         self.workspace = Workspace(self)
         self.panel_handles: dict[str, Any] = {}
         self._warned: set[str] = set()
+        self.failed_cells: dict[int, tuple[str, str]] = {}
+        """Execution count -> (source, traceback) of cells that raised (``Err[n]``)."""
 
     # -- configuration ------------------------------------------------------------------
     @validate("max_payload")
@@ -164,6 +174,62 @@ class ChatMagics(Magics):
             return Settings().updated({"read_file_root": proposal["value"]}).read_file_root
         except ConfigError as e:
             raise TraitError(str(e)) from None
+
+    @observe("show_events")
+    def _show_events_changed(self, change: Any) -> None:
+        if not change["new"]:
+            self.verbosity = "quiet"
+        elif self.verbosity == "quiet":
+            self.verbosity = "normal"
+
+    @observe("verbose")
+    def _verbose_changed(self, change: Any) -> None:
+        if change["new"]:
+            self.verbosity = "debug"
+        elif self.verbosity == "debug":
+            self.verbosity = "normal"
+
+    def update_config(self, config: Config) -> None:
+        """``%config ChatMagics.x = v``: a value this class refuses is said in one sentence
+        (not logged as an error) and kept out of the shell's configuration, so it is not
+        applied again by ``%reload_ext``; the setting keeps its value."""
+        mine = config.get("ChatMagics")
+        if isinstance(mine, Config):
+            for key in list(mine):
+                problem = self.refusal(key, mine[key])
+                if problem is None:
+                    continue
+                print(f"⚠ %config ChatMagics.{key}: {problem} It stays "
+                      f"{getattr(self, key, None)!r}.", file=sys.stderr, flush=True)
+                del mine[key]
+                self._forget_shell_value(key)
+        super().update_config(config)
+
+    def refusal(self, key: str, value: Any) -> str | None:
+        """Why ``value`` cannot be set as trait ``key`` (one sentence), or None when it can."""
+        trait = self.traits(config=True).get(key)
+        if trait is None:
+            return None      # traitlets warns about an unknown name itself
+        try:
+            trait._validate(self, value)
+        except TraitError as e:
+            text = str(e).strip()
+            if not text.startswith(key):     # traitlets' own wording: say what is accepted
+                text = f"{key}={value!r} is not valid; {_accepted(trait)}"
+            return text.rstrip(".") + "."
+        return None
+
+    def _forget_shell_value(self, key: str) -> None:
+        """The shell merges a %config line into its own configuration before this class
+        sees it: a refused value is replaced there by the one in force (or removed)."""
+        shell_config = getattr(self.shell, "config", None)
+        section = shell_config.get("ChatMagics") if shell_config is not None else None
+        if not isinstance(section, Config) or key not in section:
+            return
+        if self.trait_has_value(key) and getattr(self, key) != self.trait_defaults(key):
+            section[key] = getattr(self, key)
+        else:
+            del section[key]
 
     @observe("max_payload", "context_window", "settings_overrides", "read_file",
              "read_file_root")
@@ -204,14 +270,24 @@ class ChatMagics(Magics):
     def warn_once(self, line: str) -> None:
         if line not in self._warned:
             self._warned.add(line)
-            print(line, file=sys.stderr)
+            print(line, file=sys.stderr, flush=True)
+
+    def stream_mode(self) -> StreamMode:
+        """How answers stream here: ``display``, ``print`` or ``off`` (``live_display``)."""
+        if self.live_display == "always":
+            return "display"
+        if self.live_display == "print":
+            return "print"
+        if self.live_display == "never":
+            return "off"
+        return "display" if self.is_kernel() else "print"
+
+    def is_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
 
     def is_live(self) -> bool:
-        if self.live_display == "always":
-            return True
-        if self.live_display == "never":
-            return False
-        return getattr(self.shell, "kernel", None) is not None
+        """Display handles are available (a Jupyter front end, or ``live_display='always'``)."""
+        return self.stream_mode() == "display"
 
     # -- panels ----------------------------------------------------------------------------
     def show_panel_for(self, name: str) -> None:
@@ -236,20 +312,52 @@ class ChatMagics(Magics):
         self.workspace.close()
         self.panel_handles.clear()
 
+    # -- failed cells (Err[n], %chat error) --------------------------------------------------
+    def last_failed_cell(self) -> tuple[str, str] | None:
+        """(source, traceback) of the latest cell that raised, not counting chat cells (their
+        failure is already one sentence); else the last exception IPython kept."""
+        for count in sorted(self.failed_cells, reverse=True):
+            source, trace = self.failed_cells[count]
+            if not source.lstrip().startswith(("%chat", "%%chat")):
+                return source, trace
+        error = getattr(sys, "last_value", None)
+        if isinstance(error, BaseException) and not isinstance(error, UsageError):
+            return "", cell_error_text(error)
+        return None
+
+    def record_cell(self, result: Any) -> None:
+        """``post_run_cell`` hook: keep the source and traceback of a cell that raised."""
+        error = getattr(result, "error_in_exec", None)
+        count = getattr(result, "execution_count", None)
+        if error is None or count is None:
+            return
+        source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        self.failed_cells[count] = (source, cell_error_text(error))
+        for old in sorted(self.failed_cells)[:-50]:     # the recent ones are what is asked
+            del self.failed_cells[old]
+
     # -- %%chat ----------------------------------------------------------------------------
     @no_var_expand
     @magic_arguments(name="%chat")  # the help formatter adds one "%": the usage reads %%chat
     @argument("MODEL", nargs="?", default=None,
-              help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic.")
+              help="Model: openai:MODEL, anthropic:MODEL, emulator or emulator:anthropic "
+                   "(%%chat models lists the known ones). The message itself goes in the cell "
+                   "body, never on this line.")
     @argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
               help="Model (same as the positional MODEL).")
     @argument("-S", "--session", default=DEFAULT_SESSION, metavar="NAME",
               help="Named conversation (default: one per kernel).")
     @argument("-f", "--format", choices=FORMATS, default=None,
-              help="markdown (default), text, code (answer goes to a new cell) or json.")
-    @argument("--system", default=None, metavar="TEXT", help="System prompt for this session.")
+              help="markdown (default), text, code (every code block of the answer, with its "
+                   "language, goes to a new cell) or json.")
+    @argument("-s", "--system", default=None, metavar="TEXT",
+              help="System prompt for this session.")
+    @argument("-i", "--interpolate", action="store_true",
+              help="Fill in {name} from the kernel's variables, {In[3]}/{Out[3]} from cell 3's "
+                   "input/output and {Err[3]} from its traceback ({{ }} for literal braces). "
+                   "Off by default because code pasted into a message is full of braces.")
     @argument("--max-tokens", type=int, default=None, metavar="N",
-              help="Output token limit for this answer.")
+              help="Output token limit for this answer (at most the model's own limit).")
     @argument("--new", action="store_true",
               help="Start a new conversation (a saved one under this name is kept under a "
                    "name of its own).")
@@ -258,7 +366,9 @@ class ChatMagics(Magics):
     @argument("--no-history", action="store_true", help="Don't record this exchange.")
     @argument("--no-stream", action="store_true", help="Show the answer only when complete.")
     @argument("-o", "--option", nargs=2, action="append", metavar=("KEY", "VALUE"), default=None,
-              help="Extra model option, e.g. -o temperature 0.2 (repeatable).")
+              help="Model option the provider's SDK takes, e.g. -o temperature 0.2 (repeatable; "
+                   "checked against its parameters). -o extra.KEY VALUE sends any other field "
+                   "as is, e.g. -o extra.top_k 40 for a vLLM server.")
     @argument("--no-read-file", action="store_true",
               help="Answer this cell without the built-in read_file tool.")
     @argument("--tools", default=None, metavar="NAME,...",
@@ -270,33 +380,49 @@ class ChatMagics(Magics):
         The answer streams into the cell and is the cell's result (``Out[n]``, ``_``);
         end the ``%%chat`` line or the body with ``;`` to silence it. When recovery is exhausted
         the cell fails with one sentence (``%config ChatMagics.raise_on_error = False`` to
-        print it instead). Recovery actions are shown one line each.
+        print it instead). What recovery does is shown one line per step
+        (``%config ChatMagics.verbosity = "quiet" | "normal" | "debug"``); Ctrl-C stops a
+        request and leaves the history as it was before the cell.
         """
+        return self.chat(line, cell, as_result=self._is_cell_result())
+
+    def chat(self, line: str, cell: str, *, as_result: bool) -> Answer | None:
+        """One ``%%chat``: ``as_result`` when the answer is the running cell's own result
+        (then it is shown once, where it streamed); otherwise it is returned to the code
+        that called it, after being shown live (a loop of calls shows every answer)."""
         line = line.strip()
         cell = cell.rstrip("\r\n")  # the cell's own line end is not part of the message
         silent = line.endswith(";") or cell.rstrip().endswith(";")
         args = self._parse(self.chat_cell.parser, line.rstrip(";"), "%%chat")
         model = self._pick_model(args)
+        if args.interpolate:
+            assert self.shell is not None
+            errors_by_cell = {n: text for n, (_, text) in self.failed_cells.items()}
+            cell = interpolate(cell, self.shell.user_ns, errors_by_cell)
+        if not cell.strip():
+            raise UsageError("%%chat: the cell has no message; write it below the %%chat line.")
         fmt = args.format or self.default_format
         max_tokens = args.max_tokens if args.max_tokens is not None else self.max_tokens
         if max_tokens is not None and max_tokens < 1:
             raise UsageError(f"--max-tokens {max_tokens} is too small; give a positive number.")
-        options = _parse_options(args.option or [])
         tools = _lookup_tools(args.tools)
         args.session, session = self._session_for_cell(args.session, model, args, tools)
+        options = check_options(parse_options(args.option or []), session.provider)
         self.show_panel_for(args.session)
 
         stream = self.stream and not args.no_stream
         # A silenced cell (";") shows no answer at all, so it does not stream one either.
-        streamer = Streamer(live=stream and self.is_live() and not silent, fmt=fmt,
-                            interval=self.stream_interval)
-        printer = EventPrinter(verbose=self.verbose) if self.show_events else None
-        # Escalations, and the session's own "still cut" event where it has one.
-        cut_events: list[ev.Event] = []
-        watched = tuple(k for k in (ev.Escalation, getattr(ev, "Truncated", None)) if k)
-        subscriptions = [session.subscribe(printer)] if printer else []
-        subscriptions.append(session.subscribe(
-            lambda e: cut_events.append(e) if isinstance(e, watched) else None))
+        mode: StreamMode = self.stream_mode() if stream and not silent else "off"
+        streamer = Streamer(mode=mode, fmt=fmt, interval=self.stream_interval)
+        printer = EventPrinter(verbosity=self.verbosity, before_line=streamer.break_line,
+                               model_limit=None if session.info.guessed else session.output_cap,
+                               model=session.model)
+        if max_tokens is not None and not session.info.guessed \
+                and max_tokens > session.output_cap:
+            printer.say(max_tokens_above_limit_line(max_tokens, session.output_cap,
+                                                    session.model))
+            max_tokens = session.output_cap
+        unsubscribe = session.subscribe(printer)
         answered = False
         try:
             with session.offering(builtin_tools=not args.no_read_file):
@@ -309,36 +435,51 @@ class ChatMagics(Magics):
             return None
         except errors.CtxRecoveryError as e:   # bad input (a message that cannot be stored,
             raise UsageError(str(e)) from e      # a session open elsewhere): one sentence
+        except KeyboardInterrupt:
+            kept = (f"the working history is as it was before this cell "
+                    f"({plural(len(session.history), 'message')})")
+            said = "your message stays in the transcript" if not args.no_history else \
+                "nothing was recorded"
+            streamer.break_line()
+            raise ChatInterrupted(f"the request was interrupted — {kept}; {said}.") from None
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
                 streamer.finish()
-            for unsubscribe in subscriptions:
-                unsubscribe()
+            unsubscribe()
             self.refresh_panel_text(args.session)
-        answer = self._answer(reply, fmt, args.session)
-        if answer.finish_reason == "length":
-            told = [e for e in cut_events if not isinstance(e, ev.Escalation)]
-            if not told:
-                print(_still_cut([e for e in cut_events if isinstance(e, ev.Escalation)],
-                                 max_tokens))
-            elif printer is None:  # the printer, when on, showed the session's line already
-                print(describe(told[-1]))
+        if _str(reply.finish_reason) == "length" \
+                and not any(isinstance(e, ev.Truncated) for e in printer.events):
+            # Cut with no escalation event (a cut tool call, say): still said once.
+            cuts = [e for e in printer.events if isinstance(e, ev.Escalation)]
+            limit = cuts[-1].max_tokens if cuts else (max_tokens or session.output_cap)
+            printer(ev.Truncated(max_tokens=limit, escalations=len(cuts)))
+        answer = self._answer(reply, fmt, args.session, printer)
         if fmt == "code":
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
         if silent:
+            streamer.finish()
             return None
-        if not self._is_cell_result():
-            streamer.finish()  # called from code: the streamed text is all the user sees
+        if not as_result:
+            if not streamer.finish(answer):
+                # Nothing was shown live (--no-stream, live_display='never'): show it now, so
+                # a loop of calls shows every answer; it is not shown a second time.
+                self._display(answer)
             return answer
         if streamer.finish(answer):
-            # The streamed area now holds the answer: returning it too would show it twice
-            # (and leave an empty output if the area were cleared), so it is put in Out[n]
-            # and _ the way IPython's display hook does, and the cell returns None.
+            # The streamed area (or the printed text) is the answer: returning it too would
+            # show it twice (and leave an empty output if the area were cleared), so it is put
+            # in Out[n] and _ the way IPython's display hook does, and the cell returns None.
             self._store_result(answer)
             return None
         return answer
+
+    def _display(self, answer: Answer) -> None:
+        from IPython.display import display
+
+        display(answer)
+        answer.shown = True
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)
@@ -349,9 +490,13 @@ class ChatMagics(Magics):
 
     def _is_cell_result(self) -> bool:
         """True when this call is the running cell's own ``%%chat`` (IPython displays its value)."""
+        return self.is_cell_result("%%chat")
+
+    def is_cell_result(self, prefix: str) -> bool:
+        """True when the running cell is ``prefix …`` itself, not code calling the magic."""
         history = getattr(self.shell, "history_manager", None)
         raw = history.input_hist_raw if history is not None else []
-        return bool(raw) and raw[-1].lstrip().startswith("%%chat")
+        return bool(raw) and raw[-1].lstrip().startswith(prefix)
 
     def _parse(self, parser: Any, line: str, prog: str) -> Any:
         try:
@@ -365,7 +510,10 @@ class ChatMagics(Magics):
         if args.MODEL and args.model_flag and args.model_flag != args.MODEL:
             raise UsageError(f"two models given ({args.MODEL} and -m {args.model_flag}); "
                              "give only one.")
-        return args.MODEL or args.model_flag
+        model = args.MODEL or args.model_flag
+        if model is not None:
+            check_model_word(model, positional=bool(args.MODEL))
+        return model
 
     def _session_for_cell(self, name: str, model: str | None, args: Any,
                           tools: tuple[Any, ...]) -> tuple[str, Any]:
@@ -387,13 +535,14 @@ class ChatMagics(Magics):
         print(sentence, file=sys.stderr)
         return None
 
-    def _answer(self, reply: Any, fmt: str, name: str) -> Answer:
+    def _answer(self, reply: Any, fmt: str, name: str, printer: EventPrinter) -> Answer:
         usage = usage_dict(getattr(reply, "usage", None))
         self.workspace.answered(name)
-        actions = list(reply.actions)
         answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
-                        actions=actions, finish_reason=_str(getattr(reply, "finish_reason", None)),
-                        answer_format=fmt, session=name)
+                        actions=list(reply.actions),
+                        finish_reason=_str(getattr(reply, "finish_reason", None)),
+                        answer_format=fmt, session=name,
+                        events=[event_record(e) for e in printer.events])
         if fmt == "json":
             try:
                 parse_json_answer(answer)
@@ -412,29 +561,8 @@ ChatMagics.chat_line.__doc__ = (ChatMagics.chat_line.__doc__ or "") + "\n\n" + \
     subcommands.summary_text()
 
 
-def _still_cut(escalations: list[Any], requested: int | None) -> str:
-    """One line for an answer still cut at the token limit once escalations ran out."""
-    limit = escalations[-1].max_tokens if escalations else requested
-    at = f"max_tokens={limit:,}" if limit else "the model's output limit"
-    tried = (f"after {len(escalations)} escalation{'s' if len(escalations) != 1 else ''}"
-             if escalations else "with no escalation left")
-    return (f"⚠ answer still cut at {at} {tried} — raise --max-tokens or "
-            "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
-
-
 def _str(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
-
-
-def _parse_options(pairs: list[list[str]]) -> dict[str, Any]:
-    """``-o KEY VALUE`` pairs; a VALUE that parses as JSON (0.2, true, [1]) is used as such."""
-    options: dict[str, Any] = {}
-    for key, raw in pairs:
-        try:
-            options[key] = json.loads(raw)
-        except ValueError:
-            options[key] = raw
-    return options
 
 
 def _lookup_tools(names: str | None) -> tuple[Any, ...]:
@@ -456,6 +584,17 @@ def _lookup_tools(names: str | None) -> tuple[Any, ...]:
 
 # -- IPython connectivity -------------------------------------------------------------------
 
+_SEMICOLON_MAGIC = re.compile(r"^(\s*%%chat);")
+
+
+def semicolon_after_magic(lines: list[str]) -> list[str]:
+    """Input transformer: ``%%chat;`` (the silencing ``;`` right after the name) is read as
+    ``%%chat ;`` — IPython would otherwise look for a magic called ``chat;``."""
+    if lines and _SEMICOLON_MAGIC.match(lines[0]):
+        lines = [_SEMICOLON_MAGIC.sub(r"\1 ;", lines[0], count=1), *lines[1:]]
+    return lines
+
+
 def get_magics(shell: Any = None) -> ChatMagics | None:
     """The loaded ChatMagics of ``shell`` (default: the running one), or None."""
     if shell is None:
@@ -469,23 +608,35 @@ def get_magics(shell: Any = None) -> ChatMagics | None:
 
 
 def load(ipython: Any) -> None:
-    """Register the magics and print one line: the default model and the active cap."""
+    """Register the magics and print one line, after any warning it depends on: the default
+    model, where its requests go, and the active cap."""
     # Magics.__init__ adds the instance to shell.configurables (so %config finds it) and
     # would take the shell as parent, failing on a bad value from ipython_config.py; the
     # values are applied one at a time instead, a bad one skipped with a warning.
     magics = ChatMagics(shell=ipython, parent=None)
-    for key, value in dict(ipython.config.get("ChatMagics", {})).items():
+    section = ipython.config.get("ChatMagics", {})
+    for key, value in dict(section).items():
         try:
             setattr(magics, key, value)
         except (TraitError, ValueError, TypeError, AttributeError) as e:
-            print(f"⚠ ignoring ChatMagics.{key}: {e} Using the default.", file=sys.stderr)
+            print(f"⚠ ignoring ChatMagics.{key}: {e} Using the default.", file=sys.stderr,
+                  flush=True)
+            if isinstance(section, Config):
+                del section[key]    # said once: not again at the next %reload_ext
     ipython.register_magics(magics)
-    settings = magics.settings()
+    ipython.events.register("post_run_cell", magics.record_cell)
+    cleanup = ipython.input_transformers_cleanup
+    if semicolon_after_magic not in cleanup:
+        cleanup.append(semicolon_after_magic)
+    settings = magics.settings()   # warns about bad CHATCLI_* values first
     model = magics.model()
     reason = "" if magics.default_model.strip() else f" ({auto_model()[1]})"
+    where = describe_endpoint(default_endpoint(model))
     cap = (f"payload cap {format_size(settings.max_payload)}" if settings.max_payload
            else "no payload cap configured")
-    print(f"ipy_ctxrecovery: %%chat uses {model}{reason}; {cap}. %chat help lists commands.")
+    sys.stderr.flush()
+    print(f"ipy_ctxrecovery: %%chat uses {model}{reason}" + (f" at {where}" if where else "")
+          + f"; {cap}. %chat help lists commands.", flush=True)
     was_open = getattr(ipython, _REOPEN, None)
     if was_open is not None:
         delattr(ipython, _REOPEN)
@@ -507,10 +658,14 @@ def unload(ipython: Any) -> None:
     setattr(ipython, _REOPEN, ([(key, s.name) for key, s in ws.sessions.items()
                                 if s.last_used() is not None], ws.current))
     magics.close()
+    with contextlib.suppress(ValueError):
+        ipython.events.unregister("post_run_cell", magics.record_cell)
+    cleanup = ipython.input_transformers_cleanup
+    if semicolon_after_magic in cleanup:
+        cleanup.remove(semicolon_after_magic)
     manager = ipython.magics_manager
     for kind in ("line", "cell"):
         if manager.magics[kind].get("chat") is not None:
             del manager.magics[kind]["chat"]
     manager.registry.pop("ChatMagics", None)
     ipython.configurables[:] = [c for c in ipython.configurables if c is not magics]
-

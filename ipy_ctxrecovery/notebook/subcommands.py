@@ -10,11 +10,11 @@ except ``compact`` (through the session).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
 import stat
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +25,9 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from .. import errors
 from .._files import write_private_atomic
-from ..core import history
+from ..core import events as ev
+from ..core import history, prompts
+from ..core.wording import plural, status_text
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
@@ -118,13 +120,12 @@ def summary_text() -> str:
 
 
 @_subcommand("status", "How big the history is against the payload cap and the context window; "
-             "tokens used, compactions, recoveries.")
+             "where requests go; tokens used, compactions, recoveries.")
 def _status(magics: ChatMagics, args: Any) -> Any:
+    from .environment import session_endpoint
+
     session = _session(magics, args)
-    status = session.status()
-    label = args.session if session.name == args.session else \
-        f"{args.session} (saved as {session.name})"
-    print(dataclasses.replace(status, name=label))
+    print(status_text(session.status(), name=args.session, endpoint=session_endpoint(session)))
     if session.model.startswith("emulator") and magics.workspace.emulator is not None:
         print(f"emulator: {_emulator_limits(magics)}")
     return None
@@ -137,7 +138,7 @@ def _history(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     messages = session.transcript if args.full else session.history
     label = "transcript" if args.full else "working history"
-    print(f"{label} of session {args.session}: {len(messages)} messages")
+    print(f"{label} of session {args.session}: {plural(len(messages), 'message')}")
     for i, message in enumerate(messages):
         text = " ".join(message.text.split()) or _describe_blocks(message)
         cut = text if len(text) <= args.width else text[: args.width - 1] + "…"
@@ -166,22 +167,38 @@ def _describe_blocks(message: Any) -> str:
              _arg("instructions", nargs="*", metavar="INSTRUCTIONS", help="What the summary should keep."))
 def _compact(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
+    if not any(m.role.value != "system" for m in session.history):
+        print(f"nothing to compact: session {args.session} has no messages yet")
+        return
     instructions = " ".join(args.instructions) or None
-    unsubscribe = session.subscribe(EventPrinter(verbose=magics.verbose))
+    # The progress is shown as in a cell; the result once, here, with how to undo it.
+    printer = EventPrinter(verbosity=magics.verbosity)
+    unsubscribe = session.subscribe(
+        lambda e: None if _is_result(e) and magics.verbosity != "debug" else printer(e))
     try:
         report = session.compact(instructions)
     except errors.ChatError as e:
         magics.fail(str(e), e)
         return
+    except KeyboardInterrupt:
+        from .display import ChatInterrupted
+
+        raise ChatInterrupted(f"the compaction was interrupted — the history is as it was "
+                              f"({plural(len(session.history), 'message')}).") from None
     finally:
         unsubscribe()
     if report.applied:
-        print(f"compacted: {report.before_messages} → {report.after_messages} messages, "
+        print(f"✓ compacted: {report.before_messages} → "
+              f"{plural(report.after_messages, 'message')}, "
               f"{format_size(report.before_bytes)} → {format_size(report.after_bytes)} "
               "(%chat undo-compact restores)")
     else:
         why = report.rejected_reason or "nothing to compact"
         print(f"history unchanged: {why}")
+
+
+def _is_result(event: Any) -> bool:
+    return isinstance(event, ev.CompactionPhase) and event.phase in ("applied", "rejected")
 
 
 @_subcommand("undo-compact", "Restore the history from before the last compaction.")
@@ -191,7 +208,7 @@ def _undo_compact(magics: ChatMagics, args: Any) -> None:
         session.undo_compact()
     except errors.CtxRecoveryError as e:
         raise UsageError(str(e)) from e
-    print(f"history restored: {len(session.history)} messages")
+    print(f"history restored: {plural(len(session.history), 'message')}")
 
 
 @_subcommand("reset", "Start the working history afresh (the transcript keeps everything).")
@@ -246,7 +263,7 @@ def _resume(magics: ChatMagics, args: Any) -> None:
     session = ws.resume_session(args.name)
     ws.replace_session(args.name, session)
     ws.current = args.name
-    print(f"resumed {args.name}: {len(session.history)} messages on {session.model}; "
+    print(f"resumed {args.name}: {plural(len(session.history), 'message')} on {session.model}; "
           f"use %%chat -S {args.name}")
 
 
@@ -258,23 +275,41 @@ def _usage(magics: ChatMagics, args: Any) -> None:
               "completion_tokens": status.completion_tokens,
               "turns": magics.workspace.cells.get(args.session, 0)}
     print(f"session {args.session}: {totals['prompt_tokens']:,} prompt + "
-          f"{totals['completion_tokens']:,} completion tokens over {totals['turns']} cells")
+          f"{totals['completion_tokens']:,} completion tokens over "
+          f"{plural(int(totals['turns'] or 0), 'cell')}")
 
 
-@_subcommand("models", "Known models, their context windows and output limits.",
-             session_flag=False)
+#: What each provider needs, and where its requests go unless told otherwise.
+_PROVIDER_NEEDS = {
+    "openai": "OPENAI_API_KEY (OPENAI_BASE_URL for another OpenAI-compatible server)",
+    "anthropic": "ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL for a gateway)",
+    "emulator": "nothing: the built-in emulator on 127.0.0.1 (%chat emulator changes its limits)",
+}
+
+
+@_subcommand("models", "Known models, their context windows and output limits, and the "
+             "environment variable each provider needs.", session_flag=False)
 def _models(magics: ChatMagics, args: Any) -> None:
     from ..core.catalogue import MODELS
 
     keys = [v for v in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY") if os.environ.get(v)]
     print(f"default: {magics.model()}; keys set: {', '.join(keys) or 'none (emulator)'}")
+    rows: dict[str, list[tuple[str, int, int]]] = {p: [] for p in _PROVIDER_NEEDS}
     for family, (window, output) in MODELS.items():
         provider = ("emulator" if family == "emulator"
                     else "anthropic" if family.startswith("claude") else "openai")
-        print(f"  {provider}:{family:<22} window {window:>9,}  max output {output:>7,}"
-              if provider != "emulator" else
-              f"  {'emulator, emulator:anthropic':<31} window {window:>9,}  max output "
-              f"{output:>7,} (the embedded emulator; %chat emulator changes it)")
+        name = "emulator, emulator:anthropic" if provider == "emulator" \
+            else f"{provider}:{family}"
+        rows[provider].append((name, window, output))
+    width = max(len(name) for group in rows.values() for name, _, _ in group)
+    wide = max(len(f"{w:,}") for group in rows.values() for _, w, _ in group)
+    out = max(len(f"{o:,}") for group in rows.values() for _, _, o in group)
+    for provider, group in rows.items():
+        if not group:
+            continue
+        print(f"{provider} — needs {_PROVIDER_NEEDS[provider]}")
+        for name, window, output in group:
+            print(f"  {name:<{width}}  window {window:>{wide},}  max output {output:>{out},}")
 
 
 @_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
@@ -288,14 +323,19 @@ def _tools(magics: ChatMagics, args: Any) -> None:
     print(f"offered to the model in session {args.session}:"
           + ("" if offered else " none"))
     for name, tool in offered.items():
-        print(f"  {name}{' (built-in)' if _is_builtin(tool) else ''}: {_first_line(tool)}")
+        print(_wrapped(f"  {name}{' (built-in)' if _is_builtin(tool) else ''}: "
+                       f"{_first_line(tool)}"))
     others = {name: tool for name, tool in registry.items() if name not in offered}
     if others:
         print("registered, not offered yet (add with %%chat --tools NAME):")
         for name, tool in others.items():
-            print(f"  {name}: {_first_line(tool)}")
+            print(_wrapped(f"  {name}: {_first_line(tool)}"))
     elif not registry:
         print("register your own with @chat_tool (from ipy_ctxrecovery import chat_tool)")
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=100, subsequent_indent="      ")
 
 
 def _is_builtin(tool: Any) -> bool:
@@ -306,25 +346,31 @@ def _is_builtin(tool: Any) -> bool:
 
 
 def _first_line(tool: Any) -> str:
-    lines = (tool.description or "").strip().splitlines()
-    return lines[0] if lines else ""
+    """The description's first paragraph, whole (wrapped by the caller, never cut)."""
+    paragraph = (tool.description or "").strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
 
 
-@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names.",
+@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names; KEY "
+             "alone shows that one setting and where its value comes from.",
              _arg("assignments", nargs="*", metavar="KEY=VALUE",
-                  help="e.g. CHATCLI_MAX_PAYLOAD=5MB or raise_on_error=False; none: show all "
-                       "settings and where each comes from. Live sessions keep their "
-                       "history, usage and learned limits."),
+                  help="e.g. CHATCLI_MAX_PAYLOAD=5MB (or 5 MB) or raise_on_error=False; a KEY "
+                       "alone shows it; none: show all settings and where each comes from. "
+                       "Live sessions keep their history, usage and learned limits."),
              session_flag=False)
 def _config(magics: ChatMagics, args: Any) -> None:
     if not args.assignments:
         _show_config(magics)
         return
+    items = _assignments(args.assignments)
+    if len(items) == 1 and "=" not in items[0]:
+        _show_one(magics, items[0])
+        return
     traits = magics.class_traits(config=True)
     as_typed: dict[str, str] = {}  # validation messages name the key the way it was typed
     settings_values: dict[str, str] = {}
     trait_values: dict[str, Any] = {}
-    for item in args.assignments:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"%chat config: {item!r} is not KEY=VALUE, e.g. "
@@ -349,7 +395,76 @@ def _config(magics: ChatMagics, args: Any) -> None:
             magics.settings_overrides = {**magics.settings_overrides, **others}
         for field, value in trait_values.items():
             setattr(magics, field, value)
-    print("set " + ", ".join(args.assignments))
+    print("set " + ", ".join(items))
+
+
+def _assignments(words: list[str]) -> list[str]:
+    """``KEY=5 MB`` arrives as two words: a word without ``=`` after an assignment is the
+    rest of its value (a size's unit, a path with a space)."""
+    items: list[str] = []
+    for word in words:
+        if items and "=" not in word and "=" in items[-1]:
+            items[-1] += " " + word
+        else:
+            items.append(word)
+    return items
+
+
+def _sources(magics: ChatMagics) -> dict[str, str]:
+    """Settings field -> where its value comes from: ``%chat config``, ``environment`` or
+    ``default`` (a rejected environment value leaves the default in force)."""
+    from .environment import env_settings
+
+    overrides = dict(magics.settings_overrides)
+    for trait in ("max_payload", "context_window"):
+        if getattr(magics, trait) is not None:
+            overrides[trait] = getattr(magics, trait)
+    base, _ = env_settings()
+    sources = {}
+    for var, field in ENV_VARS.items():
+        from_env = bool(os.environ.get(var, "").strip()) and \
+            getattr(base, field) != getattr(type(base)(), field)
+        sources[field] = ("%chat config" if field in overrides
+                          else "environment" if from_env else "default")
+    for field in overrides:
+        sources.setdefault(field, "%chat config")
+    return sources
+
+
+def _setting_line(magics: ChatMagics, settings: Any, var: str, field: str,
+                  sources: dict[str, str]) -> str:
+    value = getattr(settings, field)
+    shown = format_size(value) if field in {"max_payload"} and value else value
+    source = sources.get(field, "default")
+    raw = os.environ.get(var, "").strip() if var else ""
+    if source == "default" and raw:
+        source = f"default; {var}={raw!r} was ignored"
+    return f"{var or '':<38} {field:<30} {shown!s:<10} ({source})"
+
+
+def _show_one(magics: ChatMagics, key: str) -> None:
+    settings, sources = magics.settings(), _sources(magics)
+    field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+    var = next((v for v, f in ENV_VARS.items() if f == field), "")
+    traits = magics.class_traits(config=True)
+    if field in ENV_VARS.values() or (hasattr(settings, field) and field not in traits):
+        print(_setting_line(magics, settings, var, field, sources).rstrip())
+    elif field in traits:
+        where = "default" if getattr(magics, field) == traits[field].default() \
+            else "%config / %chat config"
+        print(f"ChatMagics.{field} = {getattr(magics, field)!r} ({where})")
+    else:
+        raise UsageError(f"%chat config: {key} is not a known setting (KEY alone shows one, "
+                         "KEY=VALUE sets it); %chat config lists them.")
+
+
+def _show_config(magics: ChatMagics) -> None:
+    settings, sources = magics.settings(), _sources(magics)
+    for var, field in ENV_VARS.items():
+        print(_setting_line(magics, settings, var, field, sources))
+    for name in sorted(magics.class_traits(config=True)):
+        if name not in {"max_payload", "context_window", "settings_overrides"}:
+            print(f"ChatMagics.{name:<27} {getattr(magics, name)!r}")
 
 
 def _trait_value(magics: ChatMagics, trait: Any, key: str, text: str) -> Any:
@@ -379,23 +494,6 @@ def _trait_value(magics: ChatMagics, trait: Any, key: str, text: str) -> Any:
         if own.startswith(trait.name):
             raise UsageError(f"%chat config: {own}.") from e
         raise UsageError(f"%chat config: {key}={text!r} is not valid; {expected}.") from e
-
-
-def _show_config(magics: ChatMagics) -> None:
-    settings = magics.settings()
-    overrides = dict(magics.settings_overrides)
-    for trait in ("max_payload", "context_window"):
-        if getattr(magics, trait) is not None:
-            overrides[trait] = getattr(magics, trait)
-    for var, field in ENV_VARS.items():
-        value = getattr(settings, field)
-        source = ("%chat config" if field in overrides
-                  else "environment" if os.environ.get(var, "").strip() else "default")
-        shown = format_size(value) if field == "max_payload" and value else value
-        print(f"{var:<38} {field:<30} {shown!s:<10} ({source})")
-    for name in sorted(magics.class_traits(config=True)):
-        if name not in {"max_payload", "context_window", "settings_overrides"}:
-            print(f"ChatMagics.{name:<27} {getattr(magics, name)!r}")
 
 
 _EMULATOR_FLAGS = (
@@ -445,12 +543,12 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
 
 #: How each emulator limit reads in a status line (plain words, not the flag names).
 _LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
-    "context_window": lambda v: f"context window {v:,} tokens",
+    "context_window": lambda v: f"context window {plural(v, 'token')}",
     "max_body": lambda v: f"rejects requests over {format_size(v)} (HTTP 413)",
     "body_limit_style": lambda v: f"{v}-style 413 page",
     "waf_over": lambda v: f"firewall blocks requests over {format_size(v)} (HTTP 403)",
     "drop_over": lambda v: f"drops the connection for requests over {format_size(v)}",
-    "max_output_tokens": lambda v: f"answers at most {v:,} tokens",
+    "max_output_tokens": lambda v: f"answers at most {plural(v, 'token')}",
     "latency": lambda v: f"{v:g} s delay per answer",
 }
 
@@ -504,7 +602,7 @@ def _export(magics: ChatMagics, args: Any) -> None:
                              mode=stat.S_IMODE(existing.st_mode) if existing else None)
     except OSError as e:
         raise UsageError(f"%chat export: cannot write {args.path!r} ({e.strerror}).") from e
-    print(f"exported {len(messages)} messages to {path}")
+    print(f"exported {plural(len(messages), 'message')} to {path}")
 
 
 def _markdown(session: Any, messages: Any) -> str:
@@ -512,6 +610,22 @@ def _markdown(session: Any, messages: Any) -> str:
     for message in messages:
         lines += [f"## {message.role.value}", "", message.text or _describe_blocks(message), ""]
     return "\n".join(lines)
+
+
+@_subcommand("error", "Ask the model why the last failed cell failed and how to fix it (its "
+             "code and traceback are sent; the answer shows as a %%chat answer).",
+             _arg("question", nargs="*", metavar="QUESTION",
+                  help="Anything else to ask about the failure."))
+def _error(magics: ChatMagics, args: Any) -> Any:
+    found = magics.last_failed_cell()
+    if found is None:
+        raise UsageError("%chat error: no cell has failed since ipy_ctxrecovery was loaded; run "
+                         "the failing cell again, then %chat error.")
+    source, trace = found
+    message = prompts.explain_error(source, trace, " ".join(args.question))
+    name = args.session if args.session is not None else magics.workspace.current
+    return magics.chat(f"-S {shlex.quote(name)}", message,
+                       as_result=magics.is_cell_result("%chat error"))
 
 
 @_subcommand("panel", "Show the live context panel of a session (notebooks).")

@@ -240,8 +240,24 @@ class SingleShot:
 
 
 def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:
-    """The ChatError for an SDK/transport exception, classified with the request size."""
-    return ChatError(classify(exc, request_bytes=body_bytes))
+    """The ChatError for an SDK/transport exception, classified with the request size.
+
+    A failure with no HTTP answer at all (refused, timed out, dropped) names where the
+    request went and any proxy the environment put in between: that is what to check.
+    """
+    failure = classify(exc, request_bytes=body_bytes)
+    url = getattr(getattr(exc, "request", None), "url", None)
+    if failure.status is None and url is not None and getattr(exc, "response", None) is None:
+        from dataclasses import replace
+
+        from ..core.wording import endpoint_text
+        from ..settings import proxy_for, public_url
+
+        proxy, var = proxy_for(str(url)) or (None, None)
+        where = endpoint_text(public_url(url), proxy, proxy_var=var)
+        failure = replace(failure, reason=f"{failure.reason.rstrip().rstrip('.')} "
+                                          f"(endpoint {where}).")
+    return ChatError(failure)
 
 
 def malformed_reply(exc: BaseException, body_bytes: int, api: str) -> ChatError:

@@ -83,13 +83,29 @@ class RecoveryLoop:
         auth_retried = False
         transient = 0
         steps = 0
+        told = False
+
+        def recovered() -> None:
+            # Said once, when the resent request is answered: at its first streamed text
+            # (so the line comes before the answer on screen), else when it returns.
+            nonlocal told
+            if steps and not told:
+                told = True
+                self.recoveries += 1
+                self.bus.emit(Recovered(attempts=steps), log)
+
+        def relay(delta: str) -> None:
+            recovered()
+            assert on_text is not None
+            on_text(delta)
+
         try:
             while True:
                 history, request, body = self._encoded_within_limits(history, spec, log)
                 try:
                     response = call_with_deadline(
                         functools.partial(self.endpoint.provider.send, request),
-                        on_text if spec.stream else None, log.deadline,
+                        relay if spec.stream and on_text else None, log.deadline,
                         timeout=self.settings.turn_timeout or 0)
                 except ChatError as e:
                     failure = e.failure
@@ -128,9 +144,7 @@ class RecoveryLoop:
                 self.limits.on_success(body, response.usage.prompt_tokens,
                                        response.usage.completion_tokens)
                 log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
-                if steps:
-                    self.recoveries += 1
-                    self.bus.emit(Recovered(attempts=steps), log)
+                recovered()
                 return Sent(history, response, spec)
         finally:
             self.sizer.forget_encoding()    # the body is not kept after the send
@@ -164,7 +178,7 @@ class RecoveryLoop:
         limits, sizer = self.limits, self.sizer
         cap_before = limits.caps.effective()
         # What this failure teaches is learned before deciding, so the decision uses it;
-        # the lines saying so come after the ⚠ line.
+        # it is said after the ⚠ line and before the cut it explains.
         learned = limits.learn_from_failure(failure, body, sizer.window)
         if any(not isinstance(e, CapChanged) for e in learned):
             sizer.forget_encoding()
@@ -191,24 +205,29 @@ class RecoveryLoop:
                 limits.output_limit = decision.max_tokens
             spec = spec.with_max_tokens(decision.max_tokens)
         before = len(history)
-        summarized, not_used = self._summarize_to_fit(history, decision, failure, learned,
-                                                      spec, log)
-        if summarized is not None:
-            return summarized, decision.state, spec
+        plan = self._summary_plan(history, decision, spec)
+        # Told in the order it happens: the failure (⚠), what it taught, then the cut.
+        self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
+                                 after_messages=before, summarizing=plan is not None), log)
+        self._emit_all(learned, log)
+        not_used = None
+        if plan is not None:
+            summarized, not_used = self._summarize_to_fit(history, plan, decision, spec, log)
+            if summarized is not None:
+                return summarized, decision.state, spec
         result = ladder.apply(decision, history, settings=self.settings, store=self.store,
                               measure=sizer.measurer(spec), part=sizer.part_size)
         if result.level is ladder.Level.GIVE_UP:
-            self._emit_all(learned, log)
             raise ChatError(failure, result.give_up_reason or sentence(failure)) from error
         if result.changed:
             log.shrinks.append(Shrink("ladder", history, len(result.history)))
         history = result.history
         if decision.inject_payload_notice:
             limits.payload_notice_given = True
-        self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
-                                 after_messages=len(history), notes=tuple(result.notes),
-                                 summary_not_used=not_used), log)
-        self._emit_all(learned, log)
+        if result.changed or result.notes or not_used is not None:
+            self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
+                                     after_messages=len(history), notes=tuple(result.notes),
+                                     summary_not_used=not_used), log)
         if result.payload_notice_added:
             self.bus.emit(NoticeInjected(notice="payload"), log)
         if result.compaction_notice_added:
@@ -230,40 +249,44 @@ class RecoveryLoop:
             self.bus.emit(event, log)
         events.clear()
 
-    def _summarize_to_fit(self, history: History, decision: ladder.Decision, failure: Failure,
-                          learned: list[Event], spec: RequestSpec,
-                          log: TurnLog) -> tuple[History | None, str | None]:
-        """An exact fit by summary: the oldest messages summarized instead of dropped.
-
-        Tried first for an exact fit (a payload rejection or a context overflow with
-        numbers) when the target leaves room for a summary beside what must stay. Returns
-        (None, None) — the caller then drops messages — when a summary is not worth trying;
-        (None, why) when it was tried (its ⚠ line is out) but failed or did not bring the
-        history to the target. The summary costs one request, but a history that keeps its
-        substance is worth it.
-        """
+    def _summary_plan(self, history: History, decision: ladder.Decision,
+                      spec: RequestSpec) -> tuple[History, bool] | None:
+        """For an exact fit (a payload rejection or a context overflow with numbers): the
+        history to summarize from (the payload notice placed first, so the summary's room
+        accounts for it) and whether that notice was added — or None when the target
+        leaves no room for a summary beside what must stay (the oldest are dropped)."""
         target = decision.target_bytes
         if decision.level is not ladder.Level.EXACT_FIT or target is None:
-            return None, None
-        measure = self.sizer.measurer(spec)
+            return None
         start = history
         notice_added = False
         if decision.inject_payload_notice \
                 and not any(m.tag == TAG_PAYLOAD_NOTICE for m in history):
-            # Placed before compacting, so the summary's room accounts for it (the
-            # compactor never summarizes the notice away).
+            # The compactor never summarizes the notice away.
             at = latest_user_index(history)
             at = len(history) if at is None else at
             notice = Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE)
             start = (*history[:at], notice, *history[at:])
             notice_added = True
-        floor = measure(ladder.drop_oldest(start, len(start))[0])
+        floor = self.sizer.measurer(spec)(ladder.drop_oldest(start, len(start))[0])
         if target - floor < ladder.MIN_PREVIEW_CHARS:
-            return None, None   # no room for a summary beside what must stay: drop instead
-        before = len(history)
-        self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
-                                 after_messages=before, summarizing=True), log)
-        self._emit_all(learned, log)
+            return None
+        return start, notice_added
+
+    def _summarize_to_fit(self, history: History, plan: tuple[History, bool],
+                          decision: ladder.Decision, spec: RequestSpec,
+                          log: TurnLog) -> tuple[History | None, str | None]:
+        """An exact fit by summary: the oldest messages summarized instead of dropped.
+
+        Returns the new history, or (None, why) when the summary failed or did not bring
+        the history to the target (the caller then drops the oldest messages). The summary
+        costs one request, but a history that keeps its substance is worth it.
+        """
+        target = decision.target_bytes
+        assert target is not None
+        start, notice_added = plan
+        measure = self.sizer.measurer(spec)
+
         def within_target(new: History, report: CompactionReport) -> str | None:
             if not report.summarized_messages:
                 return "no message could be summarized"

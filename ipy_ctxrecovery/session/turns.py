@@ -139,7 +139,8 @@ class TurnRunner:
         content = self._mask(content)
         if unstorable_at(content) is not None:
             content = storable(Message.tool(call.id, content)).text
-        self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content)), log)
+        self.bus.emit(ToolRun(name=call.name, ok=not is_error, chars=len(content),
+                              detail=content[:500] if is_error else ""), log)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
 
     def _answer(self, history: History, spec: RequestSpec, log: TurnLog,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..providers.base import Usage
-from ..settings import format_size
 
 __all__ = ["KEEP", "Reply", "SessionStatus"]
 
@@ -71,24 +70,6 @@ class SessionStatus:
     """The window is the one a context-overflow error reported (below the configured one)."""
 
     def __str__(self) -> str:
-        window = f"{self.window:,} tokens" + (
-            " (learned from the provider)" if self.window_learned else
-            " (guessed — set CHATCLI_CONTEXT_WINDOW)" if self.window_guessed else "")
-        share = f"{100 * self.est_tokens / self.window:.0f}%" if self.window else "?"
-        if self.cap is None:
-            cap = "no payload cap configured"
-        else:
-            cap = (f"{format_size(self.cap)} ({self.cap_source}); history is "
-                   f"{100 * self.history_bytes / self.cap:.0f}% of it")
-        if self.cap_note:
-            cap += f" — {self.cap_note}"
-        return "\n".join([
-            f"session {self.name} · model {self.model}",
-            f"history: {self.messages} messages, {format_size(self.history_bytes)} "
-            f"≈ {self.est_tokens:,} tokens ({share} of the {window} window)",
-            f"payload cap: {cap}",
-            f"transcript: {self.transcript_messages} messages",
-            f"usage: {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens",
-            f"compactions: {self.compactions} · recoveries: {self.recoveries}",
-        ])
+        from ..core.wording import status_text
 
+        return status_text(self)

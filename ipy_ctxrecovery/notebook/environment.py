@@ -1,0 +1,122 @@
+"""What the kernel's environment says: the model used by default, where each provider's
+requests go (and through which proxy), and the ``CHATCLI_*`` settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..core.wording import endpoint_text
+from ..providers import is_emulator_model
+from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_OPENAI_MODEL",
+    "SDK_ENDPOINTS",
+    "auto_model",
+    "default_endpoint",
+    "describe_endpoint",
+    "env_settings",
+    "session_endpoint",
+]
+
+# Used when only a key is configured: current, non-deprecated models in both SDKs' lists.
+DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
+DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
+
+#: Where each provider's SDK sends requests unless its base-URL variable says otherwise.
+SDK_ENDPOINTS = {
+    "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+}
+
+
+def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The model used when none is configured, and why: a key in the environment, else the emulator."""
+    source = os.environ if env is None else env
+    if source.get("OPENAI_API_KEY", "").strip():
+        return DEFAULT_OPENAI_MODEL, "OPENAI_API_KEY is set"
+    if source.get("ANTHROPIC_API_KEY", "").strip():
+        return DEFAULT_ANTHROPIC_MODEL, "ANTHROPIC_API_KEY is set"
+    return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
+
+
+def default_endpoint(model: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Where ``model``'s requests go with the SDK's own settings (None: the emulator)."""
+    if is_emulator_model(model):
+        return None
+    source = os.environ if env is None else env
+    prefix = model.split(":", 1)[0].lower()
+    wire = prefix if prefix in SDK_ENDPOINTS else (
+        "anthropic" if model.lower().startswith("claude") else "openai")
+    var, default = SDK_ENDPOINTS[wire]
+    return source.get(var, "").strip() or default
+
+
+def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """``url`` and the proxy the environment routes it through, credentials masked."""
+    if url is None:
+        return None
+    proxy, var = proxy_for(url, env) or (None, None)
+    return endpoint_text(public_url(url), proxy, proxy_var=var)
+
+
+def session_endpoint(session: Any) -> str:
+    """Where a live session's requests go (``%chat status``)."""
+    provider = session.provider
+    url = getattr(getattr(provider, "client", None), "base_url", None)
+    if getattr(provider, "emulator", None) is not None and url is not None:
+        return f"the embedded emulator at {public_url(url)}"
+    if url is None:
+        return "set by your own client"
+    return describe_endpoint(str(url)) or str(url)
+
+
+def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
+    """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each.
+
+    Each variable is checked alone first; values that are fine alone but contradict each
+    other (the microcompact ages) are then named together in one warning, both ignored.
+    """
+    source = os.environ if env is None else env
+    good: dict[str, str] = {}
+    warnings: list[str] = []
+    for var, field_name in ENV_VARS.items():
+        raw = source.get(var, "")
+        if not raw.strip():
+            continue
+        try:
+            Settings().updated({var: raw}, source="environment variable")
+        except ConfigError as e:
+            if "(from " not in str(e):     # a bad value, not a relation with a default
+                warnings.append(f"⚠ ignoring {var}: {e} Using the default "
+                                f"({_shown_default(field_name)}).")
+                continue
+        good[var] = raw
+    try:
+        return Settings().updated(good, source="environment variable"), warnings
+    except ConfigError as e:
+        involved = [var for var in good if _valid_without(good, var)] or list(good)
+        kept = {k: v for k, v in good.items() if k not in involved}
+        given = " and ".join(f"{var}={good[var]}" for var in involved)
+        defaults = " and ".join(_shown_default(ENV_VARS[var]) for var in involved)
+        reason = str(e).split(" (from ")[0].rstrip(".")
+        warnings.append(f"⚠ ignoring {given}: {reason}. Using the default"
+                        f"{'s' if len(involved) > 1 else ''} ({defaults}).")
+        return Settings().updated(kept, source="environment variable"), warnings
+
+
+def _valid_without(values: Mapping[str, str], var: str) -> bool:
+    try:
+        Settings().updated({k: v for k, v in values.items() if k != var})
+    except ConfigError:
+        return False
+    return True
+
+
+def _shown_default(field_name: str) -> str:
+    default = getattr(Settings(), field_name)
+    return "none" if default is None else str(default)
