@@ -20,7 +20,15 @@ from .. import ladder
 from ..budget import ResultStore
 from ..config import Settings, format_size
 from ..errors import ChatError, redact
-from ..events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
+from ..events import (
+    CapChanged,
+    Event,
+    LadderStep,
+    NoticeInjected,
+    Recovered,
+    Retrying,
+    Sending,
+)
 from ..failures import Failure, FailureKind
 from ..history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..prompts import PAYLOAD_NOTICE
@@ -94,6 +102,8 @@ class RecoveryLoop:
         try:
             while True:
                 history, request, body = self._encoded_within_limits(history, spec, log)
+                self.bus.emit(Sending(body_bytes=body, attempt=1 + steps + transient
+                                      + auth_retried, max_tokens=request.max_tokens), log)
                 try:
                     response = self.endpoint.provider.send(
                         request, on_text=on_text if spec.stream else None)
