@@ -8,6 +8,7 @@ nothing ever parses a line back. Pure functions; no I/O.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import singledispatch
 
@@ -249,7 +250,7 @@ def _(e: ev.TurnFinished) -> str:
 # after, in plain words. Only glyphs that common fonts have (DejaVu Sans, Liberation,
 # Segoe UI, Helvetica): ``CARD_GLYPHS`` lists every non-ASCII character used here.
 
-CARD_GLYPHS = frozenset("≈→·…✓✗–○●▸")
+CARD_GLYPHS = frozenset("≈→·…✓✗–○●▸■")
 """Non-ASCII characters the card and the panel may show (all in DejaVu Sans); the tests
 check every rendered label against this set."""
 
@@ -336,7 +337,8 @@ def preflight_verdict(e: ev.Preflight) -> str:
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config max_payload=SIZE")
-    return " · ".join(parts) or "fits · nothing to do"
+    return " · ".join(parts) or ("within the window and the cap" if e.cap
+                                 else "within the window")
 
 
 def answer_size_detail(e: ev.MaxTokensLowered) -> str:
@@ -501,3 +503,57 @@ def counts_line(recoveries: int, compactions: int) -> str:
     """The session's totals: ``"2 recoveries, 1 compaction"``."""
     return (f"{plural(recoveries, 'recovery', 'recoveries')}, "
             f"{plural(compactions, 'compaction')}")
+
+
+def panel_title(session: str) -> str:
+    return f"live panel · session {session}"
+
+
+def panel_state(*, running: bool, as_of: float | None) -> str:
+    """The panel's state beside its title: ``"turn running"``, ``"idle · as of 14:03:22"``."""
+    if running:
+        return "turn running"
+    if as_of is None:
+        return "idle"
+    return f"idle · as of {time.strftime('%H:%M:%S', time.localtime(as_of))}"
+
+
+def panel_counts(recoveries: int, compactions: int,
+                 this_turn: tuple[int, int, bool] | None = None) -> str:
+    """``"so far: 1 recovery, 2 compactions · this turn: 1 compaction running"``;
+    ``this_turn``: (compactions applied, recovery steps, a compaction running)."""
+    line = f"so far: {counts_line(recoveries, compactions)}"
+    if this_turn is None:
+        return line
+    applied, steps, running = this_turn
+    parts = []
+    if applied:
+        parts.append(plural(applied, "compaction"))
+    if running:
+        parts.append("a compaction running")
+    if steps:
+        parts.append(plural(steps, "recovery step"))
+    return line + (f" · this turn: {', '.join(parts)}" if parts else " · this turn: none yet")
+
+
+def panel_last_turn(outcome: str) -> str:
+    return f"last turn: {outcome}"
+
+
+def activity_words(kind: str, *, streamed: int = 0) -> str:
+    """The activity line while a turn runs (the spinner's label)."""
+    if kind == "send":
+        return f"answer arriving: ≈{streamed:,} tokens" if streamed else "waiting for the answer"
+    return {"summarize": "the model is summarizing older messages",
+            "compaction": "compacting the history",
+            "recovery": "recovering from a rejected request",
+            "prepare": "preparing the request"}[kind]
+
+
+def cancel_texts() -> dict[str, str]:
+    """The Cancel button's words (shown by the front end)."""
+    return {"cancel": "Cancel", "cancelling": "Cancelling…",
+            "cancel_title": ("Interrupt the kernel: the summary stops and the history "
+                             "stays exactly as it was"),
+            "cancel_failed": ("Could not reach the Jupyter server from here: use the "
+                              "notebook's interrupt button (■).")}

@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from .display import (
     parse_json_answer,
     usage_dict,
 )
+from .turn_card import CARD_MODES, TurnCard, TurnRecord, card_wanted
 from .workspace import DEFAULT_SESSION, Workspace
 
 __all__ = ["ChatMagics", "get_magics", "load", "unload"]
@@ -103,8 +105,15 @@ class ChatMagics(Magics):
     stream = Bool(True, help="Stream answers as they arrive.").tag(config=True)
     default_format = Enum(FORMATS, "markdown", help="Answer format: " + ", ".join(FORMATS)).tag(
         config=True)
-    show_panel = Bool(True, help="Show the live context panel (notebook front ends).").tag(
-        config=True)
+    show_panel = Bool(
+        False, help="Also show the session's live panel above its first %%chat cell "
+        "(%chat panel shows it anywhere; a saved notebook keeps its last snapshot).",
+    ).tag(config=True)
+    turn_card = Enum(
+        CARD_MODES, "auto",
+        help="The static record under each %%chat cell: 'auto' when something happened "
+        "(compaction, recovery, failure...), 'always', or 'never'.",
+    ).tag(config=True)
     show_events = Bool(True, help="Print one status line per recovery action.").tag(config=True)
     verbose = Bool(False, help="Also print routine pre-flight and end-of-turn lines.").tag(
         config=True)
@@ -126,7 +135,6 @@ class ChatMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self.workspace = Workspace(self)
-        self.panel_handles: dict[str, Any] = {}
         self._warned: set[str] = set()
 
     # -- configuration ------------------------------------------------------------------
@@ -215,26 +223,22 @@ class ChatMagics(Magics):
 
     # -- panels ----------------------------------------------------------------------------
     def show_panel_for(self, name: str) -> None:
-        if not (self.show_panel and self.is_live()) or name in self.panel_handles:
+        if not (self.show_panel and self.is_live()):
             return
-        from IPython.display import display
+        panel = self.workspace.panel(name)
+        if not panel.shown:
+            panel.show()
 
-        self.panel_handles[name] = display(self.workspace.panel(name), display_id=True)
+    def show_card(self, record: TurnRecord) -> None:
+        """Write the turn's static card under the cell (``turn_card``; notebook front ends)."""
+        if self.is_live() and card_wanted(self.turn_card, record):
+            from IPython.display import display
 
-    def refresh_panel_text(self, name: str) -> None:
-        """Re-publish the panel so its plain-text fallback (saved in the notebook) is current.
-
-        The widgets update live by themselves; this matters where they cannot render.
-        """
-        handle, panel = self.panel_handles.get(name), self.workspace.panels.get(name)
-        if handle is not None and panel is not None:
-            panel.refresh()  # the same numbers as %chat status
-            handle.update(panel)
+            display(TurnCard(record))
 
     def close(self) -> None:
         """Close panels, sessions and the emulator (``%unload_ext``)."""
         self.workspace.close()
-        self.panel_handles.clear()
 
     # -- %%chat ----------------------------------------------------------------------------
     @no_var_expand
@@ -293,23 +297,41 @@ class ChatMagics(Magics):
         subscriptions = [session.subscribe(printer)] if printer else []
         subscriptions.append(session.subscribe(
             lambda e: cut_events.append(e) if isinstance(e, watched) else None))
-        answered = False
+        record, tokens_before = self._turn_record(args.session, session)
+        subscriptions.append(session.subscribe(record.feed))
+        panel = self.workspace.panels.get(args.session)
+        on_text = _tee(streamer, record.text_arrived, panel.text_arrived if panel else None)
+        if panel is not None:
+            panel.begin_turn()
+        started = time.monotonic()
+        answered = interrupted = False
         try:
             with session.offering(builtin_tools=not args.no_read_file):
                 reply = session.send(cell, max_tokens=max_tokens, stream=stream,
-                                     on_text=streamer if stream else None,
+                                     on_text=on_text if stream else None,
                                      record=not args.no_history, options=options or None)
             answered = True
         except errors.ChatError as e:
+            self._end_record(record, session, tokens_before, started)
+            self.show_card(record)
             self.fail(str(e), e)
             return None
+        except KeyboardInterrupt:
+            # Ctrl-C, or the panel's Cancel: the history is as before; the card says so.
+            interrupted = True
+            record.interrupted()
+            self._end_record(record, session, tokens_before, started)
+            self.show_card(record)
+            raise
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
                 streamer.finish()
             for unsubscribe in subscriptions:
                 unsubscribe()
-            self.refresh_panel_text(args.session)
+            if panel is not None:
+                panel.end_turn(interrupted=interrupted)
+        self._end_record(record, session, tokens_before, started)
         answer = self._answer(reply, fmt, args.session)
         if answer.finish_reason == "length":
             told = [e for e in cut_events if not isinstance(e, ev.Escalation)]
@@ -322,17 +344,42 @@ class ChatMagics(Magics):
             assert self.shell is not None
             self.shell.set_next_input(extract_code(answer), replace=False)
         if silent:
+            self.show_card(record)
             return None
         if not self._is_cell_result():
             streamer.finish()  # called from code: the streamed text is all the user sees
+            self.show_card(record)
             return answer
         if streamer.finish(answer):
             # The streamed area now holds the answer: returning it too would show it twice
             # (and leave an empty output if the area were cleared), so it is put in Out[n]
             # and _ the way IPython's display hook does, and the cell returns None.
             self._store_result(answer)
+            self.show_card(record)
+            return None
+        if self.is_live() and card_wanted(self.turn_card, record):
+            # The card goes under the answer: the answer is displayed here, then the card.
+            from IPython.display import display
+
+            display(answer)
+            self._store_result(answer)
+            self.show_card(record)
             return None
         return answer
+
+    def _turn_record(self, name: str, session: Any) -> tuple[TurnRecord, tuple[int, int]]:
+        """A record of the coming turn, starting from where the session stands."""
+        status = session.status()
+        record = TurnRecord(session=name, estimate=session.estimator.estimate, cap=status.cap,
+                            cap_source=status.cap_source, window=status.window)
+        return record, (status.prompt_tokens, status.completion_tokens)
+
+    def _end_record(self, record: TurnRecord, session: Any, tokens_before: tuple[int, int],
+                    started: float) -> None:
+        status = session.status()
+        record.finish(prompt_tokens=status.prompt_tokens - tokens_before[0],
+                      completion_tokens=status.completion_tokens - tokens_before[1],
+                      elapsed=time.monotonic() - started)
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)
@@ -418,6 +465,17 @@ def _still_cut(escalations: list[Any], requested: int | None) -> str:
              if escalations else "with no escalation left")
     return (f"⚠ answer still cut at {at} {tried} — raise --max-tokens or "
             "CHATCLI_MAX_TOKEN_ESCALATIONS, or ask for a shorter answer")
+
+
+def _tee(*callbacks: Any) -> Any:
+    """One ``on_text`` callback calling each of ``callbacks`` (None ones skipped)."""
+    chosen = [c for c in callbacks if c is not None]
+
+    def on_text(delta: str) -> None:
+        for callback in chosen:
+            callback(delta)
+
+    return on_text
 
 
 def _str(value: Any) -> str | None:

@@ -184,7 +184,9 @@ class TurnRecord:
                 self.body_bytes = event.goal_bytes
             failed = (isinstance(event, ev.Truncated)
                       or (isinstance(event, ev.ToolRun) and not event.ok))
-            self._add(_STAGES[type(event)], "failed" if failed else "done", event)
+            status: Status = "failed" if failed else \
+                "info" if isinstance(event, ev.NoticeInjected) else "done"
+            self._add(_STAGES[type(event)], status, event)
 
     def text_arrived(self, delta: str) -> None:
         """``on_text`` callback: the answer streaming in (the running send counts it)."""
