@@ -395,6 +395,9 @@ def send_detail(e: ev.Sending, *, status: str, failure: Failure | None = None,
         return f"{size}{again} · {failure.label}"
     if status == "failed":
         return f"{size}{again} · no answer"
+    if status == "cancelled":
+        got = f" after ≈{streamed_tokens:,} answer tokens" if streamed_tokens else ""
+        return f"{size}{again} · interrupted{got}"
     if status == "done":
         return f"{size}{again} · answered"
     if streamed_tokens:

@@ -305,6 +305,7 @@ class ChatMagics(Magics):
             panel.begin_turn()
         started = time.monotonic()
         answered = interrupted = False
+        failure: errors.ChatError | None = None
         try:
             with session.offering(builtin_tools=not args.no_read_file):
                 reply = session.send(cell, max_tokens=max_tokens, stream=stream,
@@ -312,16 +313,11 @@ class ChatMagics(Magics):
                                      record=not args.no_history, options=options or None)
             answered = True
         except errors.ChatError as e:
-            self._end_record(record, session, tokens_before, started)
-            self.show_card(record)
-            self.fail(str(e), e)
-            return None
+            failure = e
         except KeyboardInterrupt:
             # Ctrl-C, or the panel's Cancel: the history is as before; the card says so.
             interrupted = True
             record.interrupted()
-            self._end_record(record, session, tokens_before, started)
-            self.show_card(record)
             raise
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
@@ -331,7 +327,12 @@ class ChatMagics(Magics):
                 unsubscribe()
             if panel is not None:
                 panel.end_turn(interrupted=interrupted)
-        self._end_record(record, session, tokens_before, started)
+            self._end_record(record, session, tokens_before, started)
+            if not answered:
+                self.show_card(record)  # under the partial answer, before the cell fails
+        if failure is not None:
+            self.fail(str(failure), failure)
+            return None
         answer = self._answer(reply, fmt, args.session)
         if answer.finish_reason == "length":
             told = [e for e in cut_events if not isinstance(e, ev.Escalation)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -168,12 +169,13 @@ _PANEL_CSS = """<style>
 def kernel_id() -> str:
     """The Jupyter server's id of this kernel (from its connection file's name,
     ``kernel-<id>.json``), or '' outside a server-started kernel."""
-    try:
-        from ipykernel.connect import get_connection_file
-
-        name = os.path.basename(get_connection_file())
-    except Exception:   # not in a kernel: no server to ask
+    # Only a running kernel's own app: importing ipykernel elsewhere would swap the
+    # process's comm manager, and instantiating its app would make a kernel.
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    app = getattr(kernelapp, "IPKernelApp", None)
+    if app is None or not app.initialized():
         return ""
+    name = os.path.basename(app.instance().connection_file or "")
     match = re.fullmatch(r"kernel-([0-9A-Za-z-]+)\.json", name)
     return match.group(1) if match else ""
 
@@ -246,14 +248,17 @@ class ContextPanel:
             self._unsubscribe = None
         self._session = None
 
-    def refresh(self) -> None:
+    def refresh(self, *, publish: bool = True) -> None:
         """Take sizes and counts from the followed session's ``status()`` (what
         ``%chat status`` prints), so the two always agree."""
         if self._session is not None:
-            self.update_status(self._session.status(), self._session.settings)
+            self.update_status(self._session.status(), self._session.settings,
+                               publish=publish)
 
-    def update_status(self, status: Any, settings: Settings | None = None) -> None:
-        """Take sizes, sources and counts from a :class:`~..session.SessionStatus`."""
+    def update_status(self, status: Any, settings: Settings | None = None, *,
+                      publish: bool = True) -> None:
+        """Take sizes, sources and counts from a :class:`~..session.SessionStatus`;
+        ``publish``: show the change now (between turns)."""
         if settings is not None:
             self.settings = settings
         self.history_bytes, self.est_tokens = status.history_bytes, status.est_tokens
@@ -264,7 +269,8 @@ class ContextPanel:
                               else "model catalogue")
         self.cap, self.cap_source = status.cap, status.cap_source
         self.recoveries, self.compactions = status.recoveries, status.compactions
-        self._changed()
+        if publish:
+            self._changed()
 
     # -- the turn ---------------------------------------------------------------------------
     def begin_turn(self) -> None:
@@ -286,7 +292,7 @@ class ContextPanel:
         if interrupted and self.record is not None and not self.record.finished:
             self.record.interrupted()
         self.running = False
-        self.refresh()
+        self.refresh(publish=False)
         self.as_of = self._wall()
         self._render()
         self._republish()
@@ -391,10 +397,12 @@ class ContextPanel:
             self._republish()
 
     # -- display --------------------------------------------------------------------------
-    def show(self) -> None:
-        """Display the panel here (``%chat panel``); every display of it follows."""
+    def show(self, *, live: bool = True) -> None:
+        """Display the panel here (``%chat panel``); every display of it follows.
+
+        ``live=False`` (a terminal): shown once, as text; changes are not re-printed."""
         self._display(self, display_id=self.display_id)
-        self.shown = True
+        self.shown = self.shown or live
 
     def _display(self, obj: Any, **kwargs: Any) -> Any:
         if self._publish is not None:

@@ -475,7 +475,7 @@ def _markdown(session: Any, messages: Any) -> str:
 def _panel(magics: ChatMagics, args: Any) -> None:
     _session(magics, args)
     panel = magics.workspace.panel(args.session)
-    panel.show()
+    panel.show(live=magics.is_live())
     if args.sidebar:
         print(SIDEBAR_HINT)
 
