@@ -321,14 +321,8 @@ def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:
             f"{tokens_against_window(e.est_tokens, e.window)}")
 
 
-def preflight_detail(e: ev.Preflight) -> str:
-    """The request's sizes and what pre-flight made of them (the panel's tracker)."""
-    return " · ".join([size_against_cap(e.body_bytes, e.cap, e.cap_source),
-                       tokens_against_window(e.est_tokens, e.window), preflight_verdict(e)])
-
-
 def preflight_verdict(e: ev.Preflight) -> str:
-    """What pre-flight made of the request (the card, where the sizes have their line)."""
+    """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
     if "cap" in e.reasons:
         parts.append("near the cap → compacting")

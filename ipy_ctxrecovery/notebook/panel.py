@@ -10,7 +10,7 @@ front end while a cell runs (display updates and widget state go out on IOPub), 
 reads nothing the front end sends until the cell ends: a widget button's ``on_click``
 would fire after the summary it was meant to cancel. So the panel's output (one display
 id per panel) holds the widgets only while a turn runs — the tracker, and the
-:class:`Activity` widget whose Cancel button asks the Jupyter server to interrupt the
+:class:`PanelWidget` whose Cancel button asks the Jupyter server to interrupt the
 kernel (``POST /api/kernels/<id>/interrupt``, what the notebook's own ■ button does):
 the ``KeyboardInterrupt`` lands in the summary request and the compaction leaves the
 history exactly as it was. When the turn ends the output is replaced by plain HTML of the
@@ -44,7 +44,7 @@ from .._decide import Level
 from ..config import Settings
 from .turn_card import Step, TurnRecord
 
-__all__ = ["STAGES", "Activity", "ContextPanel", "kernel_id"]
+__all__ = ["STAGES", "ContextPanel", "PanelWidget", "kernel_id"]
 
 STAGES = ("preflight", "microcompact", "budget", "trim", "summarize", "apply", "send",
           "recovery", "continuation")
@@ -83,22 +83,27 @@ function clock(ms) {
 }
 export default {
   render({ model, el }) {
-    el.classList.add("ctxr-activity");
+    const body = document.createElement("div");
+    const row = document.createElement("div"); row.className = "ctxr-activity";
     const spin = document.createElement("span"); spin.className = "ctxr-spin";
     const label = document.createElement("span"); label.className = "ctxr-activity-label";
     const time = document.createElement("span"); time.className = "ctxr-elapsed";
     const button = document.createElement("button"); button.className = "ctxr-cancel";
     const hint = document.createElement("span"); hint.className = "ctxr-hint";
-    el.append(spin, label, time, button, hint);
+    row.append(spin, label, time, button, hint);
+    el.append(body, row);
+    let shown = null;
     let pressed = false;
     function tick() {
       const started = model.get("started");
       time.textContent = started ? clock(Date.now() - started) : "";
     }
     function update() {
+      const html = model.get("html");
+      if (html !== shown) { body.innerHTML = html; shown = html; }
       const texts = model.get("texts");
       const running = !!model.get("label");
-      el.style.display = running ? "" : "none";
+      row.style.display = running ? "" : "none";
       label.textContent = model.get("label");
       const cancellable = model.get("cancellable");
       button.style.display = cancellable ? "" : "none";
@@ -151,7 +156,7 @@ _PANEL_CSS = """<style>
 .ctxr-fill.over { background: #e53935; }
 .ctxr-track.none { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); }
 .ctxr-label { overflow-wrap: anywhere; min-width: 0; }
-.ctxr-steps { display: grid; grid-template-columns: 1.2em 7.5em minmax(0, 1fr); gap: 0 4px;
+.ctxr-steps { display: grid; grid-template-columns: 1.2em 9.5em minmax(0, 1fr); gap: 0 4px;
   margin: 4px 0 0 0; }
 .ctxr-step { display: contents; }
 .ctxr-step.pending > *, .ctxr-step.skipped > * { opacity: 0.45; }
@@ -180,13 +185,15 @@ def kernel_id() -> str:
     return match.group(1) if match else ""
 
 
-class Activity(anywidget.AnyWidget):
-    """What the running turn is doing now: a spinner, the elapsed time (counted by the
-    front end, since the kernel is busy) and, during a summary, a Cancel button that
-    interrupts the kernel through the Jupyter server's REST API."""
+class PanelWidget(anywidget.AnyWidget):
+    """The panel in the front end: its HTML, and what the running turn does now — a
+    spinner, the elapsed time (counted by the front end, since the kernel is busy) and,
+    during a summary, a Cancel button that interrupts the kernel through the Jupyter
+    server's REST API. One widget, so one message carries each change whole."""
 
     _esm = _ESM
     _css = _ACTIVITY_CSS
+    html = traitlets.Unicode("").tag(sync=True)
     label = traitlets.Unicode("").tag(sync=True)
     started = traitlets.Float(0.0).tag(sync=True)
     """When the current activity started (ms since the epoch); 0 when idle."""
@@ -228,10 +235,8 @@ class ContextPanel:
         self._activity_kind = ""
         self._last_text_render = 0.0
 
-        self.body = widgets.HTML(layout=widgets.Layout(width="100%"))
-        self.activity = Activity(kernel_id=kernel_id(), texts=w.cancel_texts())
-        self.widget = widgets.VBox([self.body, self.activity],
-                                   layout=widgets.Layout(width="100%", max_width="48em"))
+        self.widget = PanelWidget(kernel_id=kernel_id(), texts=w.cancel_texts(),
+                                  layout=widgets.Layout(width="100%", max_width="48em"))
         self._render()
 
     # -- wiring ---------------------------------------------------------------------------
@@ -380,14 +385,15 @@ class ContextPanel:
         return "prepare", w.activity_words("prepare"), False
 
     def _render(self) -> None:
-        self.body.value = _PANEL_CSS + _html(self.view(), live=True)
         kind, label, cancellable = self._activity(self.record)
-        if kind != self._activity_kind:
-            # A new activity restarts the elapsed clock; the same one streaming does not.
-            self._activity_kind = kind
-            self.activity.started = self._wall() * 1000 if kind else 0.0
-        self.activity.label = label
-        self.activity.cancellable = cancellable
+        with self.widget.hold_sync():   # one message: the tracker and the activity agree
+            self.widget.html = _PANEL_CSS + _html(self.view(), live=True)
+            if kind != self._activity_kind:
+                # A new activity restarts the elapsed clock; the same one streaming does not.
+                self._activity_kind = kind
+                self.widget.started = self._wall() * 1000 if kind else 0.0
+            self.widget.label = label
+            self.widget.cancellable = cancellable
 
     def _changed(self) -> None:
         """Something changed between turns (status, settings): re-render and republish."""
@@ -422,7 +428,8 @@ class ContextPanel:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         view = self.view()
         if self.running:
-            data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+            bundle: Any = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+            data = dict((bundle[0] if isinstance(bundle, tuple) else bundle) or {})
             data["text/plain"] = _text(view)
             return data
         return {"text/plain": _text(view), "text/html": _PANEL_CSS + _html(view, live=False)}
@@ -430,8 +437,6 @@ class ContextPanel:
     def close(self) -> None:
         self.detach()
         self.widget.close()
-        self.activity.close()
-        self.body.close()
 
 
 # -- the view's parts -----------------------------------------------------------------------
@@ -477,8 +482,8 @@ def _tracker(record: TurnRecord, *, running: bool) -> list[tuple[str, str, str, 
         row(stage, status, detail)
     row("send", *((send.status, send.detail) if send else (later, "")))
     recovery = record.latest("recovery")
-    if recovery is not None:
-        rows.append(("recovery", recovery.status, recovery.name, recovery.detail))
+    if recovery is not None:   # the level is lit on the chips below
+        row("recovery", recovery.status, recovery.detail)
     else:
         settled = send is not None and send.status == "done"
         row("recovery", "skipped" if settled or not running else "pending")

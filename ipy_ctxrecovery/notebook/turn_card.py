@@ -69,8 +69,8 @@ class Step:
             if self.status == "cancelled":
                 detail += " · cancelled"
             return detail
-        if isinstance(first, ev.Preflight):
-            return w.preflight_detail(first)
+        if isinstance(first, ev.Preflight):   # the sizes are on their own lines
+            return w.preflight_verdict(first)
         if isinstance(first, ev.Failed):
             return first.sentence
         return _DETAILS[type(first)](first)
@@ -283,13 +283,6 @@ def card_wanted(mode: str, record: TurnRecord) -> bool:
     return mode == "always" or record.something_happened
 
 
-def _card_detail(step: Step) -> str:
-    first = step.events[0]
-    if isinstance(first, ev.Preflight):   # the sizes are on the card's "before" line
-        return w.preflight_verdict(first)
-    return step.detail
-
-
 _CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.45;"
         "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
 
@@ -317,7 +310,7 @@ class TurnCard:
         else:
             self.after = None
         self.rows: tuple[tuple[str, str, str], ...] = tuple(
-            (step.glyph, step.name, _card_detail(step)) for step in record.steps)
+            (step.glyph, step.name, step.detail) for step in record.steps)
         self.ok = record.failed is None and not record.cancelled
 
     def text(self) -> str:
@@ -336,13 +329,15 @@ class TurnCard:
         sizes = "".join(
             f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
             for label, text in (("before", self.before), ("after", self.after)) if text)
+        # Inline styles: notebook front ends right-align and stripe output tables.
+        cell = "text-align:left;vertical-align:top;border:none;background:none;padding:0 "
         rows = "".join(
-            f"<tr><td style='padding:0 6px 0 0;text-align:center'>{e(glyph)}</td>"
-            f"<td style='padding:0 8px 0 0;white-space:nowrap'>{e(name)}</td>"
-            f"<td style='overflow-wrap:anywhere'>{e(detail)}</td></tr>"
+            f"<tr style='background:none'><td style='{cell}6px 0 0'>{e(glyph)}</td>"
+            f"<td style='{cell}10px 0 0;white-space:nowrap'>{e(name)}</td>"
+            f"<td style='{cell}0 0 0;overflow-wrap:anywhere'>{e(detail)}</td></tr>"
             for glyph, name, detail in self.rows)
-        table = (f"<table style='border-collapse:collapse;margin:2px 0 0 0'>{rows}</table>"
-                 if rows else "")
+        table = (f"<table style='border-collapse:collapse;border:none;margin:2px 0 0 0;"
+                 f"table-layout:auto'>{rows}</table>" if rows else "")
         return (f"<div class='ctxr-card' data-session='{e(self.session)}' "
                 f"style='{_CSS.format(color=color)}'>"
                 f"<div><b>turn</b> · {e(self.header)}</div>{sizes}{table}</div>")
