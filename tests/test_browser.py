@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -147,11 +146,12 @@ def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         try:
             with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
                 break
-        except OSError:
+        except OSError as e:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError("JupyterLab did not start: "
-                                   + (base / "lab.log").read_text(errors="replace")[-2000:])
+                                   + (base / "lab.log").read_text(errors="replace")[-2000:]
+                                   ) from e
             time.sleep(0.25)
     try:
         yield {"url": url, "token": token, "root": root, "log": base / "lab.log",
@@ -214,11 +214,10 @@ def open_notebook(driver: Any, lab: dict[str, Any]) -> None:
 
 
 def run_cell(driver: Any, index: int) -> None:
-    """Select cell ``index`` (command mode) and run it (Shift+Enter)."""
+    """Focus cell ``index`` and run it (Shift+Enter)."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
-
-    from selenium.common.exceptions import WebDriverException
 
     def clicked() -> bool:
         cells = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")
