@@ -76,7 +76,7 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
                         "1,234 prompt + 56 answer tokens")
     assert lines[1].startswith(f"  before  request {first} · no payload cap known · ≈")
     assert lines[1].endswith(" of 200,000 tokens")
-    assert lines[2].startswith(f"  after   history ") and \
+    assert lines[2].startswith("  after   history ") and \
         f"of {cap / KB:.1f} KB cap (learned) · ≈" in lines[2]
     rows = [line.split(None, 1)[1] for line in lines[3:]]
     names = [line[4:].split("  ")[0].strip() for line in lines[3:]]
