@@ -294,9 +294,20 @@ class ContextPanel:
         session, and the output becomes a snapshot of the view."""
         if not self.running:
             return
-        if interrupted and self.record is not None and not self.record.finished:
-            self.record.interrupted()
+        record = self.record
+        if interrupted and record is not None and not record.finished:
+            record.interrupted()
         self.running = False
+        if record is not None:
+            # What the turn kept counts (the session's status, when followed, says the same).
+            if record.after is not None:
+                this_turn = _this_turn(record)
+                self.compactions += this_turn[0] if this_turn else 0
+                self.recoveries += 1 if record.recovered else 0
+                self.history_bytes, self.est_tokens = (record.after.history_bytes,
+                                                       record.after.est_tokens)
+                self.window = record.after.window
+            self.cap, self.cap_source = record.cap, record.cap_source
         self.refresh(publish=False)
         self.as_of = self._wall()
         self._render()
@@ -343,11 +354,12 @@ class ContextPanel:
     def view(self) -> dict[str, Any]:
         """Every label the panel shows, by place (the HTML and the text render this)."""
         record = self.record
-        body = self.history_bytes
-        tokens = self.est_tokens
+        body, tokens, window = self.history_bytes, self.est_tokens, self.window
         if self.running and record is not None and record.body_bytes is not None:
             body = record.body_bytes
-            tokens = self._estimate(body)
+            tokens = record.est_tokens if record.est_tokens is not None \
+                else self._estimate(body)
+            window = record.window or window
         cap, source = self.cap, self.cap_source
         steps = _tracker(record, running=self.running) if record is not None else []
         levels = _levels(record) if record is not None else []
@@ -356,8 +368,8 @@ class ContextPanel:
             "state": w.panel_state(running=self.running, as_of=self.as_of),
             "size": w.size_against_cap(body, cap, source),
             "size_fraction": body / cap if cap else None,
-            "tokens": w.tokens_against_window(tokens, self.window, self.window_source),
-            "tokens_fraction": tokens / self.window if self.window else None,
+            "tokens": w.tokens_against_window(tokens, window, self.window_source),
+            "tokens_fraction": tokens / window if window else None,
             "steps": steps,
             "levels": levels,
             "counts": w.panel_counts(self.recoveries, self.compactions,

@@ -128,6 +128,8 @@ class TurnRecord:
     cancelled: bool = False
     body_bytes: int | None = None
     """The size of the latest request (measured, sent or fitted), for the live bar."""
+    est_tokens: int | None = None
+    """Its tokens when an event counted them (None: estimate from ``body_bytes``)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     elapsed: float | None = None
@@ -139,11 +141,12 @@ class TurnRecord:
         if isinstance(event, ev.Preflight):
             self.before = self.before or event
             self.body_bytes, self.window = event.body_bytes, event.window
+            self.est_tokens = event.est_tokens
             self.cap, self.cap_source = event.cap, event.cap_source or self.cap_source
             self._add("preflight", "done", event)
         elif isinstance(event, ev.Sending):
             self._close_running_ladder("done")
-            self.body_bytes, self._streamed = event.body_bytes, 0
+            self.body_bytes, self.est_tokens, self._streamed = event.body_bytes, None, 0
             self._add("send", "running", event)
         elif isinstance(event, ev.CompactionPhase):
             self._compaction(event)
@@ -177,11 +180,12 @@ class TurnRecord:
             self.after = event
             self.body_bytes, self.window, self.cap = (event.history_bytes, event.window,
                                                       event.cap)
+            self.est_tokens = event.est_tokens
         elif type(event) in _STAGES:
             if isinstance(event, (ev.Escalation, ev.Truncated, ev.ToolRun)):
                 self._close_send("done")
             if isinstance(event, ev.FitBeforeSend):
-                self.body_bytes = event.goal_bytes
+                self.body_bytes, self.est_tokens = event.goal_bytes, None
             failed = (isinstance(event, ev.Truncated)
                       or (isinstance(event, ev.ToolRun) and not event.ok))
             status: Status = "failed" if failed else \
@@ -269,7 +273,7 @@ class TurnRecord:
         if event.phase == "applied":
             step.status = "done"
             if event.after_bytes is not None and event.outcome != "nothing":
-                self.body_bytes = event.after_bytes
+                self.body_bytes, self.est_tokens = event.after_bytes, None
         elif event.phase == "rejected":
             step.status = "failed"
         elif event.phase == "cancelled":
