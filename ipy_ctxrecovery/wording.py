@@ -281,11 +281,6 @@ STAGE_NAMES: dict[str, str] = {
 """The name of each step of a turn, as the card and the tracker show it."""
 
 
-def share(part: int, whole: int | None) -> str:
-    """``"43%"`` of ``whole`` (``""`` when there is no whole)."""
-    return f"{round(100 * part / whole)}%" if whole else ""
-
-
 def cap_words(cap: int | None, source: str | None) -> str:
     """``"30 KB cap (learned)"``, or ``"no payload cap known"``."""
     if cap is None:

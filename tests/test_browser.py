@@ -267,9 +267,10 @@ def run_and_wait(driver: Any, index: int) -> None:
 
 
 def outputs_text(driver: Any, index: int) -> str:
-    return str(driver.execute_script(
+    """The cell's outputs as a person reads them (whitespace runs, table tabs, as one space)."""
+    return " ".join(str(driver.execute_script(
         "const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]];"
-        "return c.querySelector('.jp-Cell-outputArea')?.innerText || '';", index))
+        "return c.querySelector('.jp-Cell-outputArea')?.innerText || '';", index)).split())
 
 
 WATCH = r"""

@@ -297,7 +297,7 @@ class ChatMagics(Magics):
         subscriptions = [session.subscribe(printer)] if printer else []
         subscriptions.append(session.subscribe(
             lambda e: cut_events.append(e) if isinstance(e, watched) else None))
-        record, tokens_before = self._turn_record(args.session, session)
+        record = self._turn_record(args.session, session)
         subscriptions.append(session.subscribe(record.feed))
         panel = self.workspace.panels.get(args.session)
         on_text = _tee(streamer, record.text_arrived, panel.text_arrived if panel else None)
@@ -327,12 +327,15 @@ class ChatMagics(Magics):
                 unsubscribe()
             if panel is not None:
                 panel.end_turn(interrupted=interrupted)
-            self._end_record(record, session, tokens_before, started)
+            record.finish(elapsed=time.monotonic() - started)
             if not answered:
                 self.show_card(record)  # under the partial answer, before the cell fails
         if failure is not None:
             self.fail(str(failure), failure)
             return None
+        record.finish(elapsed=record.elapsed or 0.0,
+                      prompt_tokens=reply.usage.prompt_tokens or 0,
+                      completion_tokens=reply.usage.completion_tokens or 0)
         answer = self._answer(reply, fmt, args.session)
         if answer.finish_reason == "length":
             told = [e for e in cut_events if not isinstance(e, ev.Escalation)]
@@ -368,19 +371,11 @@ class ChatMagics(Magics):
             return None
         return answer
 
-    def _turn_record(self, name: str, session: Any) -> tuple[TurnRecord, tuple[int, int]]:
-        """A record of the coming turn, starting from where the session stands."""
-        status = session.status()
-        record = TurnRecord(session=name, estimate=session.estimator.estimate, cap=status.cap,
-                            cap_source=status.cap_source, window=status.window)
-        return record, (status.prompt_tokens, status.completion_tokens)
-
-    def _end_record(self, record: TurnRecord, session: Any, tokens_before: tuple[int, int],
-                    started: float) -> None:
-        status = session.status()
-        record.finish(prompt_tokens=status.prompt_tokens - tokens_before[0],
-                      completion_tokens=status.completion_tokens - tokens_before[1],
-                      elapsed=time.monotonic() - started)
+    def _turn_record(self, name: str, session: Any) -> TurnRecord:
+        """A record of the coming turn, starting from the session's cap and window."""
+        return TurnRecord(session=name, estimate=session.estimator.estimate,
+                          cap=session.caps.effective(), cap_source=session.caps.source,
+                          window=session.window)
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)

@@ -141,7 +141,7 @@ _ACTIVITY_CSS = """
 .ctxr-hint { color: #c62828; flex-basis: 100%; }
 """
 
-_PANEL_CSS = """<style>
+_PANEL_RULES = """
 .ctxr-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px;
   line-height: 1.45; max-width: 46em; min-width: 0; }
 .ctxr-head { display: flex; gap: 8px; align-items: baseline; min-width: 0; }
@@ -168,7 +168,9 @@ _PANEL_CSS = """<style>
 .ctxr-level.lit { opacity: 1; border-color: #fb8c00; background: #fff3e0; }
 .ctxr-level.current { font-weight: bold; }
 .ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
-</style>"""
+"""
+_PANEL_CSS = f"<style>{_PANEL_RULES}</style>"
+"""The rules inline, for the snapshot (plain HTML, no widget to carry them)."""
 
 
 def kernel_id() -> str:
@@ -192,7 +194,7 @@ class PanelWidget(anywidget.AnyWidget):
     server's REST API. One widget, so one message carries each change whole."""
 
     _esm = _ESM
-    _css = _ACTIVITY_CSS
+    _css = _ACTIVITY_CSS + _PANEL_RULES
     html = traitlets.Unicode("").tag(sync=True)
     label = traitlets.Unicode("").tag(sync=True)
     started = traitlets.Float(0.0).tag(sync=True)
@@ -399,7 +401,7 @@ class ContextPanel:
     def _render(self) -> None:
         kind, label, cancellable = self._activity(self.record)
         with self.widget.hold_sync():   # one message: the tracker and the activity agree
-            self.widget.html = _PANEL_CSS + _html(self.view(), live=True)
+            self.widget.html = _html(self.view(), live=True)
             if kind != self._activity_kind:
                 # A new activity restarts the elapsed clock; the same one streaming does not.
                 self._activity_kind = kind

@@ -206,7 +206,10 @@ class TurnRecord:
         self.cancelled = True
         self._mark_running("cancelled")
 
-    def finish(self, *, prompt_tokens: int, completion_tokens: int, elapsed: float) -> None:
+    def finish(self, *, elapsed: float, prompt_tokens: int = 0,
+               completion_tokens: int = 0) -> None:
+        """The turn ended after ``elapsed`` seconds, with the tokens its reply reported (a
+        failed or interrupted turn has no reply: none are shown)."""
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
         self.elapsed = elapsed
 
