@@ -400,9 +400,10 @@ def ladder_name(e: ev.LadderStep) -> str:
     return f"recovery {e.attempt}: {name}"
 
 
-def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None) -> str:
-    """What a recovery step did; ``not_used``: the later step saying its summary was not
-    used (the oldest messages were dropped instead)."""
+def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None,
+                  done: bool = False) -> str:
+    """What a recovery step did (``done``) or is doing; ``not_used``: the later step saying
+    its summary was not used (the oldest messages were dropped instead)."""
     d = e.decision
     if not_used is not None:
         return (f"summary not used ({not_used.summary_not_used}) → dropped the oldest "
@@ -419,7 +420,9 @@ def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None) ->
     else:
         why = e.failure.label
     if e.summarizing:
-        return f"{why} → summarizing older messages to {format_size(d.target_bytes or 0)}"
+        target = format_size(d.target_bytes or 0)
+        return (f"{why} → older messages summarized to fit {target}" if done
+                else f"{why} → summarizing older messages to {target}")
     moved = f"{e.before_messages} → {plural(e.after_messages, 'message')}"
     return f"{why} → {moved}" + (f" ({'; '.join(e.notes)})" if e.notes else "")
 

@@ -369,6 +369,7 @@ def _run_the_notebook(lab: dict[str, Any], driver: Any) -> None:
     assert "✗ send" in card and "✓ send" in card and "(try 2) · answered" in card
     panel_text = driver.find_element("css selector", ".ctxr-panel").text
     assert "so far: 1 recovery, 1 compaction" in panel_text
+    narrow_column(driver)
     assert "last turn: ✓ answered after 1 recovery step" in panel_text
     assert "(learned)" in panel_text
 
@@ -417,6 +418,34 @@ def _run_the_notebook(lab: dict[str, Any], driver: Any) -> None:
     assert "live panel · session default" in snapshot and "idle · as of" in snapshot
     cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[3]
     shoot(driver, cell.find_element("css selector", ".ctxr-card"), "turn-card.png")
+
+
+def narrow_column(driver: Any) -> None:
+    """In a narrow window the panel wraps inside its column: nothing runs past the right
+    edge, the two bars start at the same x, the title is cut with an ellipsis."""
+    size = driver.get_window_size()
+    driver.set_window_size(560, size["height"])
+    try:
+        panel = driver.find_element("css selector", ".ctxr-panel")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", panel)
+        time.sleep(0.3)
+        layout = driver.execute_script(
+            "const p = arguments[0];"
+            "const out = p.closest('.jp-OutputArea-output');"
+            "const tracks = Array.from(p.querySelectorAll('.ctxr-track'))"
+            "  .map(t => Math.round(t.getBoundingClientRect().left));"
+            "const title = p.querySelector('.ctxr-title');"
+            "return {over: Array.from(p.querySelectorAll('*')).filter(e =>"
+            "  e.getBoundingClientRect().right > out.getBoundingClientRect().right + 1).length,"
+            "  tracks, ellipsis: getComputedStyle(title).textOverflow};", panel)
+        assert layout["over"] == 0, layout
+        assert len(set(layout["tracks"])) == 1, layout
+        assert layout["ellipsis"] == "ellipsis"
+        shoot(driver, panel.find_element("xpath", "./ancestor::div[contains(@class,"
+                                                  "'jp-OutputArea-output')]"),
+              "panel-narrow.png")
+    finally:
+        driver.set_window_size(size["width"], size["height"])
 
 
 def _saved_outputs(path: Path) -> list[list[dict[str, Any]]] | None:

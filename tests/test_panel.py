@@ -372,3 +372,12 @@ def test_a_second_session_on_the_same_path_does_not_relearn_the_cap(
     assert f"payload cap: {first.cap / 1024:.1f} KB (learned)" in out
     panel = magics.workspace.panel("other")
     assert panel.view()["size"].endswith(f"of {first.cap / 1024:.1f} KB cap (learned)")
+
+
+def test_panel_sidebar_says_how_to_pin_it(ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert ip.run_line_magic("chat", "panel --sidebar") is None
+    out = capsys.readouterr().out
+    assert "Create New View for Cell Output" in out and "right side area" in out
+    magics = get_magics(ip)
+    assert magics is not None and magics.workspace.panels["default"].shown is False  # terminal

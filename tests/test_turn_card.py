@@ -86,8 +86,8 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
     assert glyphs == ["✓", "✗", "✓", "·", "✓", "·", "✓"]
     assert rows[0].endswith("within the window")
     assert rows[1].endswith(f"{first} · payload too large (413)")
-    assert rows[2].endswith(f"a {first} request was rejected → summarizing older messages to "
-                            f"12.0 KB")
+    assert rows[2].endswith(f"a {first} request was rejected → older messages summarized to "
+                            f"fit 12.0 KB")
     assert rows[3].endswith(f"learned ≈{cap / KB:.1f} KB: a {first} request was rejected "
                             "(kept for this network path)")
     assert "summary by the model: 8 → 3 messages, " in rows[4]

@@ -65,7 +65,8 @@ class Step:
             return w.compaction_detail([e for e in self.events
                                         if isinstance(e, ev.CompactionPhase)])
         if isinstance(first, ev.LadderStep):
-            detail = w.ladder_detail(first, not_used=self.not_used)
+            detail = w.ladder_detail(first, not_used=self.not_used,
+                                     done=self.status == "done")
             if self.status == "cancelled":
                 detail += " · cancelled"
             return detail
