@@ -319,10 +319,17 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     assert panel.history_bytes == grown.history_bytes > status.history_bytes
     assert panel.view()["tokens"] == f"≈{grown.est_tokens:,} of 4,096 tokens (model catalogue)"
     assert panel.view()["counts"] == "so far: 0 recoveries, 0 compactions"
+    assert panel.view()["last"] == "last turn: ✓ answered"
+    panel.attach(session)                              # the same conversation: kept
+    assert panel.view()["last"] == "last turn: ✓ answered"
     followed = panel.history_bytes
     panel.detach()
     session.send("again")
     assert panel.history_bytes == followed
+    other = ChatSession("emulator", emulator=emu, name="another")
+    panel.attach(other)                                # another one (%%chat --new): no last turn
+    assert panel.view()["last"] is None and panel.view()["steps"] == []
+    other.close()
     session.close()
 
 

@@ -221,6 +221,7 @@ class ContextPanel:
         self._pending: deque[ev.Event] = deque()
         self._unsubscribe: Callable[[], None] | None = None
         self._session: Any = None
+        self._followed: Any = None
         # Where the session stands (its status(), then the events).
         self.history_bytes = 0
         self.est_tokens = 0
@@ -243,7 +244,10 @@ class ContextPanel:
 
     # -- wiring ---------------------------------------------------------------------------
     def attach(self, session: Any) -> None:
-        """Follow ``session``'s events (replacing any session followed before)."""
+        """Follow ``session``'s events (replacing any session followed before; the last
+        turn shown was another conversation's, so it goes)."""
+        if session is not self._followed:
+            self.record, self._followed = None, session
         self.detach()
         self._unsubscribe = session.subscribe(self.handle)
         self._session = session
