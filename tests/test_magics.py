@@ -252,7 +252,12 @@ def test_an_interrupt_leaves_the_partial_answer_visible(chat: ChatMagics, ip: An
     finally:
         ip.display_pub = saved
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    shown = publisher.calls[-1]["data"]["text/plain"]
+    # Under the partial answer, the turn's card says it was interrupted, history as before.
+    card = publisher.calls[-1]["data"]
+    assert "ctxr-card" in card["text/html"]
+    assert card["text/plain"].startswith("turn · session default · ✗ cancelled · "
+                                         "history exactly as before")
+    shown = publisher.calls[-2]["data"]["text/plain"]
     assert shown and " ".join(f"w{i}" for i in range(1, 41)).startswith(shown)
     assert len(chat.workspace.session().history) == length  # the interrupted turn left no trace
 
@@ -287,7 +292,9 @@ def test_no_stream_and_terminal_show_no_live_display(chat: ChatMagics, ip: Any) 
 
 
 def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: Any) -> None:
-    chat.live_display, chat.stream_interval = "always", 0.0
+    # show_panel: the live panel above each session's first cell; between turns its output
+    # is a snapshot (html + text, no widget), during a turn the widgets, under one display id.
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, True
     publisher = RecordingPublisher(shell=ip)
     saved, ip.display_pub = ip.display_pub, publisher
     try:
@@ -296,25 +303,31 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
         cell(ip, "-S other", "three")
     finally:
         ip.display_pub = saved
-    panels = [c for c in publisher.calls
-              if "application/vnd.jupyter.widget-view+json" in c["data"]]
-    shown = [c for c in panels if not c["update"]]
-    assert len(shown) == 2  # one per session
     panel = chat.workspace.panels["default"]
-    # After each cell the panel is re-published under its display id, so the plain-text
-    # fallback a notebook saves is current.
-    default_id = shown[0]["transient"]["display_id"]
-    refreshed = [c for c in panels if c["update"] and c["transient"]["display_id"] == default_id]
-    assert len(refreshed) == 2
-    assert refreshed[-1]["data"]["text/plain"] == panel.text()
-    assert shown[0]["data"]["text/plain"] != panel.text()
+    mine = [c for c in publisher.calls if c["transient"].get("display_id") == panel.display_id]
+    assert len([c for c in mine if not c["update"]]) == 1  # shown once
+    assert len([c for c in publisher.calls if not c["update"]
+                and c["transient"].get("display_id", "").startswith("ctxr-panel-")]) == 2
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert [widget in c["data"] for c in mine] == [False, True, False, True, False]
+    assert mine[-1]["data"]["text/plain"] == panel.text()
+    assert "text/html" in mine[-1]["data"]
     status = chat.workspace.session().status()
     assert panel.history_bytes == status.history_bytes
-    assert panel.token_label.value == f"≈{status.est_tokens:,} of {status.window:,} tokens"
+    assert panel.view()["tokens"] == (f"≈{status.est_tokens:,} of {status.window:,} tokens "
+                                      "(model catalogue)")
     chat.show_panel = False
-    assert ip.run_line_magic("chat", "panel -S default") is panel  # on demand, same widgets
-    # Without -S, the panel of the current session: the one the last cell used.
-    assert ip.run_line_magic("chat", "panel") is chat.workspace.panels["other"]
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        assert ip.run_line_magic("chat", "panel -S default") is None  # on demand, same panel
+        # Without -S: the panel of the current session, the one the last cell used.
+        ip.run_line_magic("chat", "panel")
+    finally:
+        ip.display_pub = saved
+    assert publisher.calls[0]["transient"]["display_id"] == panel.display_id
+    assert publisher.calls[-1]["transient"]["display_id"] == \
+        chat.workspace.panels["other"].display_id
 
 
 def test_formats(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -767,13 +780,13 @@ def test_setting_a_cap_after_a_rejection_keeps_what_was_learned_and_the_usage(
 
 def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    chat.live_display = "always"  # with a panel, which must follow the update
+    chat.live_display = "always"
     ip.run_line_magic("chat", "emulator --max-body 16KB")
+    panel = chat.workspace.panel("default")  # a panel, which must follow the update
     for i in range(5):
         assert cell(ip, "", f"part {i}: " + "x" * 5000).success
     session = chat.workspace.session()
     assert session.status().cap_source == "learned"
-    panel = chat.workspace.panels["default"]
     assert panel.cap == session.status().cap
     tokens = session.status().prompt_tokens
     capsys.readouterr()
@@ -783,7 +796,7 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     assert out[1].startswith("ℹ session default: learned payload cap ")
     assert out[1].endswith("forgotten: the new emulator may have other limits")
     assert chat.workspace.session() is session and session.status().prompt_tokens == tokens
-    assert panel.cap is None and panel.cap_source == "none"
+    assert panel.cap is None and panel.view()["size"].endswith(" · no payload cap known")
     ip.run_line_magic("chat", "status")
     out = capsys.readouterr().out
     assert "payload cap: no payload cap configured — learned payload cap" in out

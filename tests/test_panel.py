@@ -1,165 +1,310 @@
-"""The context panel: events set widget traits; the tree is built once; text fallback."""
+"""The live panel: driven by recorded event streams, every label asserted at each step.
+
+At every step of a replay the view is checked for contradictions (a "last turn" line while
+a turn runs, a count of no compactions while one runs, Cancel without a running summary,
+a glyph common fonts lack); chosen steps are checked label by label. The panel's output
+is the widget while a turn runs and a plain-HTML snapshot in between.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
-import ipywidgets as widgets
+import pytest
+from IPython.core.displaypub import DisplayPublisher
+from IPython.testing import globalipapp
+from turn_streams import KB, LOREM, Stream, recovery_413, routine
 
+from ipy_ctxrecovery.core import compactor
 from ipy_ctxrecovery.core import events as ev
-from ipy_ctxrecovery.core.ladder.decide import Decision, LadderState, Level
-from ipy_ctxrecovery.failures import Failure, FailureKind
-from ipy_ctxrecovery.notebook.panel import LADDER_LEVELS, ContextPanel
+from ipy_ctxrecovery.core.history import Message
+from ipy_ctxrecovery.core.wording import CARD_GLYPHS
+from ipy_ctxrecovery.notebook import get_magics
+from ipy_ctxrecovery.notebook.panel import STAGES, ContextPanel, PanelWidget
+from ipy_ctxrecovery.session import ChatSession
 from ipy_ctxrecovery.settings import Settings
 
-KB = 1024
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-def preflight(body: int, *, cap: int | None = 64 * KB, tokens: int = 1000,
-              window: int = 8192, action: str = "ok",
-              reasons: tuple[str, ...] = ()) -> ev.Preflight:
-    return ev.Preflight(body_bytes=body, est_tokens=tokens, cap=cap,
-                        cap_source="configured" if cap else None, window=window,
-                        action=action, reasons=reasons)  # type: ignore[arg-type]
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def step(level: str, attempt: int, before: int, after: int,
-         kind: str = "payload_too_large") -> ev.LadderStep:
-    failure = Failure(FailureKind(kind), "scripted")
-    decision = Decision(Level(level), attempt, LadderState(attempt=attempt), failure=failure)
-    return ev.LadderStep(decision=decision, failure=failure, before_messages=before,
-                         after_messages=after)
+def statuses(panel: ContextPanel) -> dict[str, str]:
+    return {stage: status for stage, status, _, _ in panel.view()["steps"]}
 
 
-def test_widget_tree_is_built_once_and_events_only_change_values() -> None:
+def details(panel: ContextPanel) -> dict[str, str]:
+    return {stage: detail for stage, _, _, detail in panel.view()["steps"]}
+
+
+def check_consistent(panel: ContextPanel, *, streaming: bool = False) -> None:
+    """What must hold at every moment (the issue's "no line that contradicts another");
+    ``streaming``: text deltas re-render at most every 0.25 s, so the HTML may lag."""
+    view = panel.view()
+    text = panel.text()
+    odd = {c for c in text if ord(c) > 127} - CARD_GLYPHS
+    assert not odd, odd
+    steps = statuses(panel)
+    if view["steps"]:
+        assert [s for s, _, _, _ in view["steps"]] == list(STAGES)
+    assert (view["last"] is None) == panel.running            # a last turn only between turns
+    assert ("turn running" in view["state"]) == panel.running
+    compaction_running = steps.get("summarize") == "running" or steps.get("trim") == "running"
+    assert ("a compaction running" in view["counts"]) == compaction_running
+    assert (steps.get("summarize") == "running") == panel.widget.cancellable
+    assert bool(panel.widget.label) == panel.running
+    running = [s for s, status in steps.items() if status == "running"]
+    assert len(running) <= 2 and (len(running) < 2 or set(running) <= {"summarize", "trim",
+                                                                         "recovery"}), running
+    if panel.running and view["steps"]:
+        # A step not reached yet is pending, never claimed done after a later one runs.
+        assert steps["send"] != "pending" or steps["recovery"] in ("pending", "skipped")
+    fraction = view["size_fraction"]
+    assert (fraction is None) == ("no payload cap known" in view["size"])
+    if fraction is not None:
+        assert (fraction > 1) == view["size"].endswith(", over it")
+    if not streaming:
+        assert panel.widget.html.endswith(_html_tail(panel))
+
+
+def _html_tail(panel: ContextPanel) -> str:
+    from ipy_ctxrecovery.notebook.panel import _html
+
+    return _html(panel.view(), live=True)
+
+
+def replay(panel: ContextPanel, stream: Stream, check: Any = None) -> None:
+    for i, item in enumerate(stream):
+        if isinstance(item, str):
+            panel.text_arrived(item)
+        else:
+            panel.handle(item)
+        check_consistent(panel, streaming=isinstance(item, str))
+        if check is not None:
+            check(i, item, panel)
+
+
+# -- the 413 recovered by a summary, event by event ---------------------------------------------
+
+def test_a_413_recovery_step_by_step(emulator: Any) -> None:
+    session, stream = recovery_413(emulator)
+    panel = ContextPanel(title="default", clock=Clock())
+    panel.update_status(_status_before(session, stream))
+    panel.begin_turn()
+    check_consistent(panel)
+    assert set(statuses(panel).values()) == {"pending"}
+    seen: dict[str, Any] = {}
+
+    def check(i: int, item: Any, p: ContextPanel) -> None:
+        s, d, view = statuses(p), details(p), p.view()
+        if isinstance(item, ev.Preflight):
+            assert s == {"preflight": "done", "microcompact": "skipped", "budget": "skipped",
+                         "trim": "pending", "summarize": "pending", "apply": "pending",
+                         "send": "pending", "recovery": "pending", "continuation": "pending"}
+            assert d["preflight"] == "within the window"
+            assert view["size"].endswith(" · no payload cap known")
+            assert p.widget.label == "preparing the request"
+        elif isinstance(item, ev.Sending) and item.attempt == 1:
+            assert s["send"] == "running" and s["trim"] == "skipped"
+            assert p.widget.label == "waiting for the answer"
+        elif isinstance(item, ev.LadderStep):
+            assert s["send"] == "failed" and d["send"].endswith("payload too large (413)")
+            assert s["recovery"] == "running"
+            assert "request was rejected → summarizing older messages to" in d["recovery"]
+            assert view["levels"][1] == ("summarize to fit", "lit current")
+            assert [state for _, state in view["levels"]].count("") == 4
+            assert p.widget.label == "recovering from a rejected request"
+        elif isinstance(item, ev.CapChanged):
+            seen["over"] = view["size"]
+            assert view["size_fraction"] > 1 and view["size"].endswith("cap (learned), over it")
+            assert 'ctxr-fill over' in p.widget.html           # the bar turned red
+        elif isinstance(item, ev.CompactionPhase) and item.phase == "summarize":
+            assert s["trim"] == "done" and s["summarize"] == "running" \
+                and s["apply"] == "pending"
+            assert d["summarize"].startswith("the model is summarizing older messages (")
+            assert p.widget.label == "the model is summarizing older messages"
+            assert p.widget.cancellable
+            assert view["counts"] == ("so far: 0 recoveries, 0 compactions · this turn: "
+                                      "a compaction running, 1 recovery step")
+            seen["summarizing"] = True
+        elif isinstance(item, ev.CompactionPhase) and item.phase == "applied":
+            assert s["summarize"] == "done" and s["apply"] == "done"
+            assert d["apply"].startswith("summary by the model: 8 → 3 messages, ")
+            assert view["size_fraction"] < 1 and "over" not in view["size"]  # came back
+            assert not p.widget.cancellable
+            assert view["counts"] == ("so far: 0 recoveries, 0 compactions · this turn: "
+                                      "1 compaction, 1 recovery step")
+        elif isinstance(item, ev.Sending) and item.attempt == 2:
+            assert s["send"] == "running" and d["send"].endswith("(try 2) · waiting for the answer…")
+            assert s["recovery"] == "done"
+        elif isinstance(item, str):
+            assert s["send"] == "running"
+            assert p.widget.label.startswith("answer arriving: ≈")
+        elif isinstance(item, ev.TurnFinished):
+            assert not p.running
+            assert view["last"] == "last turn: ✓ answered after 1 recovery step"
+            assert view["counts"] == "so far: 1 recovery, 1 compaction"
+            assert s["send"] == "done" and s["continuation"] == "skipped"
+            assert view["state"].startswith("idle · as of ")
+
+    replay(panel, stream, check)
+    assert seen.get("summarizing") and seen.get("over")
+    finished = next(e for e in stream if isinstance(e, ev.TurnFinished))
+    assert panel.history_bytes == finished.history_bytes     # not following: the event's
+    assert panel.cap == session.status().cap
+    session.close()
+
+
+def _status_before(session: ChatSession, stream: Stream) -> Any:
+    """The session's status as it was before the recorded turn (first pre-flight's sizes)."""
+    from dataclasses import replace
+
+    first = next(e for e in stream if isinstance(e, ev.Preflight))
+    return replace(session.status(), history_bytes=first.body_bytes,
+                   est_tokens=first.est_tokens, cap=None, cap_source=None, recoveries=0,
+                   compactions=0)
+
+
+def test_a_routine_turn(emulator: Any) -> None:
+    session, stream = routine(emulator)
+    panel = ContextPanel(title="default", clock=Clock())
+    panel.attach(session)
+    panel.begin_turn()
+    replay(panel, stream)
+    assert statuses(panel) == {"preflight": "done", "microcompact": "skipped",
+                               "budget": "skipped", "trim": "skipped", "summarize": "skipped",
+                               "apply": "skipped", "send": "done", "recovery": "skipped",
+                               "continuation": "skipped"}
+    assert panel.view()["last"] == "last turn: ✓ answered"
+    assert panel.view()["levels"] == []
+    session.close()
+
+
+# -- no cap, snapshot vs live, cancel, streaming --------------------------------------------------
+
+def test_no_cap_is_said_on_the_bar_not_drawn_near_empty() -> None:
     panel = ContextPanel(title="s")
-    children = panel.widget.children
-    bars = (panel.size_bar, panel.token_bar, panel.ladder_bar)
-    panel.handle(preflight(32 * KB))
-    panel.handle(step("emergency_truncate", 2, 30, 11, "payload_too_large"))
-    assert panel.widget.children == children
-    assert (panel.size_bar, panel.token_bar, panel.ladder_bar) == bars
-    assert isinstance(panel.widget, widgets.VBox)
+    panel.handle(ev.Preflight(body_bytes=30 * KB, est_tokens=7000, cap=None, window=8192,
+                              action="ok"))
+    view = panel.view()
+    assert view["size"] == "30 KB · no payload cap known" and view["size_fraction"] is None
+    assert "ctxr-track none" in panel.widget.html and "ctxr-fill" not in \
+        panel.widget.html.split("ctxr-size")[1].split("ctxr-tokens")[0]
+    assert view["tokens"] == "≈7,000 of 8,192 tokens"
+    panel.handle(ev.CapChanged(cap=24 * KB, source="learned", rejected_bytes=32 * KB))
+    assert panel.view()["size"] == "30 KB of 24 KB cap (learned), over it"
 
 
-def test_sizes_against_cap_and_window() -> None:
-    panel = ContextPanel(settings=Settings(max_payload=64 * KB))
-    panel.handle(preflight(56 * KB, cap=64 * KB, tokens=4096, window=8192))
-    assert panel.size_bar.value == 56 / 64
-    assert panel.size_bar.bar_style == "warning"  # above the 85% pre-flight fraction
-    assert panel.size_label.value == "56 KB of 64 KB cap (configured)"
-    assert panel.token_bar.value == 0.5
-    assert panel.token_bar.bar_style == "success"
-    assert panel.token_label.value == "≈4,096 of 8,192 tokens"
+def test_between_turns_a_snapshot_during_a_turn_the_widget() -> None:
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    wall = Clock()
+    panel = ContextPanel(title="work", publish=lambda obj, **kw: calls.append(
+        (obj._repr_mimebundle_(), kw)), wall=wall)
+    panel.show()
+    assert calls[0][1] == {"display_id": panel.display_id}
+    idle = calls[0][0]
+    assert WIDGET not in idle and set(idle) == {"text/plain", "text/html"}
+    assert idle["text/plain"].splitlines()[0] == "live panel · session work · idle"
+    panel.begin_turn()
+    live = calls[1][0]
+    assert calls[1][1] == {"display_id": panel.display_id, "update": True}
+    assert WIDGET in live and live[WIDGET]["model_id"] == panel.widget.model_id
+    assert live["text/plain"].splitlines()[0] == "live panel · session work · turn running"
+    panel.handle(ev.TurnFinished(history_bytes=2 * KB, est_tokens=500, window=8192, cap=None))
+    after = calls[2][0]
+    assert WIDGET not in after and "data-live='no'" in after["text/html"]
+    assert after["text/plain"].splitlines()[0].startswith("live panel · session work · idle · as of ")
+    assert len(calls) == 3                                 # one publish per change
 
 
-def test_no_cap_measures_against_the_warning_threshold() -> None:
-    settings = Settings()
-    panel = ContextPanel(settings=settings)
-    panel.handle(preflight(settings.no_cap_warn_bytes // 2, cap=None))
-    assert panel.size_bar.value == 0.5
-    assert panel.size_label.value == "1.2 MB (no payload cap)"
-    assert panel.text().startswith("history  1.2 MB (no payload cap)\n")
+def test_cancel_during_a_summary_ends_the_turn_as_cancelled() -> None:
+    history = tuple(Message.user(f"q{i} " + LOREM * 20) if i % 2 == 0
+                    else Message.assistant(f"a{i} " + LOREM * 20) for i in range(9))
+    panel = ContextPanel(title="s", clock=Clock())
+    panel.begin_turn()
+    states: list[tuple[bool, str]] = []
+
+    def summarize(_text: str) -> str:
+        # What the front end shows while the request is out: a Cancel button.
+        states.append((panel.widget.cancellable, panel.widget.label))
+        raise KeyboardInterrupt        # what the Cancel button's interrupt raises
+
+    def size(h: Any) -> int:
+        return sum(len(m.text) for m in h)
+
+    def on_event(e: ev.Event) -> None:
+        panel.handle(e)
+        check_consistent(panel)
+
+    with pytest.raises(KeyboardInterrupt):
+        compactor.compact(history, target_bytes=size(history) // 3, measure=size,
+                          summarize=summarize, settings=Settings(), on_event=on_event)
+    assert states == [(True, "the model is summarizing older messages")]
+    panel.end_turn(interrupted=True)
+    check_consistent(panel)
+    assert statuses(panel)["summarize"] == "cancelled"
+    assert details(panel)["summarize"].startswith("cancelled · history exactly as before "
+                                                  "(9 messages, ")
+    assert statuses(panel)["apply"] == "skipped"
+    assert panel.view()["last"] == "last turn: ✗ cancelled · history exactly as before"
+    assert not panel.widget.cancellable and panel.widget.label == ""
 
 
-def test_ladder_rungs_and_recovery() -> None:
-    panel = ContextPanel()
-    panel.handle(preflight(10 * KB, action="compact", reasons=("cap",)))
-    assert panel.ladder_bar.value == 0
-    assert panel.action_label.value == ("last: ℹ pre-flight: history 10 KB ≈ 16% of configured "
-                                        "cap (64 KB) — compacting")
-    for attempt, level in enumerate(("aggressive_budget", "emergency_truncate"), start=1):
-        panel.handle(step(level, attempt, 20, 12, "payload_too_large"))
-        assert panel.ladder_bar.value == LADDER_LEVELS[Level(level)] == attempt
-    assert panel.ladder_bar.bar_style == "warning"
-    assert panel.ladder_label.value == "this turn: step 2: dropped older messages (20 → 12 msgs)"
-    panel.handle(ev.Recovered(attempts=2))
-    panel.handle(ev.TurnFinished(history_bytes=9 * KB, est_tokens=900,
-                                 window=8192, cap=None))
-    assert panel.ladder_label.value == "last turn: recovered in 2 steps"
-    assert panel.ladder_bar.value == 2  # the turn's highest step stays visible
-    panel.handle(preflight(10 * KB))  # the next turn starts at the bottom again
-    assert panel.ladder_bar.value == 0
-    assert panel.action_label.value == "last: ✓ Recovered after 2 recovery steps"  # not routine
+def test_streamed_tokens_are_counted_and_renders_are_coalesced() -> None:
+    clock = Clock()
+    panel = ContextPanel(title="s", clock=clock)
+    panel.begin_turn()
+    panel.handle(ev.Sending(body_bytes=KB))
+    renders = []
+    original = panel._render
 
+    def counting() -> None:
+        renders.append(1)
+        original()
 
-def test_a_turn_without_recovery_after_one_with_shows_none_needed() -> None:
-    # A turn may emit nothing before TurnFinished (no pre-flight message): it still resets.
-    panel = ContextPanel()
-    panel.handle(step("exact_fit", 1, 9, 5, "context_overflow"))
-    panel.handle(ev.Recovered(attempts=1))
-    panel.handle(ev.TurnFinished(history_bytes=KB, est_tokens=256, window=8192,
-                                 cap=None))
-    assert "recovered in 1 step" in panel.text()
-    panel.handle(ev.TurnFinished(history_bytes=2 * KB, est_tokens=512,
-                                 window=8192, cap=None))
-    assert panel.ladder_label.value == "last turn: none needed"
-    assert panel.text().splitlines()[2] == "recovery last turn: none needed"
-
-
-def test_nuclear_level_is_danger() -> None:
-    panel = ContextPanel()
-    panel.handle(step("nuclear_truncate", 3, 9, 5, "context_overflow"))
-    assert panel.ladder_bar.value == 3
-    assert panel.ladder_bar.bar_style == "danger"
-
-
-def test_summarization_status_and_cap_changes() -> None:
-    panel = ContextPanel()
-    panel.handle(ev.CompactionPhase(phase="summarize", before_messages=23))
-    assert panel.summary_label.value.startswith("⇣ Summarizing older messages with the model")
-    panel.handle(ev.CompactionPhase(phase="applied", before_messages=23, after_messages=9,
-                                    before_bytes=40 * KB, after_bytes=9 * KB,
-                                    outcome="summary"))
-    assert panel.summary_label.value == "✓ Summary applied (23 → 9 messages, 40 KB → 9 KB)"
-    panel.handle(ev.CapChanged(cap=4 * 1024 * KB, source="assumed"))
-    panel.handle(preflight(1024 * KB, cap=4 * 1024 * KB))
-    assert panel.size_label.value == "1 MB of 4 MB cap (assumed)"
-    panel.handle(ev.Failed(failure_kind=FailureKind.PAYLOAD_TOO_LARGE, sentence="gave up"))
-    assert panel.ladder_label.value == "last turn: failed (payload too large)"
-    assert panel.action_label.value == "last: ✗ gave up"
-
-
-def test_turn_finished_updates_sizes_without_touching_the_last_action() -> None:
-    panel = ContextPanel()
-    panel.handle(ev.MicrocompactApplied(truncated=3, summarized=0, bytes_freed=9000))
-    panel.handle(ev.TurnFinished(history_bytes=2048, est_tokens=512, window=4096,
-                                 cap=None))
-    assert panel.history_bytes == 2048
-    assert panel.token_bar.value == 512 / 4096
-    assert panel.action_label.value == ("last: ✂ microcompact: 3 truncated, 0 summarized, "
-                                        "8.8 KB freed")
-
-
-def test_plain_text_fallback_in_the_mimebundle() -> None:
-    panel = ContextPanel(title="default", settings=Settings(max_payload=64 * KB))
-    panel.handle(preflight(16 * KB, cap=64 * KB))
-    bundle = panel._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
-    text = bundle["text/plain"]
-    assert text == panel.text()
-    assert text.splitlines()[:3] == ["history  16 KB of 64 KB cap (configured)",
-                                     "tokens   ≈1,000 of 8,192 tokens",
-                                     "recovery this turn: none needed"]
-    for jargon in ("ladder", "rung", "exact_fit", "no cap configured"):
-        assert jargon not in text
+    panel._render = counting  # type: ignore[method-assign]
+    for _ in range(10):
+        panel.text_arrived("abcd" * 10)     # 40 bytes ≈ 10 tokens each
+    assert len(renders) == 1                # the clock did not move: one render
+    clock.now += 1
+    panel.text_arrived("abcd")
+    assert details(panel)["send"] == "1 KB · answer arriving: ≈101 tokens"
+    assert panel.widget.label == "answer arriving: ≈101 tokens"
 
 
 def test_events_from_another_thread_wait_for_the_owning_thread() -> None:
-    panel = ContextPanel()
-    worker = threading.Thread(target=panel.handle, args=(preflight(48 * KB),))
+    panel = ContextPanel(title="s")
+    event = ev.Preflight(body_bytes=48 * KB, est_tokens=100, cap=None, window=8192, action="ok")
+    worker = threading.Thread(target=panel.handle, args=(event,))
     worker.start()
     worker.join()
-    assert panel.history_bytes == 0  # not applied off the kernel thread
-    panel.handle(ev.Recovered(attempts=1))
-    assert panel.history_bytes == 48 * KB
-    assert panel.action_label.value == "last: ✓ Recovered after 1 recovery step"
+    assert panel.record is None                       # not applied off the kernel thread
+    panel.handle(ev.Sending(body_bytes=48 * KB))
+    assert statuses(panel)["preflight"] == "done" and statuses(panel)["send"] == "running"
+
+
+def test_the_widget_is_one_anywidget_built_once(emulator: Any) -> None:
+    session, stream = routine(emulator)
+    panel = ContextPanel(title="s")
+    widget = panel.widget
+    assert isinstance(widget, PanelWidget)
+    panel.attach(session)
+    session.send("more [[words 5]]")
+    assert panel.widget is widget and panel.widget.kernel_id == ""   # no server here
+    assert "api/kernels/" in widget._esm and "/interrupt" in widget._esm
+    assert set(widget.texts) == {"cancel", "cancelling", "cancel_title", "cancel_failed"}
+    session.close()
 
 
 def test_attach_follows_a_real_session(emulator: Any) -> None:
-    from ipy_ctxrecovery.session import ChatSession
-
     emu = emulator(context_window=4096)
     session = ChatSession("emulator", emulator=emu, settings=Settings(max_payload=64 * KB),
                           system="be brief")
@@ -167,20 +312,79 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     panel.attach(session)
     status = session.status()
     assert panel.history_bytes == status.history_bytes > 0
-    assert panel.window == 4096
-    assert panel.size_label.value.endswith("(configured)")
+    assert panel.view()["size"] == f"{status.history_bytes / 1024:.1f} KB of 64.0 KB cap " \
+                                   "(configured)" or panel.view()["size"].endswith("(configured)")
     session.send("hello " * 200)
     grown = session.status()
-    assert grown.history_bytes > status.history_bytes
-    assert panel.history_bytes == grown.history_bytes  # from the session's status
-    assert panel.est_tokens == grown.est_tokens
-    session.send("a short one", max_tokens=7)  # measured differently by the turn itself
-    assert panel.est_tokens == session.status().est_tokens
-    assert panel.history_bytes == session.status().history_bytes
-    assert panel.text().splitlines()[2] == ("recovery last turn: none needed · 0 recoveries, "
-                                            "0 compactions so far")
+    assert panel.history_bytes == grown.history_bytes > status.history_bytes
+    assert panel.view()["tokens"] == f"≈{grown.est_tokens:,} of 4,096 tokens (model catalogue)"
+    assert panel.view()["counts"] == "so far: 0 recoveries, 0 compactions"
+    assert panel.view()["last"] == "last turn: ✓ answered"
+    panel.attach(session)                              # the same conversation: kept
+    assert panel.view()["last"] == "last turn: ✓ answered"
     followed = panel.history_bytes
     panel.detach()
     session.send("again")
-    assert panel.history_bytes == followed  # no longer following
+    assert panel.history_bytes == followed
+    other = ChatSession("emulator", emulator=emu, name="another")
+    panel.attach(other)                                # another one (%%chat --new): no last turn
+    assert panel.view()["last"] is None and panel.view()["steps"] == []
+    other.close()
     session.close()
+
+
+# -- through the magics: what a network path taught, shared and said ------------------------------
+
+class Quiet(DisplayPublisher):
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.config.pop("ChatMagics", None)
+    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+    saved, shell.display_pub = shell.display_pub, Quiet(shell=shell)
+    yield shell
+    shell.display_pub = saved
+    shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+
+
+def test_a_second_session_on_the_same_path_does_not_relearn_the_cap(
+        ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    magics = get_magics(ip)
+    assert magics is not None
+    ip.run_line_magic("chat", "emulator --max-body 32KB --context-window 200000")
+    for i in range(3):
+        ip.run_cell_magic("chat", "", f"part {i}: " + LOREM * 95)
+    ip.run_cell_magic("chat", "", "Compare them: " + LOREM * 40)
+    emu = magics.workspace.emulator
+    assert emu is not None
+    rejected = [r for r in emu.requests if r.status == 413]
+    assert len(rejected) == 1
+    first = magics.workspace.session("default").status()
+    assert first.cap_source == "learned"
+    for i in range(4):   # another conversation, on the same emulator
+        ip.run_cell_magic("chat", "-S other", f"other {i}: " + LOREM * 95)
+    other = magics.workspace.sessions["other"].status()
+    assert other.cap == first.cap and other.cap_source == "learned"
+    assert [r for r in emu.requests if r.status == 413] == rejected   # not learned again
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status -S other")
+    out = capsys.readouterr().out
+    assert f"payload cap: {first.cap / 1024:.1f} KB (learned)" in out
+    panel = magics.workspace.panel("other")
+    assert panel.view()["size"].endswith(f"of {first.cap / 1024:.1f} KB cap (learned)")
+
+
+def test_panel_sidebar_says_how_to_pin_it(ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert ip.run_line_magic("chat", "panel --sidebar") is None
+    out = capsys.readouterr().out
+    assert "Create New View for Cell Output" in out and "right side area" in out
+    magics = get_magics(ip)
+    assert magics is not None and magics.workspace.panels["default"].shown is False  # terminal

@@ -35,6 +35,7 @@ __all__ = [
     "Preflight",
     "Recovered",
     "Retrying",
+    "Sending",
     "ToolRun",
     "Truncated",
     "TurnFinished",
@@ -207,6 +208,17 @@ class Retrying(Event):
     failure_kind: FailureKind
     failure: Failure
     of: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sending(Event):
+    """A request is leaving (``attempt`` 1 for the first try of this request, more for a
+    resend after a retry or a recovery step): routine, told by the live panel and the
+    turn card, not as a line of its own."""
+
+    body_bytes: int
+    attempt: int = 1
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,11 +16,12 @@ missing-glyph box.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from functools import singledispatch
 from typing import Any, Literal
 
-from ..failures import FailureKind
+from ..failures import Failure, FailureKind
 from ..settings import format_size
 from . import events as ev
 from .ladder.decide import Decision, Level
@@ -497,3 +498,314 @@ def _(e: ev.TurnFinished) -> str:
     share = f"{100 * e.est_tokens / e.window:.0f}%" if e.window else "?"
     return (f"{DETAIL} history {format_size(e.history_bytes)} ≈ {e.est_tokens:,} tokens "
             f"({share} of the {e.window:,}-token window)")
+
+
+# == The turn card and the live panel ======================================================
+# Short phrases over events, for the two views of a turn: the static card written under a
+# %%chat cell when its turn ends (notebook/turn_card.py) and the live panel's step tracker
+# (notebook/panel.py). Each names one step of the turn and says what it did, before →
+# after, in plain words. Only glyphs that common fonts have (DejaVu Sans, Liberation,
+# Segoe UI, Helvetica): ``CARD_GLYPHS`` lists every non-ASCII character used here.
+
+CARD_GLYPHS = frozenset("≈→·…✓✗–○●▸■")
+"""Non-ASCII characters the card and the panel may show (all in DejaVu Sans); the tests
+check every rendered label against this set."""
+
+STATUS_GLYPHS: dict[str, str] = {
+    "pending": "○", "running": "●", "done": "✓", "failed": "✗", "cancelled": "✗",
+    "skipped": "–", "info": "·",
+}
+"""A step's status as one glyph (the card's and the tracker's first column)."""
+
+LEVEL_NAMES: dict[Level, str] = {
+    Level.LOWER_MAX_TOKENS: "shorter answer",
+    Level.EXACT_FIT: "cut to fit",
+    Level.AGGRESSIVE: "shrink tool results",
+    Level.EMERGENCY: "drop older messages",
+    Level.NUCLEAR: "keep only the latest",
+    Level.GIVE_UP: "gave up",
+}
+"""Each recovery level in plain words (the tracker's level chips and the card)."""
+
+STAGE_NAMES: dict[str, str] = {
+    "preflight": "pre-flight", "answer_size": "answer size", "microcompact": "microcompact",
+    "budget": "tool-result budget", "compaction": "compaction", "trim": "trim",
+    "summarize": "summarize", "apply": "apply", "fit": "fit before sending",
+    "send": "send", "recovery": "recovery", "cap": "payload cap",
+    "window": "context window", "notice": "note to the model", "retry": "retry",
+    "tool": "tool", "continuation": "continuation", "failed": "failed",
+}
+"""The name of each step of a turn, as the card and the tracker show it."""
+
+
+def cap_words(cap: int | None, source: str | None) -> str:
+    """``"30 KB cap (learned)"``, or ``"no payload cap known"``."""
+    if cap is None:
+        return "no payload cap known"
+    return f"{format_size(cap)} cap ({source or 'configured'})"
+
+
+def size_against_cap(body: int, cap: int | None, source: str | None) -> str:
+    """A request or history size against the cap: ``"40 KB of 30 KB cap (learned), over
+    it"``, ``"12 KB of 30 KB cap (learned)"``, ``"40 KB · no payload cap known"``."""
+    if cap is None:
+        return f"{format_size(body)} · no payload cap known"
+    over = ", over it" if body > cap else ""
+    return f"{format_size(body)} of {cap_words(cap, source)}{over}"
+
+
+def tokens_against_window(tokens: int, window: int | None, source: str | None = None) -> str:
+    """``"≈2,100 of 8,192 tokens (model catalogue)"``."""
+    if not window:
+        return f"≈{tokens:,} tokens"
+    return f"≈{tokens:,} of {window:,} tokens" + (f" ({source})" if source else "")
+
+
+def sizes_before(e: ev.Preflight) -> str:
+    """The turn's first request, as pre-flight measured it."""
+    return (f"request {size_against_cap(e.body_bytes, e.cap, e.cap_source)} · "
+            f"{tokens_against_window(e.est_tokens, e.window)}")
+
+
+def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:
+    """The history the turn left, against the cap and window in force at its end."""
+    return (f"history {size_against_cap(e.history_bytes, e.cap, cap_source)} · "
+            f"{tokens_against_window(e.est_tokens, e.window)}")
+
+
+def preflight_verdict(e: ev.Preflight) -> str:
+    """What pre-flight made of the request (its sizes have their own lines)."""
+    parts = []
+    if "cap" in e.reasons:
+        parts.append("near the cap → compacting")
+    if "window" in e.reasons:
+        parts.append("prompt + answer over the window → compacting")
+    if "no_cap" in e.reasons:
+        parts.append("large, with no cap set: if a proxy limits requests, "
+                     "%chat config max_payload=SIZE")
+    return " · ".join(parts) or ("within the window and the cap" if e.cap
+                                 else "within the window")
+
+
+def answer_size_detail(e: ev.MaxTokensLowered) -> str:
+    why = ("the output limit learned earlier" if e.reason == "output_limit"
+           else "room left in the window")
+    return f"max_tokens {e.requested:,} → {e.sent:,} ({why})"
+
+
+def microcompact_detail(e: ev.MicrocompactApplied) -> str:
+    return (f"old tool results: {e.truncated} shortened, {e.summarized} cleared to one line · "
+            f"{format_size(e.bytes_freed)} freed")
+
+
+def budget_detail(e: ev.BudgetApplied) -> str:
+    return f"{plural(e.replaced, 'tool result')} → previews (full text saved)"
+
+
+def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
+    """What one compaction did (or is doing), from its phases so far."""
+    last = phases[-1]
+    n0, b0 = last.before_messages, format_size(last.before_bytes)
+    n1 = last.after_messages if last.after_messages is not None else n0
+    b1 = format_size(last.after_bytes if last.after_bytes is not None else last.before_bytes)
+    target = format_size(last.target_bytes or 0)
+    if last.phase == "start":
+        return f"{plural(n0, 'message')}, {b0} → target {target}"
+    if last.phase == "trim":
+        return "trimming reasoning and repeats (no LLM)…"
+    if last.phase == "summarize":
+        return f"the model is summarizing older messages ({b0} → target {target})…"
+    if last.phase == "rejected":
+        return f"not applied ({last.reason}) · history kept as it was"
+    if last.phase == "cancelled":
+        return f"cancelled · history exactly as before ({plural(n0, 'message')}, {b0})"
+    if last.outcome == "nothing":
+        return f"already within the {target} target · nothing changed"
+    how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
+    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+
+
+def fit_detail(e: ev.FitBeforeSend) -> str:
+    over = (cap_words(e.cap, e.cap_source) if e.over == "cap"
+            else f"{e.window:,}-token window")
+    return (f"{format_size(e.body_bytes)} over the {over} → fitted to "
+            f"{format_size(e.goal_bytes)}" + (f" ({'; '.join(e.notes)})" if e.notes else ""))
+
+
+def send_detail(e: ev.Sending, *, status: str, failure: Failure | None = None,
+                streamed_tokens: int = 0) -> str:
+    """One request: leaving, streaming, answered or rejected."""
+    size = format_size(e.body_bytes)
+    again = f" (try {e.attempt})" if e.attempt > 1 else ""
+    if status == "failed" and failure is not None:
+        return f"{size}{again} · {failure.label}"
+    if status == "failed":
+        return f"{size}{again} · no answer"
+    if status == "cancelled":
+        got = f" after ≈{streamed_tokens:,} answer tokens" if streamed_tokens else ""
+        return f"{size}{again} · interrupted{got}"
+    if status == "done":
+        return f"{size}{again} · answered"
+    if streamed_tokens:
+        return f"{size}{again} · answer arriving: ≈{streamed_tokens:,} tokens"
+    return f"{size}{again} · waiting for the answer…"
+
+
+def ladder_name(e: ev.LadderStep) -> str:
+    """``"recovery 1: summarize to fit"``."""
+    name = "summarize to fit" if e.summarizing else LEVEL_NAMES[e.level]
+    return f"recovery {e.attempt}: {name}"
+
+
+def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None,
+                  done: bool = False) -> str:
+    """What a recovery step did (``done``) or is doing; ``not_used``: the later step saying
+    its summary was not used (the oldest messages were dropped instead)."""
+    d = e.decision
+    if not_used is not None:
+        return (f"summary not used ({not_used.summary_not_used}) → dropped the oldest "
+                f"messages: {not_used.before_messages} → {not_used.after_messages}")
+    if e.level is Level.LOWER_MAX_TOKENS:
+        return (f"max_tokens {d.requested_max_tokens or 0:,} → {d.max_tokens or 0:,}, "
+                "history untouched")
+    why = ""
+    if d.rejected_bytes is not None:
+        why = f"a {format_size(d.rejected_bytes)} request was rejected"
+    elif e.failure.prompt_tokens and e.failure.limit_tokens:
+        why = (f"the provider counted {e.failure.prompt_tokens:,} tokens > "
+               f"{e.failure.limit_tokens:,}")
+    else:
+        why = e.failure.label
+    if e.summarizing:
+        target = format_size(d.target_bytes or 0)
+        return (f"{why} → older messages summarized to fit {target}" if done
+                else f"{why} → summarizing older messages to {target}")
+    moved = f"{e.before_messages} → {plural(e.after_messages, 'message')}"
+    return f"{why} → {moved}" + (f" ({'; '.join(e.notes)})" if e.notes else "")
+
+
+def cap_detail(e: ev.CapChanged) -> str:
+    if e.source == "learned" and e.cap is not None:
+        verb = "dropped" if e.dropped else "rejected"
+        return (f"learned ≈{format_size(e.cap)}: a {format_size(e.rejected_bytes or 0)} "
+                f"request was {verb} (kept for this network path)")
+    if e.source == "assumed" and e.cap is not None:
+        return (f"assuming {format_size(e.cap)} until told · %chat config max_payload=SIZE "
+                "sets the real one")
+    return cap_words(e.cap, e.source)
+
+
+def window_detail(e: ev.WindowLearned) -> str:
+    return f"{e.previous:,} → {e.window:,} tokens (as the provider reported)"
+
+
+def notice_detail(e: ev.NoticeInjected) -> str:
+    if e.notice == "payload":
+        return "told the model a size limit was hit (read files in ranges)"
+    return "told the model that earlier context was compacted"
+
+
+def retry_detail(e: ev.Retrying) -> str:
+    if e.failure_kind is FailureKind.AUTH:
+        return "authentication failed · credentials re-read, retrying once"
+    return f"{e.failure.label} · retry {e.attempt} of {e.of} after {e.wait:.1f} s"
+
+
+def tool_detail(e: ev.ToolRun) -> str:
+    if e.limit_reached:
+        return f"limit of {plural(e.max_rounds, 'tool round')} reached · answering with what it has"
+    return f"{e.name}: {'ok' if e.ok else 'error'} ({plural(e.chars, 'char')})"
+
+
+def continuation_detail(e: ev.Escalation | ev.Truncated) -> str:
+    if isinstance(e, ev.Truncated):
+        return (f"answer still cut at max_tokens {e.max_tokens:,} after "
+                f"{plural(e.escalations, 'continuation')} · kept as it is")
+    return (f"answer cut at max_tokens {e.previous:,} → continuing with {e.max_tokens:,} "
+            f"({e.attempt} of {e.of})")
+
+
+def turn_outcome(*, failed: ev.Failed | None, recovered: int, cancelled: bool,
+                 finished: bool) -> str:
+    """How a turn ended, in a few words (the card's header, the panel's last-turn line)."""
+    if cancelled:
+        return "✗ cancelled · history exactly as before"
+    if failed is not None:
+        return f"✗ failed · {failed.sentence}"
+    if not finished:
+        return "running…"
+    if recovered:
+        return f"✓ answered after {plural(recovered, 'recovery step')}"
+    return "✓ answered"
+
+
+def tokens_used(prompt: int, completion: int) -> str:
+    return f"{prompt:,} prompt + {completion:,} answer tokens"
+
+
+def elapsed(seconds: float) -> str:
+    """``"2.4 s"``, ``"1 min 05 s"``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def counts_line(recoveries: int, compactions: int) -> str:
+    """The session's totals: ``"2 recoveries, 1 compaction"``."""
+    return (f"{plural(recoveries, 'recovery', 'recoveries')}, "
+            f"{plural(compactions, 'compaction')}")
+
+
+def panel_title(session: str) -> str:
+    return f"live panel · session {session}"
+
+
+def panel_state(*, running: bool, as_of: float | None) -> str:
+    """The panel's state beside its title: ``"turn running"``, ``"idle · as of 14:03:22"``."""
+    if running:
+        return "turn running"
+    if as_of is None:
+        return "idle"
+    return f"idle · as of {time.strftime('%H:%M:%S', time.localtime(as_of))}"
+
+
+def panel_counts(recoveries: int, compactions: int,
+                 this_turn: tuple[int, int, bool] | None = None) -> str:
+    """``"so far: 1 recovery, 2 compactions · this turn: 1 compaction running"``;
+    ``this_turn``: (compactions applied, recovery steps, a compaction running)."""
+    line = f"so far: {counts_line(recoveries, compactions)}"
+    if this_turn is None:
+        return line
+    applied, steps, running = this_turn
+    parts = []
+    if applied:
+        parts.append(plural(applied, "compaction"))
+    if running:
+        parts.append("a compaction running")
+    if steps:
+        parts.append(plural(steps, "recovery step"))
+    return line + (f" · this turn: {', '.join(parts)}" if parts else " · this turn: none yet")
+
+
+def panel_last_turn(outcome: str) -> str:
+    return f"last turn: {outcome}"
+
+
+def activity_words(kind: str, *, streamed: int = 0) -> str:
+    """The activity line while a turn runs (the spinner's label)."""
+    if kind == "send":
+        return f"answer arriving: ≈{streamed:,} tokens" if streamed else "waiting for the answer"
+    return {"summarize": "the model is summarizing older messages",
+            "compaction": "compacting the history",
+            "recovery": "recovering from a rejected request",
+            "prepare": "preparing the request"}[kind]
+
+
+def cancel_texts() -> dict[str, str]:
+    """The Cancel button's words (shown by the front end)."""
+    return {"cancel": "Cancel", "cancelling": "Cancelling…",
+            "cancel_title": ("Interrupt the kernel: the summary stops and the history "
+                             "stays exactly as it was"),
+            "cancel_failed": ("Could not reach the Jupyter server from here: use the "
+                              "notebook's interrupt button (■).")}

@@ -13,6 +13,7 @@ import contextlib
 import re
 import shlex
 import sys
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -50,6 +51,7 @@ from .display import (
     usage_dict,
 )
 from .environment import auto_model, default_endpoint, describe_endpoint, env_settings
+from .turn_card import CARD_MODES, TurnCard, TurnRecord, card_wanted
 from .workspace import DEFAULT_SESSION, Workspace
 
 __all__ = ["ChatInterrupted", "ChatMagics", "get_magics", "load", "unload"]
@@ -103,8 +105,15 @@ class ChatMagics(Magics):
     stream = Bool(True, help="Stream answers as they arrive.").tag(config=True)
     default_format = Enum(FORMATS, "markdown", help="Answer format: " + ", ".join(FORMATS)).tag(
         config=True)
-    show_panel = Bool(True, help="Show the live context panel (notebook front ends).").tag(
-        config=True)
+    show_panel = Bool(
+        False, help="Also show the session's live panel above its first %%chat cell "
+        "(%chat panel shows it anywhere; a saved notebook keeps its last snapshot).",
+    ).tag(config=True)
+    turn_card = Enum(
+        CARD_MODES, "auto",
+        help="The static record under each %%chat cell: 'auto' when something happened "
+        "(compaction, recovery, failure...), 'always', or 'never'.",
+    ).tag(config=True)
     verbosity = Enum(
         VERBOSITIES, "normal",
         help="Status lines: 'quiet' (only a cut answer or dropped context), 'normal' (one "
@@ -134,7 +143,6 @@ class ChatMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self.workspace = Workspace(self)
-        self.panel_handles: dict[str, Any] = {}
         self._warned: set[str] = set()
         self.failed_cells: dict[int, tuple[str, str]] = {}
         """Execution count -> (source, traceback) of cells that raised (``Err[n]``)."""
@@ -291,26 +299,22 @@ class ChatMagics(Magics):
 
     # -- panels ----------------------------------------------------------------------------
     def show_panel_for(self, name: str) -> None:
-        if not (self.show_panel and self.is_live()) or name in self.panel_handles:
+        if not (self.show_panel and self.is_live()):
             return
-        from IPython.display import display
+        panel = self.workspace.panel(name)
+        if not panel.shown:
+            panel.show()
 
-        self.panel_handles[name] = display(self.workspace.panel(name), display_id=True)
+    def show_card(self, record: TurnRecord) -> None:
+        """Write the turn's static card under the cell (``turn_card``; notebook front ends)."""
+        if self.is_live() and card_wanted(self.turn_card, record):
+            from IPython.display import display
 
-    def refresh_panel_text(self, name: str) -> None:
-        """Re-publish the panel so its plain-text fallback (saved in the notebook) is current.
-
-        The widgets update live by themselves; this matters where they cannot render.
-        """
-        handle, panel = self.panel_handles.get(name), self.workspace.panels.get(name)
-        if handle is not None and panel is not None:
-            panel.refresh()  # the same numbers as %chat status
-            handle.update(panel)
+            display(TurnCard(record))
 
     def close(self) -> None:
         """Close panels, sessions and the emulator (``%unload_ext``)."""
         self.workspace.close()
-        self.panel_handles.clear()
 
     # -- failed cells (Err[n], %chat error) --------------------------------------------------
     def last_failed_cell(self) -> tuple[str, str] | None:
@@ -422,20 +426,30 @@ class ChatMagics(Magics):
             printer.say(max_tokens_above_limit_line(max_tokens, session.output_cap,
                                                     session.model))
             max_tokens = session.output_cap
-        unsubscribe = session.subscribe(printer)
-        answered = False
+        subscriptions = [session.subscribe(printer)]
+        record = self._turn_record(args.session, session)
+        subscriptions.append(session.subscribe(record.feed))
+        panel = self.workspace.panels.get(args.session)
+        on_text = _tee(streamer, record.text_arrived, panel.text_arrived if panel else None)
+        if panel is not None:
+            panel.begin_turn()
+        started = time.monotonic()
+        answered = interrupted = False
+        failure: errors.ChatError | None = None
         try:
             with session.offering(builtin_tools=not args.no_read_file):
                 reply = session.send(cell, max_tokens=max_tokens, stream=stream,
-                                     on_text=streamer if stream else None,
+                                     on_text=on_text if stream else None,
                                      record=not args.no_history, options=options or None)
             answered = True
         except errors.ChatError as e:
-            self.fail(str(e), e)
-            return None
+            failure = e
         except errors.CtxRecoveryError as e:   # bad input (a message that cannot be stored,
             raise UsageError(str(e)) from e      # a session open elsewhere): one sentence
         except KeyboardInterrupt:
+            # Ctrl-C, or the panel's Cancel: the history is as before; the card says so.
+            interrupted = True
+            record.interrupted()
             kept = (f"the working history is as it was before this cell "
                     f"({plural(len(session.history), 'message')})")
             said = "your message stays in the transcript" if not args.no_history else \
@@ -446,8 +460,19 @@ class ChatMagics(Magics):
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
                 streamer.finish()
-            unsubscribe()
-            self.refresh_panel_text(args.session)
+            for unsubscribe in subscriptions:
+                unsubscribe()
+            if panel is not None:
+                panel.end_turn(interrupted=interrupted)
+            record.finish(elapsed=time.monotonic() - started)
+            if not answered:
+                self.show_card(record)  # under the partial answer, before the cell fails
+        if failure is not None:
+            self.fail(str(failure), failure)
+            return None
+        record.finish(elapsed=record.elapsed or 0.0,
+                      prompt_tokens=reply.usage.prompt_tokens or 0,
+                      completion_tokens=reply.usage.completion_tokens or 0)
         if _str(reply.finish_reason) == "length" \
                 and not any(isinstance(e, ev.Truncated) for e in printer.events):
             # Cut with no escalation event (a cut tool call, say): still said once.
@@ -460,18 +485,29 @@ class ChatMagics(Magics):
             self.shell.set_next_input(extract_code(answer), replace=False)
         if silent:
             streamer.finish()
+            self.show_card(record)
             return None
         if not as_result:
             if not streamer.finish(answer):
                 # Nothing was shown live (--no-stream, live_display='never'): show it now, so
                 # a loop of calls shows every answer; it is not shown a second time.
                 self._display(answer)
+            self.show_card(record)
             return answer
         if streamer.finish(answer):
             # The streamed area (or the printed text) is the answer: returning it too would
             # show it twice (and leave an empty output if the area were cleared), so it is put
             # in Out[n] and _ the way IPython's display hook does, and the cell returns None.
             self._store_result(answer)
+            self.show_card(record)
+            return None
+        if self.is_live() and card_wanted(self.turn_card, record):
+            # The card goes under the answer: the answer is displayed here, then the card.
+            from IPython.display import display
+
+            display(answer)
+            self._store_result(answer)
+            self.show_card(record)
             return None
         return answer
 
@@ -480,6 +516,12 @@ class ChatMagics(Magics):
 
         display(answer)
         answer.shown = True
+
+    def _turn_record(self, name: str, session: Any) -> TurnRecord:
+        """A record of the coming turn, starting from the session's cap and window."""
+        return TurnRecord(session=name, estimate=session.estimator.estimate,
+                          cap=session.caps.effective(), cap_source=session.caps.source,
+                          window=session.window)
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)
@@ -559,6 +601,17 @@ class ChatMagics(Magics):
 
 ChatMagics.chat_line.__doc__ = (ChatMagics.chat_line.__doc__ or "") + "\n\n" + \
     subcommands.summary_text()
+
+
+def _tee(*callbacks: Any) -> Any:
+    """One ``on_text`` callback calling each of ``callbacks`` (None ones skipped)."""
+    chosen = [c for c in callbacks if c is not None]
+
+    def on_text(delta: str) -> None:
+        for callback in chosen:
+            callback(delta)
+
+    return on_text
 
 
 def _str(value: Any) -> str | None:

@@ -1,115 +1,253 @@
-"""The live context panel: an ipywidgets view of one session's size, recovery and summarizer.
+"""The live panel of one session (``%chat panel``): sizes against cap and window, a step
+tracker of the running turn, an activity line with elapsed time and a Cancel button.
 
-The widget tree is built once; events from the session (it subscribes to them) only set
-trait values. ``text()`` is the plain-text fallback used wherever widgets cannot render
-(terminal IPython, some VS Code setups, a notebook saved without widget state): the panel's
-``_repr_mimebundle_`` always carries it as ``text/plain``.
+What it shows is one view model, :meth:`ContextPanel.view` — every label from
+:mod:`..wording`, the running turn read by the same :class:`~.turn_card.TurnRecord` the turn
+card uses — rendered as HTML (and as ``text/plain``, the same facts one per line).
 
-Widget state has no lock, so values are only written from the thread that built the panel
-(the kernel's); an event arriving on another thread is queued and applied on the next
-update from the owning thread.
+**Live while a turn runs, a snapshot in between.** The kernel can push updates to the
+front end while a cell runs (display updates and widget state go out on IOPub), but it
+reads nothing the front end sends until the cell ends: a widget button's ``on_click``
+would fire after the summary it was meant to cancel. So the panel's output (one display
+id per panel) holds the widgets only while a turn runs — the tracker, and the
+:class:`PanelWidget` whose Cancel button asks the Jupyter server to interrupt the
+kernel (``POST /api/kernels/<id>/interrupt``, what the notebook's own ■ button does):
+the ``KeyboardInterrupt`` lands in the summary request and the compaction leaves the
+history exactly as it was. When the turn ends the output is replaced by plain HTML of the
+same view, stamped with its time, so a saved notebook shows that snapshot (never "Error
+displaying widget: model not found") whatever the kernel does later.
+
+Widget state has no lock: events are applied on the thread that built the panel (the
+kernel's); an event from another thread waits for the next one from the owning thread.
 """
 
 from __future__ import annotations
 
+import html
+import os
+import re
+import sys
 import threading
+import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
 from ..core import events as ev
+from ..core import wording as w
 from ..core.ladder.decide import Level
-from ..core.wording import describe
-from ..settings import Settings, format_size
+from ..settings import Settings
+from .turn_card import Step, TurnRecord
 
-__all__ = ["LADDER_LEVELS", "STEP_WORDS", "ContextPanel"]
+__all__ = ["STAGES", "ContextPanel", "PanelWidget", "kernel_id"]
 
-#: ladder Level -> the step shown on the panel's 0-3 bar (0: no recovery this turn).
-LADDER_LEVELS: dict[Level, int] = {
-    Level.LOWER_MAX_TOKENS: 0,
-    Level.EXACT_FIT: 0,
-    Level.AGGRESSIVE: 1,
-    Level.EMERGENCY: 2,
-    Level.NUCLEAR: 3,
-    Level.GIVE_UP: 3,
+STAGES = ("preflight", "microcompact", "budget", "trim", "summarize", "apply", "send",
+          "recovery", "continuation")
+"""The step tracker's rows, in the order a turn runs them."""
+
+#: The recovery levels shown as chips under the tracker, mildest first.
+_LEVELS = (Level.LOWER_MAX_TOKENS, Level.EXACT_FIT, Level.AGGRESSIVE, Level.EMERGENCY,
+           Level.NUCLEAR)
+_TEXT_INTERVAL = 0.25
+"""Seconds between re-renders while an answer streams in."""
+
+_ESM = r"""
+function config() {
+  const el = document.getElementById("jupyter-config-data");
+  try { return el ? JSON.parse(el.textContent) : null; } catch (e) { return null; }
 }
-#: ladder Level -> what that recovery step did, in plain words.
-STEP_WORDS: dict[Level, str] = {
-    Level.LOWER_MAX_TOKENS: "asked for a shorter answer (smaller max_tokens)",
-    Level.EXACT_FIT: "trimmed the history just enough to fit",
-    Level.AGGRESSIVE: "shortened big tool results",
-    Level.EMERGENCY: "dropped older messages",
-    Level.NUCLEAR: "kept only the latest messages",
-    Level.GIVE_UP: "gave up",
+function cookie(name) {
+  const m = document.cookie.match("(^|;)\\s*" + name + "=([^;]*)");
+  return m ? decodeURIComponent(m[2]) : null;
 }
-_NONE_NEEDED = "none needed"
-_MAX_LEVEL = 3
+async function interrupt(kernelId) {
+  const cfg = config();
+  if (!cfg || !kernelId) return false;
+  const base = (cfg.baseUrl || "/").replace(/\/?$/, "/");
+  const headers = {};
+  if (cfg.token) headers["Authorization"] = "token " + cfg.token;
+  const xsrf = cookie("_xsrf");
+  if (xsrf) headers["X-XSRFToken"] = xsrf;
+  const url = base + "api/kernels/" + encodeURIComponent(kernelId) + "/interrupt";
+  const r = await fetch(url, {method: "POST", headers, credentials: "same-origin"});
+  return r.ok;
+}
+function clock(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0");
+}
+export default {
+  render({ model, el }) {
+    const body = document.createElement("div");
+    const row = document.createElement("div"); row.className = "ctxr-activity";
+    const spin = document.createElement("span"); spin.className = "ctxr-spin";
+    const label = document.createElement("span"); label.className = "ctxr-activity-label";
+    const time = document.createElement("span"); time.className = "ctxr-elapsed";
+    const button = document.createElement("button"); button.className = "ctxr-cancel";
+    const hint = document.createElement("span"); hint.className = "ctxr-hint";
+    row.append(spin, label, time, button, hint);
+    el.append(body, row);
+    let shown = null;
+    let pressed = false;
+    function tick() {
+      const started = model.get("started");
+      time.textContent = started ? clock(Date.now() - started) : "";
+    }
+    function update() {
+      const html = model.get("html");
+      if (html !== shown) { body.innerHTML = html; shown = html; }
+      const texts = model.get("texts");
+      const running = !!model.get("label");
+      row.style.display = running ? "" : "none";
+      label.textContent = model.get("label");
+      const cancellable = model.get("cancellable");
+      button.style.display = cancellable ? "" : "none";
+      if (!cancellable) pressed = false;
+      button.disabled = pressed;
+      button.textContent = pressed ? texts.cancelling : texts.cancel;
+      button.title = texts.cancel_title;
+      if (!cancellable) hint.textContent = "";
+      tick();
+    }
+    button.addEventListener("click", async () => {
+      pressed = true; update();
+      let ok = false;
+      try { ok = await interrupt(model.get("kernel_id")); } catch (e) { ok = false; }
+      if (!ok) { pressed = false; update(); hint.textContent = model.get("texts").cancel_failed; }
+    });
+    model.on("change", update);
+    update();
+    const timer = setInterval(tick, 250);
+    return () => clearInterval(timer);
+  }
+};
+"""
+
+_ACTIVITY_CSS = """
+.ctxr-activity { display: flex; flex-wrap: wrap; align-items: center; gap: 6px;
+  font-size: 12px; margin: 2px 0 0 0; min-height: 24px; }
+.ctxr-spin { width: 10px; height: 10px; border: 2px solid #90a4ae;
+  border-top-color: transparent; border-radius: 50%;
+  animation: ctxr-rot 0.9s linear infinite; flex: none; }
+@keyframes ctxr-rot { to { transform: rotate(360deg); } }
+.ctxr-activity-label { overflow-wrap: anywhere; }
+.ctxr-elapsed { font-variant-numeric: tabular-nums; opacity: 0.75; }
+.ctxr-cancel { font-size: 12px; padding: 1px 10px; cursor: pointer; }
+.ctxr-hint { color: #c62828; flex-basis: 100%; }
+"""
+
+_PANEL_RULES = """
+.ctxr-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px;
+  line-height: 1.45; max-width: 46em; min-width: 0; }
+.ctxr-head { display: flex; gap: 8px; align-items: baseline; min-width: 0; }
+.ctxr-title { font-weight: bold; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis; min-width: 0; }
+.ctxr-state { opacity: 0.75; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.ctxr-meter { display: grid; grid-template-columns: 4.5em minmax(3em, 10em) minmax(0, 1fr);
+  gap: 0 8px; align-items: center; }
+.ctxr-track { height: 8px; border-radius: 4px; background: #e0e0e0; overflow: hidden; }
+.ctxr-fill { height: 100%; }
+.ctxr-fill.ok { background: #43a047; } .ctxr-fill.warn { background: #fb8c00; }
+.ctxr-fill.over { background: #e53935; }
+.ctxr-track.none { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); }
+.ctxr-label { overflow-wrap: anywhere; min-width: 0; }
+.ctxr-steps { display: grid; grid-template-columns: 1.2em 9.5em minmax(0, 1fr); gap: 0 4px;
+  margin: 4px 0 0 0; }
+.ctxr-step { display: contents; }
+.ctxr-step.pending > *, .ctxr-step.skipped > * { opacity: 0.45; }
+.ctxr-step.running > span { font-weight: bold; color: #1565c0; }
+.ctxr-step.failed > span, .ctxr-step.cancelled > span { color: #c62828; }
+.ctxr-step > span:last-child { overflow-wrap: anywhere; min-width: 0; }
+.ctxr-levels { margin: 2px 0 0 1.6em; display: flex; flex-wrap: wrap; gap: 4px; }
+.ctxr-level { border: 1px solid #bdbdbd; border-radius: 8px; padding: 0 6px; opacity: 0.5; }
+.ctxr-level.lit { opacity: 1; border-color: #fb8c00; background: #fff3e0; }
+.ctxr-level.current { font-weight: bold; }
+.ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
+"""
+_PANEL_CSS = f"<style>{_PANEL_RULES}</style>"
+"""The rules inline, for the snapshot (plain HTML, no widget to carry them)."""
 
 
-def _plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (many or word + 's')}"
+def kernel_id() -> str:
+    """The Jupyter server's id of this kernel (from its connection file's name,
+    ``kernel-<id>.json``), or '' outside a server-started kernel."""
+    # Only a running kernel's own app: importing ipykernel elsewhere would swap the
+    # process's comm manager, and instantiating its app would make a kernel.
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    app = getattr(kernelapp, "IPKernelApp", None)
+    if app is None or not app.initialized():
+        return ""
+    name = os.path.basename(app.instance().connection_file or "")
+    match = re.fullmatch(r"kernel-([0-9A-Za-z-]+)\.json", name)
+    return match.group(1) if match else ""
 
 
-def _bar_style(fraction: float, warn_at: float) -> str:
-    if fraction >= 1:
-        return "danger"
-    if fraction >= warn_at:
-        return "warning"
-    return "success"
+class PanelWidget(anywidget.AnyWidget):
+    """The panel in the front end: its HTML, and what the running turn does now — a
+    spinner, the elapsed time (counted by the front end, since the kernel is busy) and,
+    during a summary, a Cancel button that interrupts the kernel through the Jupyter
+    server's REST API. One widget, so one message carries each change whole."""
+
+    _esm = _ESM
+    _css = _ACTIVITY_CSS + _PANEL_RULES
+    html = traitlets.Unicode("").tag(sync=True)
+    label = traitlets.Unicode("").tag(sync=True)
+    started = traitlets.Float(0.0).tag(sync=True)
+    """When the current activity started (ms since the epoch); 0 when idle."""
+    cancellable = traitlets.Bool(False).tag(sync=True)
+    kernel_id = traitlets.Unicode("").tag(sync=True)
+    texts = traitlets.Dict().tag(sync=True)
 
 
 class ContextPanel:
-    """History size against the cap, tokens against the window, the last turn's recovery
-    (with the session's counts), summarizer state."""
+    """The live panel of one session (see the module docstring)."""
 
-    def __init__(self, *, title: str = "chat", settings: Settings | None = None) -> None:
+    def __init__(self, *, title: str = "default", settings: Settings | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 publish: Callable[..., Any] | None = None) -> None:
+        self.name = title
         self.settings = settings or Settings()
+        self.display_id = f"ctxr-panel-{uuid.uuid4().hex}"
+        self._clock, self._wall = clock, wall
+        self._publish = publish
+        self.shown = False
         self._owner = threading.get_ident()
         self._pending: deque[ev.Event] = deque()
         self._unsubscribe: Callable[[], None] | None = None
+        self._session: Any = None
+        self._followed: Any = None
+        # Where the session stands (its status(), then the events).
         self.history_bytes = 0
         self.est_tokens = 0
         self.window: int | None = None
+        self.window_source: str | None = None
         self.cap: int | None = self.settings.max_payload
-        self.cap_source = "configured" if self.cap else "none"
-        self.ladder_level = 0
-        self.ladder_text = _NONE_NEEDED
-        self.counts_text = ""            # recoveries/compactions so far, from session.status()
-        self._session: Any = None
-        self._in_turn = False            # the next turn event starts a new turn
-        self.summary_text = "summarizer idle"
-        self.last_action = "no turn yet"
+        self.cap_source: str | None = "configured" if self.cap else None
+        self.recoveries = 0
+        self.compactions = 0
+        # The running turn, or the last one.
+        self.record: TurnRecord | None = None
+        self.running = False
+        self.as_of: float | None = None
+        self._activity_kind = ""
+        self._last_text_render = 0.0
 
-        layout = widgets.Layout(width="320px")
-        self.title = widgets.HTML(value=f"<b>{title}</b>")
-        self.size_bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=layout,
-                                              description="history", bar_style="success")
-        self.size_label = widgets.Label(value="")
-        self.token_bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0,
-                                               layout=widgets.Layout(width="320px"),
-                                               description="tokens", bar_style="success")
-        self.token_label = widgets.Label(value="")
-        self.ladder_bar = widgets.IntProgress(value=0, min=0, max=_MAX_LEVEL,
-                                              layout=widgets.Layout(width="320px"),
-                                              description="recovery", bar_style="success")
-        self.ladder_label = widgets.Label(value="")
-        self.summary_label = widgets.Label(value=self.summary_text)
-        self.action_label = widgets.Label(value=self.last_action)
-        self.widget = widgets.VBox([
-            self.title,
-            widgets.HBox([self.size_bar, self.size_label]),
-            widgets.HBox([self.token_bar, self.token_label]),
-            widgets.HBox([self.ladder_bar, self.ladder_label]),
-            self.summary_label,
-            self.action_label,
-        ])
+        self.widget = PanelWidget(kernel_id=kernel_id(), texts=w.cancel_texts(),
+                                  layout=widgets.Layout(width="100%", max_width="48em"))
         self._render()
 
     # -- wiring ---------------------------------------------------------------------------
     def attach(self, session: Any) -> None:
-        """Follow ``session``'s events (replacing any session followed before)."""
+        """Follow ``session``'s events (replacing any session followed before; the last
+        turn shown was another conversation's, so it goes)."""
+        if session is not self._followed:
+            self.record, self._followed = None, session
         self.detach()
         self._unsubscribe = session.subscribe(self.handle)
         self._session = session
@@ -121,31 +259,84 @@ class ContextPanel:
             self._unsubscribe = None
         self._session = None
 
-    def refresh(self) -> None:
+    def refresh(self, *, publish: bool = True) -> None:
         """Take sizes and counts from the followed session's ``status()`` (what
         ``%chat status`` prints), so the two always agree."""
-        status = getattr(self._session, "status", None)
-        if callable(status):
-            self.update_status(status())
+        if self._session is not None:
+            self.update_status(self._session.status(), self._session.settings,
+                               publish=publish)
 
-    def update_status(self, status: Any) -> None:
-        """Take sizes from a ``session.status()`` value (attribute names as in the session)."""
-        self.history_bytes = int(getattr(status, "history_bytes", self.history_bytes) or 0)
-        self.est_tokens = int(getattr(status, "est_tokens", self.est_tokens) or 0)
-        self.window = getattr(status, "window", self.window)
-        self.cap = getattr(status, "cap", self.cap)
-        source = getattr(status, "cap_source", None)
-        self.cap_source = str(source) if source else ("configured" if self.cap else "none")
-        recoveries = getattr(status, "recoveries", None)
-        compactions = getattr(status, "compactions", None)
-        if recoveries is not None and compactions is not None:
-            self.counts_text = (f"{_plural(int(recoveries), 'recovery', 'recoveries')}, "
-                                f"{_plural(int(compactions), 'compaction')} so far")
+    def update_status(self, status: Any, settings: Settings | None = None, *,
+                      publish: bool = True) -> None:
+        """Take sizes, sources and counts from a :class:`~..session.SessionStatus`;
+        ``publish``: show the change now (between turns)."""
+        if settings is not None:
+            self.settings = settings
+        self.history_bytes, self.est_tokens = status.history_bytes, status.est_tokens
+        self.window = status.window
+        self.window_source = ("learned from the provider" if status.window_learned
+                              else "guessed" if status.window_guessed
+                              else "configured" if self.settings.context_window
+                              else "model catalogue")
+        self.cap, self.cap_source = status.cap, status.cap_source
+        self.recoveries, self.compactions = status.recoveries, status.compactions
+        if publish:
+            self._changed()
+
+    # -- the turn ---------------------------------------------------------------------------
+    def begin_turn(self) -> None:
+        """A turn starts: the output becomes the live widgets and the tracker starts afresh."""
+        if self.running:
+            return
+        self.running = True
+        self.record = TurnRecord(session=self.name, cap=self.cap, cap_source=self.cap_source,
+                                 window=self.window, estimate=self._estimate)
+        self._turn_started = self._wall()
         self._render()
+        self._republish()
+
+    def end_turn(self, *, interrupted: bool = False) -> None:
+        """The turn ended (answered, failed or interrupted): sizes and counts from the
+        session, and the output becomes a snapshot of the view."""
+        if not self.running:
+            return
+        record = self.record
+        if interrupted and record is not None and not record.finished:
+            record.interrupted()
+        self.running = False
+        if record is not None:
+            # What the turn kept counts (the session's status, when followed, says the same).
+            if record.after is not None:
+                this_turn = _this_turn(record)
+                self.compactions += this_turn[0] if this_turn else 0
+                self.recoveries += 1 if record.recovered else 0
+                self.history_bytes, self.est_tokens = (record.after.history_bytes,
+                                                       record.after.est_tokens)
+                self.window = record.after.window
+            self.cap, self.cap_source = record.cap, record.cap_source
+        self.refresh(publish=False)
+        self.as_of = self._wall()
+        self._render()
+        self._republish()
+
+    def text_arrived(self, delta: str) -> None:
+        """``on_text`` callback: count the answer's tokens as they stream."""
+        if self.record is None or not self.running:
+            return
+        self.record.text_arrived(delta)
+        now = self._clock()
+        if now - self._last_text_render >= _TEXT_INTERVAL \
+                and threading.get_ident() == self._owner:
+            self._last_text_render = now
+            self._render()
+
+    def _estimate(self, size: int) -> int:
+        estimator = getattr(self._session, "estimator", None)
+        return estimator.estimate(size) if estimator is not None else (size + 3) // 4
 
     # -- events ---------------------------------------------------------------------------
     def handle(self, event: ev.Event) -> None:
-        """Session event callback; applies the event on the owning thread, else queues it."""
+        """Session event callback; applied on the owning thread, else queued."""
         self._pending.append(event)
         if threading.get_ident() != self._owner:
             return
@@ -154,94 +345,273 @@ class ContextPanel:
         self._render()
 
     def _apply(self, event: ev.Event) -> None:
-        message = describe(event).strip()
-        if not isinstance(event, ev.CapChanged) and not self._in_turn:
-            # The first event of a turn: the panel shows the recovery of the LAST turn
-            # only; earlier ones live on in the counts.
-            self._in_turn = True
-            self.ladder_level, self.ladder_text = 0, _NONE_NEEDED
-        if isinstance(event, ev.Preflight):
-            self.history_bytes, self.est_tokens = event.body_bytes, event.est_tokens
-            self.window = event.window
-            self._set_cap(event.cap)
-            if event.action == "ok":
-                return
-        elif isinstance(event, ev.TurnFinished):
-            self._in_turn = False
-            self.history_bytes, self.est_tokens = event.history_bytes, event.est_tokens
-            self.window = event.window
-            self._set_cap(event.cap)
-            self.refresh()  # the same numbers as %chat status
-            return
-        elif isinstance(event, ev.LadderStep):
-            rung = LADDER_LEVELS.get(event.level, min(event.attempt, _MAX_LEVEL))
-            self.ladder_level = max(self.ladder_level, rung)
-            words = STEP_WORDS[event.level]
-            self.ladder_text = (f"step {event.attempt}: {words} "
-                                f"({event.before_messages} → {event.after_messages} msgs)")
-        elif isinstance(event, ev.CompactionPhase):
-            self.summary_text = message or f"compaction: {event.phase}"
-        elif isinstance(event, ev.CapChanged):
+        if not self.running:
+            self.begin_turn()   # driven from Python code: the first event starts the turn
+        assert self.record is not None
+        self.record.feed(event)
+        if isinstance(event, ev.CapChanged):
             self.cap, self.cap_source = event.cap, event.source
-        elif isinstance(event, ev.Recovered):
-            self.ladder_text = f"recovered in {_plural(event.attempts, 'step')}"
-        elif isinstance(event, ev.Failed):
-            self._in_turn = False
-            self.ladder_text = f"failed ({event.failure_kind.value.replace('_', ' ')})"
-            self.refresh()
-        if message:
-            self.last_action = message
+        elif isinstance(event, ev.WindowLearned):
+            self.window, self.window_source = event.window, "learned from the provider"
+        if isinstance(event, (ev.TurnFinished, ev.Failed)):
+            self.end_turn()
 
-    def _set_cap(self, cap: int | None) -> None:
-        """A cap from a size event; its source is known from settings or a CapChanged event."""
-        if cap != self.cap:
-            self.cap = cap
-            if cap is None:
-                self.cap_source = "none"
-            elif cap == self.settings.max_payload:
-                self.cap_source = "configured"
-            else:
-                self.cap_source = "learned"
+    # -- the view -------------------------------------------------------------------------
+    def view(self) -> dict[str, Any]:
+        """Every label the panel shows, by place (the HTML and the text render this)."""
+        record = self.record
+        body, tokens, window = self.history_bytes, self.est_tokens, self.window
+        if self.running and record is not None and record.body_bytes is not None:
+            body = record.body_bytes
+            tokens = record.est_tokens if record.est_tokens is not None \
+                else self._estimate(body)
+            window = record.window or window
+        cap, source = self.cap, self.cap_source
+        steps = _tracker(record, running=self.running) if record is not None else []
+        levels = _levels(record) if record is not None else []
+        return {
+            "title": w.panel_title(self.name),
+            "state": w.panel_state(running=self.running, as_of=self.as_of),
+            "size": w.size_against_cap(body, cap, source),
+            "size_fraction": body / cap if cap else None,
+            "tokens": w.tokens_against_window(tokens, window, self.window_source),
+            "tokens_fraction": tokens / window if window else None,
+            "steps": steps,
+            "levels": levels,
+            "counts": w.panel_counts(self.recoveries, self.compactions,
+                                     _this_turn(record) if self.running else None),
+            "last": (w.panel_last_turn(record.outcome) if record is not None
+                     and not self.running else None),
+        }
 
-    # -- rendering ------------------------------------------------------------------------
+    def _activity(self, record: TurnRecord | None) -> tuple[str, str, bool]:
+        """What the running turn does now: (kind, words, whether Cancel applies)."""
+        if not self.running or record is None:
+            return "", "", False
+        for step in reversed(record.steps):
+            if step.status != "running":
+                continue
+            if step.stage == "compaction":
+                last = step.events[-1]
+                if isinstance(last, ev.CompactionPhase) and last.phase == "summarize":
+                    return "summarize", w.activity_words("summarize"), True
+                return "compaction", w.activity_words("compaction"), False
+            if step.stage == "send":
+                return "send", w.activity_words("send", streamed=step.streamed_tokens), False
+            if step.stage == "recovery":
+                return "recovery", w.activity_words("recovery"), False
+        return "prepare", w.activity_words("prepare"), False
+
     def _render(self) -> None:
-        warn_at = self.settings.preflight_cap_fraction
-        reference = self.cap or self.settings.no_cap_warn_bytes
-        fraction = self.history_bytes / reference if reference else 0.0
-        self.size_bar.value = min(fraction, 1.0)
-        self.size_bar.bar_style = _bar_style(fraction, warn_at)
-        size = format_size(self.history_bytes)
-        self.size_label.value = (f"{size} of {format_size(self.cap)} cap ({self.cap_source})"
-                                 if self.cap else f"{size} (no payload cap)")
-        window = self.window or 0
-        tfraction = self.est_tokens / window if window else 0.0
-        self.token_bar.value = min(tfraction, 1.0)
-        self.token_bar.bar_style = _bar_style(tfraction, warn_at)
-        self.token_label.value = (f"≈{self.est_tokens:,} of {window:,} tokens" if window
-                                  else f"≈{self.est_tokens:,} tokens")
-        self.ladder_bar.value = self.ladder_level
-        self.ladder_bar.bar_style = ("success", "warning", "warning", "danger")[self.ladder_level]
-        when = "this turn" if self._in_turn else "last turn"
-        self.ladder_label.value = f"{when}: {self.ladder_text}" + (
-            f" · {self.counts_text}" if self.counts_text else "")
-        self.summary_label.value = self.summary_text
-        self.action_label.value = f"last: {self.last_action}"
+        kind, label, cancellable = self._activity(self.record)
+        with self.widget.hold_sync():   # one message: the tracker and the activity agree
+            self.widget.html = _html(self.view(), live=True)
+            if kind != self._activity_kind:
+                # A new activity restarts the elapsed clock; the same one streaming does not.
+                self._activity_kind = kind
+                self.widget.started = self._wall() * 1000 if kind else 0.0
+            self.widget.label = label
+            self.widget.cancellable = cancellable
+
+    def _changed(self) -> None:
+        """Something changed between turns (status, settings): re-render and republish."""
+        self._render()
+        if not self.running:
+            self.as_of = self._wall()
+            self._republish()
+
+    # -- display --------------------------------------------------------------------------
+    def show(self, *, live: bool = True) -> None:
+        """Display the panel here (``%chat panel``); every display of it follows.
+
+        ``live=False`` (a terminal): shown once, as text; changes are not re-printed."""
+        self._display(self, display_id=self.display_id)
+        self.shown = self.shown or live
+
+    def _display(self, obj: Any, **kwargs: Any) -> Any:
+        if self._publish is not None:
+            return self._publish(obj, **kwargs)
+        from IPython.display import display
+
+        return display(obj, **kwargs)
+
+    def _republish(self) -> None:
+        if self.shown:
+            self._display(self, display_id=self.display_id, update=True)
 
     def text(self) -> str:
-        """The plain-text fallback: the same facts as the widgets, one per line."""
-        return "\n".join([
-            f"history  {self.size_label.value}",
-            f"tokens   {self.token_label.value}",
-            f"recovery {self.ladder_label.value}",
-            f"summary  {self.summary_label.value}",
-            self.action_label.value,
-        ])
+        """The plain-text fallback: the same facts as the HTML, one per line."""
+        return _text(self.view())
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
-        data["text/plain"] = self.text()
-        return data
+        view = self.view()
+        if self.running:
+            bundle: Any = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+            data = dict((bundle[0] if isinstance(bundle, tuple) else bundle) or {})
+            data["text/plain"] = _text(view)
+            return data
+        return {"text/plain": _text(view), "text/html": _PANEL_CSS + _html(view, live=False)}
 
     def close(self) -> None:
         self.detach()
         self.widget.close()
+
+
+# -- the view's parts -----------------------------------------------------------------------
+
+def _this_turn(record: TurnRecord | None) -> tuple[int, int, bool] | None:
+    """(compactions applied, recovery steps, a compaction running) in the running turn."""
+    if record is None:
+        return None
+    applied = running = 0
+    for step in record.steps:
+        if step.stage != "compaction":
+            continue
+        last = step.events[-1]
+        if step.status == "running":
+            running += 1
+        elif isinstance(last, ev.CompactionPhase) and last.phase == "applied" \
+                and last.outcome != "nothing":
+            applied += 1
+    used = sum(1 for s in record.steps if s.stage == "recovery" and s.not_used is not None)
+    steps = sum(1 for s in record.steps if s.stage == "recovery")
+    return max(0, applied - used), steps, running > 0
+
+
+def _tracker(record: TurnRecord, *, running: bool) -> list[tuple[str, str, str, str]]:
+    """The tracker's rows: (stage, status, name, detail) for each of :data:`STAGES`."""
+    rows: list[tuple[str, str, str, str]] = []
+    pf = record.latest("preflight")
+    send = record.latest("send")
+    compaction = record.latest("compaction")
+    later = "pending" if running else "skipped"
+
+    def row(stage: str, status: str, detail: str = "") -> None:
+        rows.append((stage, status, w.STAGE_NAMES[stage], detail))
+
+    row("preflight", *((pf.status, pf.detail) if pf else (later, "")))
+    for stage in ("microcompact", "budget"):
+        step = record.latest(stage)
+        # Both run before pre-flight: once it has run, one without a step was not needed.
+        row(stage, *((step.status, step.detail) if step
+                     else ("skipped" if pf else later, "")))
+    for stage, status, detail in _compaction_rows(compaction, sent=send is not None,
+                                                  later=later):
+        row(stage, status, detail)
+    row("send", *((send.status, send.detail) if send else (later, "")))
+    recovery = record.latest("recovery")
+    if recovery is not None:   # the level is lit on the chips below
+        row("recovery", recovery.status, recovery.detail)
+    else:
+        settled = send is not None and send.status == "done"
+        row("recovery", "skipped" if settled or not running else "pending")
+    cont = record.latest("continuation")
+    row("continuation", *((cont.status, cont.detail) if cont
+                          else ("skipped" if record.finished or not running else "pending",
+                                "")))
+    return rows
+
+
+def _compaction_rows(step: Step | None, *, sent: bool,
+                     later: str) -> list[tuple[str, str, str]]:
+    """trim / summarize / apply of the turn's latest compaction."""
+    if step is None:
+        # Compaction comes before the first send: once a request left, none was needed.
+        status = "skipped" if sent else later
+        return [("trim", status, ""), ("summarize", status, ""), ("apply", status, "")]
+    phases = [e for e in step.events if isinstance(e, ev.CompactionPhase)]
+    seen = {p.phase for p in phases}
+    last = phases[-1]
+    detail = w.compaction_detail(phases)
+    if step.status == "running":
+        trim = "running" if last.phase in ("start", "trim") else "done"
+        summarize = "running" if last.phase == "summarize" else "pending"
+        return [("trim", trim, detail if trim == "running" else ""),
+                ("summarize", summarize, detail if summarize == "running" else ""),
+                ("apply", "pending", "")]
+    summarized = "summarize" in seen
+    if step.status == "cancelled":
+        return [("trim", "done", ""), ("summarize", "cancelled", detail),
+                ("apply", "skipped", "")]
+    if step.status == "failed":   # rejected: nothing applied
+        return [("trim", "done", ""),
+                ("summarize", "failed" if summarized else "skipped", ""),
+                ("apply", "failed", detail)]
+    applied = last.outcome != "nothing"
+    return [("trim", "done", ""), ("summarize", "done" if summarized else "skipped", ""),
+            ("apply", "done" if applied else "skipped", detail)]
+
+
+def _levels(record: TurnRecord) -> list[tuple[str, str]]:
+    """The recovery levels as chips: (name, "" | "lit" | "lit current")."""
+    used = [s for s in record.steps if s.stage == "recovery"]
+    if not used:
+        return []
+    lit = {s.events[0].level for s in used if isinstance(s.events[0], ev.LadderStep)}
+    last = used[-1].events[0]
+    current = last.level if isinstance(last, ev.LadderStep) else None
+    summary = any(isinstance(s.events[0], ev.LadderStep) and s.events[0].summarizing
+                  for s in used)
+    chips = []
+    for level in _LEVELS:
+        name = w.LEVEL_NAMES[level]
+        if level is Level.EXACT_FIT and summary:
+            name = "summarize to fit"
+        state = "lit current" if level is current else "lit" if level in lit else ""
+        chips.append((name, state))
+    return chips
+
+
+def _bar(fraction: float | None, none_label: str) -> str:
+    if fraction is None:
+        return (f"<div class='ctxr-track none' title='{html.escape(none_label)}'></div>")
+    style = "over" if fraction >= 1 else "warn" if fraction >= 0.85 else "ok"
+    width = max(0.0, min(fraction, 1.0)) * 100
+    return (f"<div class='ctxr-track'><div class='ctxr-fill {style}' "
+            f"style='width:{width:.1f}%'></div></div>")
+
+
+def _html(view: dict[str, Any], *, live: bool) -> str:
+    e = html.escape
+    parts = [f"<div class='ctxr-panel' data-live='{'yes' if live else 'no'}'>",
+             f"<div class='ctxr-head'><span class='ctxr-title'>{e(view['title'])}</span>"
+             f"<span class='ctxr-state'>{e(view['state'])}</span></div>"]
+    for key, name in (("size", "request"), ("tokens", "tokens")):
+        fraction = view[f"{key}_fraction"]
+        parts.append(f"<div class='ctxr-meter ctxr-{key}' data-fraction="
+                     f"'{'' if fraction is None else f'{fraction:.4f}'}'>"
+                     f"<span>{name}</span>{_bar(fraction, view[key])}"
+                     f"<span class='ctxr-label'>{e(view[key])}</span></div>")
+    if view["steps"]:
+        rows = "".join(
+            f"<div class='ctxr-step {status}' data-stage='{stage}'>"
+            f"<span>{e(w.STATUS_GLYPHS[status])}</span><span>{e(name)}</span>"
+            f"<span>{e(detail)}</span></div>"
+            for stage, status, name, detail in view["steps"])
+        parts.append(f"<div class='ctxr-steps'>{rows}</div>")
+    if view["levels"]:
+        chips = "".join(f"<span class='ctxr-level {state}'>{e(name)}</span>"
+                        for name, state in view["levels"])
+        parts.append(f"<div class='ctxr-levels'>{chips}</div>")
+    parts.append(f"<div class='ctxr-counts'>{e(view['counts'])}</div>")
+    if view["last"]:
+        parts.append(f"<div class='ctxr-last'>{e(view['last'])}</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _text(view: dict[str, Any]) -> str:
+    lines = [f"{view['title']} · {view['state']}",
+             f"request  {view['size']}",
+             f"tokens   {view['tokens']}"]
+    if view["steps"]:
+        width = max(len(name) for _, _, name, _ in view["steps"])
+        lines += [f"  {w.STATUS_GLYPHS[status]} {name.ljust(width)}  {detail}".rstrip()
+                  for _, status, name, detail in view["steps"]]
+    if view["levels"]:
+        lines.append("  recovery levels: " + " · ".join(
+            f"▸{name}" if state else name for name, state in view["levels"]))
+    lines.append(view["counts"])
+    if view["last"]:
+        lines.append(view["last"])
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 Each subcommand takes the ChatMagics instance (its configuration, and its ``workspace``:
 sessions, emulator, panels) and its parsed arguments, prints a short summary and may
-return a value (``%chat panel`` returns the session's panel).
+return a value (``%chat panel`` displays the session's live panel).
 User mistakes raise ``UsageError`` with one sentence; nothing here talks to a model
 except ``compact`` (through the session).
 """
@@ -176,7 +176,8 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     unsubscribe = session.subscribe(
         lambda e: None if _is_result(e) and magics.verbosity != "debug" else printer(e))
     try:
-        report = session.compact(instructions)
+        with magics.workspace.panel_turn(args.session):
+            report = session.compact(instructions)
     except errors.ChatError as e:
         magics.fail(str(e), e)
         return
@@ -208,6 +209,7 @@ def _undo_compact(magics: ChatMagics, args: Any) -> None:
         session.undo_compact()
     except errors.CtxRecoveryError as e:
         raise UsageError(str(e)) from e
+    magics.workspace.tell(args.session, ())  # the panel follows
     print(f"history restored: {plural(len(session.history), 'message')}")
 
 
@@ -215,6 +217,7 @@ def _undo_compact(magics: ChatMagics, args: Any) -> None:
 def _reset(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     session.reset()
+    magics.workspace.tell(args.session, ())  # the panel follows
     print(f"session {args.session} reset: the next %%chat starts a new conversation")
 
 
@@ -628,8 +631,19 @@ def _error(magics: ChatMagics, args: Any) -> Any:
                        as_result=magics.is_cell_result("%chat error"))
 
 
-@_subcommand("panel", "Show the live context panel of a session (notebooks).")
-def _panel(magics: ChatMagics, args: Any) -> Any:
+@_subcommand("panel", "Show the live panel of a session here: sizes, the running turn's steps, "
+             "Cancel during a summary (notebooks).",
+             _arg("--sidebar", action="store_true",
+                  help="Say how to keep the panel in JupyterLab's side area."))
+def _panel(magics: ChatMagics, args: Any) -> None:
     _session(magics, args)
-    return magics.workspace.panel(args.session)
+    panel = magics.workspace.panel(args.session)
+    panel.show(live=magics.is_live())
+    if args.sidebar:
+        print(SIDEBAR_HINT)
+
+
+SIDEBAR_HINT = ("JupyterLab gives a kernel no supported way to open a side panel: right-click "
+                "the panel and choose 'Create New View for Cell Output', then drag that tab "
+                "to the right side area (it stays live).")
 

@@ -267,11 +267,28 @@ class Workspace:
         """The live panel of session ``name`` (made on first use)."""
         panel = self.panels.get(name)
         if panel is None:
-            panel = ContextPanel(title=f"%%chat session: {name}",
-                                 settings=self.defaults.settings())
+            panel = ContextPanel(title=name, settings=self.defaults.settings())
             panel.attach(self.session(name))
             self.panels[name] = panel
         return panel
+
+    @contextlib.contextmanager
+    def panel_turn(self, name: str) -> Iterator[None]:
+        """Within the block, session ``name``'s panel (if shown) tracks a running turn —
+        a manual compaction, say — and ends it however the block ends."""
+        panel = self.panels.get(name)
+        if panel is None:
+            yield
+            return
+        panel.begin_turn()
+        interrupted = False
+        try:
+            yield
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            panel.end_turn(interrupted=interrupted)
 
     def close(self) -> None:
         """Close panels, sessions and the emulator (``%unload_ext``)."""

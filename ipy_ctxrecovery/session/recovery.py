@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from ..core import ladder
 from ..core.budget import ResultStore
 from ..core.compactor import CompactionReport
-from ..core.events import CapChanged, Event, LadderStep, NoticeInjected, Recovered, Retrying
+from ..core.events import (
+    CapChanged,
+    Event,
+    LadderStep,
+    NoticeInjected,
+    Recovered,
+    Retrying,
+    Sending,
+)
 from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.retry import retry_wait, too_long_sentence
@@ -102,6 +110,8 @@ class RecoveryLoop:
         try:
             while True:
                 history, request, body = self._encoded_within_limits(history, spec, log)
+                self.bus.emit(Sending(body_bytes=body, attempt=1 + steps + transient
+                                      + auth_retried, max_tokens=request.max_tokens), log)
                 try:
                     response = call_with_deadline(
                         functools.partial(self.endpoint.provider.send, request),

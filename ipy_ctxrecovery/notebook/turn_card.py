@@ -1,0 +1,366 @@
+"""The turn card: a static record of one ``%%chat`` turn, written once when the turn ends.
+
+:class:`TurnRecord` reads a turn's typed events (and its streamed text) into an ordered
+list of :class:`Step` s — pre-flight, microcompact, budget, compaction, fit, each send,
+each recovery step, what was learned, continuations — with their status. It is the one
+reading of a turn's events: :class:`TurnCard` renders it as ``text/html`` + ``text/plain``
+(no widget, so a saved notebook, GitHub and nbconvert show it as it was), and the live
+panel (``panel.py``) projects the same record onto its step tracker. Every phrase comes
+from :mod:`..wording`; nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core import events as ev
+from ..core import wording as w
+from ..failures import Failure
+
+__all__ = ["CARD_MODES", "Step", "TurnCard", "TurnRecord", "card_wanted"]
+
+CARD_MODES = ("auto", "always", "never")
+"""``ChatMagics.turn_card``: ``auto`` writes a card when something happened beyond a
+routine send (a compaction, a recovery, a failure...), ``always`` for every turn."""
+
+Status = Literal["running", "done", "failed", "cancelled", "skipped", "info"]
+
+#: Steps that run on every turn: a turn with only these had nothing to tell (``auto``).
+_ROUTINE = ("preflight", "send")
+
+
+@dataclass
+class Step:
+    """One step of a turn: its stage (a key of :data:`~..wording.STAGE_NAMES`), status and
+    the events it was read from (the first one names it)."""
+
+    stage: str
+    status: Status
+    events: list[ev.Event]
+    failure: Failure | None = None
+    """Why a send failed (the failure the next event reported)."""
+    not_used: ev.LadderStep | None = None
+    """For a recovery step that tried a summary: the step saying it was not used."""
+    streamed_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        first = self.events[0]
+        if isinstance(first, ev.LadderStep):
+            return w.ladder_name(first)
+        if isinstance(first, ev.ToolRun):
+            return f"tool {first.name}" if not first.limit_reached else "tools"
+        return w.STAGE_NAMES[self.stage]
+
+    @property
+    def detail(self) -> str:
+        first = self.events[0]
+        if isinstance(first, ev.Sending):
+            return w.send_detail(first, status=self.status, failure=self.failure,
+                                 streamed_tokens=self.streamed_tokens)
+        if isinstance(first, ev.CompactionPhase):
+            return w.compaction_detail([e for e in self.events
+                                        if isinstance(e, ev.CompactionPhase)])
+        if isinstance(first, ev.LadderStep):
+            # The step's announcement, or what it did once that is known (its outcome).
+            latest = [e for e in self.events if isinstance(e, ev.LadderStep)][-1]
+            detail = w.ladder_detail(latest, not_used=self.not_used,
+                                     done=self.status == "done")
+            if self.status == "cancelled":
+                detail += " · cancelled"
+            return detail
+        if isinstance(first, ev.Preflight):   # the sizes are on their own lines
+            return w.preflight_verdict(first)
+        if isinstance(first, ev.Failed):
+            return first.sentence
+        return _DETAILS[type(first)](first)
+
+    @property
+    def glyph(self) -> str:
+        return w.STATUS_GLYPHS[self.status]
+
+
+_DETAILS: dict[type, Callable[[Any], str]] = {
+    ev.MaxTokensLowered: w.answer_size_detail,
+    ev.MicrocompactApplied: w.microcompact_detail,
+    ev.BudgetApplied: w.budget_detail,
+    ev.FitBeforeSend: w.fit_detail,
+    ev.CapChanged: w.cap_detail,
+    ev.WindowLearned: w.window_detail,
+    ev.NoticeInjected: w.notice_detail,
+    ev.Retrying: w.retry_detail,
+    ev.ToolRun: w.tool_detail,
+    ev.Escalation: w.continuation_detail,
+    ev.Truncated: w.continuation_detail,
+}
+
+_STAGES: dict[type, str] = {
+    ev.MaxTokensLowered: "answer_size", ev.MicrocompactApplied: "microcompact",
+    ev.BudgetApplied: "budget", ev.FitBeforeSend: "fit", ev.CapChanged: "cap",
+    ev.WindowLearned: "window", ev.NoticeInjected: "notice", ev.Retrying: "retry",
+    ev.ToolRun: "tool", ev.Escalation: "continuation", ev.Truncated: "continuation",
+}
+
+
+def _estimate(size: int) -> int:
+    return (size + 3) // 4
+
+
+@dataclass
+class TurnRecord:
+    """What one turn did, read from its events as they arrive (see the module docstring).
+
+    ``estimate``: bytes → tokens for the streamed answer (the session's calibrated
+    estimator). ``cap``/``cap_source``/``window`` start from the session's status and
+    follow the events.
+    """
+
+    session: str = "default"
+    estimate: Callable[[int], int] = _estimate
+    cap: int | None = None
+    cap_source: str | None = None
+    window: int | None = None
+    steps: list[Step] = field(default_factory=list)
+    before: ev.Preflight | None = None
+    after: ev.TurnFinished | None = None
+    failed: ev.Failed | None = None
+    recovered: int = 0
+    cancelled: bool = False
+    body_bytes: int | None = None
+    """The size of the latest request (measured, sent or fitted), for the live bar."""
+    est_tokens: int | None = None
+    """Its tokens when an event counted them (None: estimate from ``body_bytes``)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed: float | None = None
+    _streamed: int = 0
+
+    # -- reading events ---------------------------------------------------------------------
+    def feed(self, event: ev.Event) -> None:
+        """Session event callback: take ``event`` into the record."""
+        if isinstance(event, ev.Preflight):
+            self.before = self.before or event
+            self.body_bytes, self.window = event.body_bytes, event.window
+            self.est_tokens = event.est_tokens
+            self.cap, self.cap_source = event.cap, event.cap_source or self.cap_source
+            self._add("preflight", "done", event)
+        elif isinstance(event, ev.Sending):
+            self._close_running_ladder("done")
+            self.body_bytes, self.est_tokens, self._streamed = event.body_bytes, None, 0
+            self._add("send", "running", event)
+        elif isinstance(event, ev.CompactionPhase):
+            self._compaction(event)
+        elif isinstance(event, ev.LadderStep):
+            self._close_send("failed", event.failure)
+            # A step is announced, then (when it changed the history) its outcome follows,
+            # for the same decision: one recovery step, updated.
+            same = next((st for st in self.steps if st.stage == "recovery"
+                         and isinstance(st.events[0], ev.LadderStep)
+                         and st.events[0].decision is event.decision), None)
+            if same is not None:
+                if event.summary_not_used is not None:
+                    same.not_used = event
+                else:
+                    same.events.append(event)
+                same.status = "done"
+                return
+            self._add("recovery", "running", event)
+        elif isinstance(event, ev.Retrying):
+            self._close_send("failed", event.failure)
+            self._add("retry", "info", event)
+        elif isinstance(event, ev.CapChanged):
+            self.cap, self.cap_source = event.cap, event.source
+            self._add("cap", "info", event)
+        elif isinstance(event, ev.WindowLearned):
+            self.window = event.window
+            self._add("window", "info", event)
+        elif isinstance(event, ev.Recovered):
+            # Said as the resent request's answer starts to arrive: that send runs on.
+            self.recovered = event.attempts
+        elif isinstance(event, ev.Failed):
+            self._close_send("failed", Failure(event.failure_kind, event.sentence))
+            self._close_running_ladder("failed")
+            self._mark_running("failed")
+            self.failed = event
+        elif isinstance(event, ev.TurnFinished):
+            self._close_send("done")
+            self.after = event
+            self.body_bytes, self.window, self.cap = (event.history_bytes, event.window,
+                                                      event.cap)
+            self.est_tokens = event.est_tokens
+        elif type(event) in _STAGES:
+            if isinstance(event, (ev.Escalation, ev.Truncated, ev.ToolRun)):
+                self._close_send("done")
+            if isinstance(event, ev.FitBeforeSend):
+                self.body_bytes, self.est_tokens = event.goal_bytes, None
+            failed = (isinstance(event, ev.Truncated)
+                      or (isinstance(event, ev.ToolRun) and not event.ok))
+            status: Status = "failed" if failed else \
+                "info" if isinstance(event, ev.NoticeInjected) else "done"
+            self._add(_STAGES[type(event)], status, event)
+
+    def text_arrived(self, delta: str) -> None:
+        """``on_text`` callback: the answer streaming in (the running send counts it)."""
+        send = self._running("send")
+        if send is None or not delta:
+            return
+        self._streamed += len(delta.encode("utf-8"))
+        send.streamed_tokens = self.estimate(self._streamed)
+
+    def interrupted(self) -> None:
+        """The turn was interrupted (KeyboardInterrupt, the panel's Cancel): every step
+        still running was cancelled; the session keeps its history as it was."""
+        self.cancelled = True
+        self._mark_running("cancelled")
+
+    def finish(self, *, elapsed: float, prompt_tokens: int = 0,
+               completion_tokens: int = 0) -> None:
+        """The turn ended after ``elapsed`` seconds, with the tokens its reply reported (a
+        failed or interrupted turn has no reply: none are shown)."""
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.elapsed = elapsed
+
+    # -- views ----------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.after is not None or self.failed is not None or self.cancelled
+
+    @property
+    def something_happened(self) -> bool:
+        """More than a routine check and send (what ``turn_card = "auto"`` writes a card for)."""
+        if self.failed is not None or self.cancelled or self.recovered:
+            return True
+        for step in self.steps:
+            if step.stage not in _ROUTINE or step.status in ("failed", "cancelled"):
+                return True
+            first = step.events[0]
+            if isinstance(first, ev.Preflight) and first.action != "ok":
+                return True
+        return False
+
+    @property
+    def outcome(self) -> str:
+        return w.turn_outcome(failed=self.failed, recovered=self.recovered,
+                              cancelled=self.cancelled, finished=self.finished)
+
+    def latest(self, stage: str) -> Step | None:
+        for step in reversed(self.steps):
+            if step.stage == stage:
+                return step
+        return None
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _add(self, stage: str, status: Status, event: ev.Event) -> Step:
+        step = Step(stage, status, [event])
+        self.steps.append(step)
+        return step
+
+    def _running(self, stage: str) -> Step | None:
+        step = self.latest(stage)
+        return step if step is not None and step.status == "running" else None
+
+    def _close_send(self, status: Status, failure: Failure | None = None) -> None:
+        send = self._running("send")
+        if send is not None:
+            send.status, send.failure = status, failure
+
+    def _close_running_ladder(self, status: Status) -> None:
+        tried = self._running("recovery")
+        if tried is not None:
+            tried.status = status
+
+    def _mark_running(self, status: Status) -> None:
+        for step in self.steps:
+            if step.status == "running":
+                step.status = status
+
+    def _compaction(self, event: ev.CompactionPhase) -> None:
+        step = self._running("compaction")
+        if event.phase == "start" or step is None:
+            step = self._add("compaction", "running", event)
+        else:
+            step.events.append(event)
+        if event.phase == "applied":
+            step.status = "done"
+            if event.after_bytes is not None and event.outcome != "nothing":
+                self.body_bytes, self.est_tokens = event.after_bytes, None
+        elif event.phase == "rejected":
+            step.status = "failed"
+        elif event.phase == "cancelled":
+            step.status = "cancelled"
+
+
+def card_wanted(mode: str, record: TurnRecord) -> bool:
+    """Whether ``ChatMagics.turn_card = mode`` writes a card for ``record``."""
+    if mode == "never":
+        return False
+    return mode == "always" or record.something_happened
+
+
+_CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.45;"
+        "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
+
+
+class TurnCard:
+    """The static record of one finished turn (``text/html`` + ``text/plain``).
+
+    Built from a :class:`TurnRecord` once the turn ended; it holds strings only, so what
+    was displayed never changes afterwards.
+    """
+
+    def __init__(self, record: TurnRecord) -> None:
+        self.session = record.session
+        self.header = " · ".join(part for part in (
+            f"session {record.session}", record.outcome,
+            w.elapsed(record.elapsed) if record.elapsed is not None else "",
+            w.tokens_used(record.prompt_tokens, record.completion_tokens)
+            if (record.prompt_tokens or record.completion_tokens) else "") if part)
+        self.before = w.sizes_before(record.before) if record.before is not None else None
+        self.after: str | None
+        if record.after is not None:
+            self.after = w.sizes_after(record.after, record.cap_source)
+        elif record.failed is not None or record.cancelled:
+            self.after = "history exactly as before this turn"
+        else:
+            self.after = None
+        self.rows: tuple[tuple[str, str, str], ...] = tuple(
+            (step.glyph, step.name, step.detail) for step in record.steps)
+        self.ok = record.failed is None and not record.cancelled
+
+    def text(self) -> str:
+        lines = [f"turn · {self.header}"]
+        if self.before:
+            lines.append(f"  before  {self.before}")
+        if self.after:
+            lines.append(f"  after   {self.after}")
+        width = max((len(name) for _, name, _ in self.rows), default=0)
+        lines += [f"  {glyph} {name.ljust(width)}  {detail}" for glyph, name, detail in self.rows]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        e = html.escape
+        color = "#2e7d32" if self.ok else "#c62828"
+        sizes = "".join(
+            f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
+            for label, text in (("before", self.before), ("after", self.after)) if text)
+        # Inline styles: notebook front ends right-align and stripe output tables.
+        cell = "text-align:left;vertical-align:top;border:none;background:none;padding:0 "
+        rows = "".join(
+            f"<tr style='background:none'><td style='{cell}6px 0 0'>{e(glyph)}</td>"
+            f"<td style='{cell}10px 0 0;white-space:nowrap'>{e(name)}</td>"
+            f"<td style='{cell}0 0 0;overflow-wrap:anywhere'>{e(detail)}</td></tr>"
+            for glyph, name, detail in self.rows)
+        table = (f"<table style='border-collapse:collapse;border:none;margin:2px 0 0 0;"
+                 f"table-layout:auto'>{rows}</table>" if rows else "")
+        return (f"<div class='ctxr-card' data-session='{e(self.session)}' "
+                f"style='{_CSS.format(color=color)}'>"
+                f"<div><b>turn</b> · {e(self.header)}</div>{sizes}{table}</div>")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+    def __repr__(self) -> str:
+        return self.text()

@@ -1,0 +1,457 @@
+"""The live panel and the turn cards as a person sees them: real JupyterLab in headless
+Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by Selenium).
+
+A notebook runs a session against the emulator behind a 32 KB body limit with 2 s of
+latency (a slow summary). The DOM must show the step tracker lighting the summary step
+during the 413 recovery, the request bar going over the learned cap and coming back, the
+counts while it runs, and the Cancel button cancelling a slow summary with the history
+unchanged. Then the notebook is saved and reopened with a new kernel: the turn cards read
+as they did, and the panel's place shows its snapshot, never a widget error. Screenshots
+go to ``docs/`` (the README shows them).
+
+Locally the test skips with one line when Chromium, its driver, Selenium or JupyterLab is
+missing; under ``CI=true`` it fails instead (``.ci/run`` installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+START_TIMEOUT = 60.0
+STEP_TIMEOUT = 90.0
+LOREM = ("The quick brown fox jumps over the lazy dog while the proxy counts every byte "
+         "of the request body. ")
+
+PRIME = (
+    "from ipy_ctxrecovery.notebook import get_magics\n"
+    "for i in range({n}):\n"
+    "    get_ipython().run_cell_magic('chat', '', f'part {{i}}: ' + {lorem!r} * 95)\n"
+    "history_before = len(get_magics().workspace.session().history)\n"
+    "print('primed', history_before)"
+)
+
+CELLS = [
+    ("code", "%load_ext ipy_ctxrecovery\n"
+             "%chat emulator --max-body 32KB --context-window 200000 --latency 2"),
+    ("code", "%chat panel"),
+    ("code", PRIME.format(n=3, lorem=LOREM)),
+    ("code", "%%chat\nCompare the three parts with this one: " + LOREM * 40),
+    ("code", PRIME.format(n=1, lorem=LOREM)),
+    ("code", "%%chat\nAnd the fourth part: " + LOREM * 60),
+    ("code", "print('history unchanged:', "
+             "len(get_magics().workspace.session().history) == history_before)"),
+]
+
+
+def _missing() -> str | None:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            return f"{path} is missing (apt-get install chromium chromium-driver)"
+    for module in ("selenium", "jupyterlab"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed (pip install -e '.[browser]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser_ready() -> None:
+    reason = _missing()
+    if reason is None:
+        return
+    reason = f"browser test: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}, and CI=true requires it.")
+    print(f"SKIP: {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _notebook(cells: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}},
+            "cells": [{"cell_type": kind, "id": f"cell-{i}", "metadata": {},
+                       "source": source, "outputs": [], "execution_count": None}
+                      for i, (kind, source) in enumerate(cells)]}
+
+
+@pytest.fixture(scope="module")
+def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """JupyterLab on 127.0.0.1 with a temp root, config, settings and a random token."""
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "root"
+    root.mkdir()
+    (root / "panel.ipynb").write_text(json.dumps(_notebook(CELLS)))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "IPY_CTXRECOVERY_DIR": str(base / "state"),
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+    })
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD",
+                "CHATCLI_CONTEXT_WINDOW"):
+        env.pop(var, None)
+    # No windowing (every cell in the DOM), no news prompt, widget state not saved (the
+    # default; the panel's snapshot must stand on its own).
+    settings = base / "settings"
+    for plugin, values in {
+            "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+            "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
+                                                            "checkForUpdates": False},
+            "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": False}}.items():
+        folder, name = plugin.rsplit("/", 1)
+        (settings / folder).mkdir(parents=True, exist_ok=True)
+        (settings / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
+    log = (base / "lab.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         *(["--allow-root"] if os.geteuid() == 0 else []),
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
+                break
+        except OSError as e:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("JupyterLab did not start: "
+                                   + (base / "lab.log").read_text(errors="replace")[-2000:]
+                                   ) from e
+            time.sleep(0.25)
+    try:
+        yield {"url": url, "token": token, "root": root, "log": base / "lab.log",
+               "profile": base / "chromium"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def driver(lab: dict[str, Any]) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--window-size=1100,1000",
+                 f"--user-data-dir={lab['profile']}"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    browser.set_script_timeout(30)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = STEP_TIMEOUT,
+             every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def open_notebook(driver: Any, lab: dict[str, Any]) -> None:
+    driver.get(f"{lab['url']}/lab/tree/panel.ipynb?token={lab['token']}")
+    wait_for(lambda: driver.execute_script(
+        "const bar = document.querySelector('#jp-main-statusbar');"
+        "return document.querySelectorAll('.jp-Notebook .jp-Cell').length > 0 && bar && "
+        "/\\|\\s*Idle/.test(bar.innerText);"), "the notebook and an idle kernel")
+    if driver.find_elements("css selector", ".jp-SideBar.jp-mod-left .lm-mod-current"):
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        # The file browser closed: the notebook gets the width a person would give it.
+        ActionChains(driver).key_down(Keys.CONTROL).send_keys("b").key_up(Keys.CONTROL).perform()
+
+
+def run_cell(driver: Any, index: int) -> None:
+    """Focus cell ``index`` and run it (Shift+Enter)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    def clicked() -> bool:
+        cells = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")
+        editor = cells[index].find_element("css selector", ".cm-content")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", editor)
+        try:
+            editor.click()
+        except WebDriverException:
+            return False
+        return True
+
+    wait_for(clicked, f"cell {index} to take the focus", timeout=30)
+    ActionChains(driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+
+
+def cell_done(driver: Any, index: int) -> bool:
+    """The cell ran: its prompt shows an execution count (not "*", not empty)."""
+    return bool(driver.execute_script(
+        "const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]];"
+        "const p = c.querySelector('.jp-InputPrompt').textContent;"
+        "return /\\[\\d+\\]/.test(p);", index))
+
+
+def cell_started(driver: Any, index: int) -> bool:
+    return bool(driver.execute_script(
+        "const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]];"
+        "return /\\[(\\*|\\d+)\\]/.test(c.querySelector('.jp-InputPrompt').textContent);",
+        index))
+
+
+def start_cell(driver: Any, index: int) -> None:
+    """Run cell ``index`` and wait until the kernel took it (once more if it was dropped,
+    as a request sent while the kernel still connects can be)."""
+    for _ in range(3):
+        run_cell(driver, index)
+        try:
+            wait_for(lambda: cell_started(driver, index), f"cell {index} to start", timeout=10)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"cell {index} never started")
+
+
+def run_and_wait(driver: Any, index: int) -> None:
+    start_cell(driver, index)
+    wait_for(lambda: cell_done(driver, index), f"cell {index} to finish")
+
+
+def outputs_text(driver: Any, index: int) -> str:
+    """The cell's outputs as a person reads them (whitespace runs, table tabs, as one space)."""
+    return " ".join(str(driver.execute_script(
+        "const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]];"
+        "return c.querySelector('.jp-Cell-outputArea')?.innerText || '';", index)).split())
+
+
+WATCH = r"""
+window.__ctxr = [];
+const snap = () => {
+  const p = document.querySelector('.ctxr-panel[data-live="yes"]');
+  if (!p) return null;
+  const steps = {};
+  p.querySelectorAll('.ctxr-step').forEach(s => {
+    steps[s.dataset.stage] = s.className.replace('ctxr-step', '').trim(); });
+  const act = document.querySelector('.ctxr-activity');
+  const cancel = document.querySelector('.ctxr-cancel');
+  return JSON.stringify({
+    steps,
+    size: p.querySelector('.ctxr-size').dataset.fraction,
+    sizeLabel: p.querySelector('.ctxr-size .ctxr-label').textContent,
+    over: !!p.querySelector('.ctxr-size .ctxr-fill.over'),
+    counts: p.querySelector('.ctxr-counts').textContent,
+    activity: act && act.style.display !== 'none'
+      ? act.querySelector('.ctxr-activity-label').textContent : '',
+    cancel: !!(cancel && cancel.style.display !== 'none'),
+    levels: Array.from(p.querySelectorAll('.ctxr-level.lit')).map(l => l.textContent),
+  });
+};
+let last = null;
+new MutationObserver(() => {
+  const s = snap();
+  if (s && s !== last) { last = s; window.__ctxr.push(JSON.parse(s)); }
+}).observe(document.body, {subtree: true, childList: true, characterData: true,
+                          attributes: true});
+"""
+
+
+def states(driver: Any) -> list[dict[str, Any]]:
+    return list(driver.execute_script("return window.__ctxr || [];"))
+
+
+def shoot(driver: Any, element: Any, name: str) -> None:
+    DOCS.mkdir(exist_ok=True)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
+    element.screenshot(str(DOCS / name))
+
+
+# -- the test ---------------------------------------------------------------------------------
+
+def test_panel_and_turn_cards_in_jupyterlab(lab: dict[str, Any], driver: Any) -> None:
+    try:
+        _run_the_notebook(lab, driver)
+    except BaseException:
+        shot = lab["profile"].parent / "failure.png"
+        driver.save_screenshot(str(shot))
+        print(f"screenshot of the failure: {shot}; JupyterLab's log: {lab['log']}")
+        raise
+
+
+def _run_the_notebook(lab: dict[str, Any], driver: Any) -> None:
+    open_notebook(driver, lab)
+    run_and_wait(driver, 0)
+    assert "emulator restarted" in outputs_text(driver, 0)
+    run_and_wait(driver, 1)
+    panel = wait_for(lambda: driver.find_elements("css selector", ".ctxr-panel"), "the panel")
+    assert panel[0].get_attribute("data-live") == "no"          # a snapshot between turns
+    assert "live panel · session default" in panel[0].text
+    assert "no payload cap known" in panel[0].text               # said, not a near-empty bar
+    assert driver.find_elements("css selector", ".ctxr-size .ctxr-track.none")
+    run_and_wait(driver, 2)
+    assert "primed" in outputs_text(driver, 2)
+
+    # The 413 recovery: watched through every DOM change of the live panel.
+    driver.execute_script(WATCH)
+    start_cell(driver, 3)
+    summarizing = wait_for(lambda: driver.find_elements(
+        "css selector", ".ctxr-step.running[data-stage='summarize']"), "the summary step lit")
+    time.sleep(0.8)   # the elapsed time ticks in the screenshot
+    live = driver.find_element("css selector", ".ctxr-panel[data-live='yes']")
+    shoot(driver, live.find_element(
+        "xpath", "./ancestor::div[contains(@class,'jp-OutputArea-output')]"), "panel.png")
+    assert summarizing
+    wait_for(lambda: cell_done(driver, 3), "the recovery turn to finish")
+    seen = states(driver)
+    lit = [s for s in seen if s["steps"].get("summarize") == "running"]
+    assert lit, seen
+    assert all(s["activity"] == "the model is summarizing older messages" and s["cancel"]
+               for s in lit)
+    assert all("a compaction running" in s["counts"] and "0 compactions" not in s["counts"]
+               .split("·")[-1] for s in lit)
+    assert any(s["levels"] == ["summarize to fit"] for s in lit)
+    over = [i for i, s in enumerate(seen) if s["over"]]
+    assert over, "the request bar never went over the learned cap"
+    assert any(not s["over"] and float(s["size"] or 0) < 1 for s in seen[over[-1]:]), \
+        "the request bar did not come back under the cap"
+    assert seen[-1]["steps"]["send"] == "done"
+    card = outputs_text(driver, 3)
+    assert "✓ answered after 1 recovery step" in card
+    assert "recovery 1: summarize to fit" in card and "payload too large (413)" in card
+    assert "✗ send" in card and "✓ send" in card and "(try 2) · answered" in card
+    panel_text = driver.find_element("css selector", ".ctxr-panel").text
+    assert "so far: 1 recovery, 1 compaction" in panel_text
+    narrow_column(driver)
+    assert "last turn: ✓ answered after 1 recovery step" in panel_text
+    assert "(learned)" in panel_text
+
+    # Cancel during a slow summary: the same path as an interrupt, history unchanged.
+    run_and_wait(driver, 4)
+    start_cell(driver, 5)
+    button = wait_for(lambda: [b for b in driver.find_elements("css selector", ".ctxr-cancel")
+                               if b.is_displayed()], "the Cancel button")[0]
+    button.click()
+    wait_for(lambda: cell_done(driver, 5), "the cancelled turn to end")
+    cancelled = outputs_text(driver, 5)
+    assert "✗ cancelled · history exactly as before" in cancelled
+    assert "KeyboardInterrupt" in cancelled
+    run_and_wait(driver, 6)
+    assert "history unchanged: True" in outputs_text(driver, 6)
+    panel_text = driver.find_element("css selector", ".ctxr-panel").text
+    assert "last turn: ✗ cancelled · history exactly as before" in panel_text
+    shoot(driver, driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[1]
+          .find_element("css selector", ".jp-Cell-outputArea"), "panel-idle.png")
+
+    # Save, then reopen with a new kernel.
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    ActionChains(driver).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+    path = lab["root"] / "panel.ipynb"
+    saved = wait_for(lambda: _saved_outputs(path), "the notebook to be saved")
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert all(widget not in o.get("data", {}) for o in saved[1])   # the panel: a snapshot
+    assert any("text/html" in o.get("data", {}) for o in saved[1])
+    driver.execute_script("window.onbeforeunload = null;")
+    sessions = json.loads(urllib.request.urlopen(
+        f"{lab['url']}/api/sessions?token={lab['token']}").read())
+    for session in sessions:   # a new kernel when the notebook opens again
+        request = urllib.request.Request(
+            f"{lab['url']}/api/sessions/{session['id']}?token={lab['token']}", method="DELETE")
+        urllib.request.urlopen(request).close()
+    open_notebook(driver, lab)
+    page = driver.find_element("css selector", ".jp-Notebook").text
+    assert "Error displaying widget" not in page and "model not found" not in page
+    card = outputs_text(driver, 3)
+    assert "✓ answered after 1 recovery step" in card
+    assert "recovery 1: summarize to fit" in card
+    assert "✗ cancelled · history exactly as before" in outputs_text(driver, 5)
+    snapshot = outputs_text(driver, 1)
+    assert "live panel · session default" in snapshot and "idle · as of" in snapshot
+    cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[3]
+    shoot(driver, cell.find_element("css selector", ".ctxr-card"), "turn-card.png")
+
+
+def narrow_column(driver: Any) -> None:
+    """In a narrow window the panel wraps inside its column: nothing runs past the right
+    edge, the two bars start at the same x, the title is cut with an ellipsis."""
+    size = driver.get_window_size()
+    driver.set_window_size(560, size["height"])
+    try:
+        panel = driver.find_element("css selector", ".ctxr-panel")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", panel)
+        time.sleep(0.3)
+        layout = driver.execute_script(
+            "const p = arguments[0];"
+            "const out = p.closest('.jp-OutputArea-output');"
+            "const tracks = Array.from(p.querySelectorAll('.ctxr-track'))"
+            "  .map(t => Math.round(t.getBoundingClientRect().left));"
+            "const title = p.querySelector('.ctxr-title');"
+            "return {over: Array.from(p.querySelectorAll('*')).filter(e =>"
+            "  e.getBoundingClientRect().right > out.getBoundingClientRect().right + 1).length,"
+            "  tracks, ellipsis: getComputedStyle(title).textOverflow};", panel)
+        assert layout["over"] == 0, layout
+        assert len(set(layout["tracks"])) == 1, layout
+        assert layout["ellipsis"] == "ellipsis"
+        shoot(driver, panel.find_element("xpath", "./ancestor::div[contains(@class,"
+                                                  "'jp-OutputArea-output')]"),
+              "panel-narrow.png")
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+
+
+def _saved_outputs(path: Path) -> list[list[dict[str, Any]]] | None:
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    outputs = [c.get("outputs", []) for c in nb["cells"]]
+    return outputs if len(outputs) > 5 and outputs[5] else None

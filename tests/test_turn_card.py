@@ -1,0 +1,275 @@
+"""The turn card: a static record of one turn, read from its recorded event stream.
+
+The streams are real turns (a session against the emulator, or a scripted provider);
+every line of the card is asserted, and the card is checked through the magics: written
+once under the cell, after the answer, per ``ChatMagics.turn_card``.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.displaypub import DisplayPublisher
+from IPython.testing import globalipapp
+from turn_streams import KB, LOREM, Stream, events_only, record, recovery_413, routine
+
+from ipy_ctxrecovery.core import compactor
+from ipy_ctxrecovery.core import events as ev
+from ipy_ctxrecovery.core.history import Message
+from ipy_ctxrecovery.core.wording import CARD_GLYPHS
+from ipy_ctxrecovery.failures import FailureKind
+from ipy_ctxrecovery.notebook import get_magics
+from ipy_ctxrecovery.notebook.turn_card import TurnCard, TurnRecord, card_wanted
+from ipy_ctxrecovery.session import ChatSession
+from ipy_ctxrecovery.settings import Settings
+
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+
+
+def replay(stream: Stream, record_: TurnRecord | None = None) -> TurnRecord:
+    rec = record_ or TurnRecord()
+    for item in stream:
+        if isinstance(item, str):
+            rec.text_arrived(item)
+        else:
+            rec.feed(item)
+    return rec
+
+
+def card_of(stream: Stream, **finish: Any) -> TurnCard:
+    rec = replay(stream)
+    rec.finish(**{"prompt_tokens": 1234, "completion_tokens": 56, "elapsed": 2.4, **finish})
+    return TurnCard(rec)
+
+
+def assert_glyphs_exist(text: str) -> None:
+    """Every non-ASCII character is one the card may use, and DejaVu Sans draws it."""
+    odd = {c for c in text if ord(c) > 127} - CARD_GLYPHS
+    assert not odd, f"characters outside CARD_GLYPHS: {sorted(odd)}"
+    for c in text:
+        assert unicodedata.category(c) != "So" or c in CARD_GLYPHS, c
+
+
+def test_the_glyphs_are_in_dejavu_sans() -> None:
+    fonttools = pytest.importorskip("fontTools.ttLib")
+    if not DEJAVU.exists():
+        pytest.skip("DejaVu Sans is not installed (apt-get install fonts-dejavu-core)")
+    cmap = fonttools.TTFont(str(DEJAVU)).getBestCmap()
+    assert {c for c in CARD_GLYPHS if ord(c) not in cmap} == set()
+
+
+# -- a 413 recovered by a summary ------------------------------------------------------------
+
+def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
+    session, stream = recovery_413(emulator)
+    card = card_of(stream)
+    sent = [e for e in events_only(stream) if isinstance(e, ev.Sending)]
+    cap = session.status().cap
+    assert cap is not None and len(sent) == 2
+    first, second = (f"{e.body_bytes / KB:.1f} KB" for e in sent)
+    lines = card.text().splitlines()
+    assert lines[0] == ("turn · session default · ✓ answered after 1 recovery step · 2.4 s · "
+                        "1,234 prompt + 56 answer tokens")
+    assert lines[1].startswith(f"  before  request {first} · no payload cap known · ≈")
+    assert lines[1].endswith(" of 200,000 tokens")
+    assert lines[2].startswith("  after   history ") and \
+        f"of {cap / KB:.1f} KB cap (learned) · ≈" in lines[2]
+    rows = [line.split(None, 1)[1] for line in lines[3:]]
+    names = [line[4:].split("  ")[0].strip() for line in lines[3:]]
+    assert names == ["pre-flight", "send", "recovery 1: summarize to fit", "payload cap",
+                     "compaction", "note to the model", "send"]
+    glyphs = [line[2] for line in lines[3:]]
+    assert glyphs == ["✓", "✗", "✓", "·", "✓", "·", "✓"]
+    assert rows[0].endswith("within the window")
+    assert rows[1].endswith(f"{first} · payload too large (413)")
+    assert rows[2].endswith(f"a {first} request was rejected → older messages summarized to "
+                            f"fit 12.0 KB")
+    assert rows[3].endswith(f"learned ≈{cap / KB:.1f} KB: a {first} request was rejected "
+                            "(kept for this network path)")
+    assert "summary by the model: 8 → 3 messages, " in rows[4]
+    assert rows[6].endswith(f"{second} (try 2) · answered")
+    assert_glyphs_exist(card.text())
+    rec = replay(stream)
+    assert rec.something_happened and rec.recovered == 1 and rec.finished
+    assert card_wanted("auto", rec) and card_wanted("always", rec)
+    assert not card_wanted("never", rec)
+    session.close()
+
+
+def test_the_html_says_the_same_and_is_static(emulator: Any) -> None:
+    session, stream = recovery_413(emulator)
+    card = card_of(stream)
+    bundle = card._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}   # no widget: it saves as it shows
+    page = bundle["text/html"]
+    assert "<script" not in page and "application/vnd.jupyter" not in str(bundle)
+    for _glyph, name, detail in card.rows:
+        assert f">{name}</td>" in page
+        assert detail.replace("→", "&#8594;") in page or detail in page
+    rec = replay(stream)
+    rec.feed(ev.Failed(failure_kind=FailureKind.OTHER, sentence="<b>late</b>"))
+    assert bundle == card._repr_mimebundle_()           # written once: later events change nothing
+    assert "&lt;b&gt;late" in TurnCard(rec).html()       # and text is escaped
+    session.close()
+
+
+# -- routine, failed, interrupted, continued, laddered ------------------------------------------
+
+def test_a_routine_turn_has_a_card_only_when_asked(emulator: Any) -> None:
+    session, stream = routine(emulator)
+    rec = replay(stream)
+    rec.finish(prompt_tokens=10, completion_tokens=12, elapsed=0.3)
+    assert not rec.something_happened
+    assert not card_wanted("auto", rec) and card_wanted("always", rec)
+    lines = TurnCard(rec).text().splitlines()
+    assert lines[0] == "turn · session default · ✓ answered · 0.3 s · 10 prompt + 12 answer tokens"
+    assert [line[:4] for line in lines[3:]] == ["  ✓ ", "  ✓ "]
+    assert lines[3].split()[1:] == ["pre-flight", "within", "the", "window"]
+    assert lines[4].endswith(" · answered") and "send" in lines[4]
+    session.close()
+
+
+def test_a_failed_turn_says_the_history_is_as_before(emulator: Any) -> None:
+    emu = emulator(context_window=200_000)
+    session = ChatSession("emulator", emulator=emu, name="fails")
+    session.send("one", stream=False)
+    before = session.history
+    emu.fail_next(400, message="Model is busy.")
+    stream: Stream = []
+    unsubscribe = session.subscribe(stream.append)
+    with pytest.raises(Exception, match="busy"):
+        session.send("two")
+    unsubscribe()
+    assert session.history == before
+    rec = replay(stream)
+    assert rec.failed is not None and rec.something_happened
+    lines = TurnCard(rec).text().splitlines()
+    assert lines[0].startswith("turn · session default · ✗ failed · ")
+    assert "Model is busy" in lines[0]
+    assert lines[2] == "  after   history exactly as before this turn"
+    assert lines[-1].startswith("  ✗ send") and lines[-1].endswith(" · request failed")
+    session.close()
+
+
+def test_a_cancelled_summary(emulator: Any) -> None:
+    """The compactor's own events for a summary interrupted (Ctrl-C, or the panel's Cancel)."""
+    history = tuple(Message.user(f"question {i} " + LOREM * 20) if i % 2 == 0
+                    else Message.assistant(f"answer {i} " + LOREM * 20) for i in range(9))
+    rec = TurnRecord()
+
+    def interrupted(_text: str) -> str:
+        raise KeyboardInterrupt
+
+    def size(h: Any) -> int:
+        return sum(len(m.text) for m in h)
+
+    with pytest.raises(KeyboardInterrupt):
+        compactor.compact(history, target_bytes=size(history) // 3, measure=size,
+                          summarize=interrupted, settings=Settings(), on_event=rec.feed)
+    rec.interrupted()
+    lines = TurnCard(rec).text().splitlines()
+    assert lines[0] == "turn · session default · ✗ cancelled · history exactly as before"
+    assert lines[1] == "  after   history exactly as before this turn"
+    assert lines[2].startswith("  ✗ compaction  cancelled · history exactly as before (9 messages, ")
+
+
+def test_an_answer_continued_past_max_tokens(emulator: Any) -> None:
+    emu = emulator(context_window=200_000)
+    session = ChatSession("emulator", emulator=emu, name="continued")
+    rec = replay(record(session, "go [[words 60]]", max_tokens=10))
+    names = [s.name for s in rec.steps]
+    assert names == ["pre-flight", "send", "continuation"] * 2 + ["pre-flight", "send"]
+    details = [s.detail for s in rec.steps if s.stage == "continuation"]
+    assert details == ["answer cut at max_tokens 10 → continuing with 20 (1 of 2)",
+                       "answer cut at max_tokens 20 → continuing with 40 (2 of 2)"]
+    assert rec.something_happened
+    assert all(s.status == "done" for s in rec.steps)
+    session.close()
+
+
+def test_ladder_levels_each_with_before_and_after() -> None:
+    from fakes import FakeProvider, failure
+
+    overflow = failure(FailureKind.CONTEXT_OVERFLOW, "context length exceeded")
+    provider = FakeProvider(window=1_000_000)
+    session = ChatSession("fake", provider=provider, name="ladder")
+    for i in range(13):
+        session.send(f"turn {i}: " + LOREM * 3, stream=False)
+    provider.script.extend([overflow, overflow])   # no numbers: the blind levels, in order
+    rec = replay(record(session, "and now?"))
+    recovery = [s for s in rec.steps if s.stage == "recovery"]
+    assert [s.name for s in recovery] == ["recovery 1: shrink tool results",
+                                          "recovery 2: drop older messages"]
+    assert all(" → " in s.detail and "message" in s.detail for s in recovery)
+    sends = [s for s in rec.steps if s.stage == "send"]
+    assert [s.status for s in sends] == ["failed", "failed", "done"]
+    assert sends[0].detail.endswith("context window exceeded")
+    assert rec.outcome == "✓ answered after 2 recovery steps"
+    session.close()
+
+
+# -- through the magics -------------------------------------------------------------------------
+
+class RecordingPublisher(DisplayPublisher):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[dict[str, Any]] = []
+
+    def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *,
+                transient: Any = None, update: bool = False, **kwargs: Any) -> None:
+        self.calls.append({"data": data, "transient": transient or {}, "update": update})
+
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.config.pop("ChatMagics", None)
+    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+    magics = get_magics(shell)
+    assert magics is not None
+    magics.live_display, magics.stream_interval = "always", 0.0
+    saved, shell.display_pub = shell.display_pub, RecordingPublisher(shell=shell)
+    yield shell
+    shell.display_pub = saved
+    shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+
+
+def cards(ip: Any) -> list[str]:
+    return [c["data"]["text/plain"] for c in ip.display_pub.calls
+            if "ctxr-card" in c["data"].get("text/html", "")]
+
+
+def test_turn_card_modes_through_the_magics(ip: Any) -> None:
+    ip.run_line_magic("chat", "emulator --max-body 32KB --context-window 200000")
+    assert ip.run_cell("%%chat\nhello [[words 3]]\n").success
+    assert cards(ip) == []                                   # auto: nothing happened
+    ip.run_line_magic("config", "ChatMagics.turn_card = 'always'")
+    assert ip.run_cell("%%chat\nagain [[words 3]]\n").success
+    assert len(cards(ip)) == 1 and cards(ip)[0].startswith("turn · session default · ✓ answered")
+    assert ip.display_pub.calls[-1]["data"]["text/plain"] == cards(ip)[0]  # under the answer
+    ip.run_line_magic("config", "ChatMagics.turn_card = 'auto'")
+    for i in range(3):
+        ip.run_cell_magic("chat", "", f"part {i}: " + LOREM * 95)
+    assert len(cards(ip)) == 1
+    assert ip.run_cell("%%chat\nCompare them: " + LOREM * 40 + "\n").success
+    assert len(cards(ip)) == 2
+    card = cards(ip)[-1]
+    assert "✓ answered after 1 recovery step" in card.splitlines()[0]
+    assert "recovery 1: summarize to fit" in card
+    assert ip.display_pub.calls[-1]["data"]["text/plain"] == card
+    ip.run_line_magic("config", "ChatMagics.turn_card = 'never'")
+    assert ip.run_cell("%%chat\nCompare again: " + LOREM * 60 + "\n").success
+    assert len(cards(ip)) == 2
+
+
+def test_a_bad_turn_card_mode_is_refused(ip: Any) -> None:
+    magics = get_magics(ip)
+    with pytest.raises(Exception, match="turn_card"):
+        magics.turn_card = "sometimes"   # type: ignore[union-attr]
