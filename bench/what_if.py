@@ -17,6 +17,7 @@ Run: ``python bench/what_if.py`` (``--sizes 100,1000,10000``, ``--repeat 3``,
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import tempfile
@@ -84,10 +85,11 @@ def main() -> None:
             start = time.perf_counter()
             first = session.what_if(text="next question")
             cold = time.perf_counter() - start
-            warm, _ = timed(lambda s=session: s.what_if(text="next question"), args.repeat)
+            warm, _ = timed(functools.partial(session.what_if, text="next question"),
+                            args.repeat)
             cap = max(16_384, first.after_bytes // 3)
-            compact, plan = timed(lambda s=session, c=cap: s.what_if(text="next question", cap=c),
-                                  args.repeat)
+            compact, plan = timed(functools.partial(session.what_if, text="next question",
+                                                    cap=cap), args.repeat)
             fates = ", ".join(f"{k.value} {v}" for k, v in plan.fates.items())
             print(f"{n:>9,} {format_size(first.before_bytes):>9} {cold * 1000:>7.1f}ms "
                   f"{warm * 1000:>7.1f}ms {compact * 1000:>7.1f}ms  {fates}")
