@@ -58,3 +58,10 @@ def test_redaction_prints_the_ratio_to_detect_secrets_scanner() -> None:
     out = run("redaction.py", "--lines", "2000", "--sample", "20")
     assert "ratio redaction scan_line/ours: " in out, out
     assert "2 planted secrets, 2 masked" in out
+
+
+def test_what_if_prints_a_time_per_history_size() -> None:
+    out = run("what_if.py", "--sizes", "20,60", "--repeat", "1", "--result-chars", "2000")
+    for n in (20, 60):
+        assert f"ratio what_if n={n}: warm/100ms " in out, out
+    assert "summarized" in out        # the compact case really compacts

@@ -190,7 +190,7 @@ class LadderWhatIf:
                 + ("" if numbers else " (no token numbers reported)"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Plan:
     """What the next request would be under ``settings`` (module docstring)."""
 
@@ -323,6 +323,11 @@ class Plan:
 
     def __str__(self) -> str:
         return self.text()
+
+    def __repr__(self) -> str:
+        fates = ", ".join(f"{n} {f.value}" for f, n in self.fates.items())
+        return (f"<Plan {self.before_messages} → {self.after_messages} messages, "
+                f"{format_size(self.before_bytes)} → {format_size(self.after_bytes)}; {fates}>")
 
     def html(self) -> str:
         facts = "".join(f"<div>{html.escape(line)}</div>" for line in self.summary_lines())
@@ -552,7 +557,7 @@ def ladder_what_if(history: History, body: int, record: DryTrace, settings: Sett
         h, size, max_tokens = history, body, sizer.reserved_tokens(spec)
         rungs: list[Rung] = []
         give_up: str | None = None
-        failure = _failure(rejection, size, sizer.estimate(size), window, over)
+        first = _failure(rejection, size, sizer.estimate(size), window, over)
         for _ in range(settings.max_recovery_attempts + 2):
             failure = _failure(rejection, size, sizer.estimate(size), window, over)
             cap_before = caps.effective()
@@ -580,7 +585,7 @@ def ladder_what_if(history: History, body: int, record: DryTrace, settings: Sett
             latest = latest_user_index(h)
             rungs.append(Rung(result.level, len(h), size, latest is not None,
                               tuple(result.notes)))
-        climbs.append(LadderWhatIf(rejection, failure, tuple(rungs), give_up))
+        climbs.append(LadderWhatIf(rejection, first, tuple(rungs), give_up))
     return tuple(climbs)
 
 
