@@ -42,7 +42,7 @@ from ..emulator import Emulator
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..events import CompactionPhase, Event, LadderStep
 from ..history import Message, Role, ToolCall, latest_user_index
-from ..tools import Tool
+from ..tools import Tool, make_read_file
 from ..transcript import ENV_DIR, session_dir, validate_name
 from .what_if import resolve_settings
 
@@ -115,6 +115,7 @@ class _Recorded:
     model: str
     system: str | None
     turns: tuple[RecordedTurn, ...]
+    tools: tuple[Any, ...] = ()
 
 
 def _transcript_path(source: Any) -> tuple[str, Path, Mapping[str, Any]]:
@@ -162,7 +163,7 @@ def read_turns(source: Any) -> _Recorded:
             kind = record["type"]
             message = Message.from_dict(record["message"]) if kind == "message" else None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            if k == len(numbered) - 1 and isinstance(e, ValueError):
+            if k == len(numbered) - 1 and isinstance(e, json.JSONDecodeError):
                 break                                  # a torn last line
             raise CtxRecoveryError(
                 f"the transcript of session {name!r} is corrupt at line {number} "
@@ -191,7 +192,13 @@ def read_turns(source: Any) -> _Recorded:
         text=t["text"], calls=tuple(t["calls"]),
         results=tuple(t["results"].get(c.id, (_NO_RESULT, True)) for c in t["calls"]),
         answer_chars=t["answer"], reset_before=t["reset"]) for t in turns)
-    return _Recorded(name, str(meta.get("model") or ""), system, recorded)
+    offered = getattr(source, "tools", None)
+    if offered is None:
+        # A saved session was offered the built-in read_file unless it was turned off;
+        # its schema is part of every request's size.
+        offered = (make_read_file(path.parent, path.parent / "results"),) \
+            if Settings.from_env().read_file else ()
+    return _Recorded(name, str(meta.get("model") or ""), system, recorded, tuple(offered))
 
 
 # -- stand-in tools -------------------------------------------------------------------------
@@ -222,11 +229,22 @@ class _ReplayedTool(Tool):
         return self.results.next(self.name)
 
 
-def _tools(recorded: _Recorded, results: _Results) -> list[Tool]:
-    names = dict.fromkeys(c.name for t in recorded.turns for c in t.calls)
-    return [_ReplayedTool(name, "Replays the recorded results of this tool.",
-                          {"type": "object", "properties": {}}, lambda **_: "", results)
-            for name in names]
+def _tools(recorded: _Recorded, results: _Results, offered: Sequence[Any]) -> list[Tool]:
+    """A stand-in per recorded tool name; with the schema of the source session's own tool
+    of that name when it has one (the schemas are part of every request's size)."""
+    known = {t.name: t for t in offered if isinstance(t, Tool)}
+    names = dict.fromkeys([*known, *(c.name for t in recorded.turns for c in t.calls)])
+    out: list[Tool] = []
+    for name in names:
+        tool = known.get(name)
+        description = tool.description if tool else "Replays the recorded results of this tool."
+        parameters = tool.parameters if tool else {"type": "object", "properties": {}}
+        out.append(_ReplayedTool(name, description, parameters, _no_call, results))
+    return out
+
+
+def _no_call(**_arguments: Any) -> str:
+    return ""
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -582,7 +600,8 @@ def _run(recorded: _Recorded, config: _Config, root: Path, number: int,
                                  max_retries=0)
         with _private_root(root):
             session = ChatSession(provider=provider, settings=config.settings,
-                                  system=recorded.system, tools=_tools(recorded, results),
+                                  system=recorded.system,
+                                  tools=_tools(recorded, results, recorded.tools),
                                   builtin_tools=False, name=f"replay-{number}",
                                   sleep=lambda _seconds: None)
         events: list[Event] = []
