@@ -470,3 +470,5 @@ def _panel(magics: ChatMagics, args: Any) -> Any:
     _session(magics, args)
     return magics.workspace.panel(args.session)
 
+
+from . import explore  # noqa: E402, F401  (registers %chat explore)
