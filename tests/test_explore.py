@@ -181,6 +181,16 @@ def test_changes_are_debounced_on_the_event_loop(ip: Any, chat: ChatMagics) -> N
     assert asyncio.run(scenario()) == (0, 1)
     assert widget.plan is not None and widget.plan.settings.max_payload == 8 * 1024
 
+    async def read_at_once() -> int:
+        start = widget.computed
+        widget.cap.value = "12KB"
+        waiting = widget.computed - start
+        assert widget.assignments()["CHATCLI_MAX_PAYLOAD"] == "12288B"   # flushed first
+        await asyncio.sleep(0.1)
+        return waiting + 10 * (widget.computed - start)
+
+    assert asyncio.run(read_at_once()) == 10      # computed once, when read, not again
+
 
 def test_the_plain_text_fallback_and_the_widget_view(ip: Any, chat: ChatMagics) -> None:
     widget = explore(ip)

@@ -71,9 +71,9 @@ class ExploreWidget:
         self._apply = apply
         self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
         self.debounce = debounce
-        self.plan: Plan | None = None
+        self._plan: Plan | None = None
         self.report: ReplayReport | None = None
-        self.error: str | None = None
+        self._error: str | None = None
         self.computed = 0                      # plans computed (tests read it)
         self._pending: asyncio.TimerHandle | None = None
         self._quiet = False
@@ -151,6 +151,18 @@ class ExploreWidget:
         self.reset()
 
     # -- values ---------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan | None:
+        """The plan for the controls' values (the last good one while a value is wrong)."""
+        self.flush()
+        return self._plan
+
+    @property
+    def error(self) -> str | None:
+        """The sentence saying what is wrong with the controls' values (None: nothing)."""
+        self.flush()
+        return self._error
+
     def overrides(self) -> dict[str, Any]:
         """The settings the controls ask for, as ``what_if`` takes them."""
         values: dict[str, Any] = {name: w.value for name, w in self.fields.items()}
@@ -197,6 +209,13 @@ class ExploreWidget:
             self._pending.cancel()
         self._pending = loop.call_later(self.debounce, self.refresh)
 
+    def flush(self) -> None:
+        """Recompute now if a change is waiting for its debounce (before anything reads
+        the plan: Apply, Replay, the text fallback)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self.refresh()
+
     def refresh(self) -> None:
         """Recompute the plan for the controls' values and show it (or the one sentence
         that says what is wrong)."""
@@ -211,15 +230,15 @@ class ExploreWidget:
             self._say(str(e), error=True)
             return
         self.computed += 1
-        self.plan = plan
-        self.error = None
+        self._plan = plan
+        self._error = None
         self.strip.value = fate_strip_html(plan)
         facts = plan.summary_lines()
         self.numbers.value = "".join(f"<div>{html.escape(line)}</div>" for line in facts)
         self._say("")
 
     def _say(self, text: str, *, error: bool = False) -> None:
-        self.error = text if error else None
+        self._error = text if error else None
         colour = "#c62828" if error else "#2e7d32"
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
@@ -227,6 +246,7 @@ class ExploreWidget:
     # -- apply -----------------------------------------------------------------------------
     def assignments(self) -> dict[str, str]:
         """The changed settings as ``%chat config`` KEY=VALUE pairs."""
+        self.flush()
         if self.plan is None:
             return {}
         out: dict[str, str] = {}
@@ -244,6 +264,7 @@ class ExploreWidget:
         """Apply the changed settings through ``%chat config`` (its validation and path)."""
         if self._apply is None:
             return
+        self.flush()
         if self.error is not None:
             self._say(f"nothing applied: {self.error}", error=True)
             return
@@ -266,6 +287,7 @@ class ExploreWidget:
     def start_replay(self) -> None:
         """Replay the session's transcript with these settings: in a worker thread under a
         kernel (progress bar, Cancel), at once where there is no event loop."""
+        self.flush()
         if self.error is not None:
             self._say(f"cannot replay: {self.error}", error=True)
             return
@@ -330,8 +352,9 @@ class ExploreWidget:
     # -- display ---------------------------------------------------------------------------
     def text(self) -> str:
         """The plain-text fallback: the settings, the plan's facts and a strip of fates."""
+        self.flush()
         lines = [f"explore session {self.session.name}: "
-                 + ", ".join(f"{k}={_shown(v)}" for k, v in self.overrides().items())]
+                 + ", ".join(f"{k}={_shown(k, v)}" for k, v in self.overrides().items())]
         if self.error:
             lines.append(f"✗ {self.error}")
         if self.plan is not None:
@@ -380,8 +403,10 @@ def _size_text(value: int | None) -> str:
     return short if parse_size(short) == value else f"{value}B"
 
 
-def _shown(value: Any) -> str:
-    return "auto" if value is None else str(value)
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return "none" if name == "cap" else "auto"
+    return str(value)
 
 
 # -- %chat explore --------------------------------------------------------------------------

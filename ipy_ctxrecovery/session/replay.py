@@ -376,7 +376,7 @@ def _bars(run: ReplayRun, width: int = 40) -> list[str]:
     largest = max((t.history_bytes for t in run.turns), default=0) or 1
     lines = {"|": run.cap, "!": run.proxy_limit}
     # A limit far above every history would flatten the bars: it is named, not drawn.
-    shown = {mark: size for mark, size in lines.items() if size and size <= 4 * largest}
+    shown = {mark: size for mark, size in lines.items() if size and size <= 5 * largest}
     top = max(largest, *shown.values(), 1)
     out = [f"  ({'cap' if mark == '|' else 'proxy limit'} {format_size(size)}: off the "
            "scale)" for mark, size in lines.items() if size and mark not in shown]
