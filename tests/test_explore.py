@@ -119,6 +119,14 @@ def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
     assert "nothing to apply" in widget.message.value
 
 
+def test_a_browsers_float_noise_is_no_change(ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    widget.preflight_fraction.value = 0.8500000000000001    # what a front end sends back
+    widget.target_ratio.value = 0.39999999999999997
+    assert widget.plan is not None and widget.plan.changes == {}
+    assert widget.assignments() == {}
+
+
 def test_reset_brings_back_the_sessions_settings(ip: Any, chat: ChatMagics) -> None:
     widget = explore(ip)
     widget.cap.value = "8KB"

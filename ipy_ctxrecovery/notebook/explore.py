@@ -165,7 +165,10 @@ class ExploreWidget:
 
     def overrides(self) -> dict[str, Any]:
         """The settings the controls ask for, as ``what_if`` takes them."""
-        values: dict[str, Any] = {name: w.value for name, w in self.fields.items()}
+        values: dict[str, Any] = {
+            # A browser sends a slider's 0.85 back as 0.8500000000000001.
+            name: round(w.value, 6) if isinstance(w, widgets.FloatSlider) else w.value
+            for name, w in self.fields.items()}
         values["cap"] = values["cap"].strip() or None
         window = values["window"].strip()
         values["window"] = None if window.lower() in ("", "auto", "none") else window
@@ -234,7 +237,9 @@ class ExploreWidget:
         self._error = None
         self.strip.value = fate_strip_html(plan)
         facts = plan.summary_lines()
-        self.numbers.value = "".join(f"<div>{html.escape(line)}</div>" for line in facts)
+        self.numbers.value = ("<div style='line-height:1.4'>"
+                              + "".join(f"<div>{html.escape(line)}</div>" for line in facts)
+                              + "</div>")
         self._say("")
 
     def _say(self, text: str, *, error: bool = False) -> None:
@@ -390,9 +395,10 @@ def _legend() -> str:
     for fate, colour in FATE_COLOURS.items():
         word = "pinned" if fate.value.startswith("pinned") else FATE_WORDS[fate]
         seen.setdefault(word, colour)
-    return "<div style='font-size:85%'>" + " ".join(
-        f"<span style='display:inline-block;width:10px;height:10px;background:{c};"
-        f"margin:0 3px 0 8px'></span>{html.escape(w)}" for w, c in seen.items()) + "</div>"
+    return "<div style='font-size:85%;line-height:1.4'>" + " ".join(
+        f"<span style='white-space:nowrap;margin-right:10px'><span style='display:inline-block;"
+        f"width:10px;height:10px;background:{c};margin-right:3px'></span>{html.escape(w)}</span>"
+        for w, c in seen.items()) + "</div>"
 
 
 def _size_text(value: int | None) -> str:

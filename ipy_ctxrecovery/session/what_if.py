@@ -379,7 +379,7 @@ def fate_strip_html(plan: Plan, *, max_cells: int = 1500) -> str:
     size = max(1, -(-len(messages) // max_cells))
     order = list(Fate)
     cells = []
-    width = max(3, min(14, 900 // max(1, -(-len(messages) // size))))
+    width = max(3, min(14, 720 // max(1, -(-len(messages) // size))))
     for start in range(0, len(messages), size):
         group = messages[start:start + size]
         worst = max(group, key=lambda m: order.index(m.fate))
