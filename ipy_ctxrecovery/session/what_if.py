@@ -422,8 +422,6 @@ def resolve_settings(current: Settings, settings: Settings | None = None,
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"{key} is not a setting{hint}; use cap=, window= or a "
                               "Settings field name such as emergency_keep_messages.")
-        if isinstance(value, Settings) or (isinstance(value, float) and value != value):
-            raise ConfigError(f"{key}={value!r} is not a valid value.")
         values[name] = value
     if not values:
         return base
