@@ -317,7 +317,7 @@ def test_plan_renders_as_text_and_html(emulator: Any) -> None:
                            microcompact_summarize_turns=3)
     bundle = plan._repr_mimebundle_()
     text, page = bundle["text/plain"], bundle["text/html"]
-    assert text == str(plan) and text.startswith("what-if: cap no payload cap")
+    assert text == str(plan) and text.startswith("what-if: no payload cap · window 128,000 tokens")
     assert "tool result previewed (microcompact)" in text
     assert "messages kept (#1–#" in text            # runs of kept messages are collapsed
     assert "latest request: kept" in text and "if rejected as too large" in text

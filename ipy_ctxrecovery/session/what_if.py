@@ -243,10 +243,10 @@ class Plan:
     # -- rendering ------------------------------------------------------------------------
     def summary_lines(self) -> list[str]:
         """The headline facts, one per line (the text and HTML forms share them)."""
-        cap = (f"{format_size(self.cap)} ({self.cap_source})" if self.cap is not None
+        cap = (f"cap {format_size(self.cap)} ({self.cap_source})" if self.cap is not None
                else "no payload cap")
         window = f"{self.window:,} tokens" + ("" if self.window_known else " (guessed)")
-        out = [f"cap {cap} · window {window}"]
+        out = [f"{cap} · window {window}"]
         if self.changes:
             out.append("changed: " + ", ".join(f"{k} {_shown(k, a)} → {_shown(k, b)}"
                                                for k, (a, b) in self.changes.items()))
