@@ -149,7 +149,7 @@ def test_messages_dropped_by_the_fit_agree_with_the_send(emulator: Any) -> None:
         session.send(f"hi{i} [[words 1]]", stream=False)
     text = "big " * 2000
     whole = session.what_if(text=text, stream=False)
-    assert session.what_if(text=text, cap=1).refused    # a 1-byte cap refuses it alone
+    assert session.what_if(text=text, cap="4KB").refused   # a 4 KB cap refuses it alone
     request_alone = session.provider.measure(Request(      # type: ignore[attr-defined]
         messages=(session.history[0], Message.user(text)), max_tokens=None, stream=False,
         tools=tuple(t.spec for t in session.tools)))

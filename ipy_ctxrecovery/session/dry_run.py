@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..budget import ResultStore
 from ..compactor import CompactionReport
@@ -136,11 +137,9 @@ class _DrySizer(RequestSizer):
 class _TracingCompactor(SessionCompactor):
     record: DryTrace
 
-    def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None, *,
-            instructions: str | None = None,
-            force: bool = False) -> tuple[History, CompactionReport]:
-        compacted, report = super().run(history, target, spec, log,
-                                        instructions=instructions, force=force)
+    def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None,
+            **options: Any) -> tuple[History, CompactionReport]:
+        compacted, report = super().run(history, target, spec, log, **options)
         self.record.compaction = report
         self.record.stages.append(("compaction", compacted))
         return compacted, report

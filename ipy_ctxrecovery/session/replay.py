@@ -149,7 +149,8 @@ def read_turns(source: Any) -> _Recorded:
     """
     name, path, meta = _transcript_path(source)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # A live session that has said nothing yet may have no transcript file at all.
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     except (OSError, UnicodeDecodeError) as e:
         raise CtxRecoveryError(f"the transcript of session {name!r} cannot be read "
                                f"({e}); nothing was replayed.") from None
