@@ -210,7 +210,14 @@ class ExploreWidget:
             return
         if self._pending is not None:
             self._pending.cancel()
-        self._pending = loop.call_later(self.debounce, self.refresh)
+        self._pending = loop.call_later(self.debounce, self._refresh_shown)
+
+    def _refresh_shown(self) -> None:
+        # Called by the event loop, which would only log an error: show it instead.
+        try:
+            self.refresh()
+        except Exception as e:
+            self._say(f"what-if failed: {type(e).__name__}: {e}", error=True)
 
     def flush(self) -> None:
         """Recompute now if a change is waiting for its debounce (before anything reads
@@ -335,23 +342,25 @@ class ExploreWidget:
             problem = f"replay failed: {type(e).__name__}: {e}"
 
         def finish() -> None:
-            self.replay_button.disabled = False
-            self.cancel_button.disabled = True
-            self.progress.layout.visibility = "hidden"
-            if problem is not None:
-                self._say(problem, error=True)
-                return
-            assert report is not None
-            self.report = report
-            self.output.clear_output()
-            self.output.append_display_data(report)
-            self.output.append_display_data(report.plot())
-            run = report.runs[0] if report.runs else None
-            if run is not None:
-                self._say(f"replayed {run.answered}/{run.total_turns} turns: {run.requests} "
-                          f"requests, {sum(run.rejections.values())} rejected, "
-                          f"{run.summaries} LLM summaries"
-                          + (" (cancelled)" if report.cancelled else ""))
+            try:
+                if problem is not None:
+                    self._say(problem, error=True)
+                    return
+                assert report is not None
+                self.report = report
+                self.output.clear_output()
+                self.output.append_display_data(report)
+                self.output.append_display_data(report.plot())
+                run = report.runs[0] if report.runs else None
+                if run is not None:
+                    self._say(f"replayed {run.answered}/{run.total_turns} turns: "
+                              f"{run.requests} requests, {sum(run.rejections.values())} "
+                              f"rejected, {run.summaries} LLM summaries"
+                              + (" (cancelled)" if report.cancelled else ""))
+            finally:
+                self.replay_button.disabled = False
+                self.cancel_button.disabled = True
+                self.progress.layout.visibility = "hidden"
         hand_over(finish)
 
     # -- display ---------------------------------------------------------------------------
