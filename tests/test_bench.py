@@ -84,3 +84,10 @@ def test_persistence_prints_bytes_per_turn_before_and_after() -> None:
     out = run("persistence.py", "--turns", "12", "--turn-kb", "2")
     assert "== before: written " in out and "== journal: written " in out, out
     assert "ratio persistence before/journal: total bytes " in out
+
+
+def test_what_if_prints_a_time_per_history_size() -> None:
+    out = run("what_if.py", "--sizes", "20,60", "--repeat", "1", "--result-chars", "2000")
+    for n in (20, 60):
+        assert f"ratio what_if n={n}: warm/100ms " in out, out
+    assert "summarized" in out        # the compact case really compacts

@@ -30,7 +30,7 @@ from ..core.wording import (
     plural,
 )
 from ..settings import ConfigError, Settings, format_size
-from . import subcommands
+from . import subcommands  # explore: registers %chat explore
 from .cell_inputs import (
     cell_error_text,
     check_model_word,

@@ -646,4 +646,3 @@ def _panel(magics: ChatMagics, args: Any) -> None:
 SIDEBAR_HINT = ("JupyterLab gives a kernel no supported way to open a side panel: right-click "
                 "the panel and choose 'Create New View for Cell Output', then drag that tab "
                 "to the right side area (it stays live).")
-

@@ -1,21 +1,32 @@
 """A dry run of the preparation pipeline: what the next request would be, sending nothing.
 
-:func:`dry_run` builds a :class:`~.pipeline.Preparer` of its own around copies of what a
-session knows — its endpoint (only to measure and encode; nothing is sent), a copy of its
-learned limits, a result store that keeps previews in memory — with the LLM summary
-replaced by a size model of it (:func:`estimated_summary`, labelled as an estimate). It
-returns the :class:`~.pipeline.Prepared` request and every step it took; the session, its
-files and its learned limits are untouched.
+:func:`trace` builds a :class:`~.pipeline.Preparer` of its own around copies of what a
+session knows — its endpoint (only to measure; nothing is sent), a copy of its learned
+limits, a result store that keeps previews in memory — with the LLM summary replaced by a
+size model of it (:func:`estimated_summary`, labelled as an estimate). It records the
+history after each step (microcompact, budget, compaction, fit), the compaction trigger and
+target pre-flight chose and what the summarizer would have been given, and returns them
+with the :class:`~.pipeline.Prepared` request (:class:`DryTrace`); :func:`dry_run` returns
+just the request. The session, its files and its learned limits are untouched.
+
+A dry run measures the body (``provider.measure``, exact for the built-in adapters) where
+a send encodes it: the bytes are never sent, and encoding through the SDK costs a hundred
+times more, which a what-if recomputed on every slider move cannot afford.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.budget import ResultStore
+from ..core.compactor import CompactionReport
 from ..core.history import History
 from ..core.prompts import summary_header
+from ..errors import ChatError
+from ..providers.base import Measurable, Request
 from ..settings import Settings
 from .compaction import SessionCompactor
 from .endpoint import Endpoint
@@ -25,7 +36,7 @@ from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, TurnLog
 from .turns import ToolBox
 
-__all__ = ["ESTIMATE_MARK", "MemoryStore", "dry_run", "estimated_summary"]
+__all__ = ["ESTIMATE_MARK", "DryTrace", "MemoryStore", "dry_run", "estimated_summary", "trace"]
 
 ESTIMATE_MARK = "(estimated summary: a dry run asks no model)"
 """The first line of a summary the dry run made up; its size is the estimate."""
@@ -62,22 +73,148 @@ def estimated_summary(text: str, max_tokens: int, *, bytes_per_token: float = 4.
     return f"{summary_header(0)}\n{ESTIMATE_MARK}\n{body}\n" + "x" * filler
 
 
+# -- the traced pipeline -------------------------------------------------------------------
+
+@dataclass
+class DryTrace:
+    """What a dry run saw, step by step (see the module docstring).
+
+    ``stages``: (step name, history after it), starting with ``("input", history)``; a
+    step that changed nothing still appears, with the same tuple. ``refused``: the
+    sentence pre-flight refused the request with (then ``prepared`` is None).
+    ``trigger``/``target``: the compaction trigger pre-flight compared the body with and
+    the target compaction aimed at (None when it did not compact). ``summary_input``:
+    characters the summarizer would have been sent (None: no summary was asked for).
+    """
+
+    spec: RequestSpec
+    sizer: RequestSizer
+    limits: LearnedLimits
+    store: MemoryStore
+    stages: list[tuple[str, History]] = field(default_factory=list)
+    prepared: Prepared | None = None
+    refused: ChatError | None = None
+    trigger: int | None = None
+    target: int | None = None
+    compaction: CompactionReport | None = None
+    summary_input: int | None = None
+    summary_chars: int | None = None
+
+    def stage(self, name: str) -> History | None:
+        """The history after step ``name`` (None when that step did not run)."""
+        for step, history in self.stages:
+            if step == name:
+                return history
+        return None
+
+
+class _DrySizer(RequestSizer):
+    """A sizer that measures instead of encoding (nothing is sent) and notes the
+    compaction trigger and target pre-flight asks for."""
+
+    record: DryTrace | None = None
+
+    def encode(self, request: Request) -> tuple[Request, bytes]:
+        # Only the length of a dry run's body is ever read: a zeroed stand-in of that size.
+        provider = self.endpoint.provider
+        size = provider.measure(request) if isinstance(provider, Measurable) \
+            else len(provider.encode(request))
+        return request, bytes(int(size))
+
+    def compaction_trigger(self, ratio: float | None = None) -> int:
+        value = super().compaction_trigger(ratio)
+        if self.record is not None and self.record.trigger is None:
+            self.record.trigger = value
+        return value
+
+    def compaction_target(self, ratio: float | None = None) -> int:
+        value = super().compaction_target(ratio)
+        if self.record is not None and self.record.target is None:
+            self.record.target = value
+        return value
+
+
+class _TracingCompactor(SessionCompactor):
+    record: DryTrace
+
+    def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None,
+            **options: Any) -> tuple[History, CompactionReport]:
+        compacted, report = super().run(history, target, spec, log, **options)
+        self.record.compaction = report
+        self.record.stages.append(("compaction", compacted))
+        return compacted, report
+
+
+class _TracingPreparer(Preparer):
+    record: DryTrace
+
+    def microcompact(self, history: History, log: TurnLog) -> History:
+        out = super().microcompact(history, log)
+        self.record.stages.append(("microcompact", out))
+        return out
+
+    def budget(self, history: History, log: TurnLog) -> History:
+        out = super().budget(history, log)
+        self.record.stages.append(("budget", out))
+        return out
+
+    def fit_known_limits(self, history: History, body: int, reserve: int | None,
+                         spec: RequestSpec, target: int, log: TurnLog) -> History:
+        out = super().fit_known_limits(history, body, reserve, spec, target, log)
+        self.record.stages.append(("fit", out))
+        return out
+
+
+def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: LearnedLimits,
+          tools: ToolBox, store: ResultStore, settings: Settings,
+          current: Settings | None = None) -> DryTrace:
+    """Run the preparation pipeline on ``history`` without sending or changing anything,
+    recording every step (:class:`DryTrace`).
+
+    ``settings`` are the ones to try; ``current`` the ones ``limits`` were learned under
+    (when they differ, the configured cap and window follow ``settings``). A request
+    pre-flight refuses (it cannot fit even alone) is reported in ``refused``, not raised.
+    """
+    own_limits = copy.deepcopy(limits)    # its path limits too: a dry run learns nothing
+    if current is not None and current != settings:
+        own_limits.configure(current, settings)
+    bus = EventBus()
+    memory = MemoryStore(store)
+    sizer = _DrySizer(endpoint, own_limits, settings, tools.specs)
+    record = DryTrace(spec=spec, sizer=sizer, limits=own_limits, store=memory,
+                      stages=[("input", history)])
+    sizer.record = record
+
+    def summarize(text: str, tokens: int, _deadline: float | None = None) -> str:
+        record.summary_input = len(text)
+        summary = estimated_summary(text, tokens,
+                                    bytes_per_token=own_limits.tokens.bytes_per_token)
+        record.summary_chars = len(summary)
+        return summary
+
+    compactor = _TracingCompactor(sizer, bus, settings, summarize=summarize)
+    compactor.record = record
+    preparer = _TracingPreparer(sizer, compactor, memory, bus, settings)
+    preparer.record = record
+    try:
+        record.prepared = preparer.prepare(history, spec, TurnLog())
+    except ChatError as e:
+        record.refused = e
+    return record
+
+
 def dry_run(history: History, spec: RequestSpec, *, endpoint: Endpoint,
             limits: LearnedLimits, tools: ToolBox, store: ResultStore,
             settings: Settings, current: Settings | None = None) -> Prepared:
     """Run the preparation pipeline on ``history`` without sending or changing anything.
 
     ``settings`` are the ones to try; ``current`` the ones ``limits`` were learned under
-    (when they differ, the configured cap and window follow ``settings``).
+    (when they differ, the configured cap and window follow ``settings``). Raises the
+    :class:`ChatError` a send would raise before sending (a message that cannot fit).
     """
-    own_limits = copy.deepcopy(limits)    # its path limits too: a dry run learns nothing
-    if current is not None and current != settings:
-        own_limits.configure(current, settings)
-    bus = EventBus()
-    sizer = RequestSizer(endpoint, own_limits, settings, tools.specs)
-    compactor = SessionCompactor(
-        sizer, bus, settings,
-        summarize=lambda text, tokens, _deadline: estimated_summary(
-            text, tokens, bytes_per_token=own_limits.tokens.bytes_per_token))
-    preparer = Preparer(sizer, compactor, MemoryStore(store), bus, settings)
-    return preparer.prepare(history, spec, TurnLog())
+    result = trace(history, spec, endpoint=endpoint, limits=limits, tools=tools, store=store,
+                   settings=settings, current=current)
+    if result.refused is not None:
+        raise result.refused
+    assert result.prepared is not None
+    return result.prepared

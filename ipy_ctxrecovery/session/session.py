@@ -60,6 +60,8 @@ from .tools import Tool, as_tool, make_read_file
 from .turn_log import EventBus, Shrink, TurnLog
 from .turns import ToolBox, TurnRunner
 from .values import KEEP, Reply, SessionStatus, _Keep
+from .what_if import Plan
+from .what_if import plan as plan_what_if
 
 __all__ = ["ChatSession"]
 
@@ -457,6 +459,23 @@ class ChatSession:
                        endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
                        store=self._store, settings=settings or self.settings,
                        current=self.settings)
+
+    def what_if(self, settings: Settings | None = None, /, *, text: str | None = None,
+                max_tokens: int | None = None, options: Mapping[str, Any] | None = None,
+                stream: bool = True, **overrides: Any) -> Plan:
+        """The next request under other settings, planned without sending or changing
+        anything: every message's fate, sizes before/after, pre-flight, compaction, and
+        the ladder on a rejection (``what_if.py``).
+
+        ``overrides``: Settings fields, ``cap=`` (configured payload cap) and ``window=``
+        (configured context window); ``settings``: a whole Settings to start from.
+        ``text``: the next user message (None: the history as it is).
+        """
+        return plan_what_if(self._history, text,
+                            self._spec(max_tokens, stream=stream, options=options),
+                            endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
+                            store=self._store, current=self.settings, settings=settings,
+                            overrides=overrides, name=f"session {self.name}")
 
     def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
         if not shrinks:

@@ -1,0 +1,451 @@
+"""``%chat explore``: an ipywidgets view to try compaction settings on a live session.
+
+:class:`ExploreWidget` shows, for the settings in its sliders and fields, what the next
+request would do to every message (``session.what_if``: a strip of one cell per message
+coloured by fate, before/after sizes, the pre-flight line), recomputed when a value
+changes (debounced on the kernel's event loop). Buttons: **Replay with these settings**
+(``replay`` on the session's transcript, in a worker thread, with a progress bar and a
+cancel), **Apply to session** (the same validation and path as ``%chat config``),
+**Reset** (back to the session's settings). A value that is wrong shows one sentence in
+the widget, never a traceback.
+
+The widget tree is built once; values change through traits. Widget state has no lock,
+so the worker thread hands its values to the kernel's event loop. ``text()`` is the
+plain-text fallback (terminals, saved notebooks), always in ``_repr_mimebundle_``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import io
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+from IPython.core.error import UsageError
+
+from ..errors import CtxRecoveryError
+from ..session.replay import LIMITS, ReplayReport, replay
+from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
+from ..settings import ENV_VARS, format_size, parse_size
+from .subcommands import _session, _subcommand
+
+if TYPE_CHECKING:
+    from ..session import ChatSession
+    from .magics import ChatMagics
+
+__all__ = ["FATE_CHARS", "ExploreWidget"]
+
+#: One character per fate for the plain-text strip.
+FATE_CHARS: Mapping[Fate, str] = {
+    Fate.KEPT: "·", Fate.PINNED_SYSTEM: "P", Fate.PINNED_NOTICE: "P", Fate.PINNED_REQUEST: "P",
+    Fate.PREVIEWED: "p", Fate.ONE_LINED: "1", Fate.BUDGET_PREVIEW: "b", Fate.TRIMMED: "t",
+    Fate.SUMMARIZED: "S", Fate.DROPPED: "x",
+}
+_TEXT_STRIP = 120
+DEBOUNCE_SECONDS = 0.25
+
+Apply = Callable[[Mapping[str, str]], str]
+"""``apply({"CHATCLI_MAX_PAYLOAD": "256KB", ...})`` → the line to show (raises a
+UsageError or ConfigError with one sentence)."""
+
+
+def _style() -> dict[str, str]:
+    return {"description_width": "150px"}
+
+
+def _layout(width: str = "360px") -> widgets.Layout:
+    return widgets.Layout(width=width)
+
+
+class ExploreWidget:
+    """Compaction settings to try on ``session``, and what they would do (module docstring)."""
+
+    def __init__(self, session: ChatSession, *, apply: Apply | None = None,
+                 limits: Mapping[str, Any] | None = None,
+                 debounce: float = DEBOUNCE_SECONDS) -> None:
+        self.session = session
+        self._apply = apply
+        self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
+        self.debounce = debounce
+        self._plan: Plan | None = None
+        self.report: ReplayReport | None = None
+        self._error: str | None = None
+        self.computed = 0                      # plans computed (tests read it)
+        self._pending: asyncio.TimerHandle | None = None
+        self._quiet = False
+        self._cancel = threading.Event()
+        self._worker: threading.Thread | None = None
+
+        # -- controls: (widget, what_if name) ----------------------------------------------
+        self.cap = widgets.Text(description="payload cap", placeholder="none, e.g. 256KB",
+                                style=_style(), layout=_layout())
+        self.window = widgets.Text(description="context window", placeholder="auto (tokens)",
+                                   style=_style(), layout=_layout())
+        self.emergency_keep = widgets.IntSlider(min=1, max=60, description="emergency keep",
+                                                style=_style(), layout=_layout())
+        self.truncate_turns = widgets.IntSlider(min=1, max=20, style=_style(),
+                                                description="truncate results after",
+                                                layout=_layout())
+        self.summarize_turns = widgets.IntSlider(min=1, max=30, style=_style(),
+                                                 description="one-line results after",
+                                                 layout=_layout())
+        self.per_result = widgets.IntText(description="per-result budget", style=_style(),
+                                          layout=_layout())
+        self.per_turn = widgets.IntText(description="per-turn budget", style=_style(),
+                                        layout=_layout())
+        self.preflight_fraction = widgets.FloatSlider(min=0.05, max=1.0, step=0.05,
+                                                      description="pre-flight at (of cap)",
+                                                      style=_style(), layout=_layout())
+        self.target_ratio = widgets.FloatSlider(min=0.05, max=1.0, step=0.05,
+                                                description="pre-flight target ratio",
+                                                style=_style(), layout=_layout())
+        self.fields: dict[str, widgets.Widget] = {
+            "cap": self.cap, "window": self.window,
+            "emergency_keep_messages": self.emergency_keep,
+            "microcompact_truncate_turns": self.truncate_turns,
+            "microcompact_summarize_turns": self.summarize_turns,
+            "per_result_max_chars": self.per_result, "turn_budget_chars": self.per_turn,
+            "preflight_cap_fraction": self.preflight_fraction,
+            "preflight_budget_ratio": self.target_ratio,
+        }
+        # -- views and buttons -----------------------------------------------------------------
+        self.title = widgets.HTML()
+        self.strip = widgets.HTML()
+        self.numbers = widgets.HTML()
+        self.message = widgets.HTML()
+        self.legend = widgets.HTML(value=_legend())
+        self.replay_button = widgets.Button(description="Replay with these settings",
+                                            icon="play", layout=_layout("220px"))
+        self.cancel_button = widgets.Button(description="Cancel", disabled=True, icon="stop",
+                                            layout=_layout("100px"))
+        self.apply_button = widgets.Button(description="Apply to session", icon="check",
+                                           button_style="primary", layout=_layout("170px"),
+                                           disabled=apply is None)
+        self.reset_button = widgets.Button(description="Reset", icon="undo",
+                                           layout=_layout("100px"))
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="replay",
+                                            layout=widgets.Layout(width="360px",
+                                                                  visibility="hidden"))
+        self.output = widgets.Output()
+        left = [self.cap, self.window, self.emergency_keep, self.truncate_turns,
+                self.summarize_turns]
+        right = [self.per_result, self.per_turn, self.preflight_fraction, self.target_ratio]
+        self.widget = widgets.VBox([
+            self.title,
+            widgets.HBox([widgets.VBox(left), widgets.VBox(right)]),
+            self.strip, self.legend, self.numbers, self.message,
+            widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
+                          self.reset_button]),
+            self.progress, self.output,
+        ])
+        for control in self.fields.values():
+            control.observe(self._changed, names="value")
+        self.replay_button.on_click(lambda _b: self.start_replay())
+        self.cancel_button.on_click(lambda _b: self._cancel.set())
+        self.apply_button.on_click(lambda _b: self.apply())
+        self.reset_button.on_click(lambda _b: self.reset())
+        self.reset()
+
+    # -- values ---------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan | None:
+        """The plan for the controls' values (the last good one while a value is wrong)."""
+        self.flush()
+        return self._plan
+
+    @property
+    def error(self) -> str | None:
+        """The sentence saying what is wrong with the controls' values (None: nothing)."""
+        self.flush()
+        return self._error
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings the controls ask for, as ``what_if`` takes them."""
+        values: dict[str, Any] = {
+            # A browser sends a slider's 0.85 back as 0.8500000000000001.
+            name: round(w.value, 6) if isinstance(w, widgets.FloatSlider) else w.value
+            for name, w in self.fields.items()}
+        values["cap"] = values["cap"].strip() or None
+        window = values["window"].strip()
+        values["window"] = None if window.lower() in ("", "auto", "none") else window
+        return values
+
+    def reset(self) -> None:
+        """Controls back to the session's own settings; the plan recomputed once."""
+        s = self.session.settings
+        self._quiet = True
+        try:
+            with contextlib.ExitStack() as stack:
+                for w in self.fields.values():
+                    stack.enter_context(w.hold_trait_notifications())
+                self.cap.value = _size_text(s.max_payload)
+                self.window.value = str(s.context_window) if s.context_window else ""
+                self.emergency_keep.value = min(s.emergency_keep_messages, self.emergency_keep.max)
+                self.truncate_turns.value = min(s.microcompact_truncate_turns,
+                                                self.truncate_turns.max)
+                self.summarize_turns.value = min(s.microcompact_summarize_turns,
+                                                 self.summarize_turns.max)
+                self.per_result.value = s.per_result_max_chars
+                self.per_turn.value = s.turn_budget_chars
+                self.preflight_fraction.value = s.preflight_cap_fraction
+                self.target_ratio.value = s.preflight_budget_ratio
+        finally:
+            self._quiet = False
+        self.refresh()
+
+    def _changed(self, change: Any) -> None:
+        if self._quiet:
+            return
+        if self.debounce <= 0:
+            self.refresh()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:      # no event loop (a terminal, a test): compute now
+            self.refresh()
+            return
+        if self._pending is not None:
+            self._pending.cancel()
+        self._pending = loop.call_later(self.debounce, self._refresh_shown)
+
+    def _refresh_shown(self) -> None:
+        # Called by the event loop, which would only log an error: show it instead.
+        try:
+            self.refresh()
+        except Exception as e:
+            self._say(f"what-if failed: {type(e).__name__}: {e}", error=True)
+
+    def flush(self) -> None:
+        """Recompute now if a change is waiting for its debounce (before anything reads
+        the plan: Apply, Replay, the text fallback)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the plan for the controls' values and show it (or the one sentence
+        that says what is wrong)."""
+        self._pending = None
+        name = self.session.name
+        self.title.value = (f"<b>Explore compaction settings</b> — session "
+                            f"<code>{html.escape(name)}</code> ({len(self.session.history)} "
+                            "messages)")
+        try:
+            plan = self.session.what_if(**self.overrides())
+        except CtxRecoveryError as e:
+            self._say(str(e), error=True)
+            return
+        self.computed += 1
+        self._plan = plan
+        self._error = None
+        self.strip.value = fate_strip_html(plan)
+        facts = plan.summary_lines()
+        self.numbers.value = ("<div style='line-height:1.4'>"
+                              + "".join(f"<div>{html.escape(line)}</div>" for line in facts)
+                              + "</div>")
+        self._say("")
+
+    def _say(self, text: str, *, error: bool = False) -> None:
+        self._error = text if error else None
+        colour = "#c62828" if error else "#2e7d32"
+        self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
+                              if text else "")
+
+    # -- apply -----------------------------------------------------------------------------
+    def assignments(self) -> dict[str, str]:
+        """The changed settings as ``%chat config`` KEY=VALUE pairs."""
+        self.flush()
+        if self.plan is None:
+            return {}
+        out: dict[str, str] = {}
+        for field, (_old, new) in self.plan.changes.items():
+            key = next((env for env, f in ENV_VARS.items() if f == field), field)
+            if field == "max_payload":
+                out[key] = f"{new}B" if new else "0"
+            elif field == "context_window":
+                out[key] = str(new) if new else "auto"
+            else:
+                out[key] = str(new)
+        return out
+
+    def apply(self) -> None:
+        """Apply the changed settings through ``%chat config`` (its validation and path)."""
+        if self._apply is None:
+            return
+        self.flush()
+        if self.error is not None:
+            self._say(f"nothing applied: {self.error}", error=True)
+            return
+        values = self.assignments()
+        if not values:
+            self._say("nothing to apply: these are the session's settings")
+            return
+        self.apply_button.disabled = True
+        try:
+            line = self._apply(values)
+        except (UsageError, CtxRecoveryError) as e:
+            self._say(str(e), error=True)
+            return
+        finally:
+            self.apply_button.disabled = False
+        self.refresh()
+        self._say(line or "applied")
+
+    # -- replay ----------------------------------------------------------------------------
+    def start_replay(self) -> None:
+        """Replay the session's transcript with these settings: in a worker thread under a
+        kernel (progress bar, Cancel), at once where there is no event loop."""
+        self.flush()
+        if self.error is not None:
+            self._say(f"cannot replay: {self.error}", error=True)
+            return
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._cancel.clear()
+        self.replay_button.disabled = True
+        self.cancel_button.disabled = False
+        self.progress.value, self.progress.layout.visibility = 0, "visible"
+        settings = self.overrides()
+        if loop is None:
+            self._replay(settings, lambda fn: fn())
+            return
+
+        def hand_over(fn: Callable[[], None]) -> None:
+            loop.call_soon_threadsafe(fn)
+
+        self._worker = threading.Thread(target=self._replay, args=(settings, hand_over),
+                                        name="ipy_ctxrecovery-replay", daemon=True)
+        self._worker.start()
+
+    def _replay(self, settings: dict[str, Any],
+                hand_over: Callable[[Callable[[], None]], None]) -> None:
+        def progress(done: int, total: int) -> None:
+            def show() -> None:
+                self.progress.max = total
+                self.progress.value = done
+            hand_over(show)
+
+        report: ReplayReport | None = None
+        problem: str | None = None
+        try:
+            report = replay(self.session, settings=settings, limits=self.limits,
+                            on_progress=progress, cancel=self._cancel)
+        except CtxRecoveryError as e:
+            problem = str(e)
+        except Exception as e:  # a bug: shown in the widget, never lost in a thread
+            problem = f"replay failed: {type(e).__name__}: {e}"
+
+        def finish() -> None:
+            try:
+                if problem is not None:
+                    self._say(problem, error=True)
+                    return
+                assert report is not None
+                self.report = report
+                self.output.clear_output()
+                self.output.append_display_data(report)
+                self.output.append_display_data(report.plot())
+                run = report.runs[0] if report.runs else None
+                if run is not None:
+                    self._say(f"replayed {run.answered}/{run.total_turns} turns: "
+                              f"{run.requests} requests, {sum(run.rejections.values())} "
+                              f"rejected, {run.summaries} LLM summaries"
+                              + (" (cancelled)" if report.cancelled else ""))
+            finally:
+                self.replay_button.disabled = False
+                self.cancel_button.disabled = True
+                self.progress.layout.visibility = "hidden"
+        hand_over(finish)
+
+    # -- display ---------------------------------------------------------------------------
+    def text(self) -> str:
+        """The plain-text fallback: the settings, the plan's facts and a strip of fates."""
+        self.flush()
+        lines = [f"explore session {self.session.name}: "
+                 + ", ".join(f"{k}={_shown(k, v)}" for k, v in self.overrides().items())]
+        if self.error:
+            lines.append(f"✗ {self.error}")
+        if self.plan is not None:
+            lines += self.plan.summary_lines()
+            lines.append("fates: " + text_strip(self.plan))
+        if self.report is not None:
+            lines += ["", self.report.text()]
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        data["text/plain"] = self.text()
+        return data
+
+    def close(self) -> None:
+        self._cancel.set()
+        if self._pending is not None:
+            self._pending.cancel()
+        self.widget.close()
+
+
+def text_strip(plan: Plan, width: int = _TEXT_STRIP) -> str:
+    """One character per message (``FATE_CHARS``), grouped when longer than ``width``."""
+    fates = [m.fate for m in plan.messages]
+    size = max(1, -(-len(fates) // width))
+    order = list(Fate)
+    return "".join(FATE_CHARS[max(fates[i:i + size], key=order.index)]
+                   for i in range(0, len(fates), size))
+
+
+def _legend() -> str:
+    seen: dict[str, str] = {}
+    for fate, colour in FATE_COLOURS.items():
+        word = "pinned" if fate.value.startswith("pinned") else FATE_WORDS[fate]
+        seen.setdefault(word, colour)
+    return "<div style='font-size:85%;line-height:1.4'>" + " ".join(
+        f"<span style='white-space:nowrap;margin-right:10px'><span style='display:inline-block;"
+        f"width:10px;height:10px;background:{c};margin-right:3px'></span>{html.escape(w)}</span>"
+        for w, c in seen.items()) + "</div>"
+
+
+def _size_text(value: int | None) -> str:
+    """A cap as the field shows it: ``256KB`` when that is exact, else bytes (``1000B``)."""
+    if not value:
+        return ""
+    short = format_size(value).replace(" ", "")
+    return short if parse_size(short) == value else f"{value}B"
+
+
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return "none" if name == "cap" else "auto"
+    return str(value)
+
+
+# -- %chat explore --------------------------------------------------------------------------
+
+@_subcommand("explore", "Try compaction settings on a session: what the next request would "
+             "keep, preview, summarize or drop; replay the session with them; apply them.")
+def _explore(magics: ChatMagics, args: Any) -> ExploreWidget:
+    from .subcommands import run_subcommand
+
+    session = _session(magics, args)
+    ws = magics.workspace
+    if session.model.startswith("emulator") and ws.emulator is not None \
+            and session.endpoint.emulator is ws.emulator:
+        limits: dict[str, Any] = {"context_window": ws.emulator.context_window,
+                                  **ws.emulator_limits}
+    else:
+        limits = {"context_window": session.window}
+
+    def apply(values: Mapping[str, str]) -> str:
+        line = "config " + " ".join(f"{k}={v}" for k, v in values.items())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            run_subcommand(magics, line)
+        return out.getvalue().strip()
+
+    return ExploreWidget(session, apply=apply, limits=limits)
+

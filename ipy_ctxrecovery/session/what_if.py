@@ -1,0 +1,677 @@
+"""What-if: the next request under other settings, planned without sending anything.
+
+:func:`plan` runs the session's own preparation pipeline as a dry run
+(:func:`~.dry_run.trace`: microcompact → tool-result budget → pre-flight → compaction → fit,
+the LLM summary replaced by an estimate of its size) on a copy of the history in which
+every message carries its index in ``meta`` (:data:`TRACK`). Each step keeps the message
+objects it leaves alone and derives the ones it changes from them (``meta`` travels with
+them), so a message's **fate** is read from where its index went, step by step — never
+guessed from sizes:
+
+- gone after compaction: folded into the summary (or dropped by the trim, when the same
+  pure trim on the same input removes it); gone after the fit: dropped;
+- changed by microcompact: previewed, or one-lined (``budget.compaction_info`` level);
+  by the budget or the fit: a budget preview; by the trim: trimmed;
+- otherwise kept — pinned when it is a system message, the SYSTEM NOTICE or the latest
+  request (which must survive: :attr:`Plan.request_survives`).
+
+The plan also says what the recovery ladder would do if the provider rejected the planned
+request anyway (``ladder.decide``/``ladder.apply``, pure): as too large (HTTP 413), or as
+over the context window. :class:`Plan` renders as text and HTML.
+
+Settings to try are any :class:`~..config.Settings` field, plus ``cap`` (the configured
+payload cap, ``max_payload``) and ``window`` (the configured ``context_window``); a name
+or value that is wrong is one :class:`~..errors.ConfigError` sentence, and nothing runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import html
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..core import compactor, ladder
+from ..core.budget import ResultStore, compaction_info
+from ..core.events import Preflight
+from ..core.history import (
+    TAG_COMPACTION_NOTICE,
+    TAG_PAYLOAD_NOTICE,
+    TAG_SUMMARY,
+    TAG_SYNTHETIC_RESULT,
+    History,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+    latest_user_index,
+)
+from ..core.wording import describe, plural
+from ..errors import ConfigError, CtxRecoveryError
+from ..failures import Failure, FailureKind
+from ..settings import ENV_VARS, Settings, format_size
+from .dry_run import DryTrace, trace
+from .endpoint import Endpoint
+from .learned import LearnedLimits
+from .sizing import RequestSpec
+from .turns import ToolBox
+
+__all__ = [
+    "ALIASES",
+    "FATE_COLOURS",
+    "FATE_WORDS",
+    "TRACK",
+    "Fate",
+    "LadderWhatIf",
+    "MessagePlan",
+    "Plan",
+    "Rung",
+    "fate_strip_html",
+    "plan",
+    "resolve_settings",
+]
+
+TRACK = "what_if_index"
+"""``Message.meta`` key holding a message's index in the planned history."""
+
+ALIASES: Mapping[str, str] = {"cap": "max_payload", "window": "context_window"}
+"""Short names a what-if accepts besides the Settings fields."""
+
+
+class Fate(StrEnum):
+    """What the next request does to one message."""
+
+    KEPT = "kept"
+    PINNED_SYSTEM = "pinned_system"
+    PINNED_NOTICE = "pinned_notice"
+    PINNED_REQUEST = "pinned_request"
+    PREVIEWED = "previewed"
+    ONE_LINED = "one_lined"
+    BUDGET_PREVIEW = "budget_preview"
+    TRIMMED = "trimmed"
+    SUMMARIZED = "summarized"
+    DROPPED = "dropped"
+
+
+FATE_WORDS: Mapping[Fate, str] = {
+    Fate.KEPT: "kept",
+    Fate.PINNED_SYSTEM: "pinned (system)",
+    Fate.PINNED_NOTICE: "pinned (SYSTEM NOTICE)",
+    Fate.PINNED_REQUEST: "pinned (latest request)",
+    Fate.PREVIEWED: "tool result previewed (microcompact)",
+    Fate.ONE_LINED: "tool result one-lined (microcompact)",
+    Fate.BUDGET_PREVIEW: "tool result previewed (budget)",
+    Fate.TRIMMED: "trimmed (reasoning or duplicate removed)",
+    Fate.SUMMARIZED: "folded into the summary",
+    Fate.DROPPED: "dropped",
+}
+FATE_COLOURS: Mapping[Fate, str] = {
+    Fate.KEPT: "#b0bec5",
+    Fate.PINNED_SYSTEM: "#1565c0",
+    Fate.PINNED_NOTICE: "#1565c0",
+    Fate.PINNED_REQUEST: "#0d47a1",
+    Fate.PREVIEWED: "#f9a825",
+    Fate.ONE_LINED: "#ef6c00",
+    Fate.BUDGET_PREVIEW: "#8e24aa",
+    Fate.TRIMMED: "#6d4c41",
+    Fate.SUMMARIZED: "#2e7d32",
+    Fate.DROPPED: "#c62828",
+}
+_GONE = frozenset({Fate.SUMMARIZED, Fate.DROPPED})
+_FIRST_WORDS = 8
+_FIRST_CHARS = 60
+
+
+# -- values ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MessagePlan:
+    """One message of the history and its fate. ``bytes``: UTF-8 bytes of its content
+    (the body adds JSON framing); ``bytes_after``: of what is sent in its place (0 when
+    it is gone); ``steps``: (step, fate) for every step that changed it, in order."""
+
+    index: int
+    role: str
+    tag: str | None
+    bytes: int
+    tokens: int
+    first_words: str
+    fate: Fate
+    bytes_after: int
+    steps: tuple[tuple[str, Fate], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddedMessage:
+    """A message the request carries that the history did not: a summary (its size
+    estimated), a notice, a placeholder tool result."""
+
+    position: int
+    role: str
+    kind: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rung:
+    """One step of the ladder on a rejection: the level, what the resend would carry."""
+
+    level: ladder.Level
+    messages: int
+    bytes: int
+    request_kept: bool
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LadderWhatIf:
+    """The ladder's climb if the planned request were rejected ``as_`` payload or window
+    (each resend rejected again), and the sentence it gives up with."""
+
+    rejection: str          # "payload" | "window"
+    failure: Failure
+    rungs: tuple[Rung, ...]
+    give_up: str | None
+
+    @property
+    def title(self) -> str:
+        if self.rejection == "payload":
+            return "rejected as too large (HTTP 413)"
+        numbers = self.failure.prompt_tokens is not None
+        return ("rejected as over the context window"
+                + ("" if numbers else " (no token numbers reported)"))
+
+
+@dataclass(frozen=True, repr=False)
+class Plan:
+    """What the next request would be under ``settings`` (module docstring)."""
+
+    settings: Settings
+    changes: Mapping[str, tuple[Any, Any]]
+    messages: tuple[MessagePlan, ...]
+    added: tuple[AddedMessage, ...]
+    before_bytes: int
+    after_bytes: int
+    before_tokens: int
+    after_tokens: int
+    before_messages: int
+    after_messages: int
+    cap: int | None
+    cap_source: str | None
+    window: int
+    window_known: bool
+    preflight_action: str
+    preflight_line: str
+    trigger: int | None
+    target: int | None
+    compacted: bool
+    summary: bool
+    summary_input_chars: int | None
+    summary_chars: int | None
+    request_survives: bool
+    refused: str | None = None
+    lines: tuple[str, ...] = ()
+    fates: Mapping[Fate, int] = field(default_factory=dict)
+    planned: History = ()
+    climb: Callable[[], tuple[LadderWhatIf, ...]] | None = field(default=None, repr=False,
+                                                                   compare=False)
+
+    @functools.cached_property
+    def ladder(self) -> tuple[LadderWhatIf, ...]:
+        """What the ladder would do if the provider rejected the planned request (computed
+        on first use: it searches, and a slider's plan rarely needs it)."""
+        return self.climb() if self.climb is not None else ()
+
+    @property
+    def history(self) -> History:
+        """The messages the planned request would carry (a summary's text is the estimate)."""
+        return tuple(Message(m.role, m.blocks, m.tag,
+                             {k: v for k, v in m.meta.items() if k != TRACK})
+                     for m in self.planned)
+
+    def fate_of(self, index: int) -> Fate:
+        return self.messages[index].fate
+
+    # -- rendering ------------------------------------------------------------------------
+    def summary_lines(self) -> list[str]:
+        """The headline facts, one per line (the text and HTML forms share them)."""
+        cap = (f"cap {format_size(self.cap)} ({self.cap_source})" if self.cap is not None
+               else "no payload cap")
+        window = f"{self.window:,} tokens" + ("" if self.window_known else " (guessed)")
+        out = [f"{cap} · window {window}"]
+        if self.changes:
+            out.append("changed: " + ", ".join(f"{k} {_shown(k, a)} → {_shown(k, b)}"
+                                               for k, (a, b) in self.changes.items()))
+        out.append(f"before: {plural(self.before_messages, 'message')}, "
+                   f"{format_size(self.before_bytes)} ≈ {self.before_tokens:,} tokens")
+        if self.refused is not None:
+            out.append(f"refused before sending: {self.refused}")
+            return out
+        out.append(f"after:  {plural(self.after_messages, 'message')}, "
+                   f"{format_size(self.after_bytes)} ≈ {self.after_tokens:,} tokens")
+        out.append(f"pre-flight: {self.preflight_action}"
+                   + (f" — {self.preflight_line}" if self.preflight_line else ""))
+        if self.trigger is not None:
+            target = (f", target {format_size(self.target)}" if self.target is not None
+                      else "")
+            out.append(f"compaction: trigger {format_size(self.trigger)}{target}"
+                       + ("" if self.compacted else " — not needed"))
+        if self.summary:
+            out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars "
+                       f"→ ≈{self.summary_chars or 0:,} chars (estimated)")
+        out.append("latest request: " + ("kept" if self.request_survives else "LOST"))
+        counts = ", ".join(f"{n} {FATE_WORDS[f]}" for f, n in self.fates.items())
+        out.append(f"fates: {counts}")
+        return out
+
+    def ladder_lines(self) -> list[str]:
+        out = []
+        for climb in self.ladder:
+            steps = [f"{r.level.value} → {plural(r.messages, 'msg')}, {format_size(r.bytes)}"
+                     + ("" if r.request_kept else " (request LOST)") for r in climb.rungs]
+            end = f"then gives up: {climb.give_up}" if climb.give_up else "then gives up"
+            out.append(f"if {climb.title}: " + "; ".join([*steps, end]))
+        return out
+
+    def rows(self, *, limit: int = 60) -> list[MessagePlan | tuple[int, int]]:
+        """Messages to show: every one whose fate is not plain "kept"; runs of kept ones
+        as (first, last) ranges; at most ``limit`` entries."""
+        out: list[MessagePlan | tuple[int, int]] = []
+        run: list[int] = []
+        for m in self.messages:
+            if m.fate is Fate.KEPT:
+                run.append(m.index)
+                continue
+            if run:
+                out.append((run[0], run[-1]))
+                run = []
+            out.append(m)
+        if run:
+            out.append((run[0], run[-1]))
+        return out[:limit]
+
+    def text(self) -> str:
+        lines = ["what-if: " + self.summary_lines()[0], *self.summary_lines()[1:]]
+        lines += ["", f"{'#':>5} {'role':<9} {'bytes':>9} {'tokens':>7}  {'fate':<38} first words"]
+        shown = self.rows()
+        for row in shown:
+            if isinstance(row, tuple):
+                first, last = row
+                n = last - first + 1
+                lines.append(f"{'':>5} … {plural(n, 'message')} kept (#{first}–#{last})")
+                continue
+            lines.append(f"{row.index:>5} {row.role:<9} {row.bytes:>9,} {row.tokens:>7,}  "
+                         f"{FATE_WORDS[row.fate]:<38} {row.first_words}")
+        hidden = len(self.rows(limit=len(self.messages) + 1)) - len(shown)
+        if hidden > 0:
+            lines.append(f"{'':>5} … {hidden} more rows (Plan.messages has them all)")
+        for added in self.added:
+            lines.append(f"{'+':>5} {added.role:<9} {added.bytes:>9,} {'':>7}  "
+                         f"{'added: ' + added.kind:<38}")
+        ladder_lines = self.ladder_lines()
+        if ladder_lines:
+            lines += ["", *ladder_lines]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        fates = ", ".join(f"{n} {f.value}" for f, n in self.fates.items())
+        return (f"<Plan {self.before_messages} → {self.after_messages} messages, "
+                f"{format_size(self.before_bytes)} → {format_size(self.after_bytes)}; {fates}>")
+
+    def html(self) -> str:
+        facts = "".join(f"<div>{html.escape(line)}</div>" for line in self.summary_lines())
+        rows = []
+        for row in self.rows(limit=300):
+            if isinstance(row, tuple):
+                first, last = row
+                rows.append(f"<tr><td></td><td colspan=5 style='color:#607d8b'>… "
+                            f"{plural(last - first + 1, 'message')} kept (#{first}–#{last})"
+                            "</td></tr>")
+                continue
+            colour = FATE_COLOURS[row.fate]
+            rows.append(
+                f"<tr><td style='text-align:right'>{row.index}</td><td>{row.role}</td>"
+                f"<td style='text-align:right'>{row.bytes:,}</td>"
+                f"<td style='text-align:right'>{row.tokens:,}</td>"
+                f"<td><span style='display:inline-block;width:10px;height:10px;"
+                f"background:{colour};margin-right:4px'></span>{FATE_WORDS[row.fate]}</td>"
+                f"<td>{html.escape(row.first_words)}</td></tr>")
+        for added in self.added:
+            rows.append(f"<tr><td>+</td><td>{added.role}</td>"
+                        f"<td style='text-align:right'>{added.bytes:,}</td><td></td>"
+                        f"<td colspan=2>added: {html.escape(added.kind)}</td></tr>")
+        table = ("<div style='max-height:320px;overflow:auto'><table>"
+                 "<tr><th>#</th><th>role</th><th>bytes</th><th>tokens</th><th>fate</th>"
+                 f"<th>first words</th></tr>{''.join(rows)}</table></div>")
+        ladder_html = "".join(f"<div>{html.escape(line)}</div>" for line in self.ladder_lines())
+        return (f"<div><b>what-if</b>{facts}{fate_strip_html(self)}{table}"
+                f"{ladder_html}</div>")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+
+def _shown(name: str, value: Any) -> str:
+    if name == "max_payload":
+        return format_size(value) if value else "none"
+    if value is None:
+        return "auto" if name == "context_window" else "none"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def fate_strip_html(plan: Plan, *, max_cells: int = 1500) -> str:
+    """One coloured cell per message (hover: index, role, size, first words); histories
+    longer than ``max_cells`` get one cell per group, coloured by its most drastic fate."""
+    messages = plan.messages
+    if not messages:
+        return ""
+    size = max(1, -(-len(messages) // max_cells))
+    order = list(Fate)
+    cells = []
+    width = max(3, min(14, 720 // max(1, -(-len(messages) // size))))
+    for start in range(0, len(messages), size):
+        group = messages[start:start + size]
+        worst = max(group, key=lambda m: order.index(m.fate))
+        if len(group) == 1:
+            m = group[0]
+            hover = (f"#{m.index} {m.role} · {format_size(m.bytes)} · {FATE_WORDS[m.fate]}"
+                     f" · {m.first_words}")
+        else:
+            hover = (f"#{group[0].index}–#{group[-1].index} · "
+                     + ", ".join(f"{n} {FATE_WORDS[f]}" for f, n in
+                                 Counter(m.fate for m in group).items()))
+        cells.append(f"<span title='{html.escape(hover, quote=True)}' style='display:"
+                     f"inline-block;width:{width}px;height:18px;margin-right:1px;"
+                     f"background:{FATE_COLOURS[worst.fate]}'></span>")
+    return ("<div style='display:flex;flex-wrap:wrap;margin:4px 0;line-height:0'>"
+            + "".join(cells) + "</div>")
+
+
+# -- settings -------------------------------------------------------------------------------
+
+def resolve_settings(current: Settings, settings: Settings | None = None,
+                     overrides: Mapping[str, Any] | None = None) -> Settings:
+    """``settings`` (or ``current``) with ``overrides`` applied and validated.
+
+    Override names: Settings fields, their CHATCLI_* variables, ``cap`` and ``window``.
+    Values as Python values or text (``cap="256KB"``). Raises one :class:`ConfigError`
+    sentence for an unknown name or a bad value.
+    """
+    if settings is not None and not isinstance(settings, Settings):
+        raise ConfigError(f"settings={settings!r} is not a Settings object; pass "
+                          "Settings(...) or the fields themselves (cap=..., window=...).")
+    base = settings if settings is not None else current
+    base.validate()
+    names = {f.name for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        name = ALIASES.get(key) or ENV_VARS.get(key.upper()) or key
+        if name not in names:
+            close = difflib.get_close_matches(key, [*ALIASES, *sorted(names)], n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{key} is not a setting{hint}; use cap=, window= or a "
+                              "Settings field name such as emergency_keep_messages.")
+        values[name] = value
+    if not values:
+        return base
+    return base.updated(values, source="setting")
+
+
+def _changes(old: Settings, new: Settings) -> dict[str, tuple[Any, Any]]:
+    return {f.name: (getattr(old, f.name), getattr(new, f.name))
+            for f in dataclasses.fields(Settings)
+            if getattr(old, f.name) != getattr(new, f.name)}
+
+
+# -- following messages through the steps ---------------------------------------------------
+
+def _tracked(history: History) -> History:
+    return tuple(Message(m.role, m.blocks, m.tag, {**m.meta, TRACK: i})
+                 for i, m in enumerate(history))
+
+
+def _ids(history: History) -> dict[int, Message]:
+    out = {}
+    for m in history:
+        i = m.meta.get(TRACK) if m.meta else None
+        if isinstance(i, int):
+            out[i] = m
+    return out
+
+
+def _level(m: Message) -> int:
+    info = compaction_info(m) if m.role is Role.TOOL else None
+    return info.level if info is not None else 0
+
+
+def follow(stages: Sequence[tuple[str, History]]) -> dict[int, list[tuple[str, Fate]]]:
+    """For each tracked message, every (step, fate) that befell it, in order."""
+    first = _ids(stages[0][1])
+    paths: dict[int, list[tuple[str, Fate]]] = {i: [] for i in first}
+    prev, prev_history = first, stages[0][1]
+    for name, history in stages[1:]:
+        if history is prev_history:
+            continue
+        cur = _ids(history)
+        trimmed_away: set[int] = set()
+        if name == "compaction":
+            # The compactor trims before it summarizes; the same pure trim on the same
+            # input says which messages the trim itself removed.
+            trimmed, _ = compactor.trim(prev_history)
+            trimmed_away = set(prev) - set(_ids(trimmed))
+        for i, m in prev.items():
+            n = cur.get(i)
+            if n is m:
+                continue
+            if n is None:
+                fate = Fate.SUMMARIZED if name == "compaction" and i not in trimmed_away \
+                    else Fate.DROPPED
+            elif name == "microcompact":
+                fate = Fate.ONE_LINED if _level(n) >= 3 else Fate.PREVIEWED
+            elif name == "compaction":
+                fate = Fate.TRIMMED
+            elif m.role is Role.TOOL and _level(n) != _level(m):
+                fate = Fate.BUDGET_PREVIEW
+            else:
+                fate = Fate.TRIMMED
+            paths[i].append((name, fate))
+        prev, prev_history = cur, history
+    return paths
+
+
+def _content_bytes(m: Message) -> int:
+    total = 0
+    for b in m.blocks:
+        if isinstance(b, Text | Reasoning):
+            total += _utf8(b.text)
+        elif isinstance(b, ToolCall):
+            total += _utf8(b.name) + _utf8(b.arguments)
+        elif isinstance(b, ToolResult):
+            total += _utf8(b.content)
+    return total
+
+
+def _utf8(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _first_words(m: Message) -> str:
+    text = ""
+    for b in m.blocks:     # the first visible text only: a result may be megabytes
+        if isinstance(b, Text):
+            text = b.text[:400]
+            break
+        if isinstance(b, ToolResult):
+            text = b.content[:400]
+            break
+    if not text.strip() and m.tool_calls:
+        text = "calls " + ", ".join(f"{c.name}({c.arguments[:40]})" for c in m.tool_calls)
+    words = " ".join(text.split()[:_FIRST_WORDS])
+    return words if len(words) <= _FIRST_CHARS else words[:_FIRST_CHARS - 1] + "…"
+
+
+def _added_kind(m: Message) -> str:
+    if m.tag == TAG_SUMMARY:
+        return "summary (size estimated)"
+    if m.tag == TAG_COMPACTION_NOTICE:
+        return "compaction notice"
+    if m.tag == TAG_PAYLOAD_NOTICE:
+        return "SYSTEM NOTICE (payload limit)"
+    if m.tag == TAG_SYNTHETIC_RESULT:
+        return "placeholder tool result"
+    return m.tag or m.role.value
+
+
+# -- the ladder, if the planned request were rejected ----------------------------------------
+
+def ladder_what_if(history: History, body: int, record: DryTrace, settings: Settings,
+                   store: ResultStore) -> tuple[LadderWhatIf, ...]:
+    """The ladder's climb for a 413 and for a window rejection of ``history`` (``body``
+    bytes), each resend assumed rejected again, as far as the ladder goes."""
+    assert record.prepared is not None
+    sizer, spec = record.sizer, record.prepared.spec
+    measure = sizer.measurer(spec)
+    est = sizer.estimate(body)
+    window = sizer.window
+    reserved = sizer.reserved_tokens(spec) or 0
+    over = est + reserved > window
+    climbs = []
+    for rejection in ("payload", "window"):
+        caps = copy.deepcopy(record.limits.caps)
+        state = ladder.LadderState(payload_notice_sent=record.limits.payload_notice_given)
+        h, size, max_tokens = history, body, sizer.reserved_tokens(spec)
+        rungs: list[Rung] = []
+        give_up: str | None = None
+        first = _failure(rejection, size, sizer.estimate(size), window, over)
+        for _ in range(settings.max_recovery_attempts + 2):
+            failure = _failure(rejection, size, sizer.estimate(size), window, over)
+            cap_before = caps.effective()
+            if failure.payload_related:
+                caps.record_rejection(size)
+            decision = ladder.decide(settings, state, failure, history_bytes=size,
+                                     max_tokens=max_tokens, cap=cap_before,
+                                     cap_configured=caps.configured is not None,
+                                     target_ceiling=sizer.compaction_target())
+            if decision.level is ladder.Level.GIVE_UP:
+                give_up = decision.reason
+                break
+            if decision.assume_cap is not None and caps.assumed is None:
+                caps.assumed = decision.assume_cap
+            state = decision.state
+            if decision.level is ladder.Level.LOWER_MAX_TOKENS:
+                max_tokens = decision.max_tokens
+                rungs.append(Rung(decision.level, len(h), size, True))
+                continue
+            result = ladder.apply(decision, h, settings=settings, store=store, measure=measure)
+            if result.level is ladder.Level.GIVE_UP:
+                give_up = result.give_up_reason
+                break
+            h, size = result.history, measure(result.history)
+            latest = latest_user_index(h)
+            rungs.append(Rung(result.level, len(h), size, latest is not None,
+                              tuple(result.notes)))
+        climbs.append(LadderWhatIf(rejection, first, tuple(rungs), give_up))
+    return tuple(climbs)
+
+
+def _failure(rejection: str, size: int, est: int, window: int, over: bool) -> Failure:
+    if rejection == "payload":
+        return Failure(FailureKind.PAYLOAD_TOO_LARGE, "what-if: rejected as too large",
+                       status=413, request_bytes=size)
+    if over:
+        return Failure(FailureKind.CONTEXT_OVERFLOW, "what-if: over the context window",
+                       status=400, prompt_tokens=est, limit_tokens=window)
+    return Failure(FailureKind.CONTEXT_OVERFLOW, "what-if: over the context window",
+                   status=400)
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: Endpoint,
+         limits: LearnedLimits, tools: ToolBox, store: ResultStore, current: Settings,
+         settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
+         name: str = "this session") -> Plan:
+    """The plan of the next request on ``history`` (plus ``text`` as the next user
+    message, when given) under ``settings``/``overrides`` (see the module docstring)."""
+    chosen = resolve_settings(current, settings, overrides)
+    full = history + ((Message.user(text),) if text is not None else ())
+    if not any(m.role is not Role.SYSTEM for m in full):
+        raise CtxRecoveryError(f"{name} has no history yet: send a message first, or give "
+                               "text= (the next message) to plan it.")
+    tracked = _tracked(full)
+    record = trace(tracked, spec, endpoint=endpoint, limits=limits, tools=tools, store=store,
+                   settings=chosen, current=current)
+    sizer = record.sizer
+    before = sizer.measure(tracked, spec)
+    latest = latest_user_index(tracked)
+    prepared = record.prepared
+    paths: dict[int, list[tuple[str, Fate]]] = (
+        follow(record.stages) if prepared is not None else {i: [] for i in range(len(full))})
+    final = _ids(prepared.history) if prepared is not None else _ids(tracked)
+    messages = []
+    for i, m in enumerate(tracked):
+        path = paths[i]
+        size = _content_bytes(m)
+        if path:
+            fate = path[-1][1]
+        elif m.role is Role.SYSTEM:
+            fate = Fate.PINNED_SYSTEM
+        elif m.tag == TAG_PAYLOAD_NOTICE:
+            fate = Fate.PINNED_NOTICE
+        elif i == latest:
+            fate = Fate.PINNED_REQUEST
+        else:
+            fate = Fate.KEPT
+        now = final.get(i)
+        messages.append(MessagePlan(
+            index=i, role=m.role.value, tag=m.tag, bytes=size,
+            tokens=limits.tokens.estimate(size), first_words=_first_words(m), fate=fate,
+            bytes_after=_content_bytes(now) if now is not None and fate not in _GONE else 0,
+            steps=tuple(path)))
+    counts = Counter(m.fate for m in messages)
+    fates = {f: counts[f] for f in Fate if counts[f]}
+    caps = record.limits.caps
+    common: dict[str, Any] = dict(
+        settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
+        before_bytes=before, before_tokens=sizer.estimate(before), before_messages=len(full),
+        cap=caps.effective(), cap_source=caps.source, window=sizer.window,
+        window_known=sizer.window_known, fates=fates)
+    if prepared is None:
+        refused = str(record.refused)
+        return Plan(**common, added=(), after_bytes=before, planned=full, after_tokens=sizer.estimate(before),
+                    after_messages=len(full), preflight_action="refused", preflight_line="",
+                    trigger=None, target=None, compacted=False, summary=False,
+                    summary_input_chars=None, summary_chars=None,
+                    request_survives=True, refused=refused, lines=(refused,))
+    added = tuple(AddedMessage(pos, m.role.value, _added_kind(m), _content_bytes(m))
+                  for pos, m in enumerate(prepared.history)
+                  if not isinstance((m.meta or {}).get(TRACK), int))
+    pf = next((e for e in prepared.steps if isinstance(e, Preflight)), None)
+    report = record.compaction
+    summarized = bool(report is not None and report.applied and report.summarized_messages)
+    return Plan(
+        **common, added=added, after_bytes=prepared.body_bytes, planned=prepared.history,
+        after_tokens=sizer.estimate(prepared.body_bytes),
+        after_messages=len(prepared.history),
+        preflight_action=pf.action if pf is not None else "ok",
+        preflight_line=describe(pf) if pf is not None else "",
+        trigger=record.trigger, target=record.target, compacted=report is not None,
+        summary=summarized, summary_input_chars=record.summary_input if summarized else None,
+        summary_chars=record.summary_chars if summarized else None,
+        request_survives=latest is None or latest in final,
+        lines=tuple(line for line in (describe(e) for e in prepared.steps) if line),
+        climb=functools.partial(ladder_what_if, prepared.history, prepared.body_bytes, record,
+                                chosen, record.store))
