@@ -157,7 +157,9 @@ class Case:
 
     def __init__(self, wire: str, emu: RemoteEmulator, history: History, name: str) -> None:
         self.wire = wire
-        Transcript(name).save_history(history)
+        files = Transcript(name)
+        files.create()        # a saved session: its files exist
+        files.save_history(history)
         if wire == "openai":
             self.client: Any = openai.OpenAI(base_url=emu.openai_base_url, api_key=KEY)
             self.url = emu.openai_base_url.rstrip("/") + "/chat/completions"
@@ -167,7 +169,7 @@ class Case:
         # The session gets a client of its own, built the same way as the bare call's.
         own = type(self.client)(base_url=str(self.client.base_url), api_key=KEY)
         self.session = ChatSession.resume(name, model=f"{wire}:emulator", client=own,
-                                          settings=Settings(context_window=50_000_000),
+                                          settings=Settings(context_window=10_000_000),
                                           builtin_tools=False)
         self._own = own
         self.turn = 0

@@ -80,7 +80,9 @@ def main() -> None:
               "fates (compact)")
         for n in sizes:
             name = f"bench-{n}"
-            Transcript(name).save_history(history(n, args.result_chars))
+            files = Transcript(name)
+            files.create()        # a saved session: its files exist
+            files.save_history(history(n, args.result_chars))
             session = ChatSession.resume(name, model="emulator", emulator=emu)
             start = time.perf_counter()
             first = session.what_if(text="next question")

@@ -30,7 +30,10 @@ from ..core.wording import (
     plural,
 )
 from ..settings import ConfigError, Settings, format_size
-from . import subcommands  # explore: registers %chat explore
+from . import (
+    explore,  # noqa: F401  (registers %chat explore)
+    subcommands,
+)
 from .cell_inputs import (
     cell_error_text,
     check_model_word,
