@@ -111,7 +111,7 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
 }
 
-_FLAG_FIELDS = frozenset({"redact_stored", "read_file"})
+_FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window"})
 _TEXT_FIELDS = frozenset({"read_file_root"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
@@ -195,6 +195,11 @@ class Settings:
     """Offer the built-in read_file tool."""
     read_file_root: str | None = None
     """The directory read_file may read under; None = the session's working directory."""
+
+    # --- the model's window ---
+    ask_server_window: bool = True
+    """For a model the catalogue does not know, ask the server its window once (vLLM's,
+    OpenRouter's and LM Studio's model lists say it)."""
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""

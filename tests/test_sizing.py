@@ -98,3 +98,34 @@ def test_too_big_is_said_only_when_the_message_alone_cannot_fit_in_tokens(
         assert "tokens" in text and "2,000 tokens" in text and "KB" not in text
         assert s.history == before               # nothing compacted, nothing lost
         assert len(emu.requests) == 1            # and nothing sent for it
+
+
+def test_a_server_that_advertises_the_window_is_asked_once_and_believed(
+        emulator: Callable[..., Any]) -> None:
+    # vLLM-style: /v1/models lists the model with its max_model_len.
+    emu = emulator(context_window=6_000, served_models=("in-house-model-7b",))
+    with ChatSession(UNKNOWN, client=_client(emu), settings=Settings()) as s:
+        assert s.status().window_guessed
+        for turn in range(12):
+            s.send(f"turn {turn}: " + "notes about the data set " * 80)
+        asked = [r for r in emu.requests if r.method == "GET" and r.path.endswith("/models")]
+        assert len(asked) == 1                                   # once per session
+        assert s.window == 6_000 and not s.status().window_guessed
+        assert all(r.status == 200 for r in emu.requests)        # no overflow was needed
+        assert _summaries(emu) >= 1                              # the real window is enforced
+
+
+def test_a_server_that_does_not_say_costs_one_quiet_request(
+        emulator: Callable[..., Any]) -> None:
+    emu = emulator(context_window=128_000)                       # lists only "emulator"
+    with ChatSession(UNKNOWN, client=_client(emu), settings=Settings()) as s:
+        for turn in range(3):
+            s.send(f"turn {turn}")
+        asked = [r for r in emu.requests if r.method == "GET"]
+        assert len(asked) == 1 and s.status().window_guessed
+    emu2 = emulator(context_window=6_000, served_models=("in-house-model-7b",))
+    with ChatSession(UNKNOWN, client=_client(emu2),
+                     settings=Settings(ask_server_window=False)) as s:
+        s.send("hello")
+        assert not [r for r in emu2.requests if r.method == "GET"]
+        assert s.status().window_guessed

@@ -157,7 +157,8 @@ class Emulator:
                  keep_requests: int = KEEP_REQUESTS,
                  keep_body_bytes: int | str = KEEP_BODY_BYTES,
                  continuation_leading_space: bool = True, continuation_repeat: int | str = 0,
-                 prefill: str = "continue", alternation: str | None = None) -> None:
+                 prefill: str = "continue", alternation: str | None = None,
+                 served_models: tuple[str, ...] = ("emulator",)) -> None:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
         if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
@@ -185,7 +186,7 @@ class Emulator:
                        waf_style=waf_style, api_key=api_key,
                        continuation_leading_space=continuation_leading_space,
                        continuation_repeat=continuation_repeat, prefill=prefill,
-                       alternation=alternation)
+                       alternation=alternation, served_models=served_models)
 
     # ------------------------------------------------------------------ configuration
 
@@ -219,6 +220,10 @@ class Emulator:
                 checked[name] = faults._check(value, PREFILL_MODES, name)
             elif name == "alternation":
                 checked[name] = None if value is None else faults._check(value, roles.STYLES, name)
+            elif name == "served_models":
+                if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
+                    raise ConfigError(f"{name}={value!r} must be a list of model names.")
+                checked[name] = tuple(value)
             else:
                 raise ConfigError(f"{name} is not an emulator setting.")
         with self._lock:
@@ -242,6 +247,9 @@ class Emulator:
     """``continue`` a final assistant turn on the Anthropic path, or ``reject`` it (400)."""
     alternation: str | None
     """Strict role alternation on the OpenAI path, rejected as ``vllm`` or ``llama.cpp``."""
+    served_models: tuple[str, ...]
+    """The model ids ``GET /v1/models`` lists, each with the context window as vLLM tells
+    it (``max_model_len``)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -493,8 +501,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?", 1)[0]
         if path.rstrip("/") == MODELS_PATH:
+            emu = self.emulator
             body = {"object": "list", "data": [
-                {"id": "emulator", "object": "model", "created": 0, "owned_by": "emulator"}]}
+                {"id": name, "object": "model", "created": 0, "owned_by": "emulator",
+                 "max_model_len": emu.context_window} for name in emu.served_models]}
             answer = Answer(200, (json.dumps(body, indent=2) + "\n").encode(),
                             (("Content-Type", "application/json"),))
         else:

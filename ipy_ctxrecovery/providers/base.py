@@ -31,6 +31,7 @@ from ..core.catalogue import ModelInfo
 from ..core.history import History, Message
 
 __all__ = [
+    "AdvertisesWindow",
     "Closable",
     "DefaultsMaxTokens",
     "Measurable",
@@ -123,6 +124,15 @@ class DefaultsMaxTokens(Protocol):
 
     @property
     def default_max_tokens(self) -> int:
+        ...
+
+
+@runtime_checkable
+class AdvertisesWindow(Protocol):
+    """Optional provider capability: ask the server the model's context window (one
+    bounded request; None when it does not say)."""
+
+    def advertised_window(self) -> int | None:
         ...
 
 

@@ -53,6 +53,12 @@ STOP_REASONS = {
     "content_filter": StopReason.FILTERED,
 }
 
+ADVERTISED_WINDOW_KEYS = ("max_model_len", "context_length", "max_context_length",
+                          "context_window")
+"""Where OpenAI-compatible servers put a model's window in ``/v1/models`` (vLLM,
+OpenRouter, LM Studio, others)."""
+ADVERTISED_WINDOW_TIMEOUT = 3.0
+
 # Families whose API rejects ``max_tokens`` and wants ``max_completion_tokens``.
 _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5|gpt-[6-9]|codex)")
 
@@ -177,6 +183,27 @@ class OpenAIProvider(SDKAdapter):
 
     def _resource(self, client: Any) -> Any:
         return client.chat.completions
+
+    def advertised_window(self) -> int | None:
+        """The context window the server advertises for this model in its model list —
+        vLLM's ``max_model_len``, OpenRouter's ``context_length``, LM Studio's
+        ``max_context_length`` — or None (not listed, not told, or no answer). One request
+        through the SDK, bounded: a few seconds and no retry."""
+        try:
+            listing = self.client.with_options(timeout=ADVERTISED_WINDOW_TIMEOUT,
+                                               max_retries=0).models.list()
+            for model in listing.data:
+                if model.id != self.model_id:
+                    continue
+                extra = model.model_extra or {}
+                for key in ADVERTISED_WINDOW_KEYS:
+                    value = extra.get(key)
+                    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                        return value
+                return None
+        except Exception:  # any answer but a usable one means "not told"
+            return None
+        return None
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _SDK_ERRORS

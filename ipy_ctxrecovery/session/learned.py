@@ -106,6 +106,9 @@ class LearnedLimits:
     """A max_tokens ceiling learned from an output-limit rejection."""
     seen_tokens: int = 0
     """The most tokens (prompt + answer) a reply reported: the window holds at least that."""
+    server_window: int | None = None
+    """The window the server advertised for the model (asked once, for a guessed window)."""
+    asked_server: bool = False
     warned_no_cap: bool = False
     payload_notice_given: bool = False
     cap_note: str | None = None
@@ -188,6 +191,8 @@ class LearnedLimits:
         Returns a sentence for a learned or assumed payload cap that was dropped.
         """
         note = None
+        if model_changed or path_changed is not None:
+            self.server_window, self.asked_server = None, False
         if model_changed:
             self.tokens = TokenEstimator.from_settings(settings)
             self.output_limit = None

@@ -85,6 +85,7 @@ class RecoveryLoop:
     def send(self, history: History, spec: RequestSpec, log: TurnLog,
              on_text: TextCallback | None) -> Sent:
         """Prepare, send and recover one request; raise ChatError when it fails for good."""
+        self.sizer.ask_server_window()
         prepared = self.preparer.prepare(history, spec, log)
         history, spec = prepared.history, prepared.spec
         state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)

@@ -20,6 +20,7 @@ from typing import Any
 from ..core import compactor
 from ..core.history import History, Message, Role, latest_user_index
 from ..providers.base import (
+    AdvertisesWindow,
     DefaultsMaxTokens,
     Measurable,
     Prepared,
@@ -63,16 +64,26 @@ class RequestSizer:
         """The window is a fact — configured, in the catalogue, or reported by the provider —
         not the default guess for a model the catalogue does not know."""
         return (self.settings.context_window is not None or not self.endpoint.info.guessed
-                or self.limits.window is not None)
+                or self.limits.window is not None or self.limits.server_window is not None)
 
     @property
     def window(self) -> int:
         """The window in tokens: configured or the model's, or a smaller one learned. A
         guessed window is at least what a reply has shown the model can hold."""
-        base = self.settings.context_window or self.endpoint.info.context_window
+        base = self.settings.context_window or self.limits.server_window \
+            or self.endpoint.info.context_window
         if not self.window_known:
             return max(base, self.limits.seen_tokens)
         return self.limits.window_for(base)
+
+    def ask_server_window(self) -> None:
+        """A guessed window: ask the server once (when it can say and the settings allow)."""
+        limits, provider = self.limits, self.endpoint.provider
+        if self.window_known or limits.asked_server or not self.settings.ask_server_window \
+                or not isinstance(provider, AdvertisesWindow):
+            return
+        limits.asked_server = True
+        limits.server_window = provider.advertised_window()
 
     @property
     def enforced_window(self) -> int | None:
