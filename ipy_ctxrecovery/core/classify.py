@@ -69,7 +69,7 @@ from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import format_size
 from . import patterns as P
 
-__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify", "classify_failure"]
+__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify"]
 
 
 #: How much of a provider message goes into ``Failure.reason``.
@@ -343,7 +343,7 @@ def _token_excess(text: str, err: Mapping[str, Any]) -> tuple[int, int, int | No
 
 
 # --------------------------------------------------------------------------- decision
-def classify_failure(
+def classify(
     error: BaseException | None = None,
     *,
     status: int | None = None,
@@ -351,7 +351,12 @@ def classify_failure(
     headers: Mapping[str, str] | None = None,
     request_bytes: int | None = None,
 ) -> Failure:
-    """Classify one failure into exactly one :class:`FailureKind`; see the module docstring."""
+    """Classify a failed request into exactly one :class:`FailureKind` (SPEC §1).
+
+    Accepts the real exceptions of the openai/anthropic SDKs, httpx/httpx2 and OS
+    connection errors, or a bare status/body/headers triple. Decides from the status code
+    and the structured error body first, text second (the rules: the module docstring).
+    """
     failure = getattr(error, "failure", None)
     if isinstance(failure, Failure) and status is None and body is None:
         # An already-classified ChatError: keep the verdict, add the size if now known.
@@ -593,21 +598,3 @@ def _root_cause(ev: _Evidence) -> str:
     name = type(best).__name__
     return _clean(f"{name}: {text}" if text else name, 200)
 
-
-def classify(
-    error: BaseException | None = None,
-    *,
-    status: int | None = None,
-    body: str | bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-    request_bytes: int | None = None,
-) -> Failure:
-    """Classify a failed request into exactly one :class:`FailureKind` (SPEC §1).
-
-    Accepts the real exceptions of the openai/anthropic SDKs, httpx/httpx2 and OS
-    connection errors, or a bare status/body/headers triple. Decides from the status code
-    and the structured error body first, text second.
-    """
-    return classify_failure(
-        error, status=status, body=body, headers=headers, request_bytes=request_bytes
-    )
