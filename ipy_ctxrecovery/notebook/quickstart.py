@@ -1,0 +1,213 @@
+"""``python -m ipy_ctxrecovery quickstart``: run the quickstart notebook on the emulator and
+tell its story in the terminal, cell by cell, then say where the executed copy is.
+
+A newcomer's first command: no key, no network (the notebook talks to the built-in
+emulator on 127.0.0.1), and nothing of theirs touched — the kernel runs with no API keys
+and no ``CHATCLI_*`` settings, its session files go to a directory of the run's own, and
+the executed notebook is written next to them, never over the committed one.
+:func:`execute` is also how ``notebooks/execute.py`` re-executes the tutorials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["QUICKSTART", "clean_environment", "execute", "main", "story_lines"]
+
+QUICKSTART = "00_quickstart.ipynb"
+
+_DROPPED = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+            "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY",
+            "https_proxy", "http_proxy", "all_proxy")
+"""Variables that would send the tutorials elsewhere or change their story."""
+
+SOURCE_LINES = 4
+"""A cell's source is shown whole up to this many lines, else its first lines and a count."""
+
+
+def clean_environment(state_dir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The kernel's environment: ``base`` (default: this process's) without API keys, base
+    URLs, proxies or ``CHATCLI_*`` settings, with session files under ``state_dir``."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in _DROPPED and not k.startswith("CHATCLI_")}
+    env["IPY_CTXRECOVERY_DIR"] = str(state_dir)
+    return env
+
+
+def _kernel_manager() -> Any:
+    """A kernel manager that runs ipykernel with this very interpreter (the one that has
+    ipy_ctxrecovery installed), whatever kernelspec ``python3`` names elsewhere."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    class ThisPython(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
+                                    "{connection_file}"],
+                              display_name="Python 3 (ipykernel)", language="python",
+                              resource_dir="")
+
+    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
+
+
+def execute(notebook: Path, *, cwd: Path, env: Mapping[str, str],
+            on_cell: Callable[[Any, int], None] | None = None,
+            before_cell: Callable[[Any, int], None] | None = None,
+            timeout: int = 300, kernel_log: Path | None = None) -> tuple[Any, Any]:
+    """Run the cells of ``notebook`` in a fresh kernel (``cwd``, ``env``) until one raises.
+
+    Returns the executed notebook (``nbformat.NotebookNode``, with no timing metadata and
+    no widget state) and ``nbclient``'s ``CellExecutionError`` of the cell that raised, or
+    None. ``before_cell``/``on_cell`` see each cell before it runs and once its outputs are
+    in. ``kernel_log``: where the kernel process's own messages go (default: this stderr).
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(notebook, as_version=4)
+    hooks: dict[str, Any] = {}
+    if before_cell is not None:
+        hooks["on_cell_start"] = lambda cell, cell_index: before_cell(cell, cell_index)
+    if on_cell is not None:
+        hooks["on_cell_executed"] = lambda cell, cell_index, execute_reply: on_cell(
+            cell, cell_index)
+    client = NotebookClient(nb, km=_kernel_manager(), timeout=timeout,
+                            record_timing=False, store_widget_state=False,
+                            resources={"metadata": {"path": str(cwd)}}, **hooks)
+    failed = None
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(kernel_log.open("ab")) if kernel_log is not None else None
+        try:
+            client.execute(env=dict(env), cwd=str(cwd),
+                           **({"stderr": log, "stdout": log} if log is not None else {}))
+        except CellExecutionError as e:
+            failed = e
+    nb.metadata.pop("widgets", None)
+    return nb, failed
+
+
+# -- the story in the terminal ------------------------------------------------------------------
+
+def _text(output: Any) -> str:
+    """What a person reads of one output: stream text, text/plain, or the error line."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return str(output.get("text", ""))
+    if kind in ("display_data", "execute_result"):
+        return str(output.get("data", {}).get("text/plain", ""))
+    if kind == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}"
+    return ""
+
+
+def story_lines(cell: Any) -> list[str]:
+    """The lines the terminal shows for one cell: a markdown cell's first heading; a code
+    cell's source (cut after a few lines) under an ``In [n]`` prompt, then the text of
+    each of its outputs (the status lines, the answers, the turn cards' text)."""
+    if cell.get("cell_type") == "markdown":
+        headings = [line.lstrip("#").strip() for line in str(cell.source).splitlines()
+                    if line.startswith("#")]
+        return [f"\n== {headings[0]} =="] if headings else []
+    if cell.get("cell_type") != "code":
+        return []
+    source = str(cell.source).splitlines()
+    shown = source if len(source) <= SOURCE_LINES else source[: SOURCE_LINES - 1]
+    prompt = f"In [{cell.get('execution_count') or ' '}]: "
+    lines = [(prompt if i == 0 else "...: ".rjust(len(prompt))) + line
+             for i, line in enumerate(shown)]
+    if len(shown) < len(source):
+        lines.append(" " * len(prompt) + f"… ({len(source) - len(shown)} more lines)")
+    for output in cell.get("outputs", ()):
+        lines.extend(_text(output).rstrip("\n").splitlines())
+    return lines
+
+
+def _notebooks_dir() -> Path | None:
+    """The tutorials next to the package (a source checkout), else under the cwd."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (root / "notebooks" / QUICKSTART).is_file():
+            return root / "notebooks"
+    return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ipy_ctxrecovery quickstart",
+        description="Run the quickstart notebook on the built-in emulator (no API key, no "
+                    "network), show what each cell sent, what failed and how it recovered, and "
+                    "write the executed notebook to open.")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="PATH",
+                   help="where to write the executed notebook (default: a new directory "
+                        "under the system's temporary directory)")
+    p.add_argument("--notebook", type=Path, default=None, metavar="PATH",
+                   help=f"the notebook to run (default: notebooks/{QUICKSTART})")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the quickstart; 0 when every cell ran, 1 when one failed, 2 for bad usage."""
+    args = _parser().parse_args(argv)
+    notebook = args.notebook
+    if notebook is None:
+        found = _notebooks_dir()
+        if found is None:
+            print(f"quickstart: notebooks/{QUICKSTART} is not here; run this from the "
+                  "ipy_ctxrecovery source checkout, or give --notebook PATH.", file=sys.stderr)
+            return 2
+        notebook = found / QUICKSTART
+    if not notebook.is_file():
+        print(f"quickstart: {notebook} is not a notebook file; give --notebook PATH.",
+              file=sys.stderr)
+        return 2
+    try:
+        import nbclient  # noqa: F401
+    except ImportError:
+        print("quickstart: nbclient is not installed; pip install -e '.[notebook]' adds it.",
+              file=sys.stderr)
+        return 2
+    run_dir = Path(tempfile.mkdtemp(prefix="ipy_ctxrecovery-quickstart-"))
+    output = args.output if args.output is not None else run_dir / notebook.name
+    if output.resolve() == notebook.resolve():
+        print("quickstart: --output must not be the notebook itself; give another path.",
+              file=sys.stderr)
+        return 2
+    state = run_dir / "state"
+    print(f"Running {notebook} on the built-in emulator: no API key, nothing leaves "
+          f"127.0.0.1 (session files under {state}).", flush=True)
+
+    def on_cell(cell: Any, index: int) -> None:
+        for line in story_lines(cell):
+            print(line, flush=True)
+
+    def on_markdown(cell: Any, index: int) -> None:
+        if cell.get("cell_type") == "markdown":
+            on_cell(cell, index)
+
+    try:
+        executed, failed = execute(notebook, cwd=notebook.parent.parent,
+                                   env=clean_environment(state), on_cell=on_cell,
+                                   before_cell=on_markdown, kernel_log=run_dir / "kernel.log")
+    except KeyboardInterrupt:
+        print("\nquickstart: interrupted; nothing was written.", file=sys.stderr)
+        return 1
+    import nbformat
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(executed, output)
+    print()
+    if failed is not None:
+        print(f"✗ a cell failed ({getattr(failed, 'ename', 'error')}: "
+              f"{getattr(failed, 'evalue', failed)}); the notebook as far as it ran is in "
+              f"{output}", file=sys.stderr)
+        return 1
+    print(f"✓ the executed notebook is at {output}")
+    print(f"  open it with: jupyter notebook {output}")
+    return 0
