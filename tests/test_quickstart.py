@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,7 @@ def test_the_terminal_tells_the_story(first_contact):
 def test_the_executed_notebook_opens_with_outputs(first_contact):
     result, output, _ = first_contact
     assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(output.stat().st_mode) == 0o600
     nb = nbformat.read(output, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.execution_count for c in code)
@@ -106,7 +108,7 @@ def test_bad_arguments_are_one_sentence_and_exit_2(args, says):
     assert hashlib.sha256(COMMITTED.read_bytes()).hexdigest() == before
 
 
-def test_a_long_run_of_answers_is_shortened_and_markdown_shows_its_first_lines():
+def test_answers_one_line_each_cards_their_head_markdown_its_first_lines():
     answers = [nbformat.v4.new_output("execute_result", data={
         "text/markdown": f"reply {i}\nsecond line", "text/plain": f"reply {i}\nsecond line"})
         for i in range(1, 8)]
@@ -114,8 +116,20 @@ def test_a_long_run_of_answers_is_shortened_and_markdown_shows_its_first_lines()
                                      outputs=answers, execution_count=3)
     assert story_lines(cell) == ["In [3]: for i in range(7): chat(i)", "reply 1 second line",
                                  "… (5 more answers like these)", "reply 7 second line"]
+    card = nbformat.v4.new_output("display_data", data={
+        "text/html": "<table>…</table>",
+        "text/plain": "turn · ✓ answered\n  before  32 KB\n  after   5 KB\n  ✗ send\n  ✓ send"})
+    status = nbformat.v4.new_output("stream", text="⚠ Recoverable failure\n✓ Recovered\n")
+    cell = nbformat.v4.new_code_cell("%%chat\nhi", outputs=[status, card], execution_count=4)
+    assert story_lines(cell) == [
+        "In [4]: %%chat", "   ...: hi", "⚠ Recoverable failure", "✓ Recovered",
+        "turn · ✓ answered", "  before  32 KB", "  after   5 KB",
+        "  … (2 more lines on the card in the notebook)"]
     md = nbformat.v4.new_markdown_cell(
         "## What happened\n\nThe **proxy** refused\none request: see [the card](#card).\n\n"
         "Second paragraph, not shown.")
     assert story_lines(md) == ["\n== What happened ==",
                                "The proxy refused one request: see the card. …"]
+    assert story_lines(nbformat.v4.new_markdown_cell(
+        "Now a conversation that outgrows it. Watch the lines.")) == [
+        "Now a conversation that outgrows it. …"]

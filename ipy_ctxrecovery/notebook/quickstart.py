@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._files import ensure_private_dir, write_private_atomic
+
 __all__ = ["QUICKSTART", "clean_environment", "execute", "main", "story_lines"]
 
 QUICKSTART = "00_quickstart.ipynb"
@@ -34,11 +36,14 @@ SOURCE_LINES = 4
 """A cell's source is shown whole up to this many lines, else its first lines and a count."""
 
 PROSE_LINES = 3
-"""The lines of a section's text shown (one fewer for a cell without a heading); the
-notebook has the rest."""
+"""The lines of a section's text shown (of a cell without a heading: its first sentence,
+in one line fewer); the notebook has the rest."""
 
 ANSWER_RUN = 3
 """Answers in a row shown in full up to this many, else the first, a count and the last."""
+
+RICH_LINES = 3
+"""The lines of a rich display's text (a turn card) shown; the notebook shows it whole."""
 
 WIDTH = 92
 """Where a markdown cell's text is wrapped."""
@@ -142,15 +147,22 @@ def _output_lines(outputs: Sequence[Any]) -> list[str]:
             run.append(" ".join(_text(output).split()))
             continue
         flush()
-        lines.extend(_text(output).rstrip("\n").splitlines())
+        text = _text(output).rstrip("\n").splitlines()
+        if "text/html" in output.get("data", {}) and len(text) > RICH_LINES + 1:
+            # A turn card: its first lines (what was sent, the history after); its steps
+            # repeat the status lines above it.
+            text = text[:RICH_LINES] + [f"  … ({len(text) - RICH_LINES} more lines on the "
+                                        "card in the notebook)"]
+        lines.extend(text)
     flush()
     return lines
 
 
-def _prose(markdown: str, most: int) -> list[str]:
+def _prose(markdown: str, most: int, *, sentence: bool = False) -> list[str]:
     """The start of a markdown cell's text as plain wrapped lines: its first paragraph (and
-    the list item after it when it ends with ":"), emphasis and link targets dropped; at
-    most ``most`` lines, the last ending in "…" when there is more."""
+    the list item after it when it ends with ":"), or only its first sentence; emphasis
+    and link targets dropped; at most ``most`` lines, the last ending in "…" when there is
+    more."""
     blocks: list[str] = []
     for line in markdown.splitlines():
         stripped = line.strip()
@@ -162,6 +174,9 @@ def _prose(markdown: str, most: int) -> list[str]:
             blocks[-1] += " " + stripped
     blocks = [b for b in blocks if b]
     shown = blocks[:2] if blocks and blocks[0].endswith(":") else blocks[:1]
+    if sentence and shown:
+        first, *rest = re.split(r"(?<=[.!?])\s+", shown[0], maxsplit=1)
+        shown, blocks = [first], [first, *rest, *blocks[1:]]
     lines: list[str] = []
     for block in shown:
         text = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", block).replace("**", "")
@@ -184,7 +199,7 @@ def story_lines(cell: Any) -> list[str]:
                     if line.startswith("#")]
         if headings:
             return [f"\n== {headings[0]} =="] + _prose(text, PROSE_LINES)
-        return _prose(text, PROSE_LINES - 1)
+        return _prose(text, PROSE_LINES - 1, sentence=True)
     if cell.get("cell_type") != "code":
         return []
     source = [line for line in str(cell.source).splitlines()
@@ -277,8 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     import nbformat
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(executed, output)
+    try:
+        # Private like every file the package writes: it holds the run's session ids/paths.
+        ensure_private_dir(output.parent)
+        write_private_atomic(output, nbformat.writes(executed))
+    except OSError as e:
+        print(f"\nquickstart: the executed notebook could not be written to {output} "
+              f"({e.strerror or e}); give another --output PATH.", file=sys.stderr)
+        return 1
     print()
     if failed is not None:
         print(f"✗ a cell failed ({getattr(failed, 'ename', 'error')}: "
