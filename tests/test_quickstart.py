@@ -38,9 +38,10 @@ def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def first_contact(tmp_path_factory: pytest.TempPathFactory) -> tuple[
         subprocess.CompletedProcess[str], Path, str]:
+    """One run, with an existing directory as --output: the notebook is written inside it."""
     before = hashlib.sha256(COMMITTED.read_bytes()).hexdigest()
-    output = tmp_path_factory.mktemp("quickstart") / "executed.ipynb"
-    return _run("quickstart", "--output", str(output)), output, before
+    directory = tmp_path_factory.mktemp("quickstart")
+    return _run("quickstart", "--output", str(directory)), directory / COMMITTED.name, before
 
 
 def test_the_terminal_tells_the_story(first_contact):
