@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from .._files import ensure_private_dir, write_private_atomic
 
 __all__ = ["QUICKSTART", "clean_environment", "execute", "main", "story_lines"]
 
@@ -30,6 +34,19 @@ _DROPPED = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC
 
 SOURCE_LINES = 4
 """A cell's source is shown whole up to this many lines, else its first lines and a count."""
+
+PROSE_LINES = 3
+"""The lines of a section's text shown (of a cell without a heading: its first sentence,
+in one line fewer); the notebook has the rest."""
+
+ANSWER_RUN = 3
+"""Answers in a row shown in full up to this many, else the first, a count and the last."""
+
+RICH_LINES = 3
+"""The lines of a rich display's text (a turn card) shown; the notebook shows it whole."""
+
+WIDTH = 92
+"""Where a markdown cell's text is wrapped."""
 
 
 def clean_environment(state_dir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -108,26 +125,92 @@ def _text(output: Any) -> str:
     return ""
 
 
+def _is_answer(output: Any) -> bool:
+    """A ``%%chat`` answer (shown as markdown), as opposed to status lines and turn cards."""
+    return "text/markdown" in output.get("data", {})
+
+
+def _output_lines(outputs: Sequence[Any]) -> list[str]:
+    """The outputs' text; each answer on one line, and a run of more than
+    :data:`ANSWER_RUN` answers in a row shortened to its first and last."""
+    lines: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) > ANSWER_RUN:
+            run[1:-1] = [f"… ({len(run) - 2} more answers like these)"]
+        lines.extend(run)
+        run.clear()
+
+    for output in outputs:
+        if _is_answer(output):
+            run.append(" ".join(_text(output).split()))
+            continue
+        flush()
+        text = _text(output).rstrip("\n").splitlines()
+        if "text/html" in output.get("data", {}) and len(text) > RICH_LINES + 1:
+            # A turn card: its first lines (what was sent, the history after); its steps
+            # repeat the status lines above it.
+            text = text[:RICH_LINES] + [f"  … ({len(text) - RICH_LINES} more lines on the "
+                                        "card in the notebook)"]
+        lines.extend(text)
+    flush()
+    return lines
+
+
+def _prose(markdown: str, most: int, *, sentence: bool = False) -> list[str]:
+    """The start of a markdown cell's text as plain wrapped lines: its first paragraph (and
+    the list item after it when it ends with ":"), or only its first sentence; emphasis
+    and link targets dropped; at most ``most`` lines, the last ending in "…" when there is
+    more."""
+    blocks: list[str] = []
+    for line in markdown.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            blocks.append("")
+        elif stripped.startswith(("- ", "* ", "1. ")) or not blocks or not blocks[-1]:
+            blocks.append(stripped)
+        else:
+            blocks[-1] += " " + stripped
+    blocks = [b for b in blocks if b]
+    shown = blocks[:2] if blocks and blocks[0].endswith(":") else blocks[:1]
+    if sentence and shown:
+        first, *rest = re.split(r"(?<=[.!?])\s+", shown[0], maxsplit=1)
+        shown, blocks = [first], [first, *rest, *blocks[1:]]
+    lines: list[str] = []
+    for block in shown:
+        text = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", block).replace("**", "")
+        text = re.sub(r"(?<![\w*])\*([^*]+)\*(?![\w*])", r"\1", text)
+        lines += textwrap.wrap(text, WIDTH, subsequent_indent="  " if text[:2] == "- " else "")
+    if len(lines) > most or len(shown) < len(blocks):
+        lines = lines[:most]
+        lines[-1] += " …"
+    return lines
+
+
 def story_lines(cell: Any) -> list[str]:
-    """The lines the terminal shows for one cell: a markdown cell's first heading; a code
-    cell's source (cut after a few lines) under an ``In [n]`` prompt, then the text of
-    each of its outputs (the status lines, the answers, the turn cards' text)."""
+    """The lines the terminal shows for one cell: a markdown cell's first heading and the
+    start of its text; a code cell's source (cut after a few lines, without the test
+    markers) under an ``In [n]`` prompt, then what its outputs say (the status lines, the
+    turn cards' text, the answers — one line each, a long run of them shortened)."""
     if cell.get("cell_type") == "markdown":
-        headings = [line.lstrip("#").strip() for line in str(cell.source).splitlines()
+        text = str(cell.source)
+        headings = [line.lstrip("#").strip() for line in text.splitlines()
                     if line.startswith("#")]
-        return [f"\n== {headings[0]} =="] if headings else []
+        if headings:
+            return [f"\n== {headings[0]} =="] + _prose(text, PROSE_LINES)
+        return _prose(text, PROSE_LINES - 1, sentence=True)
     if cell.get("cell_type") != "code":
         return []
-    source = str(cell.source).splitlines()
+    source = [line for line in str(cell.source).splitlines()
+              if line.strip() and not line.startswith("# NBVAL_")]
     shown = source if len(source) <= SOURCE_LINES else source[: SOURCE_LINES - 1]
     prompt = f"In [{cell.get('execution_count') or ' '}]: "
     lines = [(prompt if i == 0 else "...: ".rjust(len(prompt))) + line
              for i, line in enumerate(shown)]
     if len(shown) < len(source):
         lines.append(" " * len(prompt) + f"… ({len(source) - len(shown)} more lines)")
-    for output in cell.get("outputs", ()):
-        lines.extend(_text(output).rstrip("\n").splitlines())
-    return lines
+    return lines + _output_lines(cell.get("outputs", ()))
 
 
 def _notebooks_dir() -> Path | None:
@@ -138,8 +221,15 @@ def _notebooks_dir() -> Path | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Bad usage is one sentence and exit status 2, not argparse's usage block."""
+        self.exit(2, f"quickstart: {message}; python -m ipy_ctxrecovery quickstart --help "
+                     "lists the options.\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m ipy_ctxrecovery quickstart",
         description="Run the quickstart notebook on the built-in emulator (no API key, no "
                     "network), show what each cell sent, what failed and how it recovered, and "
@@ -175,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     run_dir = Path(tempfile.mkdtemp(prefix="ipy_ctxrecovery-quickstart-"))
     output = args.output if args.output is not None else run_dir / notebook.name
+    if output.is_dir():
+        output = output / notebook.name
     if output.resolve() == notebook.resolve():
         print("quickstart: --output must not be the notebook itself; give another path.",
               file=sys.stderr)
@@ -200,8 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     import nbformat
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(executed, output)
+    try:
+        # Private like every file the package writes: it holds the run's session ids/paths.
+        ensure_private_dir(output.parent)
+        write_private_atomic(output, nbformat.writes(executed))
+    except OSError as e:
+        print(f"\nquickstart: the executed notebook could not be written to {output} "
+              f"({e.strerror or e}); give another --output PATH.", file=sys.stderr)
+        return 1
     print()
     if failed is not None:
         print(f"✗ a cell failed ({getattr(failed, 'ename', 'error')}: "
