@@ -13,6 +13,7 @@ The cells marked ``# NBVAL_CHECK_OUTPUT`` are compared with their saved output a
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,14 +27,22 @@ HERE = Path(__file__).resolve().parent
 STATE_PREFIX = "ipy_ctxrecovery-nb-"
 """As in execute.py: nbval_sanitize.cfg recognises the directories by it."""
 
-_STATE = tempfile.TemporaryDirectory(prefix="ipy_ctxrecovery-notebooks-")
 _started: set[str] = set()
+_made: list[str] = []
+"""The kernels' data directories, made where execute.py makes them (the temporary
+directory's top level), so the paths the notebooks record — and so the sizes they print —
+are as long under nbval as in the saved run."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     option = config.option
     if hasattr(option, "nbval_sanitize_with") and option.nbval_sanitize_with is None:
         option.nbval_sanitize_with = str(HERE / "nbval_sanitize.cfg")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for state in _made:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -48,7 +57,8 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
         return
     assert notebook is not None
     _started.add(str(notebook.path))
-    state = tempfile.mkdtemp(prefix=STATE_PREFIX, dir=_STATE.name)
+    state = tempfile.mkdtemp(prefix=STATE_PREFIX)
+    _made.append(state)
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(clean_environment(Path(state), saved))
