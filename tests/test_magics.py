@@ -1043,6 +1043,32 @@ def test_a_connection_error_names_the_endpoint_and_the_proxy(
             f"http://[REDACTED]@127.0.0.1:{port} (HTTP_PROXY)") in capsys.readouterr().out
 
 
+def test_status_leaves_the_proxy_to_a_users_own_http_client(
+        chat: ChatMagics, ip: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import openai
+
+    from ipy_ctxrecovery.session import ChatSession
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy.example:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://env-proxy.example:3128")
+    own = openai.OpenAI(api_key="sk-test-0000", base_url="http://gateway.invalid/v1",
+                        http_client=openai.DefaultHttpxClient(proxy="http://corp.example:8080"))
+    sdk_default = openai.OpenAI(api_key="sk-test-0000", base_url="http://gateway.invalid/v1")
+    chat.workspace.replace_session("own", ChatSession("openai:gpt-4o", client=own, name="own"))
+    chat.workspace.replace_session("env", ChatSession("openai:gpt-4o", client=sdk_default,
+                                                      name="env"))
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status -S own")
+    out = capsys.readouterr().out
+    assert ("endpoint: http://gateway.invalid/v1/ (proxy and TLS as your own http_client sets "
+            "them)\n") in out
+    assert "env-proxy" not in out and "no proxy" not in out
+    ip.run_line_magic("chat", "status -S env")
+    assert ("endpoint: http://gateway.invalid/v1/ via proxy http://env-proxy.example:3128 "
+            "(HTTP_PROXY)") in capsys.readouterr().out
+
+
 def test_the_load_line_names_the_endpoint_and_proxy(
         ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
