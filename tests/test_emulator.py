@@ -533,6 +533,63 @@ def test_missing_key_wording(emulator: Callable[..., Emulator], wire: str) -> No
 
 
 @pytest.mark.parametrize("wire", WIRES)
+def test_records_keep_headers_with_credentials_masked(emulator: Callable[..., Emulator],
+                                                      wire: str) -> None:
+    key = "sk-right-0123456789abcdef"
+    emu = emulator(api_key=key, max_body="1KB")
+    headers = {"X-Team": "analytics", "X-Gateway-Key": "gw-secret-value-42"}
+    ask(emu, wire, [{"role": "user", "content": "hi"}], api_key=key, default_headers=headers)
+    fail(emu, wire, "x" * 4_000, api_key=key, default_headers=headers)   # a middlebox 413
+    emu.openai_client(api_key=key, default_headers=headers).models.list()
+    records = emu.requests
+    assert [(r.method, r.status) for r in records] == [("POST", 200), ("POST", 413),
+                                                       ("GET", 200)]
+    for record in records:
+        assert record.header("x-team") == "analytics"          # any case
+        assert record.header("X-Gateway-Key") == "[REDACTED]"
+        assert record.header("X-Emulator-Token") == "[REDACTED]"
+        sent_key = record.header("authorization") or record.header("x-api-key")
+        assert sent_key == "[REDACTED]"
+        assert record.header("Content-Type") in ("application/json", None)
+        assert record.header("X-Not-Sent") is None
+        shown = repr(record.headers)
+        assert key not in shown and "gw-secret" not in shown and emu.token not in shown
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_answers_requests_sent_to_it_as_a_forward_proxy(emulator: Callable[..., Emulator],
+                                                        wire: str) -> None:
+    emu = emulator(max_body="1KB")
+    # .example never resolves: the answers can only come through the proxy.
+    base = "http://llm.internal.example" + ("/v1" if wire == "openai" else "")
+    sdk: Any = openai if wire == "openai" else anthropic
+    client = (openai.OpenAI if wire == "openai" else anthropic.Anthropic)(
+        base_url=base, api_key="sk-proxy-0123456789abcdef", max_retries=0,
+        default_headers=emu.token_headers,
+        http_client=sdk.DefaultHttpxClient(proxy=emu.url, timeout=TIMEOUT))
+    if wire == "openai":
+        reply = client.chat.completions.create(
+            model="emulator", messages=[{"role": "user", "content": "via the proxy"}])
+        assert reply.choices[0].message.content.startswith('Emulator reply: you said "via')
+        assert [m.id for m in client.models.list().data] == ["emulator"]
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(
+                model="emulator", messages=[{"role": "user", "content": "x" * 4_000}])
+    else:
+        reply = client.messages.create(model="emulator", max_tokens=50,
+                                       messages=[{"role": "user", "content": "via the proxy"}])
+        assert reply.content[0].text.startswith('Emulator reply: you said "via')
+        with pytest.raises(anthropic.APIStatusError) as info:
+            client.messages.create(model="emulator", max_tokens=50,
+                                   messages=[{"role": "user", "content": "x" * 4_000}])
+    assert info.value.status_code == 413
+    paths = ["/v1/chat/completions", "/v1/models", "/v1/chat/completions"] if wire == "openai" \
+        else ["/v1/messages", "/v1/messages"]
+    assert [r.path for r in emu.requests] == paths
+    assert all(r.header("Host") == "llm.internal.example" for r in emu.requests)
+
+
+@pytest.mark.parametrize("wire", WIRES)
 def test_fault_queue(emulator: Callable[..., Emulator], wire: str) -> None:
     emu = emulator()
     emu.fail_next(429, retry_after=7)

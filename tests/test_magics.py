@@ -8,7 +8,7 @@ import re
 import stat
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1041,6 +1041,52 @@ def test_a_connection_error_names_the_endpoint_and_the_proxy(
     ip.run_line_magic("chat", "status -S down")
     assert (f"endpoint: http://gateway.invalid:{port}/v1/ via proxy "
             f"http://[REDACTED]@127.0.0.1:{port} (HTTP_PROXY)") in capsys.readouterr().out
+
+
+def test_status_leaves_the_proxy_to_a_users_own_http_client(
+        chat: ChatMagics, ip: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import openai
+
+    from ipy_ctxrecovery.session import ChatSession
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy.example:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://env-proxy.example:3128")
+    own = openai.OpenAI(api_key="sk-test-0000", base_url="http://gateway.invalid/v1",
+                        http_client=openai.DefaultHttpxClient(proxy="http://corp.example:8080"))
+    sdk_default = openai.OpenAI(api_key="sk-test-0000", base_url="http://gateway.invalid/v1")
+    chat.workspace.replace_session("own", ChatSession("openai:gpt-4o", client=own, name="own"))
+    chat.workspace.replace_session("env", ChatSession("openai:gpt-4o", client=sdk_default,
+                                                      name="env"))
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status -S own")
+    out = capsys.readouterr().out
+    assert ("endpoint: http://gateway.invalid/v1/ (proxy and TLS as your own http_client sets "
+            "them)\n") in out
+    assert "env-proxy" not in out and "no proxy" not in out
+    ip.run_line_magic("chat", "status -S env")
+    assert ("endpoint: http://gateway.invalid/v1/ via proxy http://env-proxy.example:3128 "
+            "(HTTP_PROXY)") in capsys.readouterr().out
+
+
+def test_history_masks_the_sessions_key_pasted_into_a_message(
+        chat: ChatMagics, ip: Any, emulator: Callable[..., Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from ipy_ctxrecovery.session import ChatSession
+
+    key = "gw-0a7da072e4e4d9e16a4c"            # no well-known format: only the client knows it
+    emu = emulator(api_key=key, token=None)
+    client = emu.openai_client(api_key=key, max_retries=0)
+    chat.workspace.replace_session("k", ChatSession("openai:team-model", client=client,
+                                                    name="k"))
+    cell(ip, "-S k", f'[[words 3]] why does curl -H "X-Key: {key}" fail?')
+    assert key.encode() in emu.requests[-1].raw          # sent as typed
+    capsys.readouterr()
+    ip.run_line_magic("chat", "history -S k --width 200")
+    ip.run_line_magic("chat", "history -S k --full --width 200")
+    out = capsys.readouterr().out
+    assert key not in out
+    assert out.count('why does curl -H "X-Key: [REDACTED]" fail?') == 2
 
 
 def test_the_load_line_names_the_endpoint_and_proxy(

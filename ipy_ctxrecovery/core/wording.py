@@ -78,10 +78,13 @@ def assumed_cap_line(cap: int) -> str:
 
 
 def endpoint_text(url: str | None, proxy: str | None = None, *,
-                  proxy_var: str | None = None) -> str:
+                  proxy_var: str | None = None, own_http_client: bool = False) -> str:
     """Where requests go: ``https://api.openai.com/v1 (no proxy)``, or ``… via proxy URL
-    (HTTPS_PROXY)``. URLs must already have their credentials masked."""
+    (HTTPS_PROXY)``; with ``own_http_client`` the user's HTTP client decides the proxy
+    (the environment's may not apply). URLs must already have their credentials masked."""
     where = url or "the SDK's default endpoint"
+    if own_http_client:
+        return f"{where} (proxy and TLS as your own http_client sets them)"
     if not proxy:
         return f"{where} (no proxy)"
     return f"{where} via proxy {proxy}" + (f" ({proxy_var})" if proxy_var else "")

@@ -13,6 +13,10 @@ speaks ``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST /v1/me
 
 Standalone: ``python -m ipy_ctxrecovery.emulator --port 8765 --max-body 256KB``.
 
+It also answers requests sent to it as a forward proxy (absolute-form targets): a client
+built with ``http_client=openai.DefaultHttpxClient(proxy=emu.url)`` and any ``http://``
+base URL reaches it, as through a corporate proxy that is also the gateway.
+
 Token and bounds
 ----------------
 An ``Emulator()`` has a random per-instance ``token``; a request without it (header
@@ -103,7 +107,9 @@ error event; ``"stream-cut"`` — half the answer, then the connection closes) o
 request that got past the middleboxes.
 
 Provider answers carry no Cloudflare headers (the real APIs sit behind Cloudflare, but
-only the WAF fault should show its signals here). Request headers are never logged.
+only the WAF fault should show its signals here). Request headers are never logged; each
+record keeps them (``emu.requests[-1].header("X-Team")``) with the values of credential
+headers (``Authorization``, ``x-api-key``, the token, cookies) masked.
 """
 
 from __future__ import annotations

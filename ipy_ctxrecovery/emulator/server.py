@@ -11,7 +11,9 @@ context window), then the deterministic reply.
 Bounded memory: the last ``keep_requests`` requests are recorded, and of those only the
 newest bodies up to ``keep_body_bytes`` in all are kept (older records keep their size,
 status and fault; ``raw`` and ``body`` become None). ``received`` counts every recorded
-request since the start (or the last ``reset()``).
+request since the start (or the last ``reset()``). A record keeps the request's headers
+with the values of credential headers masked, so a test can see what a client sent
+(a gateway's extra header) and no key is held.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import hmac
 import io
 import itertools
 import json
+import re
 import secrets
 import socket
 import struct
@@ -33,8 +36,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..redaction import MASK
 from ..settings import parse_size
 from . import api, faults, replies, roles
 from .faults import Answer, Fault
@@ -59,6 +64,9 @@ KEEP_BODY_BYTES = 32 * 1024 * 1024
 #: Body bytes read and discarded after an early 401/413, so the client reads the answer
 #: instead of a reset; past this the connection is simply closed.
 _DRAIN_AFTER_REFUSAL = 1024 * 1024
+#: Header names whose values a record masks (Authorization, x-api-key, the emulator's
+#: token, cookies, a gateway's own key header…).
+_CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie|signature|password")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +79,10 @@ class RequestRecord:
     JSON (None when there is no ``raw`` or it is not JSON; parsed on each access, so a
     record holds only the bytes); ``fault`` the fault that answered it (``"413:nginx"``,
     ``"waf:cloudflare"``, ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``,
-    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``) or None.
+    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``) or None;
+    ``headers`` the request's headers in the order received, the value of every
+    credential header (``Authorization``, ``x-api-key``, ``X-Emulator-Token``, cookies…)
+    replaced by ``[REDACTED]``.
     """
 
     path: str
@@ -81,6 +92,12 @@ class RequestRecord:
     stream: bool = False
     raw: bytes | None = None
     method: str = "POST"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (any case), or None when it was not sent."""
+        wanted = name.lower()
+        return next((v for k, v in self.headers if k.lower() == wanted), None)
 
     @property
     def body(self) -> Any:
@@ -480,7 +497,7 @@ class _Handler(BaseHTTPRequestHandler):
         with emu._lock:
             emu.refused += 1
         if emu.log is not None:
-            emu.log(f"{self.command} {self.path.split('?', 1)[0]} 401 [no emulator token]")
+            emu.log(f"{self.command} {_request_path(self.path)} 401 [no emulator token]")
         body = {"error": {"type": "authentication_error", "code": "emulator_token",
                           "message": f"This emulator requires its token: send the "
                                      f"{TOKEN_HEADER} header (Emulator.token)."}}
@@ -499,7 +516,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self._refuse_without_token():
             return
-        path = self.path.split("?", 1)[0]
+        path = _request_path(self.path)
         if path.rstrip("/") == MODELS_PATH:
             emu = self.emulator
             body = {"object": "list", "data": [
@@ -509,21 +526,23 @@ class _Handler(BaseHTTPRequestHandler):
                             (("Content-Type", "application/json"),))
         else:
             answer = faults.not_found(_wire_of(path) or "openai", "GET", path)
-        self.emulator._record(RequestRecord(path, answer.status, 0, None, method="GET"))
+        self.emulator._record(RequestRecord(path, answer.status, 0, None, method="GET",
+                                            headers=self._shown_headers()))
         self._send(answer)
 
     def do_POST(self) -> None:
         if self._refuse_without_token():
             return
         emu = self.emulator
-        path = self.path.split("?", 1)[0]
+        path = _request_path(self.path)
         wire_name = _wire_of(path)
         declared = self._declared_length()
 
         def record(status: int | None, fault_label: str | None, raw: bytes | None = None,
                    body: Any = None, stream: bool = False) -> None:
             size = len(raw) if raw is not None else (declared or 0)
-            emu._record(RequestRecord(path, status, size, fault_label, stream, raw))
+            emu._record(RequestRecord(path, status, size, fault_label, stream, raw,
+                                      headers=self._shown_headers()))
 
         if declared is not None and declared > emu.max_request_body:
             self._too_large(wire_name, declared, record)
@@ -633,6 +652,11 @@ class _Handler(BaseHTTPRequestHandler):
         answer = faults.waf_answer(fault.style, host=self._host(), client=self._client())
         record(answer.status, fault.label, raw)
         self._send(answer)
+
+    def _shown_headers(self) -> tuple[tuple[str, str], ...]:
+        """The request's headers for its record, credential values masked."""
+        return tuple((k, MASK if _CREDENTIAL_HEADER.search(k) else v)
+                     for k, v in self.headers.items())
 
     def _presented_key(self, wire_name: str) -> str | None:
         auth = self.headers.get("Authorization", "")
@@ -767,6 +791,16 @@ class _TooLarge(Exception):
     def __init__(self, size: int) -> None:
         super().__init__(size)
         self.size = size
+
+
+def _request_path(target: str) -> str:
+    """The path of a request target: origin-form (``/v1/models?x``), or the absolute-form
+    a client sends to a forward proxy (``http://llm.example/v1/models``), which the
+    emulator then answers itself, as a gateway that is also the proxy would."""
+    target = target.split("?", 1)[0]
+    if "://" in target:
+        target = urlsplit(target).path or "/"
+    return target
 
 
 def _wire_of(path: str) -> str | None:

@@ -67,12 +67,23 @@ def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> 
 def session_endpoint(session: Any) -> str:
     """Where a live session's requests go (``%chat status``)."""
     provider = session.provider
-    url = getattr(getattr(provider, "client", None), "base_url", None)
+    client = getattr(provider, "client", None)
+    url = getattr(client, "base_url", None)
     if getattr(provider, "emulator", None) is not None and url is not None:
         return f"the embedded emulator at {public_url(url)}"
     if url is None:
         return "set by your own client"
+    if _own_http_client(client):
+        return endpoint_text(public_url(str(url)), own_http_client=True)
     return describe_endpoint(str(url)) or str(url)
+
+
+def _own_http_client(client: Any) -> bool:
+    """Whether an SDK client was built with the user's ``http_client=`` (its proxy, CA and
+    transport are its own) rather than the SDK's default, which reads the environment.
+    Both SDKs keep the HTTP client as ``_client`` and name their default's class so."""
+    http = getattr(client, "_client", None)
+    return http is not None and type(http).__name__ != "SyncHttpxClientWrapper"
 
 
 def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:

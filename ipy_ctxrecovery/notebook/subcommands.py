@@ -136,7 +136,9 @@ def _status(magics: ChatMagics, args: Any) -> Any:
              _arg("--width", type=int, default=100, metavar="N", help="Characters shown per message."))
 def _history(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
-    messages = session.transcript if args.full else session.history
+    # Shown as it is stored: the session's own key (pasted into a message, say) masked.
+    redactor = getattr(session, "redactor", None) or Redactor()
+    messages = redactor.messages(session.transcript if args.full else session.history)
     label = "transcript" if args.full else "working history"
     print(f"{label} of session {args.session}: {plural(len(messages), 'message')}")
     for i, message in enumerate(messages):
