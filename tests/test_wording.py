@@ -17,6 +17,7 @@ from ipy_ctxrecovery.core.wording import (
     describe_debug,
     endpoint_text,
     first_line,
+    fit_detail,
     plural,
     printed_at,
     shown_at,
@@ -157,3 +158,16 @@ def test_endpoint_and_status_text() -> None:
         "history: empty (the 8,192-token window)",
         "payload cap: no payload cap configured",
         "transcript: 1 message"]
+
+
+def test_a_fit_that_stays_above_its_goal_is_not_told_as_reaching_it() -> None:
+    # The latest message alone can be bigger than the goal: the card must not say the body
+    # was "fitted to" a size it never reached; the note says where it ended.
+    fit = ev.FitBeforeSend(body_bytes=25 * KB, goal_bytes=10 * KB, over="cap", cap=24 * KB,
+                           cap_source="configured", est_tokens=6000, reserved_tokens=0,
+                           window=128_000, notes=("8 messages dropped to fit 10 KB",
+                                                  "still 19 KB after the cut (target 10 KB)"))
+    detail = fit_detail(fit)
+    assert "fitted to 10 KB" not in detail
+    assert detail.startswith("25 KB over the 24 KB cap (configured) → cut, aiming at 10 KB (")
+    assert detail.endswith("still 19 KB after the cut (target 10 KB))")

@@ -631,7 +631,9 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
 def fit_detail(e: ev.FitBeforeSend) -> str:
     over = (cap_words(e.cap, e.cap_source) if e.over == "cap"
             else f"{e.window:,}-token window")
-    return (f"{format_size(e.body_bytes)} over the {over} → fitted to "
+    # "aiming at": the goal is where the cut aims; when the latest message alone is bigger,
+    # the body stays above it (a note says by how much), so the goal is not the result.
+    return (f"{format_size(e.body_bytes)} over the {over} → cut, aiming at "
             f"{format_size(e.goal_bytes)}" + (f" ({'; '.join(e.notes)})" if e.notes else ""))
 
 
