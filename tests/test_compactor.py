@@ -660,3 +660,20 @@ def test_the_kept_part_starts_at_a_user_request(h: History, fraction: float) -> 
         # The latest request is never summarized, so a user message is always in range.
         assert kept and kept[0].role is Role.USER
         assert kept[0].tag is None or kept[0] == h[latest]
+
+
+def test_an_interrupt_while_the_summary_request_is_built_is_told_as_cancelled(monkeypatch) -> None:
+    import ipy_ctxrecovery.core.compactor as compactor
+
+    def interrupted(*args: object, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compactor, "_summarizer_input", interrupted)
+    h: History = (Message.system("s"), *big_turns(3, 10_000), Message.user("latest"))
+    before = snapshot(h)
+    events = Events()
+    with pytest.raises(KeyboardInterrupt):
+        compact(h, target_bytes=1_000, measure=wire_bytes, summarize=Recorder(), settings=S,
+                on_event=events)
+    assert snapshot(h) == before
+    assert events.phases == ["start", "trim", "summarize", "cancelled"]

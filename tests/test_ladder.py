@@ -720,3 +720,13 @@ def test_preflight_fit_gives_up_when_the_request_alone_is_over_the_limit(
                            settings=S, store=store, measure=measure)
     assert result.level is Level.GIVE_UP and result.history == h
     assert result.give_up_reason and "shorter message" in result.give_up_reason
+
+
+def test_fit_notes_count_in_words_that_agree_with_the_number(store: ResultStore) -> None:
+    h: History = (Message.system("s"), Message.user("q1 " + "a" * 3000),
+                  Message.assistant("a1 " + "b" * 3000), Message.user("q2 " + "c" * 3000),
+                  Message.assistant("a2"), Message.user("latest"))
+    one = run(level_decision(Level.EXACT_FIT, target=int(measure(h) * 0.9)), h, store)
+    two = run(level_decision(Level.EXACT_FIT, target=int(measure(h) * 0.5)), h, store)
+    assert one.notes[0].startswith("1 message dropped to fit ")
+    assert two.notes[0].startswith("2 messages dropped to fit ")

@@ -269,8 +269,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     covered = sum(_covered(m) for m in old)
 
     phase("summarize")
-    request = _summarizer_input(old, settings, instructions)
-    try:
+    try:  # from the announced phase on, an interrupt is told as "cancelled"
+        request = _summarizer_input(old, settings, instructions)
         _check_cancel(should_cancel)
         raw = summarize(request)
         _check_cancel(should_cancel)

@@ -27,6 +27,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from humanfriendly.text import pluralize
+
 from ...settings import Settings, format_size
 from .. import budget, pairing
 from ..budget import DeferredStore, ResultStore
@@ -291,8 +293,9 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
         # limit too (microcompact may not have reached them yet).
         h, capped = _cap_results(tuple(h), per_result, settings=settings, store=store)
         h, truncated = _truncate_assistants(h, settings.aggressive_assistant_max_chars)
-        notes.append(f"budget at {factor:g}×: {budget_report.replaced + capped} tool results "
-                     f"previewed, {truncated} assistant messages truncated")
+        notes.append(f"budget at {factor:g}×: "
+                     f"{pluralize(budget_report.replaced + capped, 'tool result')} previewed, "
+                     f"{pluralize(truncated, 'assistant message')} truncated")
         k = _first_user_cut(h, 0)
     elif level is Level.EMERGENCY:
         k = _keep_last_cut(h, settings.emergency_keep_messages)
@@ -304,7 +307,7 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
     if decision.inject_payload_notice:
         h, payload_added = _with_payload_notice(h)
     if dropped:
-        notes.append(f"{dropped} messages dropped")
+        notes.append(f"{pluralize(dropped, 'message')} dropped")
     # ``changed`` False: resending would repeat the failed request byte for byte, so the
     # caller may go straight to the next decision.
     return LadderResult(h, level, dropped, tuple(notes), payload_notice_added=payload_added,
@@ -363,13 +366,13 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
     fit = drop_fit(h, target, sizes, payload_notice=decision.inject_payload_notice)
     notes.extend(_repair_notes(fit.repair))
     if fit.dropped:
-        notes.append(f"{fit.dropped} messages dropped to fit {format_size(target)}")
+        notes.append(f"{pluralize(fit.dropped, 'message')} dropped to fit {format_size(target)}")
     out, size = fit.history, fit.size
     if size > target:
         out, shrunk, size = shrink_results(out, target, sizes, settings=settings,
                                            store=deferred, size=size)
         if shrunk:
-            notes.append(f"{shrunk} tool results previewed to fit")
+            notes.append(f"{pluralize(shrunk, 'tool result')} previewed to fit")
         if size > target:
             notes.append(f"still {format_size(size)} after the cut (target "
                          f"{format_size(target)})")
@@ -419,7 +422,8 @@ def preflight_fit(history: History, *, target_bytes: int, limit_bytes: int | Non
     deferred = DeferredStore(store)
     h, shrunk, size = shrink_results(h, target_bytes, sizes, settings=settings, store=deferred)
     if shrunk:
-        notes.append(f"{shrunk} tool results previewed to fit {format_size(target_bytes)}")
+        notes.append(f"{pluralize(shrunk, 'tool result')} previewed to fit "
+                     f"{format_size(target_bytes)}")
     if size <= target_bytes:
         deferred.commit(h)
         return LadderResult(h, Level.EXACT_FIT, 0, tuple(notes), changed=h != original)
