@@ -187,6 +187,7 @@ class Workspace:
                         tools: tuple[Tool, ...] = ()) -> tuple[str, ChatSession]:
         """``%%chat -c``: the most recently used saved session, reopened under its name."""
         live = {s.name for s in self.sessions.values()}
+        held = []
         for saved in saved_sessions():
             if saved.name in live:
                 name = next(k for k, s in self.sessions.items() if s.name == saved.name)
@@ -197,6 +198,11 @@ class Workspace:
                 self.current = saved.name
                 print(f"ℹ continuing saved session {saved.name}: {_told(session)}")
                 return saved.name, session
+            held.append(saved.name)
+        if held:
+            raise UsageError(f"every saved session is open in another process "
+                             f"({', '.join(held)}): close one there to continue it here, "
+                             "or start a new one with %%chat -S NAME.")
         raise UsageError("there is no saved session to continue yet; %%chat -S NAME starts "
                          "one that is saved under NAME.")
 

@@ -146,9 +146,16 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
+_HELD_HERE: set[Path] = set()
+"""Lock files this process holds. A POSIX lock belongs to the process and is released when
+*any* descriptor of its file is closed: they must never be opened to be probed."""
+
+
 def held_elsewhere(name: str) -> str | None:
     """Who holds session ``name`` open for writing in another process, or None."""
     path = session_dir(name) / LOCK_FILE
+    if path in _HELD_HERE:
+        return None
     try:
         fd = os.open(path, os.O_RDWR)
     except OSError:
@@ -158,8 +165,7 @@ def held_elsewhere(name: str) -> str | None:
     except OSError:
         return _holder(fd)
     else:
-        # Not held: this probe held it for a moment; closing releases it. (A lock this
-        # process holds is never reported: POSIX locks belong to the process.)
+        # Not held: this probe held it for a moment; closing releases it.
         return None
     finally:
         os.close(fd)
@@ -392,6 +398,7 @@ class Transcript:
         self._generation = 0
         self._journal_lines = 0
         self._lock_fd: int | None = None
+        self._lock_path = self.directory / LOCK_FILE
         self.created = self.path.is_file()
 
     @staticmethod
@@ -441,10 +448,12 @@ class Transcript:
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                   "since": time.time()}).encode(), 0)
         self._lock_fd = fd
+        _HELD_HERE.add(self._lock_path)
 
     def release(self) -> None:
         """Let another process write this session (on close)."""
         if self._lock_fd is not None:
+            _HELD_HERE.discard(self._lock_path)
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)   # closing releases the lock
             self._lock_fd = None
