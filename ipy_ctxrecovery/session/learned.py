@@ -142,9 +142,13 @@ class LearnedLimits:
         ``window`` is the window in force when it was sent. Returns the events that say so.
         """
         events: list[Event] = []
-        if failure.payload_related:
+        size = failure.request_bytes or sent_bytes
+        # A 403 block page or a dropped connection only suggests size; when a body at
+        # least as big already went through on this path, it was about something else (a
+        # content rule, a blip), and learning from it would shrink every session's cap.
+        inferred = failure.kind is not FailureKind.PAYLOAD_TOO_LARGE
+        if failure.payload_related and not (inferred and 0 < size <= self.caps.largest_ok):
             before = self.caps.effective()
-            size = failure.request_bytes or sent_bytes
             learned = self.caps.record_rejection(size)
             if learned is not None and learned != before:
                 events.append(CapChanged(cap=learned, source="learned", rejected_bytes=size,
