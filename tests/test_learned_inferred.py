@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ipy_ctxrecovery import ChatError, ChatSession, Failure, FailureKind, Settings
+from ipy_ctxrecovery import ChatError, ChatSession, Failure, FailureKind, Settings, describe
 from ipy_ctxrecovery.session.learned import LearnedLimits, PathRegistry
 
 KB = 1024
@@ -62,3 +62,41 @@ def test_one_waf_block_of_a_small_message_leaves_the_paths_cap_alone(emulator: A
     finally:
         big.close()
         other.close()
+
+
+def test_a_block_not_about_size_gives_up_at_once_with_the_history_untouched(emulator: Any
+                                                                              ) -> None:
+    emu = emulator(context_window=128_000)
+    paths = PathRegistry()
+    with ChatSession("emulator", emulator=emu, name="big", paths=paths) as big, \
+            ChatSession("emulator", emulator=emu, name="s", paths=paths) as s:
+        big.send("x" * 100 * KB)                 # 100 KB passes on this path
+        s.send("a first question")
+        before = s.history
+        emu.script("waf")                        # a content rule blocks the next message
+        with pytest.raises(ChatError) as caught:
+            s.send("hello " * 2000)              # 12 KB
+        said = str(caught.value)
+        assert "firewall blocked" in said and "not about size" in said
+        assert "(101 KB) went through" in said and "latest message" in said
+        assert [r.status for r in emu.requests] == [200, 200, 403]    # no compacted resend
+        assert s.history == before and s.status().compactions == 0
+        s.send("something else")                 # and the conversation goes on
+        assert [r.status for r in emu.requests][-1] == 200
+
+
+def test_a_drop_on_a_size_this_path_carried_is_retried_once_as_it_is(emulator: Any) -> None:
+    emu = emulator(context_window=1_000_000)
+    paths = PathRegistry()
+    with ChatSession("emulator", emulator=emu, name="big", paths=paths) as big, \
+            ChatSession("emulator", emulator=emu, name="s", paths=paths) as s:
+        big.send("x" * 900 * KB)                 # 900 KB passes on this path
+        lines: list[str] = []
+        s.subscribe(lambda e: lines.append(describe(e)))
+        emu.script("drop")
+        s.send("y" * 600 * KB)                   # dropped once, then carried
+        sizes = [r.body_bytes for r in emu.requests]
+        assert [r.status for r in emu.requests] == [200, None, 200]
+        assert sizes[1] == sizes[2]              # the same body again, not a compacted one
+        assert s.caps.smallest_rejected is None and s.status().compactions == 0
+        assert any("retrying once as it is" in line for line in lines)

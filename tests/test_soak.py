@@ -141,8 +141,10 @@ def _is_summary_request(body: dict[str, Any]) -> bool:
 
 
 def check_requests(records: list[Any], marker: str, smallest_rejected: int | None,
-                   figures: Figures) -> int | None:
-    """Check every request of one turn; returns the smallest size rejected so far."""
+                   figures: Figures, largest_ok: int = 0) -> tuple[int | None, int]:
+    """Check every request of one turn; returns the smallest size rejected so far and the
+    largest size carried. A block page on a body no bigger than one carried is not about
+    size (the session gives up on it without learning a cap), so it does not count."""
     for r in records:
         figures.requests += 1
         if r.fault:
@@ -150,7 +152,10 @@ def check_requests(records: list[Any], marker: str, smallest_rejected: int | Non
         if smallest_rejected is not None:
             assert r.body_bytes < smallest_rejected, \
                 f"a {r.body_bytes}-byte body sent after {smallest_rejected} bytes were rejected"
-        if r.fault and r.fault.startswith(SIZE_REJECTIONS):
+        if r.status == 200:
+            largest_ok = max(largest_ok, r.body_bytes)
+        if r.fault and r.fault.startswith(SIZE_REJECTIONS) \
+                and (r.fault.startswith("413") or r.body_bytes > largest_ok):
             smallest_rejected = min(smallest_rejected or r.body_bytes, r.body_bytes)
         body = r.body
         if not isinstance(body, dict) or "messages" not in body:
@@ -162,7 +167,7 @@ def check_requests(records: list[Any], marker: str, smallest_rejected: int | Non
         problem = (_pairing_anthropic(body["messages"]) if r.path.endswith("/messages")
                    else _pairing_openai(body["messages"]))
         assert problem is None, problem
-    return smallest_rejected
+    return smallest_rejected, largest_ok
 
 
 # -- one session ---------------------------------------------------------------------------------
@@ -208,6 +213,7 @@ def run_session(index: int, rng: random.Random, figures: Figures) -> None:
                             if isinstance(e, Recovered) else None)
         said: list[str] = []
         smallest_rejected: int | None = None
+        largest_ok = 0
         for turn in range(TURNS):
             marker = f"[s{index}t{turn}]"
             if rng.random() < 0.4:
@@ -236,7 +242,8 @@ def run_session(index: int, rng: random.Random, figures: Figures) -> None:
                 figures.surfaced_kinds[e.failure.kind.value] += 1
                 assert "\n" not in str(e) and "Traceback" not in str(e), str(e)
                 assert s.history == before, "a failed turn changed the history"
-            smallest_rejected = check_requests(emu.requests, marker, smallest_rejected, figures)
+            smallest_rejected, largest_ok = check_requests(emu.requests, marker,
+                                                           smallest_rejected, figures, largest_ok)
             emu.reset()
         figures.ladder_recoveries += len(recovered)
         history = s.history

@@ -467,6 +467,9 @@ def _(e: ev.WindowLearned) -> str:
 def _(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return f"{RETRY} authentication failed — re-reading the credentials and retrying once"
+    if e.failure_kind is FailureKind.LIKELY_PAYLOAD:
+        return (f"{RETRY} connection dropped, on a body no bigger than this network path has "
+                "carried — retrying once as it is")
     return f"{RETRY} {e.failure.label} — retrying in {e.wait:.1f}s ({e.attempt}/{e.of})"
 
 
@@ -713,6 +716,8 @@ def notice_detail(e: ev.NoticeInjected) -> str:
 def retry_detail(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return "authentication failed · credentials re-read, retrying once"
+    if e.failure_kind is FailureKind.LIKELY_PAYLOAD:
+        return "connection dropped on a size this path has carried · retrying once as it is"
     return f"{e.failure.label} · retry {e.attempt} of {e.of} after {e.wait:.1f} s"
 
 

@@ -53,6 +53,18 @@ def sentence(failure: Failure) -> str:
     return redact(f"{reason}.") if reason else redact(f"The request failed: {failure.label}.")
 
 
+def not_about_size(failure: Failure, body: int, largest_ok: int) -> str:
+    """The sentence for a block page or dropped connection on a body no bigger than one this
+    network path already carried: shrinking the history would not help."""
+    what = ("the proxy's firewall blocked the request"
+            if failure.kind is FailureKind.WAF_REJECTION else "the connection dropped again")
+    return (f"{what[0].upper()}{what[1:]} ({format_size(body)}), though a bigger one "
+            f"({format_size(largest_ok)}) went through on this network path: it is not about "
+            "size, so the history was left as it was — if it is a firewall, something in the "
+            "latest message may be what it blocks (rephrase it, or ask the network team); "
+            "else try again.")
+
+
 @dataclass(frozen=True, slots=True)
 class Sent:
     """A request that succeeded: the history it carried, the answer, and its spec."""
@@ -90,6 +102,7 @@ class RecoveryLoop:
         history, spec = prepared.history, prepared.spec
         state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)
         auth_retried = False
+        blip_retried = False
         transient = 0
         steps = 0
         told = False
@@ -148,6 +161,18 @@ class RecoveryLoop:
                         continue
                     if not failure.recoverable and kind is not FailureKind.OUTPUT_LIMIT:
                         raise ChatError(failure, sentence(failure)) from e
+                    largest_ok = self.limits.caps.largest_ok
+                    if kind in (FailureKind.WAF_REJECTION, FailureKind.LIKELY_PAYLOAD) \
+                            and 0 < body <= largest_ok:
+                        # A block page or a drop only suggests size; this path carried a
+                        # bigger body, so compacting would cost the history for nothing.
+                        if kind is FailureKind.LIKELY_PAYLOAD and not blip_retried:
+                            blip_retried = True     # a blip: one plain retry
+                            self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=kind,
+                                                   failure=failure), log)
+                            continue
+                        raise ChatError(failure, not_about_size(failure, body,
+                                                                largest_ok)) from e
                     history, state, spec = self._recover(history, state, failure, body, spec,
                                                          log, e)
                     steps += 1
