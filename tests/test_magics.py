@@ -17,8 +17,10 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
+from ipy_ctxrecovery import ChatError
 from ipy_ctxrecovery.notebook.display import Answer
 from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
+from ipy_ctxrecovery.settings import format_size
 
 
 class RecordingPublisher(DisplayPublisher):
@@ -1418,3 +1420,31 @@ def test_config_refusals_say_what_is_accepted(chat: ChatMagics, ip: Any,
         "It stays True."]
     ip.run_line_magic("config", "ChatMagics.verbosity = 'debug'")
     assert chat.verbosity == "debug" and capsys.readouterr().err == ""
+
+
+def test_forget_limits_after_the_proxy_limit_was_raised(chat: ChatMagics, ip: Any,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    cell(ip, "", "hello")
+    emulator = chat.workspace.emulator
+    emulator.configure(context_window=1_000_000, max_body="16KB")
+    for i in range(6):
+        cell(ip, "", f"message {i} " + "lorem ipsum dolor sit amet " * 100)
+    session = chat.workspace.session()
+    assert session.caps.source == "learned"
+    learned = session.caps.effective()
+    assert learned is not None and learned < 16 * 1024
+    emulator.configure(max_body="1MB")          # the network team raised the limit
+    capsys.readouterr()
+    with pytest.raises(ChatError, match="%chat forget-limits if the proxy/gateway limit "
+                                        "was raised since"):
+        session.send("a long paste " + "x" * 20 * 1024)
+    ip.run_line_magic("chat", "forget-limits")
+    out = capsys.readouterr().out
+    assert out.startswith(f"forgot the learned payload cap ({format_size(learned)}) for every "
+                          "session on this network path")
+    assert session.caps.effective() is None
+    session.send("a long paste " + "x" * 20 * 1024)            # goes through now
+    assert emulator.requests[-1].status == 200 and emulator.requests[-1].body_bytes > 16 * 1024
+    ip.run_line_magic("chat", "forget-limits")
+    assert capsys.readouterr().out.startswith("nothing was learned to forget")

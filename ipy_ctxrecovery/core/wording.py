@@ -36,6 +36,7 @@ __all__ = [
     "describe_debug",
     "endpoint_text",
     "first_line",
+    "forgotten_limits",
     "max_tokens_above_limit_line",
     "no_cap_warning",
     "plural",
@@ -56,6 +57,17 @@ MARKS = (INFO, WARN, DONE, FAIL, RETRY, UP, CUT, TOOL, SHRINK, SUB, DETAIL)
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 message``, ``2 messages`` (``many`` for irregular plurals)."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def forgotten_limits(cap: int | None, window: int | None, configured: int | None) -> str:
+    """What ``%chat forget-limits`` did, in one line."""
+    parts = ([f"the learned payload cap ({format_size(cap)}) for every session on this "
+              "network path"] if cap is not None else [])
+    parts += [f"the learned context window ({window:,} tokens)"] if window is not None else []
+    said = "forgot " + " and ".join(parts) if parts else "nothing was learned to forget"
+    kept = (f"; the configured cap {format_size(configured)} stays"
+            if configured is not None else "")
+    return f"{said}{kept} — a limit that still holds is learned again from its next rejection"
 
 
 def first_line(text: str, limit: int = 160) -> str:

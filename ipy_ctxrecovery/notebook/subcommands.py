@@ -27,7 +27,7 @@ from .. import errors
 from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
-from ..core.wording import plural, status_text
+from ..core.wording import forgotten_limits, plural, status_text
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
@@ -221,6 +221,16 @@ def _reset(magics: ChatMagics, args: Any) -> None:
     session.reset()
     magics.workspace.tell(args.session, ())  # the panel follows
     print(f"session {args.session} reset: the next %%chat starts a new conversation")
+
+
+@_subcommand("forget-limits", "Forget the payload cap learned on this session's network path "
+             "(every session on it) and a learned context window — after the proxy's or the "
+             "model's limit was raised. A configured cap stays.")
+def _forget_limits(magics: ChatMagics, args: Any) -> None:
+    session = _session(magics, args)
+    cap, window = session.forget_limits()
+    magics.workspace.tell(args.session, ())  # the panel follows
+    print(forgotten_limits(cap, window, session.caps.configured))
 
 
 @_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",

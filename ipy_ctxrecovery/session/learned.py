@@ -188,6 +188,18 @@ class LearnedLimits:
         if self.tokens.samples == 0:
             self.tokens.bytes_per_token = new.chars_per_token
 
+    def forget_learned(self) -> tuple[int | None, int | None]:
+        """Forget the payload cap learned (or assumed) on this network path and a window an
+        overflow taught — for every session sharing the path — when the proxy's or the
+        model's limit was raised. Returns (the cap, the window) that were in force."""
+        cap = self.caps.learned if self.caps.learned is not None else self.caps.assumed
+        window = self.window
+        self.caps.smallest_rejected = None
+        self.caps.assumed = None
+        self.window = None
+        self.cap_note = None
+        return cap, window
+
     def forget(self, settings: Settings, *, model_changed: bool, path_changed: str | None,
                new_path: PathLimits) -> str | None:
         """A new provider: drop what belongs to the old model or path (module docstring).

@@ -142,11 +142,13 @@ class Preparer:
                   (caps.configured, "the configured payload cap")]
         for limit, why in limits:
             if limit is not None and size > limit:
+                fix = ("%chat forget-limits if the proxy/gateway limit was raised since"
+                       if limit == proven else
+                       "raise the limit with %chat config CHATCLI_MAX_PAYLOAD=SIZE if the "
+                       "proxy/gateway allows more")
                 reason = (f"Your message makes the request {format_size(size)} with the system "
                           f"prompt, more than {format_size(limit)} ({why}) — send a shorter "
-                          "message (a tool can read large content in ranges), or raise the "
-                          "limit with %chat config CHATCLI_MAX_PAYLOAD=SIZE if the "
-                          "proxy/gateway allows more.")
+                          f"message (a tool can read large content in ranges), or {fix}.")
                 raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                         request_bytes=size), reason)
 

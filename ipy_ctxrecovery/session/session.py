@@ -513,6 +513,15 @@ class ChatSession:
         self._history = history
         self._files.save_history(self._history)
 
+    def forget_limits(self) -> tuple[int | None, int | None]:
+        """Forget the payload cap learned on this session's network path (shared: every
+        session on the path forgets it) and a context window learned from an overflow, e.g.
+        after the proxy's limit was raised. A configured cap stays. Returns what was
+        forgotten: (cap, window), None where nothing was learned."""
+        forgotten = self.limits.forget_learned()
+        self._save_learned(exact=True)
+        return forgotten
+
     def reset(self) -> None:
         """Start the working history afresh (the transcript keeps everything).
 
