@@ -27,6 +27,7 @@ for small windows such as the emulator's, where the input must fit next to it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -127,21 +128,35 @@ def _message_size(m: Message) -> tuple[str, int, int] | None:
 _EMPTY_MESSAGE = {role: json_size({"role": role, "content": []}) for role in ("user", "assistant")}
 
 
+_Fold = tuple[int, int, str | None, int, int]   # (inner, units, open role, its size, blocks)
+_START: _Fold = (0, 0, None, 0, 0)
+
+
+def _fold(state: _Fold, item: tuple[str, int, int] | None) -> _Fold:
+    """``state`` after one more message: a run of one role merges into one message."""
+    if item is None:
+        return state
+    inner, units, role, size, count = state
+    if item[0] == role:
+        return inner, units, role, size + item[1], count + item[2]
+    if role is not None:
+        inner += _EMPTY_MESSAGE[role] + size + count - 1
+        units += 1
+    return inner, units, item[0], item[1], item[2]
+
+
+def _finish(state: _Fold) -> int:
+    inner, units, role, size, count = state
+    if role is not None:
+        inner += _EMPTY_MESSAGE[role] + size + count - 1
+        units += 1
+    return 2 + inner + max(units - 1, 0)
+
+
 def _messages_size(sizes: Sequence[tuple[str, int, int] | None]) -> int:
     """Encoded size of ``to_anthropic``'s messages array from per-message sizes: runs of
     one role merge into one message whose content joins all their blocks."""
-    units: list[list[Any]] = []
-    for item in sizes:
-        if item is None:
-            continue
-        role, size, count = item
-        if units and units[-1][0] == role:
-            units[-1][1] += size
-            units[-1][2] += count
-        else:
-            units.append([role, size, count])
-    inner = sum(_EMPTY_MESSAGE[role] + size + count - 1 for role, size, count in units)
-    return 2 + inner + max(len(units) - 1, 0)
+    return _finish(functools.reduce(_fold, sizes, _START))
 
 
 def _block(block: Block) -> dict[str, Any] | None:
@@ -249,7 +264,10 @@ class AnthropicProvider(SDKAdapter):
 
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         # Per-message block sizes, merged as ``to_anthropic`` merges same-role runs.
-        return _messages_size([self._memo.get(m, _message_size) for m in messages])
+        return _finish(self._folded(messages))
+
+    def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
+        return _message_size, _START, _fold
 
     def message_size(self, message: Message) -> int:
         """What ``message`` adds to the body as a message of its own after another one (a
