@@ -186,7 +186,7 @@ class PrefixFold:
 
     _SLOTS = 4
 
-    def __init__(self, memo: SizeMemo, item: Callable[[Any], Any], start: Any,
+    def __init__(self, memo: SizeMemo | None, item: Callable[[Any], Any], start: Any,
                  step: Callable[[Any, Any], Any]) -> None:
         self._memo = memo
         self._item = item
@@ -203,9 +203,14 @@ class PrefixFold:
                 done, state, slot = n, old_state, i
         if slot is not None and done == len(messages):
             return state
-        get, item, step = self._memo.get, self._item, self._step
-        for m in messages[done:]:
-            state = step(state, get(m, item))
+        item, step = self._item, self._step
+        if self._memo is None:            # an item cheaper than a memo lookup
+            for m in messages[done:]:
+                state = step(state, item(m))
+        else:
+            get = self._memo.get
+            for m in messages[done:]:
+                state = step(state, get(m, item))
         self._recent.insert(0, (messages, state))
         del self._recent[self._SLOTS:]
         return state

@@ -40,6 +40,7 @@ from ..core.catalogue import ModelInfo
 from ..core.history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ..errors import ConfigError
 from ._common import (
+    PrefixFold,
     SDKAdapter,
     incomplete_reply,
     json_size,
@@ -105,6 +106,14 @@ def to_anthropic(history: Sequence[Message]) -> tuple[str | None, list[dict[str,
 
 def _system(history: Sequence[Message]) -> str | None:
     return "\n\n".join(m.text for m in history if m.role is Role.SYSTEM and m.text) or None
+
+
+def _system_part(m: Message) -> str | None:
+    return m.text if m.role is Role.SYSTEM and m.text else None
+
+
+def _add_part(parts: tuple[str, ...], part: str | None) -> tuple[str, ...]:
+    return parts if part is None else (*parts, part)
 
 
 def _role(m: Message) -> str:
@@ -184,6 +193,7 @@ class AnthropicProvider(SDKAdapter):
     api = "Anthropic"
     wire = "anthropic"
     plain_client = anthropic.Anthropic
+    _system_fold: PrefixFold | None = None
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -227,7 +237,7 @@ class AnthropicProvider(SDKAdapter):
         if convert:
             system, messages = to_anthropic(request.messages)
         else:
-            system, messages = _system(request.messages), []
+            system, messages = self._system_of(request.messages), []
         max_tokens = request.max_tokens
         if max_tokens is None:
             max_tokens = self.default_max_tokens
@@ -268,6 +278,13 @@ class AnthropicProvider(SDKAdapter):
 
     def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
         return _message_size, _START, _fold
+
+    def _system_of(self, messages: tuple[Message, ...]) -> str | None:
+        """``_system(messages)``, resumed after an earlier history ``messages`` extends
+        (pre-flight asks for it several times a turn)."""
+        if self._system_fold is None:
+            self._system_fold = PrefixFold(None, _system_part, (), _add_part)
+        return "\n\n".join(self._system_fold(messages)) or None
 
     def message_size(self, message: Message) -> int:
         """What ``message`` adds to the body as a message of its own after another one (a
