@@ -53,7 +53,7 @@ TOOL = ToolSpec("fetch_log", "Return n characters of the service log.",
                  "required": ["n"]})
 KEY = "emulator-key"
 FILES: dict[str, float] = {"files": 0.0}
-"""Seconds spent rewriting the session's whole files (see ``time_snapshot_files``)."""
+"""Seconds spent persisting the history and learned limits (see ``time_snapshot_files``)."""
 CASES: dict[str, tuple[int, int]] = {          # name: (body bytes, messages)
     "100KB": (100_000, 50),
     "1MB": (1_000_000, 50),
@@ -242,11 +242,11 @@ def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, r
         body = len(json.dumps(case.payload("x"), ensure_ascii=False).encode())
         sdk_runs = counter["sdk"] - before - (repeat + 1)   # less the bare calls' own
         print(f"{wire} {key} ({count:,} msgs, {body / 1e6:.2f} MB): session "
-              f"{t_session * 1e3:.1f} ms (of which {files * 1e3:.1f} ms rewriting whole "
-              f"session files), bare SDK {t_bare * 1e3:.1f} ms; the SDK's request pipeline "
+              f"{t_session * 1e3:.1f} ms (of which {files * 1e3:.1f} ms persisting the "
+              f"history and learned limits), bare SDK {t_bare * 1e3:.1f} ms; the SDK's request pipeline "
               f"ran {max(sdk_runs, 0)} times in {repeat + 1} session turns")
         print(f"ratio session/bare {wire} {key}: {t_session / t_bare:.2f} "
-              f"(without the whole-file rewrites {(t_session - files) / t_bare:.2f})")
+              f"(without persisting {(t_session - files) / t_bare:.2f})")
         if floor:
             run_floor = case.floor()
             t_floor = statistics.median(
@@ -288,8 +288,9 @@ def _memory(fn: Callable[[], object]) -> tuple[int, int]:
 
 
 def time_snapshot_files(counter: dict[str, float]) -> None:
-    """Time the session's whole-file snapshots (history.json, learned.json): encoding and
-    writing, the part of a turn that issue 11's persistence work makes O(new messages)."""
+    """Time the session's persistence of its history and learned limits
+    (``Transcript.save_history``: a journal line per turn, history.json only on compaction,
+    undo, reset or close; ``save_learned``: learned.json only on a real change)."""
     from ipy_ctxrecovery.session.store import Transcript
 
     for name in ("save_history", "save_learned"):

@@ -1012,6 +1012,22 @@ def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
     assert body["messages"][9] == {"role": "assistant", "content": ""}
 
 
+def test_measure_resumes_only_after_a_history_the_request_extends() -> None:
+    # measure() resumes its size fold after a history measured before when the request
+    # extends it; a history that differs inside (a message replaced, one removed, a run
+    # merged across the old end) must be measured afresh, byte for byte.
+    a, b, c = Message.user("a ✓"), Message.assistant("b"), Message.user("c")
+    steps = [(a, b, c), (a, b, c, Message.user("merged into c's run")),
+             (a, Message.assistant("b, longer now"), c), (a, c), (a, b),
+             (a, b, c, Message.assistant("d"), Message.user("e 日本")),
+             (Message.system("sys"), a, b, c), (a, b, c, Message.system("late sys"))]
+    for kind in ("openai", "anthropic"):
+        provider = _offline(kind)
+        for history in steps + steps[::-1]:
+            request = Request(history)
+            assert provider.measure(request) == len(provider.encode(request)), (kind, history)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=valid_histories(max_turns=4, max_result_chars=4_000), pick=st.integers(0, 15))
 def test_measure_is_exact_on_generated_histories(history: Any, pick: int) -> None:

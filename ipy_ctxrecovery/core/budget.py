@@ -23,7 +23,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -499,8 +499,18 @@ def shrink_tool_message(message: Message, limit: int, *, store: ResultStore, hea
 class BudgetReport:
     replaced: int
     persisted: tuple[Path, ...]
-    chars_before: int
-    chars_after: int
+    before: History = field(repr=False, compare=False)
+    after: History = field(repr=False, compare=False)
+
+    # Counted when read: a turn within budget (nearly all) never needs them, and counting
+    # a long history's characters on every turn made pre-flight O(history).
+    @property
+    def chars_before(self) -> int:
+        return char_size(self.before)
+
+    @property
+    def chars_after(self) -> int:
+        return char_size(self.after)
 
     @property
     def message(self) -> str:
@@ -526,7 +536,6 @@ def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: i
     Results already shrunk by this package are left alone, so a second run changes
     nothing and writes nothing. The input is not modified.
     """
-    before = char_size(history)
     latest = latest_user_index(history)
     start = -1 if latest is None else latest
     out = list(history)
@@ -574,6 +583,6 @@ def enforce_budget(history: History, *, store: ResultStore, turn_budget_chars: i
         replace(i, max(size - excess, floor), head_chars, tail_chars)
 
     if not replaced:
-        return history, BudgetReport(0, (), before, before)
+        return history, BudgetReport(0, (), history, history)
     result = tuple(out)
-    return result, BudgetReport(len(replaced), tuple(persisted), before, char_size(result))
+    return result, BudgetReport(len(replaced), tuple(persisted), history, result)

@@ -69,10 +69,11 @@ def microcompact(history: History, *, settings: Settings,
     out = list(history)
     truncated = summarized = freed = 0
     for i, m in enumerate(history):
+        if m.role is not Role.TOOL:        # checked first: most messages are not results
+            continue
         result = m.tool_result
         age = message_ages[i]
-        if m.role is not Role.TOOL or result is None \
-                or age < settings.microcompact_truncate_turns:
+        if result is None or age < settings.microcompact_truncate_turns:
             continue
         info = compaction_info(m)
         original_chars = info.original_chars if info is not None else len(result.content)

@@ -44,6 +44,7 @@ from .base import Prepared, Request, Response, TextCallback
 __all__ = [
     "BodyCapture",
     "SDKAdapter",
+    "PrefixFold",
     "SizeMemo",
     "json_size",
     "SingleShot",
@@ -169,6 +170,50 @@ class SizeMemo:
                 self._sizes.clear()
             self._sizes[key] = value
         return value
+
+
+class PrefixFold:
+    """A fold over a history's per-message sizes that resumes where an earlier one ended.
+
+    The last few message tuples measured are remembered with the fold's state after them:
+    measuring a history that extends one of them (this turn's request over the history
+    measured after the last turn, then the same with the answer) folds only the messages
+    after it, so pre-flight on an unchanged prefix costs O(new messages) plus one C-level
+    tuple comparison. Equal messages (``==`` leaves out ``meta``, which conversion does not
+    read either) have equal sizes, so a prefix matched by equality is as exact as by
+    identity.
+    """
+
+    _SLOTS = 4
+
+    def __init__(self, memo: SizeMemo | None, item: Callable[[Any], Any], start: Any,
+                 step: Callable[[Any, Any], Any]) -> None:
+        self._memo = memo
+        self._item = item
+        self._start = start
+        self._step = step
+        self._recent: list[tuple[tuple[Any, ...], Any]] = []
+
+    def __call__(self, messages: tuple[Any, ...]) -> Any:
+        """The fold's state after ``messages``."""
+        done, state, slot = 0, self._start, None
+        for i, (old, old_state) in enumerate(self._recent):
+            n = len(old)
+            if done < n <= len(messages) and messages[:n] == old:
+                done, state, slot = n, old_state, i
+        if slot is not None and done == len(messages):
+            return state
+        item, step = self._item, self._step
+        if self._memo is None:            # an item cheaper than a memo lookup
+            for m in messages[done:]:
+                state = step(state, item(m))
+        else:
+            get = self._memo.get
+            for m in messages[done:]:
+                state = step(state, get(m, item))
+        self._recent.insert(0, (messages, state))
+        del self._recent[self._SLOTS:]
+        return state
 
 
 @functools.lru_cache(maxsize=32)
@@ -334,6 +379,7 @@ class SDKAdapter:
         self._capture = BodyCapture(client, endpoint, connection_error)
         self._senders = SingleShot(client)
         self._memo = SizeMemo()
+        self._prefix_fold: PrefixFold | None = None
         self._templates: dict[str, Template | None] = {}
         self._on_close = on_close
         if type(client) is not self.plain_client:
@@ -359,6 +405,17 @@ class SDKAdapter:
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         """Encoded size of the body's messages array (TypeError/ValueError: not JSON-able)."""
         raise NotImplementedError
+
+    def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
+        """(one message's size item, the fold's start, its step) for :meth:`_folded`."""
+        raise NotImplementedError
+
+    def _folded(self, messages: tuple[Message, ...]) -> Any:
+        """The adapter's size fold over ``messages``, resumed after an earlier history it
+        extends (``PrefixFold``)."""
+        if self._prefix_fold is None:
+            self._prefix_fold = PrefixFold(self._memo, *self._fold_parts())
+        return self._prefix_fold(messages)
 
     def _read_reply(self, result: Any, size: int) -> Response:
         raise NotImplementedError

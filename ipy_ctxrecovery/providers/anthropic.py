@@ -27,6 +27,7 @@ for small windows such as the emulator's, where the input must fit next to it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from ..core.catalogue import ModelInfo
 from ..core.history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ..errors import ConfigError
 from ._common import (
+    PrefixFold,
     SDKAdapter,
     incomplete_reply,
     json_size,
@@ -106,6 +108,14 @@ def _system(history: Sequence[Message]) -> str | None:
     return "\n\n".join(m.text for m in history if m.role is Role.SYSTEM and m.text) or None
 
 
+def _system_part(m: Message) -> str | None:
+    return m.text if m.role is Role.SYSTEM and m.text else None
+
+
+def _add_part(parts: tuple[str, ...], part: str | None) -> tuple[str, ...]:
+    return parts if part is None else (*parts, part)
+
+
 def _role(m: Message) -> str:
     return "assistant" if m.role is Role.ASSISTANT else "user"
 
@@ -127,21 +137,35 @@ def _message_size(m: Message) -> tuple[str, int, int] | None:
 _EMPTY_MESSAGE = {role: json_size({"role": role, "content": []}) for role in ("user", "assistant")}
 
 
+_Fold = tuple[int, int, str | None, int, int]   # (inner, units, open role, its size, blocks)
+_START: _Fold = (0, 0, None, 0, 0)
+
+
+def _fold(state: _Fold, item: tuple[str, int, int] | None) -> _Fold:
+    """``state`` after one more message: a run of one role merges into one message."""
+    if item is None:
+        return state
+    inner, units, role, size, count = state
+    if item[0] == role:
+        return inner, units, role, size + item[1], count + item[2]
+    if role is not None:
+        inner += _EMPTY_MESSAGE[role] + size + count - 1
+        units += 1
+    return inner, units, item[0], item[1], item[2]
+
+
+def _finish(state: _Fold) -> int:
+    inner, units, role, size, count = state
+    if role is not None:
+        inner += _EMPTY_MESSAGE[role] + size + count - 1
+        units += 1
+    return 2 + inner + max(units - 1, 0)
+
+
 def _messages_size(sizes: Sequence[tuple[str, int, int] | None]) -> int:
     """Encoded size of ``to_anthropic``'s messages array from per-message sizes: runs of
     one role merge into one message whose content joins all their blocks."""
-    units: list[list[Any]] = []
-    for item in sizes:
-        if item is None:
-            continue
-        role, size, count = item
-        if units and units[-1][0] == role:
-            units[-1][1] += size
-            units[-1][2] += count
-        else:
-            units.append([role, size, count])
-    inner = sum(_EMPTY_MESSAGE[role] + size + count - 1 for role, size, count in units)
-    return 2 + inner + max(len(units) - 1, 0)
+    return _finish(functools.reduce(_fold, sizes, _START))
 
 
 def _block(block: Block) -> dict[str, Any] | None:
@@ -169,6 +193,7 @@ class AnthropicProvider(SDKAdapter):
     api = "Anthropic"
     wire = "anthropic"
     plain_client = anthropic.Anthropic
+    _system_fold: PrefixFold | None = None
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -212,7 +237,7 @@ class AnthropicProvider(SDKAdapter):
         if convert:
             system, messages = to_anthropic(request.messages)
         else:
-            system, messages = _system(request.messages), []
+            system, messages = self._system_of(request.messages), []
         max_tokens = request.max_tokens
         if max_tokens is None:
             max_tokens = self.default_max_tokens
@@ -249,7 +274,17 @@ class AnthropicProvider(SDKAdapter):
 
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         # Per-message block sizes, merged as ``to_anthropic`` merges same-role runs.
-        return _messages_size([self._memo.get(m, _message_size) for m in messages])
+        return _finish(self._folded(messages))
+
+    def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
+        return _message_size, _START, _fold
+
+    def _system_of(self, messages: tuple[Message, ...]) -> str | None:
+        """``_system(messages)``, resumed after an earlier history ``messages`` extends
+        (pre-flight asks for it several times a turn)."""
+        if self._system_fold is None:
+            self._system_fold = PrefixFold(None, _system_part, (), _add_part)
+        return "\n\n".join(self._system_fold(messages)) or None
 
     def message_size(self, message: Message) -> int:
         """What ``message`` adds to the body as a message of its own after another one (a

@@ -24,6 +24,7 @@ not changed, so its messages keep their tags.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -210,7 +211,10 @@ class OpenAIProvider(SDKAdapter):
 
     def _messages_size(self, messages: tuple[Message, ...]) -> int:
         # Per-message sizes, merged as ``to_wire`` merges same-role runs.
-        return _messages_size([self._memo.get(m, _message_size) for m in messages])
+        return _finish(self._folded(messages))
+
+    def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
+        return _message_size, _START, _fold
 
     def message_size(self, message: Message) -> int:
         """What ``message`` adds to the body after a message of another role (its JSON and
@@ -268,34 +272,79 @@ def _message_size(message: Message) -> _Sized:
                   sum(json_size(c) for c in calls), len(calls))
 
 
-def _merged_size(run: list[_Sized]) -> int:
+# A run of same-role messages merged into one, as far as its size needs: (role, messages,
+# the first's size, texts, the first text's size, the texts' part sizes, calls, their size).
+_Run = tuple[str, int, int, int, int, int, int, int]
+# The messages array so far: (size of the closed runs, how many, the open run or None).
+_Fold = tuple[int, int, _Run | None]
+_START: _Fold = (0, 0, None)
+
+
+def _grow(run: _Run | None, item: _Sized) -> _Run:
+    """``run`` with ``item`` merged in (a new run when None)."""
+    text = item.text is not None
+    if run is None:
+        return (item.role, 1, item.size, int(text), item.text or 0, item.part if text else 0,
+                item.n_calls, item.calls)
+    role, n, first, n_texts, first_text, parts, n_calls, calls = run
+    if text:
+        first_text = first_text if n_texts else item.text or 0
+        n_texts += 1
+        parts += item.part
+    return (role, n + 1, first, n_texts, first_text, parts, n_calls + item.n_calls,
+            calls + item.calls)
+
+
+@functools.lru_cache(maxsize=8)
+def _shell_size(role: str) -> int:
+    """``{"role":ROLE,"content":}``: a merged message without its content."""
+    return json_size({"role": role, "content": ""}) - len('""')
+
+
+def _run_size(run: _Run) -> int:
     """Encoded size of ``_merge`` of the messages ``run`` stands for."""
-    if len(run) == 1:
-        return run[0].size
-    texts = [s for s in run if s.text is not None]
-    n_calls = sum(s.n_calls for s in run)
-    if len(texts) == 1:
-        content = texts[0].text or 0
-    elif texts:
-        content = 2 + sum(s.part for s in texts) + len(texts) - 1
+    role, n, first, n_texts, first_text, parts, n_calls, calls = run
+    if n == 1:
+        return first
+    if n_texts == 1:
+        content = first_text
+    elif n_texts:
+        content = 2 + parts + n_texts - 1
     else:
         content = len("null") if n_calls else len('""')
-    size = json_size({"role": run[0].role, "content": ""}) - len('""') + content
+    size = _shell_size(role) + content
     if n_calls:
-        size += _CALLS_OVERHEAD + sum(s.calls for s in run) + n_calls - 1
+        size += _CALLS_OVERHEAD + calls + n_calls - 1
     return size
+
+
+def _merged_size(run: list[_Sized]) -> int:
+    """Encoded size of ``_merge`` of the messages ``run`` stands for."""
+    return _run_size(functools.reduce(_grow, run[1:], _grow(None, run[0])))
+
+
+def _fold(state: _Fold, item: _Sized) -> _Fold:
+    """``state`` after one more message (merged into the open run when ``to_wire`` would)."""
+    inner, units, run = state
+    if run is not None and item.role == run[0] and item.role in _MERGED_ROLES:
+        return inner, units, _grow(run, item)
+    if run is not None:
+        inner += _run_size(run)
+        units += 1
+    return inner, units, _grow(None, item)
+
+
+def _finish(state: _Fold) -> int:
+    inner, units, run = state
+    if run is not None:
+        inner += _run_size(run)
+        units += 1
+    return 2 + inner + max(units - 1, 0)
 
 
 def _messages_size(sizes: Sequence[_Sized]) -> int:
     """Encoded size of ``to_wire``'s messages array from per-message sizes."""
-    units: list[list[_Sized]] = []
-    for item in sizes:
-        if units and item.role == units[-1][-1].role and item.role in _MERGED_ROLES:
-            units[-1].append(item)
-        else:
-            units.append([item])
-    inner = sum(_merged_size(run) for run in units)
-    return 2 + inner + max(len(units) - 1, 0)
+    return _finish(functools.reduce(_fold, sizes, _START))
 
 
 # -- reading replies ------------------------------------------------------------------------

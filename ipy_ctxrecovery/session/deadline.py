@@ -9,15 +9,20 @@ calling thread, which alone calls ``on_text`` (display code, widgets). When the 
 passes (or the caller is interrupted) the call is abandoned: the caller gets
 :class:`ChatError` at once, and the worker stops at its stream's next chunk (or when its
 own SDK timeout fires) without calling anything of the caller's.
+
+Workers are reused: a thread started per call cost more than a small request's whole send
+on a busy machine (its start is a hand-over of the GIL and a wake-up of the caller). A
+worker whose call was abandoned is never given another until that call has ended.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from humanfriendly import format_timespan
 
@@ -32,6 +37,50 @@ TextCallback = Callable[[str], None]
 
 class _Abandoned(Exception):
     """Raised inside the abandoned worker's stream to end it."""
+
+
+class _Worker:
+    """A daemon thread that runs one call at a time; idle ones wait in ``_idle``."""
+
+    IDLE_SECONDS: ClassVar[float] = 60.0   # an idle worker ends after this long unused
+    _idle: ClassVar[list[_Worker]] = []
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="ctxrecovery-request", daemon=True).start()
+
+    @classmethod
+    def take(cls) -> _Worker:
+        """An idle worker (a new one when none is idle); it runs what it is given next."""
+        with cls._lock:
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def give(self, job: Callable[[], None]) -> None:
+        self._inbox.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                job = self._inbox.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self in self._idle:     # not handed a job meanwhile: end
+                        self._idle.remove(self)
+                        return
+                continue                       # a job is on its way
+            job()
+
+    @classmethod
+    def _forget(cls) -> None:
+        # A forked child has none of its parent's threads: a job given to one would never run.
+        cls._idle = []
+        cls._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_Worker._forget)
 
 
 def deadline_error(timeout: float, request_bytes: int | None = None) -> ChatError:
@@ -64,11 +113,16 @@ def call_with_deadline(call: Callable[[TextCallback | None], T], on_text: TextCa
 
     def work() -> None:
         try:
-            results.put(("done", call(relay if on_text is not None else None)))
+            outcome: tuple[str, Any] = ("done", call(relay if on_text is not None else None))
         except BaseException as e:  # handed to the caller's thread, which raises it
-            results.put(("error", e))
+            outcome = ("error", e)
+        # Idle again before the caller hears of it, so its next call reuses this worker.
+        with _Worker._lock:
+            _Worker._idle.append(worker)
+        results.put(outcome)
 
-    threading.Thread(target=work, name="ctxrecovery-request", daemon=True).start()
+    worker = _Worker.take()
+    worker.give(work)
     try:
         while True:
             left = deadline - clock()

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import operator
 import os
 import re
 import socket
@@ -564,7 +565,10 @@ class Transcript:
         if old is None or len(history) < len(old):
             return None
         replaced: list[list[Any]] = []
-        for i, (before, now) in enumerate(zip(old, history, strict=False)):
+        # Nearly every turn only appends: the kept prefix is the same objects, checked at C
+        # speed before the per-message comparison a replaced message needs.
+        unchanged = all(map(operator.is_, old, history))
+        for i, (before, now) in enumerate(() if unchanged else zip(old, history, strict=False)):
             if now is before or (now == before and now.meta == before.meta):
                 continue
             if len(replaced) >= JOURNAL_MAX_REPLACED:
