@@ -17,7 +17,7 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
-from ipy_ctxrecovery import ChatError
+from ipy_ctxrecovery import ChatError, ChatSession
 from ipy_ctxrecovery.notebook.display import Answer
 from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
 from ipy_ctxrecovery.settings import format_size
@@ -1448,3 +1448,19 @@ def test_forget_limits_after_the_proxy_limit_was_raised(chat: ChatMagics, ip: An
     assert emulator.requests[-1].status == 200 and emulator.requests[-1].body_bytes > 16 * 1024
     ip.run_line_magic("chat", "forget-limits")
     assert capsys.readouterr().out.startswith("nothing was learned to forget")
+
+
+def test_status_names_only_the_kernels_own_emulator_as_embedded(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str], emulator: Any) -> None:
+    cell(ip, "", "hello")
+    other = emulator(context_window=64_000)
+    chat.workspace.replace_session("other", ChatSession("emulator", emulator=other,
+                                                        name="other"))
+    capsys.readouterr()
+    ip.run_line_magic("chat", "status -S other")
+    out = capsys.readouterr().out
+    assert f"endpoint: an emulator at http://127.0.0.1:{other.port}/v1/" in out
+    assert "embedded" not in out and "\nemulator:" not in out
+    ip.run_line_magic("chat", "status")
+    out = capsys.readouterr().out
+    assert "endpoint: the embedded emulator at " in out and "\nemulator: " in out

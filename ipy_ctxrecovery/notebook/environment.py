@@ -64,13 +64,16 @@ def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> 
     return endpoint_text(public_url(url), proxy, proxy_var=var)
 
 
-def session_endpoint(session: Any) -> str:
-    """Where a live session's requests go (``%chat status``)."""
+def session_endpoint(session: Any, embedded: Any = None) -> str:
+    """Where a live session's requests go (``%chat status``); ``embedded``: the kernel's
+    own emulator (a session given another one is told as "an emulator")."""
     provider = session.provider
     client = getattr(provider, "client", None)
     url = getattr(client, "base_url", None)
-    if getattr(provider, "emulator", None) is not None and url is not None:
-        return f"the embedded emulator at {public_url(url)}"
+    emulator = getattr(provider, "emulator", None)
+    if emulator is not None and url is not None:
+        which = "the embedded emulator" if emulator is embedded else "an emulator"
+        return f"{which} at {public_url(url)}"
     if url is None:
         return "set by your own client"
     if _own_http_client(client):

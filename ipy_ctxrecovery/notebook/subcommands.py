@@ -125,8 +125,10 @@ def _status(magics: ChatMagics, args: Any) -> Any:
     from .environment import session_endpoint
 
     session = _session(magics, args)
-    print(status_text(session.status(), name=args.session, endpoint=session_endpoint(session)))
-    if session.model.startswith("emulator") and magics.workspace.emulator is not None:
+    print(status_text(session.status(), name=args.session, endpoint=session_endpoint(
+        session, magics.workspace.emulator)))
+    embedded = magics.workspace.emulator
+    if embedded is not None and getattr(session.provider, "emulator", None) is embedded:
         print(f"emulator: {_emulator_limits(magics)}")
     return None
 
