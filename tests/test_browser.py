@@ -7,7 +7,8 @@ during the 413 recovery, the request bar going over the learned cap and coming b
 counts while it runs, and the Cancel button cancelling a slow summary with the history
 unchanged. Then the notebook is saved and reopened with a new kernel: the turn cards read
 as they did, and the panel's place shows its snapshot, never a widget error. Screenshots
-go to ``docs/`` (the README shows them).
+go to a temporary directory; to refresh the ones the README shows, run it with
+``IPY_CTXRECOVERY_SCREENSHOTS=docs`` (a test run leaves the working tree as it was).
 
 Locally the test skips with one line when Chromium, its driver, Selenium or JupyterLab is
 missing; under ``CI=true`` it fails instead (``.ci/run`` installs them).
@@ -21,6 +22,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -32,7 +34,8 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+SHOTS = Path(os.environ.get("IPY_CTXRECOVERY_SCREENSHOTS")
+             or tempfile.mkdtemp(prefix="ipy_ctxrecovery-shots-"))
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 START_TIMEOUT = 60.0
@@ -309,9 +312,9 @@ def states(driver: Any) -> list[dict[str, Any]]:
 
 
 def shoot(driver: Any, element: Any, name: str) -> None:
-    DOCS.mkdir(exist_ok=True)
+    SHOTS.mkdir(exist_ok=True)
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
-    element.screenshot(str(DOCS / name))
+    element.screenshot(str(SHOTS / name))
 
 
 # -- the test ---------------------------------------------------------------------------------
