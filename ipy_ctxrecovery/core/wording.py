@@ -600,7 +600,7 @@ def preflight_verdict(e: ev.Preflight) -> str:
         parts.append("prompt + answer over the window → compacting")
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
-                     "%chat config max_payload=SIZE")
+                     "%chat config CHATCLI_MAX_PAYLOAD=SIZE")
     return " · ".join(parts) or ("within the window and the cap" if e.cap
                                  else "within the window")
 
@@ -710,7 +710,7 @@ def cap_detail(e: ev.CapChanged) -> str:
         return (f"learned ≈{format_size(e.cap)}: a {format_size(e.rejected_bytes or 0)} "
                 f"request was {verb} (kept for this network path)")
     if e.source == "assumed" and e.cap is not None:
-        return (f"assuming {format_size(e.cap)} until told · %chat config max_payload=SIZE "
+        return (f"assuming {format_size(e.cap)} until told · %chat config CHATCLI_MAX_PAYLOAD=SIZE "
                 "sets the real one")
     return cap_words(e.cap, e.source)
 
