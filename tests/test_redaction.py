@@ -79,6 +79,18 @@ def test_a_replaced_key_is_still_masked() -> None:
     assert redactor.shown("gw-first-key-0001 gw-second-key-0002") == f"{MASK} {MASK}"
 
 
+def test_a_key_changed_on_the_same_client_is_found_at_once() -> None:
+    # client_credentials remembers what a client's values gave: a key set in place on the
+    # same object must still be found (and masked longest first) the next time it is asked.
+    client = openai.OpenAI(api_key="gw-first-key-0001", base_url="http://127.0.0.1:9/v1")
+    redactor = Redactor(lambda: client_credentials(client))
+    assert redactor.shown("gw-first-key-0001") == MASK
+    client.api_key = "gw-first-key-0001-and-longer"
+    assert "gw-first-key-0001-and-longer" in client_credentials(client)
+    assert redactor.shown("x gw-first-key-0001-and-longer y") == f"x {MASK} y"
+    client.close()
+
+
 def test_short_client_keys_are_not_masked_verbatim() -> None:
     assert Redactor(lambda: {"test"}).stored("a test of the test") == "a test of the test"
 

@@ -137,8 +137,9 @@ class ChatSession:
         endpoint = getattr(self, "_endpoint", None)  # None while the provider is built
         if endpoint is None:
             return set()
-        return client_credentials(endpoint.client) | client_credentials(
-            getattr(endpoint.provider, "client", None))
+        own, used = endpoint.client, getattr(endpoint.provider, "client", None)
+        found = client_credentials(used)
+        return found if own is used else found | client_credentials(own)
 
     def _factory(self, model: str, client: Any, emulator: Any) -> Provider:
         return _make_provider(model, client, emulator, self.settings)
