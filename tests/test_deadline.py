@@ -52,3 +52,22 @@ def test_an_error_in_the_call_is_raised_in_the_caller() -> None:
     with pytest.raises(ValueError, match="from the worker"):
         call_with_deadline(fail, None, time.monotonic() + 30, timeout=30)
     _thread_of_call()                               # the worker survived the error
+
+
+def test_meanwhile_runs_on_the_calling_thread_while_the_call_is_in_flight() -> None:
+    # The call waits for what ``meanwhile`` does: run after the call, it would time out.
+    done = threading.Event()
+    ran_on: list[int] = []
+
+    def meanwhile() -> None:
+        ran_on.append(threading.get_ident())
+        done.set()
+
+    result = call_with_deadline(lambda _: done.wait(10), None, time.monotonic() + 30,
+                                timeout=30, meanwhile=meanwhile)
+    assert result is True and ran_on == [threading.get_ident()]
+    # Without a deadline the call runs here: meanwhile goes first, on the same thread.
+    order: list[str] = []
+    call_with_deadline(lambda _: order.append("call"), None, None, timeout=0,
+                       meanwhile=lambda: order.append("meanwhile"))
+    assert order == ["meanwhile", "call"]

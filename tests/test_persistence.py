@@ -17,9 +17,10 @@ import pytest
 from diskfaults import full_disk, read_only
 from fakes import FakeProvider
 
-from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery import ChatError, ChatSession, Settings
 from ipy_ctxrecovery.core.budget import ResultStore
 from ipy_ctxrecovery.core.history import Message
+from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.session.store import Transcript
 
 
@@ -177,6 +178,66 @@ def test_a_process_killed_at_any_write_loses_at_most_the_turn_in_flight(
         resumed.send("after the crash")
         assert Transcript("killed").load_history() == resumed.history
     assert killed >= 10
+
+
+_IN_FLIGHT = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    sys.path.insert(0, {tests!r})
+    from fakes import FakeProvider
+    from ipy_ctxrecovery import ChatSession, Settings
+
+    wait = float(sys.argv[1])
+    provider = FakeProvider(window=10_000_000)
+    real_send = provider.send
+
+    def send(request, on_text=None):
+        if len(provider.requests) == 2:       # the third turn's request is in flight
+            time.sleep(wait)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_send(request, on_text)
+
+    provider.send = send
+    s = ChatSession(provider=provider, name="flight", settings=Settings())
+    for i in range(4):
+        s.send(f"turn {{i}} " + "x" * 300)
+        print(i, flush=True)
+""")
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.5])
+def test_a_kill_while_the_request_is_in_flight_loses_at_most_that_turn(
+        tmp_path: Path, data_dir: Path, wait: float) -> None:
+    # The user's line is masked and written while the request is in flight: a kill then
+    # keeps every completed turn, and the in-flight message at most (always, once the
+    # request has waited long enough for its line to be written).
+    script = tmp_path / "child.py"
+    script.write_text(_IN_FLIGHT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), str(wait)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "1"]
+    said = [m.text.split()[:2] for m in Transcript("flight").messages()]
+    completed = [["turn", "0"], ["echo:", "turn"], ["turn", "1"], ["echo:", "turn"]]
+    assert said in (completed, [*completed, ["turn", "2"]])
+    if wait:
+        assert said[-1] == ["turn", "2"]
+    resumed = ChatSession.resume("flight", provider=FakeProvider(window=10_000_000))
+    assert [m.text.split()[:2] for m in resumed.history] == completed
+    resumed.send("after the crash")
+    assert Transcript("flight").load_history() == resumed.history
+    resumed.close()
+
+
+def test_a_failed_turn_keeps_the_users_message_on_disk() -> None:
+    failure = ChatError(Failure(FailureKind.OTHER, "the server broke"), "the server broke")
+    s = make("failed", provider=FakeProvider([failure], window=10_000_000))
+    with pytest.raises(ChatError):
+        s.send("please keep this")
+    assert [m.text for m in Transcript("failed").messages()] == ["please keep this"]
+    assert s.history == ()
+    s.close()
 
 
 # -- full and read-only disks ------------------------------------------------------------------

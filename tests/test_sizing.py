@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import openai
+import pytest
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
 from ipy_ctxrecovery.core.events import Event, WindowLearned
+from ipy_ctxrecovery.core.history import Message, Role, latest_user_index
 from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT
+from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.session.endpoint import Endpoint
+from ipy_ctxrecovery.session.learned import LearnedLimits
+from ipy_ctxrecovery.session.sizing import RequestSizer, RequestSpec
 
 UNKNOWN = "openai:in-house-model-7b"     # not in the catalogue: its window is a guess
 
@@ -129,3 +136,38 @@ def test_a_server_that_does_not_say_costs_one_quiet_request(
         s.send("hello")
         assert not [r for r in emu2.requests if r.method == "GET"]
         assert s.status().window_guessed
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_the_request_alone_is_the_system_messages_and_the_latest_request(wire: str) -> None:
+    # request_alone scans only past the history it was last asked about and reuses its
+    # last size: over extending histories, a compacted one and a system message after the
+    # latest request, it must equal measuring the filtered history from scratch.
+    if wire == "openai":
+        client: Any = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-test-0000")
+    else:
+        client = anthropic.Anthropic(base_url="http://127.0.0.1:9", api_key="sk-test-0000")
+    provider = make_provider(f"{wire}:emulator", client=client)
+    settings = Settings(context_window=100_000)
+    sizer = RequestSizer(Endpoint(provider, owned=False, client=client),
+                         LearnedLimits.fresh(settings), settings, tuple)
+    spec = RequestSpec()
+
+    def from_scratch(history: tuple[Message, ...]) -> int:
+        latest = latest_user_index(history)
+        kept = tuple(m for i, m in enumerate(history) if m.role is Role.SYSTEM or i == latest)
+        return sizer.measure(kept, spec)
+
+    history: tuple[Message, ...] = (Message.system("Be brief."),)
+    for i in range(12):
+        history += (Message.user(f"question {i} " * (i + 1)), Message.assistant(f"answer {i}"))
+        if i % 4 == 1:
+            history += (Message.system(f"notice {i}"),)
+        probe = history + (Message.user(f"latest {i} " * i),)
+        assert sizer.request_alone(probe, spec)[0] == from_scratch(probe)
+        assert sizer.request_alone(probe, spec)[0] == from_scratch(probe)   # asked twice
+    for other in (history[:3],                                            # compacted
+                  (Message.system("other"), Message.user("x"), Message.system("after")),
+                  (Message.user("no system prompt"),), (Message.system("only"),)):
+        assert sizer.request_alone(other, spec)[0] == from_scratch(other)
+    client.close()

@@ -21,6 +21,7 @@ the same history changes nothing the second time.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from .budget import (
 from .history import History, Message, Role, ages
 
 __all__ = ["MicrocompactReport", "detect_kind", "microcompact"]
+
+_role = operator.attrgetter("role")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ def microcompact(history: History, *, settings: Settings,
 
     The input is not modified; when nothing changes the same tuple is returned.
     """
+    if Role.TOOL not in map(_role, history):   # at C speed: most turns have no result
+        return history, MicrocompactReport(0, 0, 0)
     message_ages = ages(history)
     out = list(history)
     truncated = summarized = freed = 0

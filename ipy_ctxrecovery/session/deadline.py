@@ -93,13 +93,18 @@ def deadline_error(timeout: float, request_bytes: int | None = None) -> ChatErro
 
 def call_with_deadline(call: Callable[[TextCallback | None], T], on_text: TextCallback | None,
                        deadline: float | None, *, timeout: float,
-                       clock: Callable[[], float] = time.monotonic) -> T:
+                       clock: Callable[[], float] = time.monotonic,
+                       meanwhile: Callable[[], None] | None = None) -> T:
     """``call(text_callback)`` finished before ``deadline`` (a ``clock()`` value).
 
     ``deadline`` None: called directly. ``timeout`` is the turn's whole budget, for the
-    error's sentence. Whatever ``call`` raises is raised here.
+    error's sentence. Whatever ``call`` raises is raised here. ``meanwhile`` is run on the
+    calling thread once the call is under way (before it when called directly): work that
+    need not delay the call, done while it waits on the network.
     """
     if deadline is None:
+        if meanwhile is not None:
+            meanwhile()
         return call(on_text)
     if deadline - clock() <= 0:
         raise deadline_error(timeout)
@@ -124,6 +129,8 @@ def call_with_deadline(call: Callable[[TextCallback | None], T], on_text: TextCa
     worker = _Worker.take()
     worker.give(work)
     try:
+        if meanwhile is not None:
+            meanwhile()
         while True:
             left = deadline - clock()
             if left <= 0:

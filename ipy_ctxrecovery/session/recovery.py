@@ -79,7 +79,8 @@ class RecoveryLoop:
 
     def __init__(self, endpoint: Endpoint, sizer: RequestSizer, preparer: Preparer,
                  compactor: SessionCompactor, store: ResultStore, bus: EventBus,
-                 settings: Settings, sleep: Callable[[float], None]) -> None:
+                 settings: Settings, sleep: Callable[[float], None],
+                 while_waiting: Callable[[], None] | None = None) -> None:
         self.endpoint = endpoint
         self.sizer = sizer
         self.preparer = preparer
@@ -88,6 +89,7 @@ class RecoveryLoop:
         self.bus = bus
         self.settings = settings
         self.sleep = sleep
+        self.while_waiting = while_waiting    # run while a request is in flight
         self.recoveries = 0
 
     @property
@@ -130,7 +132,7 @@ class RecoveryLoop:
                     response = call_with_deadline(
                         functools.partial(self.endpoint.provider.send, request),
                         relay if spec.stream and on_text else None, log.deadline,
-                        timeout=self.settings.turn_timeout or 0)
+                        timeout=self.settings.turn_timeout or 0, meanwhile=self.while_waiting)
                 except ChatError as e:
                     failure = e.failure
                     if failure.request_bytes is None:

@@ -7,6 +7,7 @@ What is *sent* to the model is never changed by it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -24,25 +25,41 @@ _CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie|signature|pas
 _SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest)\s+")
 
 
+@functools.lru_cache(maxsize=512)
+def _is_credential_header(name: str) -> bool:
+    # Remembered per name: a client's dozen header names are asked about every time text is
+    # stored, and the case-blind alternation costs microseconds a name.
+    return _CREDENTIAL_HEADER.search(name) is not None
+
+
 def client_credentials(client: Any) -> set[str]:
     """The credential strings an SDK client sends: its key attributes and the values of its
     credential headers (``Authorization: Bearer K`` gives both the header value and K)."""
-    found: set[str] = set()
     if client is None:
-        return found
+        return set()
     values: list[Any] = [getattr(client, name, None) for name in _CREDENTIAL_ATTRS]
     try:
         headers = dict(getattr(client, "default_headers", None) or {})
     except Exception:  # a client-like object whose headers cannot be listed
         headers = {}
-    values += [v for k, v in headers.items() if _CREDENTIAL_HEADER.search(str(k))]
+    values += [v for k, v in headers.items() if _is_credential_header(str(k))]
+    try:
+        return set(_credential_strings(tuple(values)))
+    except TypeError:           # an unhashable attribute value: not a string either
+        return set(_credential_strings.__wrapped__(tuple(values)))
+
+
+@functools.lru_cache(maxsize=64)
+def _credential_strings(values: tuple[Any, ...]) -> frozenset[str]:
+    # Remembered: the same client's values are asked about every time text is stored.
+    found: set[str] = set()
     for value in values:
         if isinstance(value, str) and len(value.strip()) >= MIN_CREDENTIAL:
             found.add(value.strip())
             bare = _SCHEME.sub("", value.strip())
             if len(bare) >= MIN_CREDENTIAL:
                 found.add(bare)
-    return found
+    return frozenset(found)
 
 
 class Redactor:
@@ -60,10 +77,16 @@ class Redactor:
         self._credentials = credentials
         self._formats = formats
         self._known: set[str] = set()
+        self._longest_first: tuple[str, ...] = ()
 
     def credentials(self) -> tuple[str, ...]:
-        self._known.update(c for c in self._credentials() if len(c) >= MIN_CREDENTIAL)
-        return tuple(sorted(self._known, key=len, reverse=True))
+        """Every credential seen so far, longest first (asked each time text is masked)."""
+        known = self._known
+        before = len(known)
+        known.update(c for c in self._credentials() if len(c) >= MIN_CREDENTIAL)
+        if len(known) != before or len(self._longest_first) != len(known):
+            self._longest_first = tuple(sorted(known, key=len, reverse=True))
+        return self._longest_first
 
     def own(self, text: str) -> str:
         """``text`` with this session's credentials masked (nothing else)."""

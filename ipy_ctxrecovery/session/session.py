@@ -137,8 +137,9 @@ class ChatSession:
         endpoint = getattr(self, "_endpoint", None)  # None while the provider is built
         if endpoint is None:
             return set()
-        return client_credentials(endpoint.client) | client_credentials(
-            getattr(endpoint.provider, "client", None))
+        own, used = endpoint.client, getattr(endpoint.provider, "client", None)
+        found = client_credentials(used)
+        return found if own is used else found | client_credentials(own)
 
     def _factory(self, model: str, client: Any, emulator: Any) -> Provider:
         return _make_provider(model, client, emulator, self.settings)
@@ -151,7 +152,8 @@ class ChatSession:
         self._preparer = Preparer(self._sizer, self._compactor, self._store, self.bus,
                                   settings)
         self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,
-                                      self._compactor, self._store, self.bus, settings, sleep)
+                                      self._compactor, self._store, self.bus, settings, sleep,
+                                      while_waiting=self._files.flush)
         self._turns = TurnRunner(self._recovery, self._toolbox, self.bus, settings,
                                  mask=self.redactor.own)
 
@@ -381,11 +383,13 @@ class ChatSession:
             cap_note=limits.visible_cap_note)
 
     # -- transcript -----------------------------------------------------------------------
-    def _record(self, message: Message) -> None:
+    def _record(self, message: Message, *, later: bool = False) -> None:
+        """Keep ``message`` in the transcript; ``later``: its line is written while the
+        request is in flight (or when the turn ends, whichever comes first)."""
         if not self._started:
             self._start_files()
         self._transcript.append(message)
-        self._files.append(message)
+        self._files.append(message, later=later)
 
     def _start_files(self) -> None:
         """The first word said through this object: the session's files come into being
@@ -418,7 +422,9 @@ class ChatSession:
         log = TurnLog(deadline=None if timeout is None else time.monotonic() + timeout)
         user = Message.user(text)
         if record:
-            self._record(user)
+            # Masked and written while the request is in flight: a kill before that loses
+            # only the turn in flight; the turn's end (failed or not) writes it at the latest.
+            self._record(user, later=True)
         spec = self._spec(max_tokens, stream=stream, options=options)
         try:
             result = self._turns.run(self._history + (user,), spec, log, on_text,
@@ -431,6 +437,7 @@ class ChatSession:
             self.bus.emit(Failed(failure_kind=e.failure.kind, sentence=str(e)), log)
             raise
         finally:
+            self._files.flush()
             self._prompt_tokens += log.prompt_tokens
             self._completion_tokens += log.completion_tokens
             self._save_learned()  # a failed turn may still have learned a limit

@@ -10,6 +10,7 @@ Nothing here encodes the body that is sent: the provider does, once, when it sen
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
@@ -21,8 +22,6 @@ from ..core import compactor
 from ..core.history import History, Message, Role, latest_user_index
 from ..providers.base import (
     AdvertisesWindow,
-    DefaultsMaxTokens,
-    Measurable,
     Prepared,
     Request,
     ToolSpec,
@@ -57,6 +56,10 @@ class RequestSizer:
         self.settings = settings
         self._tools = tools
         self._prepared: Prepared | None = None
+        # The system messages (with their places) of the last history asked about, so a
+        # history extending it is scanned only past it; and the last request-alone size.
+        self._systems: tuple[History, tuple[tuple[int, Message], ...]] = ((), ())
+        self._alone: tuple[Any, Request, int] | None = None
 
     # -- limits in force -------------------------------------------------------------------
     @property
@@ -104,8 +107,10 @@ class RequestSizer:
             value = spec.options.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
-        provider = self.endpoint.provider
-        return provider.default_max_tokens if isinstance(provider, DefaultsMaxTokens) else None
+        # ``isinstance(provider, DefaultsMaxTokens)`` is this hasattr, at ten times the cost
+        # (asked several times a request).
+        default: int | None = getattr(self.endpoint.provider, "default_max_tokens", None)
+        return default
 
     def reserved_tokens(self, spec: RequestSpec) -> int | None:
         """The answer's reservation the request carries: asked for, or the default."""
@@ -115,10 +120,37 @@ class RequestSizer:
         """(bytes, estimated tokens) of the request with every earlier message removed:
         the system messages and the latest user message — what no cut can shrink."""
         latest = latest_user_index(history)
-        kept = tuple(m for i, m in enumerate(history)
-                     if m.role is Role.SYSTEM or i == latest)
-        size = self.measure(kept, spec.with_max_tokens(None))
+        systems = self._system_messages(history)
+        if latest is None:
+            kept = tuple(m for _, m in systems)
+        else:       # in history order: the latest request among the system messages
+            at = bisect.bisect_left(systems, latest, key=lambda s: s[0])
+            kept = (*(m for _, m in systems[:at]), history[latest],
+                    *(m for _, m in systems[at:]))
+        request = self.request(kept, spec.with_max_tokens(None))
+        provider = self.endpoint.provider
+        alone = self._alone
+        if alone is not None and alone[0] is provider and alone[1] == request:
+            size = alone[2]     # pre-flight asks twice a request (fits? room for the answer?)
+        else:
+            size = self._measure(request)
+            self._alone = (provider, request, size)
         return size, self.estimate(size)
+
+    def _system_messages(self, history: History) -> tuple[tuple[int, Message], ...]:
+        """``history``'s system messages with their indices; only the messages after the
+        last history asked about are looked at when ``history`` extends it (each turn's
+        request extends the last one: O(new messages), the prefix compared at C speed)."""
+        old, systems = self._systems
+        start = len(old)
+        if not (start <= len(history) and (history is old or history[:start] == old)):
+            start, systems = 0, ()
+        new = tuple((i, m) for i, m in enumerate(history[start:], start)
+                    if m.role is Role.SYSTEM)
+        if new:
+            systems += new
+        self._systems = (history, systems)
+        return systems
 
     def answer_room(self, history: History, spec: RequestSpec,
                     window: int | None = None) -> int | None:
@@ -172,10 +204,14 @@ class RequestSizer:
     def measure(self, history: History, spec: RequestSpec) -> int:
         """A history's exact body size (the provider's fast ``measure``, from memoized
         message sizes; else ``len(encode())``), for searches, reports and pre-flight."""
-        request = self.request(history, spec)
+        return self._measure(self.request(history, spec))
+
+    def _measure(self, request: Request) -> int:
         provider = self.endpoint.provider
-        if isinstance(provider, Measurable):
-            return int(provider.measure(request))
+        # ``isinstance(provider, Measurable)`` is this check at ten times the cost.
+        measure = getattr(provider, "measure", None)
+        if measure is not None:
+            return int(measure(request))
         return len(provider.encode(request))
 
     def measurer(self, spec: RequestSpec) -> Callable[[History], int]:

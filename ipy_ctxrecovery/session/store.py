@@ -27,7 +27,9 @@ What is written passes through the session's ``Redactor`` (``redactor.py``): its
 credentials and well-known secret formats are masked on disk, never in what is sent.
 
 Crash safety (a process killed at any point loses at most the turn in flight): a journal
-line is one ``write``; a torn last line (the turn in flight) is skipped on load; journal
+line is one ``write``; the user's message is queued (``append(later=True)``) and written
+while its request is in flight, at the latest when the turn ends, failed or not; a torn
+last line (the turn in flight) is skipped on load; journal
 lines of another generation (a kill between a snapshot's rename and the journal's reset)
 are ignored; a journal line whose ``base`` does not follow from the lines before it is
 damage, and the history is then rebuilt from the transcript. Power loss is not covered
@@ -395,6 +397,7 @@ class Transcript:
         self.learned_path = self.directory / "learned.json"
         self.health = SaveHealth(self.directory)
         self._pending: list[bytes] = []            # transcript records not written yet
+        self._later: list[tuple[float, Message]] = []  # messages append(later=True) queued
         self._persisted: History | None = None     # what snapshot + journal hold, if known
         self._generation = 0
         self._journal_lines = 0
@@ -460,9 +463,14 @@ class Transcript:
             self._lock_fd = None
 
     # -- the append-only log ------------------------------------------------------------
-    def _append_record(self, record: Mapping[str, Any]) -> None:
+    def _append_record(self, record: Mapping[str, Any] | None) -> None:
         self.create()
-        self._pending.append(_dumps(record) + b"\n")
+        # Queued messages go first, so the log keeps the order things were said in.
+        for ts, message in self._later:
+            self._pending.append(_dumps(self._message_record(ts, message)) + b"\n")
+        self._later.clear()
+        if record is not None:
+            self._pending.append(_dumps(record) + b"\n")
         try:
             # Records that could not be written before go first, in order, in one write.
             append_record(self.path, b"".join(self._pending))
@@ -472,9 +480,22 @@ class Transcript:
         self._pending.clear()
         self.health.ok()
 
-    def append(self, message: Message) -> None:
-        self._append_record({"type": "message", "ts": time.time(),
-                             "message": self._stored(message).to_dict()})
+    def append(self, message: Message, *, later: bool = False) -> None:
+        """Write ``message`` to the log. ``later``: only queue it (its time is now) for
+        :meth:`flush` or the next record, whichever comes first — the session queues the
+        user's message and writes it, masked, while the request is in flight."""
+        if later:
+            self._later.append((time.time(), message))
+            return
+        self._append_record(self._message_record(time.time(), message))
+
+    def flush(self) -> None:
+        """Write the messages :meth:`append` queued (nothing when none is)."""
+        if self._later:
+            self._append_record(None)
+
+    def _message_record(self, ts: float, message: Message) -> dict[str, Any]:
+        return {"type": "message", "ts": ts, "message": self._stored(message).to_dict()}
 
     def _stored(self, message: Message) -> Message:
         return self.redactor.message(message) if self.redactor is not None else message

@@ -13,6 +13,7 @@ a continued answer), tool calls and their full results.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ from .tools import Tool
 from .turn_log import EventBus, TurnLog
 
 __all__ = ["ToolBox", "TurnResult", "TurnRunner"]
+
+_tag = operator.attrgetter("tag")
 
 TOOL_LIMIT_RESULT = (
     "[Tool call not run: this turn reached its limit of {n} tool rounds. "
@@ -160,7 +163,9 @@ class TurnRunner:
             sent = self.recovery.send(request_history, spec, log, on_text)
             spec = sent.spec
             response = sent.response
-            history = tuple(m for m in sent.history if m.tag != TAG_CONTINUATION)
+            history = sent.history
+            if TAG_CONTINUATION in map(_tag, history):   # rarely: looked for at C speed
+                history = tuple(m for m in history if m.tag != TAG_CONTINUATION)
             message = response.message
             if response.stop is not StopReason.LENGTH:
                 break
