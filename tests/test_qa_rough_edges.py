@@ -37,3 +37,10 @@ def test_history_width_must_be_positive(ip: Any, width: str,
     assert "--width" in sentence and "positive" in sentence and "\n" not in sentence
     assert "a long message a long message" not in capsys.readouterr().out
 
+
+def test_a_flag_before_the_subcommand_says_where_it_goes(ip: Any) -> None:
+    result = ip.run_cell("%chat -S default status", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    sentence = str(result.error_in_exec)
+    assert "%chat status -S default" in sentence, sentence
+    assert "unknown subcommand" not in sentence and "\n" not in sentence

@@ -74,6 +74,13 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
     if not words:
         return _help(magics, None)
     name, rest = words[0], words[1:]
+    if name.startswith("-") and name not in SUBCOMMANDS:
+        # "%chat -S NAME status": the flags belong after the subcommand.
+        named = next((w for w in rest if w in SUBCOMMANDS), None)
+        if named is not None:
+            flags = " ".join(shlex.quote(w) for w in words if w is not named)
+            raise UsageError(f"%chat: the subcommand comes first, then its flags: "
+                             f"%chat {named} {flags}.")
     if name not in SUBCOMMANDS:
         raise UsageError(f"%chat: unknown subcommand {name!r}; use one of "
                          f"{', '.join(SUBCOMMANDS)} (%chat help explains them).")
