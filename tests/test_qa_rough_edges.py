@@ -44,3 +44,11 @@ def test_a_flag_before_the_subcommand_says_where_it_goes(ip: Any) -> None:
     sentence = str(result.error_in_exec)
     assert "%chat status -S default" in sentence, sentence
     assert "unknown subcommand" not in sentence and "\n" not in sentence
+
+
+def test_explore_names_the_session_as_the_user_does(ip: Any) -> None:
+    # The kernel's default session is stored under a generated name; what the user typed
+    # (nothing, or -S NAME) is what %chat status and %chat explore must call it.
+    widget = ip.run_line_magic("chat", "explore")
+    assert widget.text().startswith("explore session default: "), widget.text()[:80]
+    assert "<code>default</code>" in widget.title.value
