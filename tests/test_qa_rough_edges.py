@@ -52,3 +52,15 @@ def test_explore_names_the_session_as_the_user_does(ip: Any) -> None:
     widget = ip.run_line_magic("chat", "explore")
     assert widget.text().startswith("explore session default: "), widget.text()[:80]
     assert "<code>default</code>" in widget.title.value
+
+
+def test_the_readme_lists_every_subcommand() -> None:
+    import re
+    from pathlib import Path
+
+    from ipy_ctxrecovery.notebook.subcommands import SUBCOMMANDS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    listed = readme.split("`%chat help` lists the subcommands:", 1)[1].split("A failure", 1)[0]
+    named = {m.split()[0] for m in re.findall(r"`([^`]+)`", listed)}
+    assert set(SUBCOMMANDS) - {"help"} <= named, set(SUBCOMMANDS) - {"help"} - named
