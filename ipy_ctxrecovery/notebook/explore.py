@@ -66,8 +66,10 @@ class ExploreWidget:
 
     def __init__(self, session: ChatSession, *, apply: Apply | None = None,
                  limits: Mapping[str, Any] | None = None,
-                 debounce: float = DEBOUNCE_SECONDS) -> None:
+                 debounce: float = DEBOUNCE_SECONDS, name: str | None = None) -> None:
         self.session = session
+        # What the user calls it (the kernel's default session is stored under a generated name).
+        self.name = name or session.name
         self._apply = apply
         self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
         self.debounce = debounce
@@ -230,7 +232,7 @@ class ExploreWidget:
         """Recompute the plan for the controls' values and show it (or the one sentence
         that says what is wrong)."""
         self._pending = None
-        name = self.session.name
+        name = self.name
         self.title.value = (f"<b>Explore compaction settings</b> — session "
                             f"<code>{html.escape(name)}</code> ({len(self.session.history)} "
                             "messages)")
@@ -367,7 +369,7 @@ class ExploreWidget:
     def text(self) -> str:
         """The plain-text fallback: the settings, the plan's facts and a strip of fates."""
         self.flush()
-        lines = [f"explore session {self.session.name}: "
+        lines = [f"explore session {self.name}: "
                  + ", ".join(f"{k}={_shown(k, v)}" for k, v in self.overrides().items())]
         if self.error:
             lines.append(f"✗ {self.error}")
@@ -447,5 +449,5 @@ def _explore(magics: ChatMagics, args: Any) -> ExploreWidget:
             run_subcommand(magics, line)
         return out.getvalue().strip()
 
-    return ExploreWidget(session, apply=apply, limits=limits)
+    return ExploreWidget(session, apply=apply, limits=limits, name=args.session)
 

@@ -74,6 +74,13 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
     if not words:
         return _help(magics, None)
     name, rest = words[0], words[1:]
+    if name.startswith("-") and name not in SUBCOMMANDS:
+        # "%chat -S NAME status": the flags belong after the subcommand.
+        named = next((w for w in rest if w in SUBCOMMANDS), None)
+        if named is not None:
+            flags = " ".join(shlex.quote(w) for w in words if w is not named)
+            raise UsageError(f"%chat: the subcommand comes first, then its flags: "
+                             f"%chat {named} {flags}.")
     if name not in SUBCOMMANDS:
         raise UsageError(f"%chat: unknown subcommand {name!r}; use one of "
                          f"{', '.join(SUBCOMMANDS)} (%chat help explains them).")
@@ -133,9 +140,21 @@ def _status(magics: ChatMagics, args: Any) -> Any:
     return None
 
 
+def _positive_width(text: str) -> int:
+    """``--width N``: 0 or below would print every message whole, a wall of text."""
+    try:
+        width = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if width < 1:
+        raise argparse.ArgumentTypeError(f"{width} is not a positive number of characters")
+    return width
+
+
 @_subcommand("history", "The working history (what the model sees), or --full: the transcript.",
              _arg("--full", action="store_true", help="Show the full transcript."),
-             _arg("--width", type=int, default=100, metavar="N", help="Characters shown per message."))
+             _arg("--width", type=_positive_width, default=100, metavar="N",
+                  help="Characters shown per message."))
 def _history(magics: ChatMagics, args: Any) -> None:
     session = _session(magics, args)
     # Shown as it is stored: the session's own key (pasted into a message, say) masked.

@@ -1,0 +1,66 @@
+"""Rough edges a first-time user hits in terminal IPython: each gets one sentence that says
+what to type instead, and the conversation is left as it was."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing import globalipapp
+
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.config.pop("ChatMagics", None)
+    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+    shell.run_cell("%%chat\n" + "a long message " * 40 + "\n", store_history=True)
+    yield shell
+    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
+        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    shell.config.pop("ChatMagics", None)
+
+
+@pytest.mark.parametrize("width", ["0", "-5"])
+def test_history_width_must_be_positive(ip: Any, width: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # A width of 0 or below used to print every message whole (a wall of text).
+    capsys.readouterr()
+    result = ip.run_cell(f"%chat history --width {width}", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    sentence = str(result.error_in_exec)
+    assert "--width" in sentence and "positive" in sentence and "\n" not in sentence
+    assert "a long message a long message" not in capsys.readouterr().out
+
+
+def test_a_flag_before_the_subcommand_says_where_it_goes(ip: Any) -> None:
+    result = ip.run_cell("%chat -S default status", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    sentence = str(result.error_in_exec)
+    assert "%chat status -S default" in sentence, sentence
+    assert "unknown subcommand" not in sentence and "\n" not in sentence
+
+
+def test_explore_names_the_session_as_the_user_does(ip: Any) -> None:
+    # The kernel's default session is stored under a generated name; what the user typed
+    # (nothing, or -S NAME) is what %chat status and %chat explore must call it.
+    widget = ip.run_line_magic("chat", "explore")
+    assert widget.text().startswith("explore session default: "), widget.text()[:80]
+    assert "<code>default</code>" in widget.title.value
+
+
+def test_the_readme_lists_every_subcommand() -> None:
+    import re
+    from pathlib import Path
+
+    from ipy_ctxrecovery.notebook.subcommands import SUBCOMMANDS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    listed = readme.split("`%chat help` lists the subcommands:", 1)[1].split("A failure", 1)[0]
+    named = {m.split()[0] for m in re.findall(r"`([^`]+)`", listed)}
+    assert set(SUBCOMMANDS) - {"help"} <= named, set(SUBCOMMANDS) - {"help"} - named
