@@ -64,3 +64,16 @@ def test_the_readme_lists_every_subcommand() -> None:
     listed = readme.split("`%chat help` lists the subcommands:", 1)[1].split("A failure", 1)[0]
     named = {m.split()[0] for m in re.findall(r"`([^`]+)`", listed)}
     assert set(SUBCOMMANDS) - {"help"} <= named, set(SUBCOMMANDS) - {"help"} - named
+
+
+def test_an_emulator_restart_says_which_earlier_limits_are_gone(
+        ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --latency 0.01 --max-body 64KB")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator --max-body 16KB")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "emulator restarted: rejects requests over 16 KB (HTTP 413)"
+    assert out[1] == ("  no longer: 0.01 s delay per answer (give every limit you want on "
+                      "one line)")
+    ip.run_line_magic("chat", "emulator --max-body 8KB")
+    assert "no longer" not in capsys.readouterr().out     # nothing else was dropped

@@ -568,11 +568,16 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
         print(f"emulator at {emulator.openai_base_url}: {_emulator_limits(magics)}")
         return
     notes: list[tuple[str, str]] = []
+    before = dict(ws.emulator_limits or {})
     try:
         ws.restart_emulator(limits, notes)
     except (ConfigError, ValueError, TypeError) as e:
         raise UsageError(f"%chat emulator: {e}") from e
     print(f"emulator restarted: {_emulator_limits(magics)}")
+    # Each restart takes exactly the limits given: say which earlier ones are gone.
+    gone = [_limit_words(key, value) for key, value in before.items() if key not in limits]
+    if gone:
+        print(f"  no longer: {'; '.join(gone)} (give every limit you want on one line)")
     for name, note in notes:
         ws.tell(name, [note])
 
@@ -589,12 +594,15 @@ _LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def _limit_words(key: str, value: Any) -> str:
+    return _LIMIT_WORDS[key](value) if key in _LIMIT_WORDS else f"{key.replace('_', ' ')} {value}"
+
+
 def _emulator_limits(magics: ChatMagics) -> str:
     limits = magics.workspace.emulator_limits
     if not limits:
         return "default limits (context window 8,192 tokens, no body limit)"
-    return "; ".join(_LIMIT_WORDS[key](value) if key in _LIMIT_WORDS
-                     else f"{key.replace('_', ' ')} {value}" for key, value in limits.items())
+    return "; ".join(_limit_words(key, value) for key, value in limits.items())
 
 
 @_subcommand("export", "Write the transcript to PATH (.json or .md), private to you (0600).",
