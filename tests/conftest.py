@@ -34,3 +34,21 @@ def emulator() -> Iterator[Callable[..., Any]]:
     yield start
     for emu in reversed(started):
         emu.__exit__(None, None, None)
+
+
+@pytest.fixture
+def loaded_shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The test process's IPython with the extension loaded and no API keys or configured
+    cap (so it talks to the embedded emulator); unloaded and its config cleared after."""
+    from IPython.testing import globalipapp
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
+        monkeypatch.delenv(var, raising=False)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.config.pop("ChatMagics", None)
+    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+    yield shell
+    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
+        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    shell.config.pop("ChatMagics", None)

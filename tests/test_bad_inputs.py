@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes import FakeProvider
 from IPython.core.error import UsageError
-from IPython.testing import globalipapp
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.history import Message
@@ -85,18 +83,9 @@ def test_setting(key: str, value: str) -> None:
 # -- the magics ----------------------------------------------------------------------------------
 
 @pytest.fixture
-def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
-        monkeypatch.delenv(var, raising=False)
-    globalipapp.start_ipython()
-    shell = globalipapp.get_ipython()
-    shell.config.pop("ChatMagics", None)
-    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
-    shell.run_cell("%%chat\nkeep this\n", store_history=True)
-    yield shell
-    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
-        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
-    shell.config.pop("ChatMagics", None)
+def ip(loaded_shell: Any) -> Any:
+    loaded_shell.run_cell("%%chat\nkeep this\n", store_history=True)
+    return loaded_shell
 
 
 MAGIC_ROWS = [

@@ -3,27 +3,16 @@ what to type instead, and the conversation is left as it was."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing import globalipapp
 
 
 @pytest.fixture
-def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
-        monkeypatch.delenv(var, raising=False)
-    globalipapp.start_ipython()
-    shell = globalipapp.get_ipython()
-    shell.config.pop("ChatMagics", None)
-    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
-    shell.run_cell("%%chat\n" + "a long message " * 40 + "\n", store_history=True)
-    yield shell
-    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
-        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
-    shell.config.pop("ChatMagics", None)
+def ip(loaded_shell: Any) -> Any:
+    loaded_shell.run_cell("%%chat\n" + "a long message " * 40 + "\n", store_history=True)
+    return loaded_shell
 
 
 @pytest.mark.parametrize("width", ["0", "-5"])

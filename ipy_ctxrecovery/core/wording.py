@@ -230,19 +230,18 @@ def shown_at(event: ev.Event) -> Verbosity:
     return "normal"
 
 
+# Events shown at one verbosity whatever their fields: bookkeeping, or what lost context.
+_FIXED: dict[type[ev.Event], Verbosity] = {
+    ev.TurnFinished: "debug", ev.NoticeInjected: "debug",
+    ev.FitBeforeSend: "quiet", ev.Truncated: "quiet",
+}
+for _type, _verbosity in _FIXED.items():
+    shown_at.register(_type, lambda e, v=_verbosity: v)
+
+
 @shown_at.register
 def _(e: ev.Preflight) -> Verbosity:
     return "debug" if e.action == "ok" else "normal"
-
-
-@shown_at.register
-def _(e: ev.TurnFinished) -> Verbosity:
-    return "debug"
-
-
-@shown_at.register
-def _(e: ev.NoticeInjected) -> Verbosity:
-    return "debug"
 
 
 @shown_at.register
@@ -260,16 +259,6 @@ def _(e: ev.CapChanged) -> Verbosity:
 @shown_at.register
 def _(e: ev.LadderStep) -> Verbosity:
     return "quiet" if _dropped(e) else "normal"
-
-
-@shown_at.register
-def _(e: ev.FitBeforeSend) -> Verbosity:
-    return "quiet"
-
-
-@shown_at.register
-def _(e: ev.Truncated) -> Verbosity:
-    return "quiet"
 
 
 @shown_at.register

@@ -6,10 +6,10 @@ the same fitting used *before* a send, when pre-flight already knows the body is
 limit (no rejection needed to act).
 
 The decision (:class:`Level`, :class:`LadderState`, :class:`Decision`, :func:`decide`,
-and the order in which it climbs) is :mod:`._decide`'s; this module exports it with the
-step that carries it out, as one surface for the ladder.
+and the order in which it climbs) is :mod:`.decide`'s; the package (``core.ladder``)
+exports both as one surface.
 
-Exact fit and :func:`preflight_fit` fit in one pass (:mod:`.exactfit`): each message is
+Exact fit and :func:`preflight_fit` fit in one pass (:mod:`..exactfit`): each message is
 sized once, the cut is found walking back from the end, and only previews that stay in
 the result have their full tool result written.
 
@@ -45,20 +45,10 @@ from ..history import (
     latest_user_index,
 )
 from ..prompts import PAYLOAD_NOTICE, compaction_notice
-from .decide import Decision, LadderState, Level, decide
+from .decide import Decision, LadderState, Level
 
-__all__ = [
-    "MIN_PREVIEW_CHARS",
-    "Decision",
-    "LadderResult",
-    "LadderState",
-    "Level",
-    "apply",
-    "decide",
-    "drop_oldest",
-    "preflight_fit",
-    "truncate_text",
-]
+__all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflight_fit",
+           "truncate_text"]
 
 
 _PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
