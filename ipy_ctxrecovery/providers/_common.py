@@ -33,8 +33,10 @@ from ._wire import (
     BULK,
     ENCODER,
     FastCall,
+    JsonFloat,
     Template,
     build_template,
+    encode_converted,
     encode_value,
     prove_call,
     shape_key,
@@ -46,6 +48,8 @@ __all__ = [
     "SDKAdapter",
     "PrefixFold",
     "SizeMemo",
+    "converted_size",
+    "field",
     "json_size",
     "SingleShot",
     "chat_error",
@@ -144,6 +148,11 @@ def json_size(value: Any) -> int:
     """UTF-8 length of ``value`` encoded as both SDKs' ``openapi_dumps`` does."""
     text = ENCODER.encode(value)
     return len(text) if text.isascii() else len(text.encode())
+
+
+def converted_size(value: Any) -> int:
+    """:func:`json_size` of a value the adapters' converters built (``encode_converted``)."""
+    return len(encode_converted(value))
 
 
 _MISSING = object()
@@ -323,6 +332,14 @@ def incomplete_reply(body_bytes: int, api: str, detail: str) -> ChatError:
     return ChatError(Failure(FailureKind.TRANSIENT, reason, request_bytes=body_bytes))
 
 
+def field(obj: Any, name: str) -> Any:
+    """A reply's field, from the SDK's model of it or from its parsed JSON (the fast
+    send's); None when it is absent."""
+    if type(obj) is dict:
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
 def parse_arguments(arguments: str) -> dict[str, Any]:
     """Tool-call arguments as a JSON object for wire formats that need one (Anthropic).
 
@@ -333,7 +350,8 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     if not arguments.strip():
         return {}
     try:
-        value = json.loads(arguments)
+        # Floats as JsonFloat: the fast encoder leaves them to ``json`` (``_wire``).
+        value = json.loads(arguments, parse_float=JsonFloat, parse_constant=JsonFloat)
     except (ValueError, RecursionError):    # RecursionError: nested too deeply to parse
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"_raw_arguments": arguments}
@@ -464,7 +482,9 @@ class SDKAdapter:
                           lambda call, body: self._capture.request(lambda c: call.send(c, body)))
 
     def _bulk(self, kwargs: Mapping[str, Any]) -> dict[str, bytes]:
-        return {k: encode_value(kwargs[k]) for k in BULK if k in kwargs}
+        # The tools' schemas are the user's values (floats and all): ``json`` encodes them.
+        return {k: encode_value(kwargs[k]) if k == "tools" else encode_converted(kwargs[k])
+                for k in BULK if k in kwargs}
 
     def encode(self, request: Request) -> bytes:
         """The exact body bytes ``send`` puts on the wire.
@@ -492,7 +512,8 @@ class SDKAdapter:
         template = self._template(kwargs)
         if template is not None:
             try:
-                sizes = {k: json_size(kwargs[k]) for k in template.slots if k != "messages"}
+                sizes = {k: json_size(kwargs[k]) if k == "tools" else converted_size(kwargs[k])
+                         for k in template.slots if k != "messages"}
                 if "messages" in template.slots:
                     sizes["messages"] = self._messages_size(request.messages)
                 return template.size(sizes)
@@ -535,8 +556,12 @@ class SDKAdapter:
             client = self._senders.for_size(size)
             if fast is not None and body is not None:
                 del kwargs                  # the converted messages are not needed any more
-                result = fast.send(client, body)
+                # A whole reply is read from its JSON (``field``): the SDK's model of it
+                # costs more than the rest of the send's Python.
+                result = fast.send(client, body, raw=not request.stream)
                 del body
+                if not request.stream:
+                    result = json.loads(result)
             else:
                 result = self._create(client, kwargs)
             if request.stream:

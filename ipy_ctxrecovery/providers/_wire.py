@@ -24,6 +24,13 @@ A request *shape* is every SDK keyword argument except the bulk (``messages``,
 A sentinel not found exactly once in the probe (an ``extra_body`` that replaces
 ``messages``, a transform that rewrites the bulk) means no template: the caller falls
 back to the SDK pipeline for the bytes too.
+
+The history's bulk (the adapters' converted messages and the system text) is encoded with
+``orjson`` (:func:`encode_converted`), ~30× faster than ``json`` and byte for byte the
+same for the values the converters build: text, ids, ints, booleans, nulls, dicts with
+string keys and lists. Where the two differ — floats (``1e-07`` against ``1e-7``), ints
+beyond 64 bits, non-string keys, subclasses — orjson refuses the value (tool arguments'
+floats are parsed as :class:`JsonFloat` for this) and ``json`` encodes that message.
 """
 
 from __future__ import annotations
@@ -35,14 +42,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+import orjson
 
 __all__ = [
     "BULK",
     "ENCODER",
     "SENTINELS",
     "FastCall",
+    "JsonFloat",
     "Template",
     "build_template",
+    "encode_converted",
     "encode_value",
     "prove_call",
     "shape_key",
@@ -92,6 +102,44 @@ def encode_value(value: Any) -> bytes:
     return text.encode() if not text.isascii() else text.encode("ascii")
 
 
+class JsonFloat(float):
+    """A float parsed from tool arguments: ``json`` encodes it as any float, ``orjson``
+    refuses it — its float formatting differs from ``json``'s — so such a value is
+    encoded by ``json`` (:func:`encode_converted`)."""
+
+    __slots__ = ()
+
+
+# Subclasses, dataclasses and datetimes refused too: ``json`` would not encode them as orjson does.
+_ORJSON = (orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+           | orjson.OPT_PASSTHROUGH_DATETIME)
+
+
+def encode_converted(value: Any) -> bytes:
+    """:func:`encode_value` of a value the adapters' converters built (messages, blocks,
+    text), at orjson's speed where that gives the same bytes.
+
+    Precondition: numbers in ``value`` are ints, booleans or :class:`JsonFloat` (the
+    converters put no other float in a message). orjson refuses everything it would encode
+    differently from ``json`` (a JsonFloat, an int beyond 64 bits, a non-string key, a
+    subclass, nesting past 254 levels): then a list is encoded item by item, so only the
+    items orjson refused take the slower way, and anything else by ``json``.
+    """
+    try:
+        return orjson.dumps(value, option=_ORJSON)
+    except TypeError:                   # orjson.JSONEncodeError is a TypeError
+        if isinstance(value, list) and type(value) is list and value:
+            return b"[" + b",".join(map(_encode_item, value)) + b"]"
+        return encode_value(value)
+
+
+def _encode_item(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=_ORJSON)
+    except TypeError:
+        return encode_value(value)
+
+
 @dataclass(frozen=True, slots=True)
 class FastCall:
     """The SDK's ``post`` arguments for one shape, ``content`` left for the body."""
@@ -99,7 +147,11 @@ class FastCall:
     path: str
     arguments: Mapping[str, Any]
 
-    def send(self, client: Any, body: bytes) -> Any:
+    def send(self, client: Any, body: bytes, *, raw: bool = False) -> Any:
+        """The SDK's ``post`` of ``body``. ``raw``: the reply's bytes (a non-streaming
+        call), which the adapter parses itself, instead of the SDK's model built from them."""
+        if raw:
+            return client.post(self.path, content=body, **{**self.arguments, "cast_to": bytes})
         return client.post(self.path, content=body, **self.arguments)
 
 

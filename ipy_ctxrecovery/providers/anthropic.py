@@ -42,8 +42,9 @@ from ..errors import ConfigError
 from ._common import (
     PrefixFold,
     SDKAdapter,
+    converted_size,
+    field,
     incomplete_reply,
-    json_size,
     parse_arguments,
     plain,
     split_options,
@@ -131,10 +132,10 @@ def _message_size(m: Message) -> tuple[str, int, int] | None:
     blocks = _blocks(m)
     if not blocks:
         return None
-    return _role(m), sum(json_size(b) for b in blocks), len(blocks)
+    return _role(m), sum(converted_size(b) for b in blocks), len(blocks)
 
 
-_EMPTY_MESSAGE = {role: json_size({"role": role, "content": []}) for role in ("user", "assistant")}
+_EMPTY_MESSAGE = {role: converted_size({"role": role, "content": []}) for role in ("user", "assistant")}
 
 
 _Fold = tuple[int, int, str | None, int, int]   # (inner, units, open role, its size, blocks)
@@ -291,7 +292,7 @@ class AnthropicProvider(SDKAdapter):
         system message: its share of the joined ``system`` text). Exact for replacing a
         message by one of the same role and number of blocks, merged or not."""
         if message.role is Role.SYSTEM:
-            return json_size(message.text) + 2 if message.text else 0
+            return converted_size(message.text) + 2 if message.text else 0
         item = self._memo.get(message, _message_size)
         if item is None:
             return 0
@@ -313,10 +314,10 @@ class AnthropicProvider(SDKAdapter):
                     parts.append(0)
                 elif system_key is None:
                     probe = dataclasses.replace(request, messages=(Message.system("x"),))
-                    system_key = self.measure(probe) - base - json_size("x")
-                    parts.append(system_key + json_size(m.text))
+                    system_key = self.measure(probe) - base - converted_size("x")
+                    parts.append(system_key + converted_size(m.text))
                 else:                          # joined with "\n\n": 4 bytes once escaped
-                    parts.append(json_size(m.text) - 2 + 4)
+                    parts.append(converted_size(m.text) - 2 + 4)
                 continue
             item = self._memo.get(m, _message_size)
             if item is None:
@@ -342,12 +343,12 @@ class AnthropicProvider(SDKAdapter):
 def _usage(usage: Any, prompt: int | None = None) -> Usage:
     if usage is None:
         return Usage(prompt, None)
-    parts = [getattr(usage, name, None) for name in
+    parts = [field(usage, name) for name in
              ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
     # Cached prompt tokens are prompt tokens too; the window holds all of them.
     known = [p for p in parts if isinstance(p, int)]
     total = sum(known) if known else prompt
-    return Usage(total, getattr(usage, "output_tokens", None))
+    return Usage(total, field(usage, "output_tokens"))
 
 
 def _stop(raw: str | None) -> StopReason:
@@ -355,24 +356,26 @@ def _stop(raw: str | None) -> StopReason:
 
 
 def _reply_block(block: Any) -> Block | None:
-    kind = getattr(block, "type", None)
+    kind = field(block, "type")
     if kind == "text":
-        return Text(block.text)
+        return Text(field(block, "text") or "")
     if kind == "thinking":
-        return Reasoning(block.thinking, getattr(block, "signature", None) or None)
+        return Reasoning(field(block, "thinking") or "", field(block, "signature") or None)
     if kind == "tool_use":
-        return ToolCall(block.id, block.name, json.dumps(block.input, ensure_ascii=False))
+        return ToolCall(field(block, "id") or "", field(block, "name") or "",
+                        json.dumps(field(block, "input"), ensure_ascii=False))
     return None  # redacted_thinking, server tool blocks: not representable in our history
 
 
 def _read_message(message: Any, size: int, api: str) -> Response:
-    content = getattr(message, "content", None)
+    """A whole reply: the SDK's ``Message`` or the JSON it is built from."""
+    content = field(message, "content")
     if content is None:
         raise incomplete_reply(size, api, "the reply has no content")
     blocks = [b for b in (_reply_block(x) for x in content) if b is not None]
-    raw = message.stop_reason
-    return Response(Message(Role.ASSISTANT, tuple(blocks)), _stop(raw), _usage(message.usage),
-                    size, raw)
+    raw = field(message, "stop_reason")
+    return Response(Message(Role.ASSISTANT, tuple(blocks)), _stop(raw),
+                    _usage(field(message, "usage")), size, raw)
 
 
 class _BlockParts:

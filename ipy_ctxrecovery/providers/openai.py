@@ -37,8 +37,9 @@ from ..core.history import Message, ToolCall, to_openai
 from ..errors import ConfigError, redact
 from ._common import (
     SDKAdapter,
+    converted_size,
+    field,
     incomplete_reply,
-    json_size,
     plain,
     split_options,
 )
@@ -258,7 +259,7 @@ class _Sized(NamedTuple):
     n_calls: int
 
 
-_PART_OVERHEAD = json_size({"type": "text", "text": ""}) - json_size("")
+_PART_OVERHEAD = converted_size({"type": "text", "text": ""}) - converted_size("")
 _CALLS_OVERHEAD = len(',"tool_calls":[]')
 
 
@@ -266,10 +267,10 @@ def _message_size(message: Message) -> _Sized:
     d = to_openai((message,))[0]
     text = d.get("content") or None
     calls = d.get("tool_calls", ())
-    text_size = json_size(text) if text is not None else None
-    return _Sized(d["role"], json_size(d), text_size,
+    text_size = converted_size(text) if text is not None else None
+    return _Sized(d["role"], converted_size(d), text_size,
                   (text_size or 0) + _PART_OVERHEAD,
-                  sum(json_size(c) for c in calls), len(calls))
+                  sum(converted_size(c) for c in calls), len(calls))
 
 
 # A run of same-role messages merged into one, as far as its size needs: (role, messages,
@@ -298,7 +299,7 @@ def _grow(run: _Run | None, item: _Sized) -> _Run:
 @functools.lru_cache(maxsize=8)
 def _shell_size(role: str) -> int:
     """``{"role":ROLE,"content":}``: a merged message without its content."""
-    return json_size({"role": role, "content": ""}) - len('""')
+    return converted_size({"role": role, "content": ""}) - len('""')
 
 
 def _run_size(run: _Run) -> int:
@@ -352,7 +353,7 @@ def _messages_size(sizes: Sequence[_Sized]) -> int:
 def _reasoning_of(obj: Any) -> str | None:
     """``reasoning_content`` (DeepSeek/vLLM) or ``reasoning`` (OpenRouter/Ollama), if sent."""
     for name in ("reasoning_content", "reasoning"):
-        value = getattr(obj, name, None)
+        value = field(obj, name)
         if isinstance(value, str) and value:
             return value
     return None
@@ -361,7 +362,7 @@ def _reasoning_of(obj: Any) -> str | None:
 def _usage(usage: Any) -> Usage:
     if usage is None:
         return Usage()
-    return Usage(getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
+    return Usage(field(usage, "prompt_tokens"), field(usage, "completion_tokens"))
 
 
 def _stop(raw: str | None) -> StopReason:
@@ -369,19 +370,24 @@ def _stop(raw: str | None) -> StopReason:
 
 
 def _read_completion(completion: Any, size: int, api: str) -> Response:
-    choices = getattr(completion, "choices", None)
+    """A whole reply: the SDK's ``ChatCompletion`` or the JSON it is built from."""
+    choices = field(completion, "choices")
     if not choices:
         raise incomplete_reply(size, api, "the reply has no choices")
     choice = choices[0]
-    msg = choice.message
+    msg = field(choice, "message")
     if msg is None:                      # "message": null from a compatible server
         raise incomplete_reply(size, api, "the reply's choice has no message")
-    text = msg.content or getattr(msg, "refusal", None) or ""
-    calls = [ToolCall(c.id, c.function.name, c.function.arguments or "{}")
-             for c in (msg.tool_calls or ()) if getattr(c, "function", None) is not None]
+    text = field(msg, "content") or field(msg, "refusal") or ""
+    calls = []
+    for call in field(msg, "tool_calls") or ():
+        function = field(call, "function")
+        if function is not None:
+            calls.append(ToolCall(field(call, "id") or "", field(function, "name") or "",
+                                  field(function, "arguments") or "{}"))
     message = Message.assistant(text, calls, _reasoning_of(msg))
-    raw = choice.finish_reason
-    return Response(message, _stop(raw), _usage(completion.usage), size, raw)
+    raw = field(choice, "finish_reason")
+    return Response(message, _stop(raw), _usage(field(completion, "usage")), size, raw)
 
 
 class _CallParts:
