@@ -37,9 +37,10 @@ from ipy_ctxrecovery.providers import (
     ToolSpec,
     make_provider,
 )
+from ipy_ctxrecovery.providers._wire import JsonFloat, encode_converted, encode_value
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider, to_anthropic
 from ipy_ctxrecovery.providers.base import Measurable, prepare
-from ipy_ctxrecovery.providers.openai import OpenAIProvider, uses_max_completion_tokens
+from ipy_ctxrecovery.providers.openai import OpenAIProvider, to_wire, uses_max_completion_tokens
 from ipy_ctxrecovery.settings import Settings
 
 OPENAI_KEY = "sk-test-SECRETSECRETSECRET1234"
@@ -1260,3 +1261,112 @@ def test_prepare_tells_the_max_tokens_the_body_carries_as_data() -> None:
 
     bare = prepare(Bare(), Request((Message.user("x"),)))
     assert (bare.size, bare.max_tokens) == (8, 55)
+
+
+# -- the fast path's encoder and reply reader ---------------------------------------------------
+
+_JSON_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.text(),
+    st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e-07, 1e16, -0.0, 5e-324, 1e22, 0.1, 2 ** 64, -(2 ** 63) - 1]),
+)
+_JSON = st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arguments=st.dictionaries(st.text(max_size=8), _JSON, max_size=4), text=st.text())
+def test_fast_encoder_gives_jsons_bytes_for_tool_arguments_with_any_numbers(
+        arguments: dict[str, Any], text: str) -> None:
+    # Floats (orjson writes 1e-7 where json writes 1e-07) and ints past 64 bits are where
+    # orjson and json differ: the converters' values must still encode as json does.
+    history = (Message.user(text or "q"),
+               Message(Role.ASSISTANT, (ToolCall("toolu_1", "calc", json.dumps(arguments)),)),
+               Message.tool("toolu_1", text))
+    for messages in (to_anthropic(history)[1], to_wire(history)):
+        assert encode_converted(messages) == encode_value(messages)
+    provider = _FAST["anthropic:claude-sonnet-5-5"]
+    request = Request(history, stream=False)
+    sdk, fast = _sdk_and_fast_requests(provider, request)
+    _assert_same_request(sdk, fast)
+    assert provider.measure(request) == len(sdk.content)
+
+
+def test_fast_encoder_leaves_to_json_what_orjson_would_encode_otherwise() -> None:
+    class Name(str):
+        pass
+
+    deep: Any = "leaf"
+    for _ in range(300):                     # past orjson's nesting limit
+        deep = [deep]
+    for value in ([JsonFloat(1e-07), "x"], [2 ** 64, 1], [{1: "int key"}], [Name("n")],
+                  deep, {"a": JsonFloat(0.5)}, "plain ✓ \u2028 \x00 \"q\""):
+        assert encode_converted(value) == encode_value(value), value
+    with pytest.raises(ValueError):          # NaN: refused by both, as the SDK refuses it
+        encode_converted([{"input": JsonFloat("nan")}])
+
+
+_ANTHROPIC_REPLIES = [
+    {"content": [{"type": "text", "text": "Hi ☃"}], "stop_reason": "end_turn",
+     "usage": {"input_tokens": 10, "output_tokens": 2}},
+    {"content": [{"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                 {"type": "redacted_thinking", "data": "xx"},
+                 {"type": "text", "text": "Let me look."},
+                 {"type": "tool_use", "id": "toolu_1", "name": "calc",
+                  "input": {"x": 1e-07, "n": [1, 2.5, None], "s": "ü"}}],
+     "stop_reason": "tool_use",
+     "usage": {"input_tokens": 5, "cache_creation_input_tokens": 7,
+               "cache_read_input_tokens": 11, "output_tokens": 9}},
+    {"content": [{"type": "text", "text": "cut"}], "stop_reason": "max_tokens",
+     "usage": {"input_tokens": 3, "output_tokens": 64}},
+    {"content": [], "stop_reason": "refusal", "usage": {"input_tokens": 3, "output_tokens": 0}},
+]
+_OPENAI_REPLIES = [
+    {"choices": [{"index": 0, "finish_reason": "stop",
+                  "message": {"role": "assistant", "content": "Hi ☃"}}],
+     "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}},
+    {"choices": [{"index": 0, "finish_reason": "tool_calls",
+                  "message": {"role": "assistant", "content": None,
+                              "reasoning_content": "think first",
+                              "tool_calls": [{"id": "call_1", "type": "function",
+                                              "function": {"name": "calc",
+                                                           "arguments": "{\"x\": 1}"}}]}}],
+     "usage": None},
+    {"choices": [{"index": 0, "finish_reason": "stop",
+                  "message": {"role": "assistant", "content": None, "refusal": "No."}}]},
+    {"choices": [{"index": 0, "finish_reason": "length",
+                  "message": {"role": "assistant", "content": "cut"}}],
+     "usage": {"prompt_tokens": 3, "completion_tokens": 64, "total_tokens": 67}},
+]
+
+
+@pytest.mark.parametrize("wire, reply", [("anthropic", r) for r in _ANTHROPIC_REPLIES]
+                         + [("openai", r) for r in _OPENAI_REPLIES])
+def test_a_reply_read_from_its_json_equals_the_reply_read_from_the_sdks_model(
+        wire: str, reply: dict[str, Any]) -> None:
+    provider = _FAST["anthropic:claude-sonnet-5-5" if wire == "anthropic" else "openai:gpt-4o"]
+    if wire == "anthropic":
+        data = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "stop_sequence": None, **reply}
+        model: Any = anthropic.types.Message.model_validate(data)
+    else:
+        data = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m", **reply}
+        model = openai.types.chat.ChatCompletion.model_validate(data)
+    from_json = provider._read_reply(json.loads(json.dumps(data)), 100)
+    from_model = provider._read_reply(model, 100)
+    assert from_json == from_model
+    assert from_json.message.blocks == from_model.message.blocks
+
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+@pytest.mark.parametrize("body", [b"", b"[1, 2]", b"\"text\"", b"{\"choices\": [", b"<html>ok</html>"])
+def test_a_whole_reply_that_is_not_the_apis_json_is_one_sentence(server: Recorder, make: Any,
+                                                                  body: bytes) -> None:
+    provider = make(server)
+    server.script.append(Reply(body=body))
+    with pytest.raises(ChatError) as caught:
+        provider.send(Request((Message.user("hi"),), stream=False))
+    sentence = str(caught.value)
+    assert sentence.count(". ") <= 1 and "Traceback" not in sentence
+    assert "retry" in sentence
