@@ -90,19 +90,31 @@ NO_KEY_MESSAGE = (
 
 def to_anthropic(history: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """``(system, messages)`` for the Messages API; see the module docstring for the rules."""
+    return _system(history), _messages(history)
+
+
+def _messages(history: Sequence[Message]) -> list[dict[str, Any]]:
+    """``to_anthropic``'s messages: one pass, every message's blocks converted (a turn's
+    request converts the whole history, so this loop is kept flat)."""
     out: list[dict[str, Any]] = []
+    last: str | None = None
+    content: list[dict[str, Any]] = []
+    system, assistant = Role.SYSTEM, Role.ASSISTANT
     for m in history:
-        if m.role is Role.SYSTEM:
+        role = m.role
+        if role is system:
             continue
-        role = _role(m)
-        blocks = _blocks(m)
+        blocks = [b for b in map(_block, m.blocks) if b is not None]
         if not blocks:
             continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        name = "assistant" if role is assistant else "user"
+        if name == last:
+            content.extend(blocks)
         else:
-            out.append({"role": role, "content": blocks})
-    return _system(history), out
+            content = blocks
+            out.append({"role": name, "content": blocks})
+            last = name
+    return out
 
 
 def _system(history: Sequence[Message]) -> str | None:
@@ -235,10 +247,8 @@ class AnthropicProvider(SDKAdapter):
         self._check_open()
         create = self.client.messages.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
-        if convert:
-            system, messages = to_anthropic(request.messages)
-        else:
-            system, messages = self._system_of(request.messages), []
+        system = self._system_of(request.messages)
+        messages = _messages(request.messages) if convert else []
         max_tokens = request.max_tokens
         if max_tokens is None:
             max_tokens = self.default_max_tokens
