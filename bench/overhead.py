@@ -93,12 +93,13 @@ def history_of(n: int, *, result_chars: int = 12_000) -> History:
     return tuple(out)
 
 
-def conversation(total: int, count: int) -> History:
+def conversation(total: int, count: int, *, line: str | None = None) -> History:
     """``count`` alternating user/assistant text messages of ``total`` bytes in all
     (no tool results: microcompact and the budget leave it as it is, so the session and
-    the bare call send the same messages)."""
+    the bare call send the same messages), each ``line`` repeated (default: one with a
+    "—" and a "✓")."""
     each = max(1, total // count)
-    line = "The service log shows a cache timeout at 12:04 — retry with backoff ✓. "
+    line = line or "The service log shows a cache timeout at 12:04 — retry with backoff ✓. "
     text = (line * (each // len(line) + 1))[:each]
     out: list[Message] = [Message.system("You are a careful assistant.")]
     for i in range(count):
@@ -265,6 +266,55 @@ def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, r
         case.close()
 
 
+ASCII_LINE = "The service log shows a cache timeout at 12:04 - retry with backoff, ok. "
+
+
+def steady_memory(wire: str, emu: RemoteEmulator, total: int, *, ascii_only: bool) -> None:
+    """RAM a session keeps for its history once resumed and a few turns on (``tracemalloc``,
+    this process), against the encoded history and against the same messages held as the
+    plain dicts a bare SDK caller keeps. A str with any character past Latin-1 takes 2
+    bytes a character in CPython (the default text has a "—" and a "✓"), so both texts."""
+    history = conversation(total, 50, line=ASCII_LINE if ascii_only else None)
+    label = "ascii" if ascii_only else "multibyte"
+    name = f"bench-mem-{wire}-{label}"
+    files = Transcript(name)
+    files.create()
+    files.save_history(history)
+    payload = json.dumps(to_openai(history) if wire == "openai" else to_anthropic(history)[1],
+                         ensure_ascii=False)
+    body = len(payload.encode())
+    del history
+    cls = openai.OpenAI if wire == "openai" else anthropic.Anthropic
+    base = emu.openai_base_url if wire == "openai" else emu.anthropic_base_url
+    client = cls(base_url=base, api_key=KEY)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        dicts = json.loads(payload)          # what a bare caller holds: fresh strings and dicts
+        plain = tracemalloc.get_traced_memory()[0] - start
+        del dicts
+        gc.collect()
+        start, _ = tracemalloc.get_traced_memory()
+        session = ChatSession.resume(name, model=f"{wire}:emulator", client=client,
+                                     settings=Settings(context_window=10_000_000),
+                                     builtin_tools=False)
+        for turn in range(3):
+            session.send(f"[memory turn {turn}] and what next?", stream=False)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    session.close()
+    client.close()
+    mb = body / 1e6
+    print(f"memory steady {wire} {label}: a session on a {mb:.2f} MB history keeps "
+          f"{kept / 1e6:.2f} MB after 3 turns; the same messages as plain dicts take "
+          f"{plain / 1e6:.2f} MB")
+    print(f"ratio memory steady {wire} {label}: {kept / 1e6 / mb:.2f} MB per MB of history "
+          f"(plain dicts {plain / 1e6 / mb:.2f}); session/plain dicts {kept / plain:.2f}")
+
+
 def _timed(fn: Callable[[], object]) -> float:
     gc.collect()
     start = time.perf_counter()
@@ -348,6 +398,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     special = key == "5MB" or (args.quick and key == "1MB")
                     run_case(wire, emu, key, total, count, repeat, counter,
                              floor=special, memory=special)
+                steady = QUICK["1MB"][0] if args.quick else CASES["5MB"][0]
+                for ascii_only in (True, False):
+                    steady_memory(wire, emu, steady, ascii_only=ascii_only)
     return 0
 
 

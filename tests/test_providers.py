@@ -1370,3 +1370,26 @@ def test_a_whole_reply_that_is_not_the_apis_json_is_one_sentence(server: Recorde
     sentence = str(caught.value)
     assert sentence.count(". ") <= 1 and "Traceback" not in sentence
     assert "retry" in sentence
+
+
+@pytest.mark.parametrize("make", [oa_provider, an_provider], ids=["openai", "anthropic"])
+def test_sending_leaves_the_historys_strings_their_size(server: Recorder, make: Any) -> None:
+    # orjson keeps a non-ASCII str's UTF-8 form inside the str: on the history's own text
+    # that would be a hidden copy of the body for as long as the session lives.
+    import sys
+
+    provider = make(server)
+    history = (Message.system("Sé brief ✓"), Message.user("naïve — 日本 " * 500),
+               Message(Role.ASSISTANT, (Text("answer ✓ " * 300),
+                                        ToolCall("toolu_1", "calc", '{"q": "ü ✓"}'))),
+               Message.tool("toolu_1", "résultat ☃ " * 400), Message.user("and é?"))
+    strings = [s for m in history for b in m.blocks
+               for s in (getattr(b, "text", None), getattr(b, "content", None),
+                         getattr(b, "arguments", None)) if isinstance(s, str)]
+    before = [sys.getsizeof(s) for s in strings]
+    for stream in (False, True):
+        request = Request(history, tools=(WEATHER,), stream=stream)
+        provider.measure(request)
+        provider.encode(request)
+        provider.send(request)
+    assert [sys.getsizeof(s) for s in strings] == before

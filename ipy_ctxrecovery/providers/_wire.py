@@ -31,6 +31,9 @@ same for the values the converters build: text, ids, ints, booleans, nulls, dict
 string keys and lists. Where the two differ — floats (``1e-07`` against ``1e-7``), ints
 beyond 64 bits, non-string keys, subclasses — orjson refuses the value (tool arguments'
 floats are parsed as :class:`JsonFloat` for this) and ``json`` encodes that message.
+orjson keeps the UTF-8 form of any non-ASCII str it encodes inside that str, for as long
+as the str lives — a hidden copy of the body — so the converters hand it a fresh copy of
+such text (:func:`for_body`), which goes with the converted request.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ __all__ = [
     "build_template",
     "encode_converted",
     "encode_value",
+    "for_body",
     "prove_call",
     "shape_key",
 ]
@@ -102,6 +106,13 @@ def encode_value(value: Any) -> bytes:
     return text.encode() if not text.isascii() else text.encode("ascii")
 
 
+def for_body(text: str) -> str:
+    """``text`` as a converter puts it in a request: an ASCII str as it is; any other a new
+    copy, so the UTF-8 form orjson caches inside it is freed with the request instead of
+    staying in the history's own str (CPython's compact ASCII is UTF-8 already)."""
+    return text if text.isascii() else "".join((text, ""))
+
+
 class JsonFloat(float):
     """A float parsed from tool arguments: ``json`` encodes it as any float, ``orjson``
     refuses it — its float formatting differs from ``json``'s — so such a value is
@@ -119,16 +130,19 @@ def encode_converted(value: Any) -> bytes:
     """:func:`encode_value` of a value the adapters' converters built (messages, blocks,
     text), at orjson's speed where that gives the same bytes.
 
-    Precondition: numbers in ``value`` are ints, booleans or :class:`JsonFloat` (the
-    converters put no other float in a message). orjson refuses everything it would encode
+    Preconditions: numbers in ``value`` are ints, booleans or :class:`JsonFloat` (the
+    converters put no other float in a message), and non-ASCII text inside it is the
+    request's own (:func:`for_body`; a bare str is copied here). orjson refuses everything it would encode
     differently from ``json`` (a JsonFloat, an int beyond 64 bits, a non-string key, a
     subclass, nesting past 254 levels): then a list is encoded item by item, so only the
     items orjson refused take the slower way, and anything else by ``json``.
     """
+    if type(value) is str:              # the system text: the history's own str
+        value = for_body(value)
     try:
         return orjson.dumps(value, option=_ORJSON)
     except TypeError:                   # orjson.JSONEncodeError is a TypeError
-        if isinstance(value, list) and type(value) is list and value:
+        if type(value) is list and value:
             return b"[" + b",".join(map(_encode_item, value)) + b"]"
         return encode_value(value)
 

@@ -49,6 +49,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_anthropic"]
@@ -183,17 +184,18 @@ def _messages_size(sizes: Sequence[tuple[str, int, int] | None]) -> int:
 
 def _block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, Text):
-        return {"type": "text", "text": block.text} if block.text else None
+        return {"type": "text", "text": for_body(block.text)} if block.text else None
     if isinstance(block, Reasoning):
         if not block.signature:
             return None
-        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+        return {"type": "thinking", "thinking": for_body(block.text),
+                "signature": block.signature}
     if isinstance(block, ToolCall):
         return {"type": "tool_use", "id": block.id, "name": block.name,
-                "input": parse_arguments(block.arguments)}
+                "input": parse_arguments(block.arguments)}     # a new object each time
     if isinstance(block, ToolResult):
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.call_id,
-                                  "content": block.content}
+                                  "content": for_body(block.content)}
         if block.is_error:
             result["is_error"] = True
         return result

@@ -43,6 +43,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
 
 __all__ = ["OpenAIProvider", "to_wire", "uses_max_completion_tokens"]
@@ -85,7 +86,7 @@ def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
     system, user or assistant messages merged into one (module docstring)."""
     out: list[dict[str, Any]] = []
     run: list[dict[str, Any]] = []
-    for d in to_openai(history):
+    for d in map(_for_body, to_openai(history)):
         if run and d["role"] == run[-1]["role"] and d["role"] in _MERGED_ROLES:
             run.append(d)
             continue
@@ -95,6 +96,18 @@ def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
     if run:
         out.append(_merge(run))
     return out
+
+
+def _for_body(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (a new dict of ``to_openai``'s) with its text as ``_wire.for_body`` copies it."""
+    content = d.get("content")
+    if isinstance(content, str) and not content.isascii():
+        d["content"] = for_body(content)
+    for call in d.get("tool_calls", ()):
+        function = call["function"]
+        if not function["arguments"].isascii():
+            function["arguments"] = for_body(function["arguments"])
+    return d
 
 
 def _merge(run: list[dict[str, Any]]) -> dict[str, Any]:
@@ -264,7 +277,7 @@ _CALLS_OVERHEAD = len(',"tool_calls":[]')
 
 
 def _message_size(message: Message) -> _Sized:
-    d = to_openai((message,))[0]
+    d = _for_body(to_openai((message,))[0])
     text = d.get("content") or None
     calls = d.get("tool_calls", ())
     text_size = converted_size(text) if text is not None else None
