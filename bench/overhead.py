@@ -256,8 +256,8 @@ def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, r
                   f"(bare/floor {t_bare / t_floor:.2f}; floor {t_floor * 1e3:.1f} ms)")
         if memory:
             mb = body / 1e6
-            peak_s, kept_s = _memory(session)
-            peak_b, _ = _memory(bare)
+            peak_s, kept_s = _memory(case.session_turn)
+            peak_b, _ = _memory(case.bare())       # its payload built beforehand
             print(f"memory {wire} {key}: a session turn peaks at {peak_s / 1e6:.1f} MB and "
                   f"keeps {kept_s / 1e6:.2f} MB; a bare call peaks at {peak_b / 1e6:.1f} MB")
             print(f"ratio memory {wire} {key}: session peak/bare peak {peak_s / peak_b:.2f}, "

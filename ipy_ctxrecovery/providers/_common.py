@@ -537,15 +537,22 @@ class SDKAdapter:
         the SDK's request transform runs zero times. Otherwise the SDK method sends (and
         a debug line says why). The body is not kept after the send.
         """
-        kwargs = self._kwargs(request)
+        kwargs: dict[str, Any] | None = self._kwargs(request)
+        assert kwargs is not None
         template = self._template(kwargs)
         fast = template.call if template is not None else None
         body: bytes | None = None
         if template is not None and fast is not None:
             try:
-                body = template.fill(self._bulk(kwargs))
+                bulk = self._bulk(kwargs)
             except (TypeError, ValueError):
                 log.debug("sending through the SDK method: a value is not plain JSON")
+            else:
+                # The converted history (and its text copies) goes before the body is
+                # joined: the turn's peak is the encoded bulk and the body, no more.
+                kwargs = None
+                body = template.fill(bulk)
+                del bulk
         elif template is None:
             log.debug("sending through the SDK method: no body template for this request")
         else:
@@ -555,7 +562,6 @@ class SDKAdapter:
         try:
             client = self._senders.for_size(size)
             if fast is not None and body is not None:
-                del kwargs                  # the converted messages are not needed any more
                 # A whole reply is read from its JSON (``field``): the SDK's model of it
                 # costs more than the rest of the send's Python.
                 result = fast.send(client, body, raw=not request.stream)
@@ -563,6 +569,7 @@ class SDKAdapter:
                 if not request.stream:
                     result = json.loads(result)
             else:
+                assert kwargs is not None
                 result = self._create(client, kwargs)
             if request.stream:
                 with result as stream:
