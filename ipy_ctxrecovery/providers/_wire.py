@@ -121,7 +121,7 @@ class JsonFloat(float):
     __slots__ = ()
 
 
-# Subclasses, dataclasses and datetimes refused too: ``json`` would not encode them as orjson does.
+# Subclasses, dataclasses and datetimes refused too: json would not encode them so.
 _ORJSON = (orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
            | orjson.OPT_PASSTHROUGH_DATETIME)
 
@@ -132,10 +132,11 @@ def encode_converted(value: Any) -> bytes:
 
     Preconditions: numbers in ``value`` are ints, booleans or :class:`JsonFloat` (the
     converters put no other float in a message), and non-ASCII text inside it is the
-    request's own (:func:`for_body`; a bare str is copied here). orjson refuses everything it would encode
-    differently from ``json`` (a JsonFloat, an int beyond 64 bits, a non-string key, a
-    subclass, nesting past 254 levels): then a list is encoded item by item, so only the
-    items orjson refused take the slower way, and anything else by ``json``.
+    request's own (:func:`for_body`; a bare str is copied here). orjson refuses everything
+    it would encode differently from ``json`` (a JsonFloat, an int beyond 64 bits, a
+    non-string key, a subclass, nesting past 254 levels): then a list is encoded item by
+    item, so only the items orjson refused take the slower way, and anything else by
+    ``json``.
     """
     if type(value) is str:              # the system text: the history's own str
         value = for_body(value)
