@@ -1,7 +1,7 @@
 """Benchmark: one ``ChatSession`` turn against one bare SDK call on the same messages.
 
 Run: ``python bench/overhead.py`` (``--quick`` for a seconds-long run; ``--repeat 7``;
-``--cases 100KB,1MB,5MB,20MB,10000msgs``; ``--wires openai,anthropic``).
+``--min-seconds 3``; ``--cases 100KB,1MB,5MB,20MB,10000msgs``; ``--wires openai,anthropic``).
 
 For each wire and each history — 100 KB, 1 MB, 5 MB and 20 MB in 50 messages, and
 10,000 messages (≈ 2 MB) — a session resumed on that history sends one short message
@@ -9,7 +9,8 @@ For each wire and each history — 100 KB, 1 MB, 5 MB and 20 MB in 50 messages, 
 compaction check, the send, the transcript and history files), interleaved with the bare
 SDK call a user would make on the same messages (``client.chat.completions.create`` /
 ``client.messages.create`` with the history already as dicts, the same client settings,
-the same emulator). Medians of ``--repeat`` runs of each, after one warm-up of each. The
+the same emulator). Medians of ``--repeat`` runs of each (more for a small history, until
+the pairs took ``--min-seconds``), after one warm-up of each. The
 emulator runs in a process of its own (``python -m ipy_ctxrecovery.emulator``), as a real
 server would: its parsing neither competes for this process's GIL nor counts in its memory.
 
@@ -110,19 +111,23 @@ def conversation(total: int, count: int, *, line: str | None = None) -> History:
 
 
 def median_pair(a: Callable[[], object], b: Callable[[], object],
-                repeat: int) -> tuple[float, float]:
-    """Medians of ``a`` and ``b`` run alternately (after one warm-up each)."""
+                repeat: int, *, min_seconds: float = 0.0) -> tuple[float, float, int]:
+    """Medians of ``a`` and ``b`` run alternately (after one warm-up each), and the number
+    of pairs: ``repeat``, or more until the pairs took ``min_seconds`` (a few-millisecond
+    call needs many runs for its median to hold still on a shared machine)."""
     a()
     b()
     ta: list[float] = []
     tb: list[float] = []
-    for _ in range(repeat):
+    spent = 0.0
+    while len(ta) < repeat or spent < min_seconds:
         for fn, out in ((a, ta), (b, tb)):
             gc.collect()
             start = time.perf_counter()
             fn()
             out.append(time.perf_counter() - start)
-    return statistics.median(ta), statistics.median(tb)
+            spent += out[-1]
+    return statistics.median(ta), statistics.median(tb), len(ta)
 
 
 class RemoteEmulator:
@@ -219,7 +224,8 @@ class Case:
 
 
 def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, repeat: int,
-             counter: dict[str, int], *, floor: bool, memory: bool) -> None:
+             counter: dict[str, int], *, floor: bool, memory: bool,
+             min_seconds: float = 0.0) -> None:
     history = conversation(total, count)
     case = Case(wire, emu, history, f"bench-{wire}-{key}")
     try:
@@ -238,14 +244,14 @@ def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, r
 
         bare_calls.append(case.bare())
         before, files_before = counter["sdk"], FILES["files"]
-        t_session, t_bare = median_pair(session, bare, repeat)
-        files = (FILES["files"] - files_before) / (repeat + 1)
+        t_session, t_bare, runs = median_pair(session, bare, repeat, min_seconds=min_seconds)
+        files = (FILES["files"] - files_before) / (runs + 1)
         body = len(json.dumps(case.payload("x"), ensure_ascii=False).encode())
-        sdk_runs = counter["sdk"] - before - (repeat + 1)   # less the bare calls' own
+        sdk_runs = counter["sdk"] - before - (runs + 1)   # less the bare calls' own
         print(f"{wire} {key} ({count:,} msgs, {body / 1e6:.2f} MB): session "
               f"{t_session * 1e3:.1f} ms (of which {files * 1e3:.1f} ms persisting the "
               f"history and learned limits), bare SDK {t_bare * 1e3:.1f} ms; the SDK's request pipeline "
-              f"ran {max(sdk_runs, 0)} times in {repeat + 1} session turns")
+              f"ran {max(sdk_runs, 0)} times in {runs + 1} session turns")
         print(f"ratio session/bare {wire} {key}: {t_session / t_bare:.2f} "
               f"(without persisting {(t_session - files) / t_bare:.2f})")
         if floor:
@@ -378,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--cases", default=None, help=f"some of {','.join(CASES)}")
     parser.add_argument("--wires", default="openai,anthropic")
+    parser.add_argument("--min-seconds", type=float, default=3.0,
+                        help="run each case's pairs for at least this long (default 3)")
     args = parser.parse_args(argv)
     table = QUICK if args.quick else CASES
     names = [c.strip() for c in (args.cases or ",".join(table)).split(",") if c.strip()]
@@ -397,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     total, count = {**CASES, **QUICK}[key]
                     special = key == "5MB" or (args.quick and key == "1MB")
                     run_case(wire, emu, key, total, count, repeat, counter,
-                             floor=special, memory=special)
+                             floor=special, memory=special,
+                             min_seconds=0.0 if args.quick else args.min_seconds)
                 steady = QUICK["1MB"][0] if args.quick else CASES["5MB"][0]
                 for ascii_only in (True, False):
                     steady_memory(wire, emu, steady, ascii_only=ascii_only)
