@@ -371,7 +371,8 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
     target = decision.target_bytes
     if target is None:
         raise ValueError("an EXACT_FIT decision needs target_bytes")
-    deferred = store if isinstance(store, DeferredStore) else DeferredStore(store)
+    # Made when a result is previewed: a fit that only drops writes nothing.
+    deferred = store if isinstance(store, DeferredStore) else None
     fit = drop_fit(h, target, sizes, payload_notice=decision.inject_payload_notice,
                    shape=shape)
     notes.extend(_repair_notes(fit.repair))
@@ -379,6 +380,8 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
         notes.append(f"{pluralize(fit.dropped, 'message')} dropped to fit {format_size(target)}")
     out, size = fit.history, fit.size
     if size > target:
+        if deferred is None:
+            deferred = DeferredStore(store)
         out, shrunk, size = shrink_results(out, target, sizes, settings=settings,
                                            store=deferred, size=size)
         if shrunk:
@@ -397,7 +400,7 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
                                 f"the {format_size(limit)} it can carry; send a shorter "
                                 "message or raise the proxy/gateway limit "
                                 "(CHATCLI_MAX_PAYLOAD)."))
-    if deferred is not store:
+    if deferred is not None and deferred is not store:
         deferred.commit(out)
     return LadderResult(out, Level.EXACT_FIT, fit.dropped, tuple(notes),
                         payload_notice_added=fit.payload_added,
