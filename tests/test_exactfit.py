@@ -208,6 +208,19 @@ def test_drop_fit_of_the_bench_case_keeps_the_latest_request_and_fits() -> None:
     assert fit.repair.synthetic_added == 1            # the unanswered call near the end
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "plain"])
+def test_a_history_that_fits_loses_nothing_even_by_less_than_a_notice(kind: str) -> None:
+    # Every cut that drops adds a compaction notice; a history already under the target by
+    # less than a notice's size once had its oldest units dropped and ended over it.
+    hist = (Message.user("a"), Message.assistant("a"), Message.system("a"),
+            Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE), Message.user("a"),
+            Message.assistant("a"))
+    sizes = sizes_for(kind)
+    for slack in (0, 40):
+        fit = drop_fit(hist, sizes.measure(hist) + slack, sizes)
+        assert (fit.history, fit.dropped, fit.notice_added) == (hist, 0, False)
+
+
 def _bench_history(n: int) -> History:
     out: list[Message] = [Message.system("You are careful.")]
     for i in range(n // 4):

@@ -333,6 +333,27 @@ def drop_fit(h: History, target: int, sizes: Sizes, *, payload_notice: bool = Fa
         if more.size > target:
             break
         k, best = prev, more
+    if k != first and cut.dropped(first) == 0:
+        # Every cut that drops carries a compaction notice that the whole history does not:
+        # when the history fits without one, nothing goes — which the walk and the steps
+        # above, counting the notice, cannot see. Its size is estimated from ``best`` (the
+        # notice off, the units back on; pinned messages sit elsewhere, hence the slack per
+        # pinned message) and measured only when that says it may fit.
+        at = bisect_left(cut.pinned, k)
+        notice = best.history[at] if best.notice_added and at < len(best.history) else None
+        estimate = best.size
+        if notice is not None and notice.tag == TAG_COMPACTION_NOTICE:
+            estimate -= part(notice)
+        bound = target + _SEAM_SLACK * (1 + at)
+        i = k
+        while estimate <= bound and i > first:
+            i -= 1
+            if kept(i):
+                estimate += part(h[i])
+        if estimate <= bound:
+            whole = result(first)
+            if whole.size <= target:
+                k, best = first, whole
     if defect is not None and defect < k:
         repaired, report = pairing.repair_pairing(h)
         fit = drop_fit(tuple(repaired), target, sizes, payload_notice=payload_notice,
