@@ -5,10 +5,12 @@ Both steps work from per-message sizes computed once (:class:`Sizes`: the provid
 re-measuring the whole history per candidate:
 
 - :func:`drop_fit` walks back from the end adding the sizes of the units it keeps, so it
-  touches only what it keeps (plus one unit), cuts there, repairs tool pairing in the
+  sizes only what it keeps (plus one unit), cuts there, repairs tool pairing in the
   kept part only, and checks the result with one exact ``measure`` — moving the cut one
   unit either way until the result is the largest that fits (what a binary search over
-  every cut would find, the same cut as ``ladder.drop_oldest``);
+  every cut would find, the same cut as ``ladder.drop_oldest``). What it must know of
+  the part it drops (system and tagged messages, whether pairing is whole there) comes
+  from :func:`outline`, one loop over the history that builds no message;
 - :func:`shrink_results` turns the biggest tool results into previews, biggest first,
   keeping the body size up to date from the size of each preview; the full results go
   to a :class:`~ipy_ctxrecovery.core.budget.DeferredStore`, so only previews that stay in the
