@@ -23,7 +23,14 @@ from strategies import histories, valid_histories
 
 from ipy_ctxrecovery.core import budget
 from ipy_ctxrecovery.core.budget import DeferredStore, ResultStore
-from ipy_ctxrecovery.core.exactfit import Sizes, drop_fit, first_defect, valid_pairs
+from ipy_ctxrecovery.core.exactfit import (
+    Outline,
+    Sizes,
+    drop_fit,
+    first_defect,
+    outline,
+    valid_pairs,
+)
 from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -36,12 +43,20 @@ from ipy_ctxrecovery.core.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.core.ladder import drop_oldest, preflight_fit
+from ipy_ctxrecovery.core.ladder import (
+    Decision,
+    LadderState,
+    Level,
+    apply,
+    drop_oldest,
+    preflight_fit,
+)
 from ipy_ctxrecovery.core.pairing import repair_pairing
+from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider
 from ipy_ctxrecovery.providers.base import Request, ToolSpec
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
-from ipy_ctxrecovery.settings import Settings
+from ipy_ctxrecovery.settings import Settings, format_size
 
 PROPS = settings(max_examples=120, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -86,6 +101,18 @@ def test_valid_pairs_agrees_with_problems(hist: History) -> None:
         # with calls or a stray tool message.
         assert not _pairing_problems(hist[:at])
         assert hist[at].role is Role.TOOL or hist[at].tool_calls
+
+
+@PROPS
+@given(hist=histories(user_first=None, max_result_chars=300), pairs=st.booleans())
+def test_outline_is_what_a_plain_scan_finds(hist: History, pairs: bool) -> None:
+    # The outline's one loop against three separate obvious scans: the first pairing
+    # problem ``history.problems`` reports, every system message, every tagged message.
+    found = [int(p.split(":")[0].removeprefix("message ")) for p in _pairing_problems(hist)]
+    expected = Outline(found[0] if found and pairs else None,
+                       tuple(i for i, m in enumerate(hist) if m.role is Role.SYSTEM),
+                       tuple(i for i, m in enumerate(hist) if m.tag is not None))
+    assert outline(hist, pairs=pairs) == expected
 
 
 def test_valid_pairs_sees_a_call_that_is_not_last_and_a_stray_result() -> None:
@@ -181,6 +208,19 @@ def test_drop_fit_of_the_bench_case_keeps_the_latest_request_and_fits() -> None:
     assert fit.repair.synthetic_added == 1            # the unanswered call near the end
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "plain"])
+def test_a_history_that_fits_loses_nothing_even_by_less_than_a_notice(kind: str) -> None:
+    # Every cut that drops adds a compaction notice; a history already under the target by
+    # less than a notice's size once had its oldest units dropped and ended over it.
+    hist = (Message.user("a"), Message.assistant("a"), Message.system("a"),
+            Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE), Message.user("a"),
+            Message.assistant("a"))
+    sizes = sizes_for(kind)
+    for slack in (0, 40):
+        fit = drop_fit(hist, sizes.measure(hist) + slack, sizes)
+        assert (fit.history, fit.dropped, fit.notice_added) == (hist, 0, False)
+
+
 def _bench_history(n: int) -> History:
     out: list[Message] = [Message.system("You are careful.")]
     for i in range(n // 4):
@@ -261,3 +301,62 @@ def test_result_store_rewrites_a_file_cut_short(tmp_path: Path) -> None:
     assert store.persist("whole result ✓") == path
     assert store.load(path) == "whole result ✓"
     assert (path.stat().st_mode & 0o777) == 0o600
+
+
+# -- apply's exact fit against a straightforward reference ---------------------------------------
+
+def _reference_fit(hist: History, target: int, measure: Any,
+                   payload: bool) -> tuple[History, int, list[str]] | None:
+    """The exact fit done the obvious way: repair pairing in the whole history, then drop
+    one more oldest unit at a time (``drop_oldest``), measuring every candidate, until one
+    fits; None when none does (the fit then previews results, not compared here)."""
+    notices = [i for i, m in enumerate(hist) if m.tag == TAG_PAYLOAD_NOTICE]
+    hist = tuple(m for i, m in enumerate(hist) if i not in notices[:-1])
+    repaired, report = repair_pairing(hist)
+    notes = []
+    if report.changed:
+        notes.append(f"pairing repaired: {report.orphans_removed} orphan results removed, "
+                     f"{report.synthetic_added} missing results added, {report.moved} moved")
+    for units in range(len(repaired) + 1):
+        out, dropped = drop_oldest(repaired, units)
+        if payload and not any(m.tag == TAG_PAYLOAD_NOTICE for m in out):
+            at = latest_user_index(out)
+            at = len(out) if at is None else at
+            out = (*out[:at], Message.user(PAYLOAD_NOTICE, tag=TAG_PAYLOAD_NOTICE), *out[at:])
+        if measure(out) <= target:
+            return out, dropped, notes
+    return None
+
+
+@settings(FIT_PROPS, max_examples=200)
+@given(hist=histories(user_first=None, max_turns=6, max_result_chars=3_000),
+       fraction=st.floats(0.05, 1.0), kind=st.sampled_from(["openai", "anthropic", "plain"]),
+       payload=st.booleans())
+def test_exact_fit_is_the_reference_fit(hist: History, fraction: float, kind: str,
+                                        payload: bool, tmp_path_factory: Any) -> None:
+    # The one-pass fit (outline, walk back over part sizes, repair of the kept part only,
+    # measure folded in C) gives exactly what the obvious search gives: the same messages,
+    # the same count dropped, the same notes and flags.
+    sizes = sizes_for(kind)
+    provider = PROVIDERS.get(kind)
+    target = int(sizes.measure(hist) * fraction)
+    decision = Decision(Level.EXACT_FIT, 1, LadderState(), target_bytes=target,
+                        limit_bytes=None, payload_related=False, inject_payload_notice=payload)
+    result = apply(decision, hist, settings=S, store=ResultStore(tmp_path_factory.mktemp("r")),
+                   measure=sizes.measure, part=provider.message_size if provider else None)
+    reference = _reference_fit(hist, target, sizes.measure, payload)
+    if reference is None:
+        return
+    out, dropped, notes = reference
+    assert result.history == out
+    assert [m.meta for m in result.history] == [m.meta for m in out]
+    assert result.level is Level.EXACT_FIT
+    assert result.removed_messages == dropped
+    if dropped:
+        notes.append(f"{dropped} message{'s' if dropped != 1 else ''} dropped to fit "
+                     f"{format_size(target)}")
+    assert list(result.notes) == notes
+    assert result.compaction_notice_added == bool(dropped)
+    assert result.payload_notice_added == (payload and not any(
+        m.tag == TAG_PAYLOAD_NOTICE for m in hist))
+    assert result.changed == (out != hist)

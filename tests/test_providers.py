@@ -1041,6 +1041,38 @@ def test_measure_is_exact_on_generated_histories(history: Any, pick: int) -> Non
 _MEASURED = {"openai": _offline("openai"), "anthropic": _offline("anthropic")}
 
 
+_RUN_MESSAGES = (Message.system("s ✓"), Message.system(""), Message.user("u"), Message.user(""),
+                 Message.assistant("a 日本"), Message.assistant(""),
+                 Message.assistant("", [ToolCall("c1", "weather", '{"city": "Zürich"}')]),
+                 Message.assistant("and", [ToolCall("c2", "weather", "{}")]),
+                 Message.tool("c1", "sunny"), Message.tool("c2", ""),
+                 Message(Role.ASSISTANT, (Reasoning("r", "sig"),)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_RUN_MESSAGES) - 1), max_size=40),
+       split=st.integers(0, 40))
+def test_the_bulk_size_fold_is_the_fold_one_message_at_a_time(picks: list[int],
+                                                             split: int) -> None:
+    # _fold_many sums the sizes of messages that merge with nothing in C; whatever the
+    # runs (merged system/user/assistant runs, tool results side by side, where the open
+    # run was left), it must end in the very state of _fold applied one by one.
+    from functools import reduce
+
+    from ipy_ctxrecovery.providers._common import SizeMemo
+    from ipy_ctxrecovery.providers.openai import _START, _fold, _fold_many, _message_size
+
+    messages = [_RUN_MESSAGES[i] for i in picks]
+    memo = SizeMemo()
+    items = memo.get_many(messages[:split], _message_size)
+    assert items == [_message_size(m) for m in messages[:split]]
+    start = reduce(_fold, items, _START)
+    rest = memo.get_many(messages[split:], _message_size)
+    assert rest == [memo.get(m, _message_size) for m in messages[split:]]
+    assert _fold_many(start, rest) == reduce(_fold, rest, start)
+    assert _fold_many(_START, items + rest) == reduce(_fold, items + rest, _START)
+
+
 def test_measure_falls_back_to_the_sdk_for_values_json_cannot_take() -> None:
     when = datetime(2026, 11, 30, 2, 0, 0)
     for kind in ("openai", "anthropic"):

@@ -150,6 +150,8 @@ class DeferredStore(ResultStore):
 
     def commit(self, history: History) -> tuple[Path, ...]:
         """Write the pending results that ``history``'s previews name; forget the rest."""
+        if not self._pending:
+            return ()                          # nothing previewed: no need to look
         written: list[Path] = []
         for m in history:
             if m.role is not Role.TOOL or not m.meta:

@@ -19,7 +19,8 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from operator import is_, itemgetter
 from typing import Any
 
 import httpx2
@@ -163,22 +164,47 @@ class SizeMemo:
     share most of their messages — cost a dict lookup per message after the first.
 
     Keyed on the frozen ``Message`` itself (its hash leaves out ``meta``; conversion does
-    not read ``meta`` either). Bounded: cleared when full, which only costs speed.
+    not read ``meta`` either). The same message object asked for again is found by its
+    ``id`` first, without hashing it (a message's hash is two Python-level ``__hash__``
+    calls; a fit asks for each kept message several times). Bounded: cleared when full,
+    which only costs speed.
     """
 
     _MAX_ENTRIES = 16_384
 
     def __init__(self) -> None:
         self._sizes: dict[Any, Any] = {}
+        # id(message) -> (message, value): holding the message keeps its id from reuse.
+        # Public so that a hot caller can look an object up inline: ``hit[0] is key``.
+        self.seen: dict[int, tuple[Any, Any]] = {}
 
     def get(self, key: Any, compute: Callable[[Any], Any]) -> Any:
+        hit = self.seen.get(id(key))
+        if hit is not None and hit[0] is key:
+            return hit[1]
         value = self._sizes.get(key, _MISSING)
         if value is _MISSING:
             value = compute(key)
             if len(self._sizes) >= self._MAX_ENTRIES:
                 self._sizes.clear()
             self._sizes[key] = value
+        if len(self.seen) >= self._MAX_ENTRIES:
+            self.seen.clear()
+        self.seen[id(key)] = (key, value)
         return value
+
+    def get_many(self, keys: Sequence[Any], compute: Callable[[Any], Any]) -> list[Any]:
+        """``[get(k, compute) for k in keys]``, the objects seen before found in C loops."""
+        seen = self.seen.get
+        hits = [seen(id(k), _NO_HIT) for k in keys]
+        if all(map(is_, map(itemgetter(0), hits), keys)):
+            return list(map(itemgetter(1), hits))
+        get = self.get
+        return [hit[1] if hit[0] is k else get(k, compute)
+                for hit, k in zip(hits, keys, strict=True)]
+
+
+_NO_HIT = (_MISSING, None)
 
 
 class PrefixFold:
@@ -196,11 +222,14 @@ class PrefixFold:
     _SLOTS = 4
 
     def __init__(self, memo: SizeMemo | None, item: Callable[[Any], Any], start: Any,
-                 step: Callable[[Any, Any], Any]) -> None:
+                 step: Callable[[Any, Any], Any],
+                 steps: Callable[[Any, list[Any]], Any] | None = None) -> None:
         self._memo = memo
         self._item = item
         self._start = start
         self._step = step
+        # ``steps(state, items)``: the same as ``step`` over each item in turn, in bulk.
+        self._steps = steps
         self._recent: list[tuple[tuple[Any, ...], Any]] = []
 
     def __call__(self, messages: tuple[Any, ...]) -> Any:
@@ -216,6 +245,8 @@ class PrefixFold:
         if self._memo is None:            # an item cheaper than a memo lookup
             for m in messages[done:]:
                 state = step(state, item(m))
+        elif self._steps is not None:
+            state = self._steps(state, self._memo.get_many(messages[done:], item))
         else:
             get = self._memo.get
             for m in messages[done:]:
@@ -262,8 +293,16 @@ def split_options(create: Callable[..., Any], options: Mapping[str, Any],
     return kwargs, extra
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
     """Mappings → dicts and tuples → lists, recursively (JSON-ready copies of tool schemas)."""
+    kind = type(value)
+    if kind in _LEAVES:               # the usual leaves, without the ABC checks below
+        return value
+    if kind is dict:
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -428,11 +467,16 @@ class SDKAdapter:
         """(one message's size item, the fold's start, its step) for :meth:`_folded`."""
         raise NotImplementedError
 
+    def _fold_steps(self) -> Callable[[Any, list[Any]], Any] | None:
+        """The fold's step over many items at once (None: one ``step`` per item)."""
+        return None
+
     def _folded(self, messages: tuple[Message, ...]) -> Any:
         """The adapter's size fold over ``messages``, resumed after an earlier history it
         extends (``PrefixFold``)."""
         if self._prefix_fold is None:
-            self._prefix_fold = PrefixFold(self._memo, *self._fold_parts())
+            self._prefix_fold = PrefixFold(self._memo, *self._fold_parts(),
+                                           steps=self._fold_steps())
         return self._prefix_fold(messages)
 
     def _read_reply(self, result: Any, size: int) -> Response:

@@ -91,13 +91,17 @@ def shape_key(kwargs: Mapping[str, Any]) -> str | None:
     """The shape of a request's kwargs (everything but the bulk), or None when an option
     is not plain JSON (a datetime, a pydantic model): such a request takes the SDK path."""
     try:
-        return json.dumps(
+        return _SHAPE_ENCODER.encode(
             [sorted(k for k in kwargs if k in BULK),
              {k: v for k, v in kwargs.items() if k not in BULK and k != "timeout"},
-             repr(kwargs.get("timeout"))],
-            ensure_ascii=False, sort_keys=True, allow_nan=False)
+             repr(kwargs.get("timeout"))])
     except (TypeError, ValueError):
         return None
+
+
+# ``json.dumps`` with these options builds an encoder per call; a request measured per
+# candidate of a fit asks for its shape each time.
+_SHAPE_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False)
 
 
 def encode_value(value: Any) -> bytes:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -128,6 +130,7 @@ def _merge(run: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+@functools.lru_cache(maxsize=64)
 def uses_max_completion_tokens(model_id: str) -> bool:
     """Whether ``model_id`` belongs to a family that wants ``max_completion_tokens``."""
     return bool(_COMPLETION_TOKENS_MODELS.match(model_id.strip().lower().rsplit("/", 1)[-1]))
@@ -230,10 +233,16 @@ class OpenAIProvider(SDKAdapter):
     def _fold_parts(self) -> tuple[Callable[[Message], Any], Any, Callable[[Any, Any], Any]]:
         return _message_size, _START, _fold
 
+    def _fold_steps(self) -> Callable[[Any, list[Any]], Any]:
+        return _fold_many
+
     def message_size(self, message: Message) -> int:
         """What ``message`` adds to the body after a message of another role (its JSON and
         a comma); after one of its own role it is merged into it (``to_wire``), which a
         fit settles with an exact ``measure``."""
+        hit = self._memo.seen.get(id(message))       # a fit asks once per kept message
+        if hit is not None and hit[0] is message:
+            return hit[1].size + 1
         return self._memo.get(message, _message_size).size + 1
 
     def message_sizes(self, request: Request) -> tuple[int, list[int]]:
@@ -346,6 +355,38 @@ def _fold(state: _Fold, item: _Sized) -> _Fold:
         inner += _run_size(run)
         units += 1
     return inner, units, _grow(None, item)
+
+
+def _fold_many(state: _Fold, items: list[_Sized]) -> _Fold:
+    """``_fold`` over ``items`` in turn. Between the items that merge into the one before
+    them (``to_wire``'s runs; none in a plain alternation), every item is a whole message
+    of its own: those sizes are summed in C instead of folded one by one."""
+    n = len(items)
+    if n < 3:
+        return functools.reduce(_fold, items, state)
+    roles = [item.role for item in items]
+    same = list(map(operator.eq, roles, itertools.islice(roles, 1, None)))
+    merges = [j + 1 for j in itertools.compress(itertools.count(), same)
+              if roles[j] in _MERGED_ROLES] if True in same else []
+    state = _fold(state, items[0])                    # it may merge into the open run
+    done = 1
+    for j in merges:
+        state = _fold(_separate(state, items, done, j), items[j])
+        done = j + 1
+    return _separate(state, items, done, n)
+
+
+def _separate(state: _Fold, items: list[_Sized], start: int, stop: int) -> _Fold:
+    """``_fold`` over ``items[start:stop]``, none of which merges into the one before it."""
+    if stop <= start:
+        return state
+    inner, units, run = state
+    assert run is not None                            # an item was folded before ``start``
+    inner += _run_size(run) + sum(map(_SIZE, itertools.islice(items, start, stop - 1)))
+    return inner, units + stop - start, _grow(None, items[stop - 1])
+
+
+_SIZE = operator.attrgetter("size")
 
 
 def _finish(state: _Fold) -> int:

@@ -32,7 +32,15 @@ from humanfriendly.text import pluralize
 from ...settings import Settings, format_size
 from .. import budget, pairing
 from ..budget import DeferredStore, ResultStore
-from ..exactfit import MIN_PREVIEW_CHARS, Sizes, drop_fit, shrink_results, valid_pairs
+from ..exactfit import (
+    MIN_PREVIEW_CHARS,
+    Outline,
+    Sizes,
+    drop_fit,
+    outline,
+    shrink_results,
+    valid_pairs,
+)
 from ..history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -256,13 +264,18 @@ def apply(decision: Decision, history: History, *, settings: Settings, store: Re
     if level in (Level.LOWER_MAX_TOKENS, Level.GIVE_UP):
         return LadderResult(original, level, 0)
     if level is Level.EXACT_FIT:
-        # Pairing is repaired in the part that is kept (drop_fit), not in all of it.
-        h = _dedupe_payload_notices(original)
-        reason = _hopeless(h, decision, measure, settings)
+        # Pairing is repaired in the part that is kept (drop_fit), not in all of it. One
+        # pass over the history (its outline) serves every step below.
+        h, shape = original, outline(original)
+        if sum(original[i].tag == TAG_PAYLOAD_NOTICE for i in shape.tagged) > 1:
+            h = _dedupe_payload_notices(original)
+            shape = outline(h)
+        reason = _hopeless(h, decision, measure, settings,
+                           systems=tuple([h[i] for i in shape.systems]))
         if reason is not None:
             return LadderResult(original, Level.GIVE_UP, 0, give_up_reason=reason)
         fitted = _exact_fit(decision, h, [], settings=settings, store=store,
-                            sizes=Sizes(measure, part))
+                            sizes=Sizes(measure, part), shape=shape)
         if fitted.level is Level.GIVE_UP:
             return replace(fitted, history=original)
         return replace(fitted, changed=fitted.history != original)
@@ -316,24 +329,30 @@ def _hard_limit(decision: Decision, settings: Settings) -> int | None:
 
 
 def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
-              settings: Settings) -> str | None:
-    """A sentence when no cut can fit: the system prompt (or it plus the request) is too big."""
+              settings: Settings, *, systems: History | None = None) -> str | None:
+    """A sentence when no cut can fit: the system prompt (or it plus the request) is too big.
+
+    ``systems``: ``h``'s system messages, when the caller has them already."""
     limit = _hard_limit(decision, settings)
     if limit is None:
         return None
-    system = Role.SYSTEM
-    systems = tuple([m for m in h if m.role is system])
+    if systems is None:
+        system = Role.SYSTEM
+        systems = tuple([m for m in h if m.role is system])
     hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
         else "use a model with a larger context window"
-    if systems:
+    latest = latest_user_index(h)
+    with_latest = None if latest is None else measure((*systems, h[latest]))
+    # A body only grows with a message more: when the request fits, the system prompt
+    # alone does too (one measure where there would be two).
+    if systems and (with_latest is None or with_latest > limit):
         size = measure(systems)
         if size > limit:
             return (f"The system prompt alone is {format_size(size)}, more than the "
                     f"{format_size(limit)} this request can carry; shorten the system "
                     f"prompt or {hint}.")
-    latest = latest_user_index(h)
-    if latest is not None:
-        size = measure((*systems, h[latest]))
+    if with_latest is not None:
+        size = with_latest
         if size > limit:
             return (f"Your latest message makes the request {format_size(size)} even with "
                     f"all earlier history removed, more than the {format_size(limit)} it can "
@@ -343,7 +362,7 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
 
 
 def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Settings,
-               store: ResultStore, sizes: Sizes) -> LadderResult:
+               store: ResultStore, sizes: Sizes, shape: Outline | None = None) -> LadderResult:
     """Drop the fewest oldest units so that the history fits the target (``drop_fit``),
     then preview kept tool results if dropping is not enough (``shrink_results``).
 
@@ -352,13 +371,17 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
     target = decision.target_bytes
     if target is None:
         raise ValueError("an EXACT_FIT decision needs target_bytes")
-    deferred = store if isinstance(store, DeferredStore) else DeferredStore(store)
-    fit = drop_fit(h, target, sizes, payload_notice=decision.inject_payload_notice)
+    # Made when a result is previewed: a fit that only drops writes nothing.
+    deferred = store if isinstance(store, DeferredStore) else None
+    fit = drop_fit(h, target, sizes, payload_notice=decision.inject_payload_notice,
+                   shape=shape)
     notes.extend(_repair_notes(fit.repair))
     if fit.dropped:
         notes.append(f"{pluralize(fit.dropped, 'message')} dropped to fit {format_size(target)}")
     out, size = fit.history, fit.size
     if size > target:
+        if deferred is None:
+            deferred = DeferredStore(store)
         out, shrunk, size = shrink_results(out, target, sizes, settings=settings,
                                            store=deferred, size=size)
         if shrunk:
@@ -377,7 +400,7 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
                                 f"the {format_size(limit)} it can carry; send a shorter "
                                 "message or raise the proxy/gateway limit "
                                 "(CHATCLI_MAX_PAYLOAD)."))
-    if deferred is not store:
+    if deferred is not None and deferred is not store:
         deferred.commit(out)
     return LadderResult(out, Level.EXACT_FIT, fit.dropped, tuple(notes),
                         payload_notice_added=fit.payload_added,
