@@ -301,9 +301,7 @@ def plain(value: Any) -> Any:
     kind = type(value)
     if kind in _LEAVES:               # the usual leaves, without the ABC checks below
         return value
-    if kind is dict:
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):    # a plain dict skips the ABC check
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
