@@ -95,6 +95,25 @@ def test_bytes_written_per_turn_are_at_most_twice_the_new_messages() -> None:
         assert written <= 2 * new_bytes + 2048, (i, written, new_bytes)
 
 
+def test_a_turn_masks_and_encodes_each_new_message_once() -> None:
+    # The transcript line and the journal line carry the same masked bytes: a 1 MB paste
+    # is masked and encoded once, not once per file.
+    s = make("mask-once")
+    s.send("the first turn writes the snapshot")
+    masked: list[str] = []
+    message = s.redactor.message
+    s.redactor.message = lambda m: masked.append(m.text) or message(m)  # type: ignore[method-assign]
+    secret = "sk-proj-" + "A1b2C3d4" * 6
+    s.send(f"paste {secret} " + "x" * 100_000)
+    assert sorted(masked) == sorted(m.text for m in s.history[-2:])
+    journal = json.loads((s.directory / "history.journal").read_text().splitlines()[-1])
+    records = [json.loads(line) for line in
+               (s.directory / "transcript.jsonl").read_text().splitlines()]
+    said = [r["message"] for r in records if r["type"] == "message"][-2:]
+    assert journal["add"] == said
+    assert secret not in json.dumps(said) and "[REDACTED]" in said[0]["blocks"][0]["text"]
+
+
 def test_cutting_the_journal_at_every_byte_of_its_last_line_loses_at_most_that_turn() -> None:
     s = make("cuts")
     for i in range(3):

@@ -298,6 +298,9 @@ def message_from_dict(data: Any) -> Message:
     return message
 
 
+_WRITTEN_MAX = 256     # messages kept encoded between the transcript and the journal
+
+
 def _dumps(value: Any) -> bytes:
     """One JSON line as UTF-8; text with lone surrogates (possible in provider JSON) is
     written with JSON escapes, which read back to the same string."""
@@ -398,6 +401,9 @@ class Transcript:
         self.health = SaveHealth(self.directory)
         self._pending: list[bytes] = []            # transcript records not written yet
         self._later: list[tuple[float, Message]] = []  # messages append(later=True) queued
+        # This turn's messages as written to the transcript (masked, JSON), by id: the
+        # journal line at the turn's end carries the same bytes (``_message_json``).
+        self._written: dict[int, tuple[Message, bytes]] = {}
         self._persisted: History | None = None     # what snapshot + journal hold, if known
         self._generation = 0
         self._journal_lines = 0
@@ -464,13 +470,16 @@ class Transcript:
 
     # -- the append-only log ------------------------------------------------------------
     def _append_record(self, record: Mapping[str, Any] | None) -> None:
+        self._append_line(_dumps(record) + b"\n" if record is not None else None)
+
+    def _append_line(self, line: bytes | None) -> None:
         self.create()
         # Queued messages go first, so the log keeps the order things were said in.
         for ts, message in self._later:
-            self._pending.append(_dumps(self._message_record(ts, message)) + b"\n")
+            self._pending.append(self._message_line(ts, message))
         self._later.clear()
-        if record is not None:
-            self._pending.append(_dumps(record) + b"\n")
+        if line is not None:
+            self._pending.append(line)
         try:
             # Records that could not be written before go first, in order, in one write.
             append_record(self.path, b"".join(self._pending))
@@ -487,15 +496,29 @@ class Transcript:
         if later:
             self._later.append((time.time(), message))
             return
-        self._append_record(self._message_record(time.time(), message))
+        self._append_line(self._message_line(time.time(), message))
 
     def flush(self) -> None:
         """Write the messages :meth:`append` queued (nothing when none is)."""
         if self._later:
             self._append_record(None)
 
-    def _message_record(self, ts: float, message: Message) -> dict[str, Any]:
-        return {"type": "message", "ts": ts, "message": self._stored(message).to_dict()}
+    def _message_line(self, ts: float, message: Message) -> bytes:
+        # ``{"type": "message", "ts": ts, "message": {...}}`` as ``_dumps`` writes it.
+        return (_dumps({"type": "message", "ts": ts})[:-1] + b', "message": '
+                + self._message_json(message) + b"}\n")
+
+    def _message_json(self, message: Message) -> bytes:
+        """``message`` as stored (masked), as JSON: masked and encoded once a turn — its
+        transcript line and the turn's journal line carry the same bytes."""
+        known = self._written.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        data = _dumps(self._stored(message).to_dict())
+        if len(self._written) >= _WRITTEN_MAX:      # turns that save no history
+            self._written.clear()
+        self._written[id(message)] = (message, data)
+        return data
 
     def _stored(self, message: Message) -> Message:
         return self.redactor.message(message) if self.redactor is not None else message
@@ -565,14 +588,15 @@ class Transcript:
         extends what is on disk, else a whole snapshot (see the module doc)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
-        record = self._journal_record(history)
-        if record is None:
+        line = self._journal_line(history)
+        self._written.clear()
+        if line is None:
             self.checkpoint(history)
             return
-        if not record["set"] and not record["add"]:
+        if not line:
             return
         try:
-            append_record(self.journal_path, _dumps(record) + b"\n")
+            append_record(self.journal_path, line)
         except OSError as e:
             self.health.failed(self.journal_path.name, e)
             self._persisted = None          # the next write is a whole snapshot
@@ -581,7 +605,9 @@ class Transcript:
         self._journal_lines += 1
         self.health.ok()
 
-    def _journal_record(self, history: History) -> dict[str, Any] | None:
+    def _journal_line(self, history: History) -> bytes | None:
+        """The journal line taking what is on disk to ``history`` (b"" when nothing
+        changed), None when only a snapshot can (not an extension)."""
         old = self._persisted
         if old is None or len(history) < len(old):
             return None
@@ -595,8 +621,13 @@ class Transcript:
             if len(replaced) >= JOURNAL_MAX_REPLACED:
                 return None
             replaced.append([i, self._stored(now).to_dict()])
-        return {"gen": self._generation, "base": len(old), "set": replaced,
-                "add": [self._stored(m).to_dict() for m in history[len(old):]]}
+        added = history[len(old):]
+        if not replaced and not added:
+            return b""
+        # ``{"gen": g, "base": n, "set": [...], "add": [...]}`` as ``_dumps`` writes it.
+        head = _dumps({"gen": self._generation, "base": len(old), "set": replaced})
+        return (head[:-1] + b', "add": [' + b", ".join(map(self._message_json, added))
+                + b"]}\n")
 
     def checkpoint(self, history: History) -> None:
         """Write ``history`` as a whole snapshot and empty the journal (close, compaction)."""
