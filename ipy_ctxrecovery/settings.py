@@ -272,9 +272,7 @@ class Settings:
         for name in ("summarizer_input_max_chars", "summary_max_chars"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be at least 1.")
-        for name in ("max_recovery_attempts", "emergency_keep_messages", "context_window",
-                     "microcompact_truncate_turns", "microcompact_summarize_turns",
-                     "turn_budget_chars", "per_result_max_chars", "nuclear_keep_messages"):
+        for name in _AT_LEAST_ONE:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{_label(name)}={value!r} must be at least 1.")
@@ -342,6 +340,10 @@ MAX_CHARS_PER_TOKEN = 10.0
 """The range a bytes-per-token estimate can take (as ``preflight`` clamps calibration)."""
 _OPTIONAL = frozenset({"context_window", "max_payload", "turn_timeout"})
 """Fields where None is a value (no override, no cap, no deadline)."""
+_AT_LEAST_ONE = ("max_recovery_attempts", "emergency_keep_messages", "context_window",
+                 "microcompact_truncate_turns", "microcompact_summarize_turns",
+                 "turn_budget_chars", "per_result_max_chars", "nuclear_keep_messages")
+"""Counts where 0 makes no sense (the others, e.g. max_token_escalations, may be 0)."""
 
 
 def _label(name: str) -> str:
@@ -405,5 +407,7 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
             else "a whole number such as 3"
         raise ConfigError(f"{key}={raw!r} is not a whole number; expected {hint}.") from None
     if value_i < 0:
-        raise ConfigError(f"{key}={raw!r} must not be negative; expected a whole number ≥ 1.")
+        least = 1 if name in _AT_LEAST_ONE else 0
+        raise ConfigError(f"{key}={raw!r} must not be negative; expected a whole number "
+                          f"≥ {least}.")
     return value_i

@@ -1218,6 +1218,38 @@ def test_env_warnings_do_not_contradict_and_rejected_values_are_not_the_source(
     assert out[1].split()[2:4] == ["2", "(default;"]
 
 
+def test_bad_env_values_never_cost_a_good_one_its_value(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two bad variables (one out of range, one contradicting a default) used to make the
+    # whole set ignored, the proxy cap with them: "no payload cap configured".
+    monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "512KB")
+    monkeypatch.setenv("CHATCLI_EMERGENCY_KEEP_MESSAGES", "0")
+    monkeypatch.setenv("CHATCLI_MICROCOMPACT_TRUNCATE_TURNS", "6")
+    monkeypatch.setenv("CHATCLI_MAX_TOKEN_ESCALATIONS", "-1")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    err = sorted(capsys.readouterr().err.splitlines())
+    assert [line.split(":")[0] for line in err] == [
+        "⚠ ignoring CHATCLI_EMERGENCY_KEEP_MESSAGES=0",
+        "⚠ ignoring CHATCLI_MAX_TOKEN_ESCALATIONS",
+        "⚠ ignoring CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=6"]
+    assert "must be at least 1" in err[0] and "Using the default (10)" in err[0]
+    assert "expected a whole number ≥ 0" in err[1]          # 0 escalations is allowed
+    assert "is below CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=6" in err[2]
+    chat = ip.magics_manager.registry["ChatMagics"]
+    settings = chat.settings()
+    assert settings.max_payload == 512 * 1024
+    assert (settings.emergency_keep_messages, settings.microcompact_truncate_turns,
+            settings.max_token_escalations) == (10, 2, 2)
+
+
+def test_env_values_that_agree_are_kept_whatever_their_order() -> None:
+    from ipy_ctxrecovery.notebook.environment import env_settings
+    settings, warnings = env_settings({"CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "6",
+                                       "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "8"})
+    assert warnings == []
+    assert (settings.microcompact_truncate_turns, settings.microcompact_summarize_turns) == (6, 8)
+
+
 def test_config_shows_one_key_and_takes_a_size_with_a_space(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,12 +92,15 @@ def _own_http_client(client: Any) -> bool:
 def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
     """Settings from the CHATCLI_* variables, skipping bad ones with one warning line each.
 
-    Each variable is checked alone first; values that are fine alone but contradict each
-    other (the microcompact ages) are then named together in one warning, both ignored.
+    A value that cannot be read (``lots`` for a size) is named with its own sentence. The
+    rest are kept as long as they hold together: a variable is kept when the settings
+    with it and the ones kept so far are valid, asked again until nothing changes (so a
+    pair set to agree is kept whatever its order); each one left out is named with what
+    it contradicts — another bad variable never costs a good one its value.
     """
     source = os.environ if env is None else env
-    good: dict[str, str] = {}
-    warnings: list[str] = []
+    readable: dict[str, str] = {}
+    warnings: dict[str, str] = {}
     for var, field_name in ENV_VARS.items():
         raw = source.get(var, "")
         if not raw.strip():
@@ -105,27 +108,35 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         try:
             Settings().updated({var: raw}, source="environment variable")
         except ConfigError as e:
-            if "(from " not in str(e):     # a bad value, not a relation with a default
-                warnings.append(f"⚠ ignoring {var}: {e} Using the default "
-                                f"({_shown_default(field_name)}).")
+            if "(from " not in str(e):     # the value itself, not a check of the settings
+                warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
+                                 f"({_shown_default(field_name)}).")
                 continue
-        good[var] = raw
-    try:
-        return Settings().updated(good, source="environment variable"), warnings
-    except ConfigError as e:
-        involved = [var for var in good if _valid_without(good, var)] or list(good)
-        kept = {k: v for k, v in good.items() if k not in involved}
-        given = " and ".join(f"{var}={good[var]}" for var in involved)
-        defaults = " and ".join(_shown_default(ENV_VARS[var]) for var in involved)
-        reason = str(e).split(" (from ")[0].rstrip(".")
-        warnings.append(f"⚠ ignoring {given}: {reason}. Using the default"
-                        f"{'s' if len(involved) > 1 else ''} ({defaults}).")
-        return Settings().updated(kept, source="environment variable"), warnings
+        readable[var] = raw
+    kept: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for var, raw in readable.items():
+            if var not in kept and _valid({**kept, var: raw}):
+                kept[var] = raw
+                changed = True
+    for var, raw in readable.items():
+        if var in kept:
+            continue
+        try:
+            Settings().updated({**kept, var: raw}, source="environment variable")
+        except ConfigError as e:
+            reason = str(e).split(" (from ")[0].rstrip(".")
+            warnings[var] = (f"⚠ ignoring {var}={raw}: {reason}. Using the default "
+                             f"({_shown_default(ENV_VARS[var])}).")
+    ordered = [warnings[var] for var in ENV_VARS if var in warnings]
+    return Settings().updated(kept, source="environment variable"), ordered
 
 
-def _valid_without(values: Mapping[str, str], var: str) -> bool:
+def _valid(values: Mapping[str, str]) -> bool:
     try:
-        Settings().updated({k: v for k, v in values.items() if k != var})
+        Settings().updated(values, source="environment variable")
     except ConfigError:
         return False
     return True
