@@ -510,10 +510,13 @@ def test_system_prompt_bigger_than_the_rejected_size_fails_fast(store: ResultSto
     result = run(d, hist, store)
     assert result.level is Level.GIVE_UP
     assert result.history == hist
+    # The size the proxy rejected and the learned estimate, as the status line said them;
+    # never the rejected size called what the path "can carry".
     assert result.give_up_reason == (
-        f"The system prompt alone is {format_size(measure((hist[0],)))}, more than the "
-        f"{format_size(200 * KiB - 1)} this request can carry; shorten the system prompt or "
-        "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD).")
+        f"The system prompt alone is {format_size(measure((hist[0],)))}, no smaller than the "
+        f"{format_size(200 * KiB)} request the proxy/gateway already rejected (its limit "
+        f"looks to be about {format_size(150 * KiB)}); shorten the system prompt or raise "
+        "the proxy/gateway limit (CHATCLI_MAX_PAYLOAD).")
 
 
 def test_latest_message_bigger_than_the_limit_fails_fast(store: ResultStore) -> None:

@@ -21,7 +21,13 @@ import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
-from ipy_ctxrecovery.core.events import Event, LadderStep, NoticeInjected, WindowLearned
+from ipy_ctxrecovery.core.events import (
+    CapChanged,
+    Event,
+    LadderStep,
+    NoticeInjected,
+    WindowLearned,
+)
 from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -40,6 +46,7 @@ from ipy_ctxrecovery.core.wording import describe
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.settings import format_size
 
 WIRES = ["emulator", "emulator:anthropic"]
 NOTICE_HEAD = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
@@ -412,6 +419,30 @@ def test_a_body_over_a_learned_cap_is_fitted_not_rejected_again(emulator: Any) -
     assert all(r.body_bytes < rejected[0].body_bytes for r in after)
     assert session.caps.smallest_rejected == rejected[0].body_bytes
     check_run(run, payload=True, tool_results=True)
+
+
+def test_a_message_too_big_for_the_proxy_is_named_against_what_was_learned(
+        emulator: Any) -> None:
+    # The give-up sentence quotes the rejected size as a rejection and the learned cap the
+    # status line gave — not the rejected size as what the path "can carry" (a user who
+    # trimmed to just under it failed again).
+    emu = emulator(context_window=128_000, max_body="20KB")
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="too-big")
+    learned: list[Any] = []
+    session.subscribe(lambda e: learned.append(e) if isinstance(e, CapChanged)
+                      and e.source == "learned" else None)
+    session.send("hello", stream=False)
+    with pytest.raises(ChatError) as caught:
+        session.send("big " + "lorem ipsum dolor " * 1500, stream=False)
+    rejected = [r for r in emu.requests if r.status == 413]
+    assert len(rejected) == 1
+    said = str(caught.value)
+    assert "can carry" not in said
+    assert f"the {format_size(rejected[0].body_bytes)} request the proxy/gateway already " \
+        "rejected" in said
+    assert learned and f"looks to be about {format_size(learned[-1].cap)}" in said
+    assert learned[-1].cap < 20 * 1024 < rejected[0].body_bytes
+    assert session.history[-1].text.startswith("Emulator reply")    # nothing was lost
 
 
 @pytest.mark.parametrize("wire", WIRES)

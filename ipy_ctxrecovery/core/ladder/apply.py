@@ -328,6 +328,19 @@ def _hard_limit(decision: Decision, settings: Settings) -> int | None:
     return math.floor(decision.limit_bytes * (1 + settings.exact_fit_margin))
 
 
+def _over(decision: Decision, limit: int) -> str:
+    """What a request over ``limit`` is more than: for a payload limit, the size the
+    proxy/gateway already rejected and where its limit looks to be (the learned cap the
+    status line gave) — never the rejected size called what the path "can carry"."""
+    rejected, estimate = decision.rejected_bytes, decision.cap_bytes
+    if not decision.payload_related or rejected is None:
+        return f"more than the {format_size(limit)} this request can carry"
+    looks = (f" (its limit looks to be about {format_size(estimate)})"
+             if estimate is not None and estimate < rejected else "")
+    return (f"no smaller than the {format_size(rejected)} request the proxy/gateway "
+            f"already rejected{looks}")
+
+
 def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
               settings: Settings, *, systems: History | None = None) -> str | None:
     """A sentence when no cut can fit: the system prompt (or it plus the request) is too big.
@@ -341,6 +354,7 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
         systems = tuple([m for m in h if m.role is system])
     hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
         else "use a model with a larger context window"
+    over = _over(decision, limit)
     latest = latest_user_index(h)
     with_latest = None if latest is None else measure((*systems, h[latest]))
     # A body only grows with a message more: when the request fits, the system prompt
@@ -348,16 +362,14 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
     if systems and (with_latest is None or with_latest > limit):
         size = measure(systems)
         if size > limit:
-            return (f"The system prompt alone is {format_size(size)}, more than the "
-                    f"{format_size(limit)} this request can carry; shorten the system "
-                    f"prompt or {hint}.")
+            return (f"The system prompt alone is {format_size(size)}, {over}; shorten "
+                    f"the system prompt or {hint}.")
     if with_latest is not None:
         size = with_latest
         if size > limit:
             return (f"Your latest message makes the request {format_size(size)} even with "
-                    f"all earlier history removed, more than the {format_size(limit)} it can "
-                    "carry; send a shorter message (large content can be read by a tool "
-                    "in ranges).")
+                    f"all earlier history removed, {over}; send a shorter message (large "
+                    "content can be read by a tool in ranges).")
     return None
 
 
@@ -396,10 +408,9 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
             return LadderResult(
                 h, Level.GIVE_UP, 0, tuple(notes),
                 give_up_reason=(f"Even with all earlier history removed and tool results "
-                                f"shortened, the request is {format_size(size)}, more than "
-                                f"the {format_size(limit)} it can carry; send a shorter "
-                                "message or raise the proxy/gateway limit "
-                                "(CHATCLI_MAX_PAYLOAD)."))
+                                f"shortened, the request is {format_size(size)}, "
+                                f"{_over(decision, limit)}; send a shorter message or raise "
+                                "the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)."))
     if deferred is not None and deferred is not store:
         deferred.commit(out)
     return LadderResult(out, Level.EXACT_FIT, fit.dropped, tuple(notes),

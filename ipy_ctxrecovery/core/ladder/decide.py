@@ -72,6 +72,7 @@ class Decision:
     target_bytes: int | None = None       # for EXACT_FIT
     limit_bytes: int | None = None        # largest size that can still work, when known
     rejected_bytes: int | None = None     # a payload failure's rejected body size
+    cap_bytes: int | None = None          # a payload failure: where the path's limit looks to be
     payload_related: bool = False         # the failure was a payload one (413/WAF/EOF)
     reason: str = ""                      # GIVE_UP: one sentence for the user
 
@@ -111,6 +112,7 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
     assume = settings.assumed_cap_bytes if first_payload and not cap_configured else None
     limit, target, rejected = _fit_numbers(settings, failure, history_bytes=history_bytes,
                                            max_tokens=requested, cap=cap)
+    estimate = target if rejected is not None else None     # before any ceiling below
     if target is not None and target_ceiling is not None and 0 < target_ceiling < target:
         target = target_ceiling
     attempt = state.attempt + 1
@@ -128,7 +130,8 @@ def decide(settings: Settings, state: LadderState, failure: Failure, *, history_
         attempt, replace(new_state, exact_fit_tried=True) if exact else new_state,
         failure=failure, inject_payload_notice=first_payload, assume_cap=assume,
         requested_max_tokens=requested, target_bytes=target if exact else None,
-        limit_bytes=limit, rejected_bytes=rejected, payload_related=failure.payload_related)
+        limit_bytes=limit, rejected_bytes=rejected, cap_bytes=estimate,
+        payload_related=failure.payload_related)
 
 
 def _give_up(state: LadderState, failure: Failure, reason: str) -> Decision:
