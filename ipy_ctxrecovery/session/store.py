@@ -212,6 +212,17 @@ def saved_sessions() -> list[SavedSession]:
     return sorted(found, key=lambda s: s.last_used, reverse=True)
 
 
+def _other_name(name: str) -> str:
+    """A free session name like ``name`` (``NAME-2``, ``NAME-3``…), to suggest.
+
+    ``--new`` is no way out while another process holds ``name``: setting its files aside
+    needs them free (:func:`archive`)."""
+    n = 2
+    while Transcript.exists(f"{name[:90]}-{n}"):
+        n += 1
+    return f"{name[:90]}-{n}"
+
+
 def archive(name: str) -> str | None:
     """Keep session ``name``'s conversation under a name of its own (``NAME.YYYYmmdd-HHMMSS``)
     so a new one can start under ``name``; None when there is nothing to keep. Raises
@@ -452,8 +463,8 @@ class Transcript:
             os.close(fd)
             raise SessionInUse(
                 f"session {self.name!r} is open in another process ({holder}); close it "
-                f"there, start a new conversation with %%chat -S {self.name} --new (the "
-                f"other keeps its own), or use another name.") from None
+                f"there, or start a conversation of your own under another name "
+                f"(%%chat -S {_other_name(self.name)}).") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                   "since": time.time()}).encode(), 0)
