@@ -31,7 +31,7 @@ from ipy_ctxrecovery.core import classify as _classify
 from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.errors import ChatError, redact
 from ipy_ctxrecovery.failures import Failure, FailureKind
-from ipy_ctxrecovery.settings import Settings
+from ipy_ctxrecovery.settings import Settings, format_size
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 CASES: list[dict[str, Any]] = [
@@ -343,6 +343,9 @@ def test_dropped_connection_depends_on_request_size(server_url: str, sdk: str, h
     assert "600 KB" in big.reason
     small = classify(exc, request_bytes=SMALL)
     assert small.kind is FailureKind.TRANSIENT, small
+    # Its size and the way out if the "blip" keeps coming back at that size.
+    assert f"while sending a {format_size(SMALL)} request" in small.reason
+    assert f"set CHATCLI_MAX_PAYLOAD below {format_size(SMALL)}" in small.reason
     unknown = classify(exc)
     assert unknown.kind is FailureKind.TRANSIENT
 

@@ -580,9 +580,17 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
         return make(FailureKind.LIKELY_PAYLOAD,
                     f"The connection dropped while sending a {size} request ({culprit}); a "
                     "proxy body-size limit is the likely cause.")
+    if request_bytes is not None:
+        # The size and the way out, for when the blip keeps coming back at this size.
+        size = format_size(request_bytes)
+        return make(FailureKind.TRANSIENT,
+                    f"The connection dropped while sending a {size} request ({culprit}); "
+                    f"under {format_size(LIKELY_PAYLOAD_MIN_BYTES)} a drop is taken for a "
+                    "network blip and retried — if it keeps happening at this size, a "
+                    f"proxy body-size limit is the likely cause: set CHATCLI_MAX_PAYLOAD "
+                    f"below {size}.")
     return make(FailureKind.TRANSIENT,
-                f"The connection dropped ({culprit}); the request was small, so this is "
-                "treated as a network blip and retried.")
+                f"The connection dropped ({culprit}); taken for a network blip and retried.")
 
 
 def _root_cause(ev: _Evidence) -> str:
