@@ -69,9 +69,14 @@ def run_all(session: ChatSession, emu: Emulator) -> None:
     for name, text in TEXTS.items():
         for limit in LIMITS:
             start = len(emu.requests)
+            streamed: list[str] = []
+            stream = limit == LIMITS[0]
             reply = session.send(request_of(text), max_tokens=limit, record=False,
-                                 stream=limit == LIMITS[0])
+                                 stream=stream, on_text=streamed.append if stream else None)
             assert reply.text == text, (name, limit, reply.text)
+            if stream:
+                # What was streamed reads as the stitched answer: no repeat shown twice.
+                assert "".join(streamed) == text, (name, limit, streamed)
             assert reply.finish_reason == "end"
             sent = emu.requests[start:]
             assert len(sent) > 2, (name, limit)                # cut, and cut again

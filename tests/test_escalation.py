@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import multibyte_text
@@ -10,6 +11,8 @@ from ipy_ctxrecovery.core import catalogue
 from ipy_ctxrecovery.core.continuation import (
     CONTINUATION_PROMPT,
     MIN_OVERLAP_CHARS,
+    Resume,
+    StreamedJoin,
     continuation_message,
     next_max_tokens,
     overlap,
@@ -142,3 +145,31 @@ def _split_text(draw: st.DrawFn) -> tuple[str, int, int]:
 def test_any_repeat_of_20_or_more_chars_is_removed(case: tuple[str, int, int]) -> None:
     text, i, j = case
     assert stitch([text[:j], text[i:]]) == text
+
+
+# -- what a streamed continuation shows ----------------------------------------------------------
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_a_streamed_continuation_shows_what_the_join_adds_however_it_is_chunked(
+        chunk: int) -> None:
+    resume = Resume()
+    first = 'The emulator says you said "An'          # cut mid-word: "An is sent again
+    continuation = '"Another essay, please" and then some more words ' * 6
+    shown = StreamedJoin(resume, [first], first)
+    out = [shown.feed(continuation[i:i + chunk]) for i in range(0, len(continuation), chunk)]
+    out.append(shown.flush())
+    assert first + "".join(out) == resume.join([first, continuation]) == shown.shown
+    assert "".join(out).startswith('other essay')         # "An is not shown twice
+
+
+def test_a_short_continuation_is_held_until_the_request_ends_and_a_divergent_one_shown_as_sent(
+        ) -> None:
+    resume = Resume()
+    short = StreamedJoin(resume, ["one two thr"], "one two thr")
+    assert short.feed("three.") == ""                     # under HOLD: held back
+    assert short.flush() == "ee." and short.shown == "one two three."
+    # The cut word written differently: what is shown cannot be taken back, so the
+    # continuation goes out as the model sent it.
+    other = StreamedJoin(resume, ["one two thr"], "one two thr")
+    text = "four " * 60
+    assert other.feed(text) == text and other.flush() == ""

@@ -65,6 +65,7 @@ __all__ = [
     "MIN_ANCHORED_OVERLAP_CHARS",
     "MIN_OVERLAP_CHARS",
     "Resume",
+    "StreamedJoin",
     "continuation_message",
     "join",
     "next_max_tokens",
@@ -285,3 +286,47 @@ def resume_for(provider: object, options: Mapping[str, Any] | None = None) -> Re
     the continuation prompt."""
     ask = getattr(provider, "continues_by_prefill", None)
     return Resume(prefill=bool(ask(options or {})) if callable(ask) else False)
+
+
+class StreamedJoin:
+    """What to show of a continuation streamed after the text already shown, so the screen
+    reads as the joined answer: the repeat the join drops (the retracted last word sent
+    again, a repeated line) is not shown twice.
+
+    The continuation's first :attr:`HOLD` characters are held back until the join of the
+    answer so far with them can be told; then what the join adds to what is shown goes
+    out, and the rest of the stream passes through. When the join does not extend what
+    is shown (the model wrote the cut word differently), the held text goes out as sent.
+    Pure: fed deltas, it returns text to show.
+    """
+
+    HOLD = MIN_OVERLAP_CHARS + 2 * MAX_RETRACT_CHARS
+
+    def __init__(self, resume: Resume, parts: Sequence[str], shown: str) -> None:
+        self._resume = resume
+        self._parts = tuple(parts)
+        self.shown = shown              # everything shown of the answer so far
+        self._held: list[str] = []
+        self._held_chars = 0
+        self._passing = False
+
+    def feed(self, delta: str) -> str:
+        """The text to show for ``delta`` ("" while it is held back)."""
+        if self._passing:
+            self.shown += delta
+            return delta
+        self._held.append(delta)
+        self._held_chars += len(delta)
+        return self.flush() if self._held_chars >= self.HOLD else ""
+
+    def flush(self) -> str:
+        """Whatever is still held back, joined (at the continuation's end)."""
+        if self._passing:
+            return ""
+        self._passing = True
+        held = "".join(self._held)
+        self._held.clear()
+        joined = self._resume.join([*self._parts, held])
+        out = joined[len(self.shown):] if joined.startswith(self.shown) else held
+        self.shown += out
+        return out

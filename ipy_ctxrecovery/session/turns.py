@@ -90,6 +90,40 @@ class TurnResult:
     spec: RequestSpec         # the spec in force at the end (max_tokens may have changed)
 
 
+class _Shown:
+    """``on_text`` for one answer: the deltas go through as they come, a continuation's
+    through :class:`~..core.continuation.StreamedJoin`, so the screen reads as the
+    stitched answer (the repeat the join drops is not shown twice)."""
+
+    def __init__(self, on_text: TextCallback) -> None:
+        self._on_text = on_text
+        self._pieces: list[str] = []
+        self._join: escalation.StreamedJoin | None = None
+
+    def start(self, resume: escalation.Resume, parts: list[str]) -> None:
+        """A request for the answer begins (a continuation when ``parts`` is not empty)."""
+        self._join = None
+        if parts:
+            self._join = escalation.StreamedJoin(resume, parts, "".join(self._pieces))
+
+    def __call__(self, delta: str) -> None:
+        if self._join is not None:
+            delta = self._join.feed(delta)
+            if not delta:
+                return
+        self._pieces.append(delta)
+        self._on_text(delta)
+
+    def finish(self) -> None:
+        """The request ended: show what a continuation still held back."""
+        if self._join is not None:
+            rest = self._join.flush()
+            self._join = None
+            if rest:
+                self._pieces.append(rest)
+                self._on_text(rest)
+
+
 class TurnRunner:
     """Runs one turn to its final answer (see the module docstring)."""
 
@@ -158,9 +192,16 @@ class TurnRunner:
         parts: list[str] = []
         escalations = 0
         resume = escalation.resume_for(self.recovery.endpoint.provider, spec.options)
+        shown = _Shown(on_text) if on_text is not None else None
         while True:
             request_history = history + resume.messages(parts)
-            sent = self.recovery.send(request_history, spec, log, on_text)
+            if shown is not None:
+                shown.start(resume, parts)
+            try:
+                sent = self.recovery.send(request_history, spec, log, shown)
+            finally:
+                if shown is not None:
+                    shown.finish()
             spec = sent.spec
             response = sent.response
             history = sent.history
