@@ -225,6 +225,31 @@ def test_between_turns_a_snapshot_during_a_turn_the_widget() -> None:
     assert len(calls) == 3                                 # one publish per change
 
 
+def test_shown_again_only_the_latest_display_follows_the_earlier_keeps_its_time() -> None:
+    # A saved notebook showed the session's final cap and counts under every display of
+    # the panel, even above the cell before the 413 (QA).
+    calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    panel = ContextPanel(title="work", wall=Clock(), publish=lambda obj, **kw: calls.append(
+        (kw["display_id"], obj._repr_mimebundle_(), kw)))
+    panel.show()
+    first = panel.display_id
+    panel.begin_turn()
+    panel.handle(ev.TurnFinished(history_bytes=2 * KB, est_tokens=500, window=8192, cap=None))
+    before = calls[-1][1]["text/plain"]
+    panel.show()
+    assert panel.display_id != first and calls[-1][0] == panel.display_id
+    assert "update" not in calls[-1][2]                    # a new display, not an update
+    published = len(calls)
+    panel.handle(ev.CapChanged(cap=24 * KB, source="learned", rejected_bytes=32 * KB))
+    panel.begin_turn()
+    panel.handle(ev.TurnFinished(history_bytes=20 * KB, est_tokens=5000, window=8192,
+                                 cap=24 * KB))
+    assert len(calls) > published
+    assert {display for display, _, _ in calls[published:]} == {panel.display_id}
+    last_of_first = [bundle for display, bundle, _ in calls if display == first][-1]
+    assert last_of_first["text/plain"] == before and "learned" not in before
+
+
 def test_cancel_during_a_summary_ends_the_turn_as_cancelled() -> None:
     history = tuple(Message.user(f"q{i} " + LOREM * 20) if i % 2 == 0
                     else Message.assistant(f"a{i} " + LOREM * 20) for i in range(9))

@@ -15,7 +15,9 @@ kernel (``POST /api/kernels/<id>/interrupt``, what the notebook's own ■ button
 the ``KeyboardInterrupt`` lands in the summary request and the compaction leaves the
 history exactly as it was. When the turn ends the output is replaced by plain HTML of the
 same view, stamped with its time, so a saved notebook shows that snapshot (never "Error
-displaying widget: model not found") whatever the kernel does later.
+displaying widget: model not found") whatever the kernel does later. Only the panel's
+latest display follows the session; an earlier one keeps the snapshot it had when the
+panel was shown again.
 
 Widget state has no lock: events are applied on the thread that built the panel (the
 kernel's); an event from another thread waits for the next one from the owning thread.
@@ -422,9 +424,14 @@ class ContextPanel:
 
     # -- display --------------------------------------------------------------------------
     def show(self, *, live: bool = True) -> None:
-        """Display the panel here (``%chat panel``); every display of it follows.
+        """Display the panel here (``%chat panel``): from now on this display follows the
+        session, and the ones made before keep what they last showed — the state as of
+        their stamp — so a saved notebook never shows a later turn's cap or counts under
+        an earlier cell.
 
         ``live=False`` (a terminal): shown once, as text; changes are not re-printed."""
+        if self.shown:
+            self.display_id = f"ctxr-panel-{uuid.uuid4().hex}"
         self._display(self, display_id=self.display_id)
         self.shown = self.shown or live
 
