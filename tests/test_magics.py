@@ -1250,6 +1250,19 @@ def test_env_values_that_agree_are_kept_whatever_their_order() -> None:
     assert (settings.microcompact_truncate_turns, settings.microcompact_summarize_turns) == (6, 8)
 
 
+def test_config_says_what_a_zero_means_and_lists_every_setting_it_set(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # QA: "set context_window=0" then read back None; turn_timeout=30 missing from the list.
+    ip.run_line_magic("chat", "config context_window=0 turn_timeout=30")
+    assert capsys.readouterr().out == ("set context_window=0 (the model's own window), "
+                                       "turn_timeout=30\n")
+    ip.run_line_magic("chat", "config")
+    listed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    timeout = [line for line in listed if line[0] == "turn_timeout"]
+    assert timeout == [["turn_timeout", "30.0", "(%chat", "config)"]], listed
+    assert chat.settings().turn_timeout == 30
+
+
 def test_config_shows_one_key_and_takes_a_size_with_a_space(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1312,7 +1325,13 @@ def test_interpolation_is_opt_in_and_knows_in_out_and_err(
 
 def test_chat_error_asks_about_the_last_failed_cell(chat: ChatMagics, ip: Any,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(UsageError, match="no cell has failed since ipy_ctxrecovery was loaded"):
+    with pytest.raises(UsageError, match="no cell outside %%chat has failed since "
+                                         "ipy_ctxrecovery was loaded; run"):
+        ip.run_line_magic("chat", "error")
+    # A failed %%chat cell is not what it asks about, and it says so (QA: "no cell has
+    # failed" right after one had).
+    assert not ip.run_cell("%%chat --nosuch\nhi", store_history=True).success
+    with pytest.raises(UsageError, match="a %%chat cell's failure is already its one sentence"):
         ip.run_line_magic("chat", "error")
     assert not ip.run_cell("values = [1, 2]\nvalues[5]", store_history=True).success
     capsys.readouterr()

@@ -431,7 +431,22 @@ def _config(magics: ChatMagics, args: Any) -> None:
             magics.settings_overrides = {**magics.settings_overrides, **others}
         for field, value in trait_values.items():
             setattr(magics, field, value)
-    print("set " + ", ".join(items))
+    now = magics.settings()
+    print("set " + ", ".join(_said_set(item, now) for item in items))
+
+
+#: What None means for the settings where it is a value (0 for a size or a window).
+_NONE_MEANS = {"context_window": "the model's own window", "max_payload": "no payload cap",
+               "turn_timeout": "no deadline"}
+
+
+def _said_set(item: str, settings: Any) -> str:
+    """``KEY=VALUE`` as confirmed: with what it amounts to when that is None (``0``)."""
+    key = item.partition("=")[0]
+    field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+    if field in _NONE_MEANS and getattr(settings, field, 0) is None:
+        return f"{item} ({_NONE_MEANS[field]})"
+    return item
 
 
 def _assignments(words: list[str]) -> list[str]:
@@ -498,6 +513,8 @@ def _show_config(magics: ChatMagics) -> None:
     settings, sources = magics.settings(), _sources(magics)
     for var, field in ENV_VARS.items():
         print(_setting_line(magics, settings, var, field, sources))
+    for field in sorted(set(magics.settings_overrides) - set(ENV_VARS.values())):
+        print(_setting_line(magics, settings, "", field, sources))    # turn_timeout=30 …
     for name in sorted(magics.class_traits(config=True)):
         if name not in {"max_payload", "context_window", "settings_overrides"}:
             print(f"ChatMagics.{name:<27} {getattr(magics, name)!r}")
@@ -663,8 +680,13 @@ def _markdown(session: Any, messages: Any) -> str:
 def _error(magics: ChatMagics, args: Any) -> Any:
     found = magics.last_failed_cell()
     if found is None:
-        raise UsageError("%chat error: no cell has failed since ipy_ctxrecovery was loaded; run "
-                         "the failing cell again, then %chat error.")
+        chat_failed = any(source.lstrip().startswith(("%chat", "%%chat"))
+                          for source, _ in magics.failed_cells.values())
+        why = (" (a %%chat cell's failure is already its one sentence, with the fix in it)"
+               if chat_failed else "")
+        raise UsageError("%chat error: no cell outside %%chat has failed since "
+                         f"ipy_ctxrecovery was loaded{why}; run the failing cell again, then "
+                         "%chat error.")
     source, trace = found
     message = prompts.explain_error(source, trace, " ".join(args.question))
     name = args.session if args.session is not None else magics.workspace.current
