@@ -173,7 +173,8 @@ def test_code_and_json_extraction() -> None:
     text = "Here:\n```python\nprint(1)\n```\nand more\n```\nx\n```"
     assert code_blocks(text) == [("python", "print(1)"), ("", "x")]
     assert extract_code(text) == "print(1)\n\nx"     # every block, in order
-    assert extract_code("no fences") == "no fences"
+    assert extract_code("x = 1\nprint(x)\n") == "x = 1\nprint(x)"    # bare code: a cell
+    assert extract_code("Use a dict comprehension here.") is None    # prose: no cell
     shell = "```bash\nls -l\n```\nthen\n```sh\npwd\n```"
     assert extract_code(shell) == "%%bash\nls -l\n\npwd"
     mixed = "```python\nimport os\n```\n```bash\npip install x\n```"

@@ -335,9 +335,12 @@ def test_panel_is_shown_once_per_session_and_follows_it(chat: ChatMagics, ip: An
 def test_formats(chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     text = cell(ip, "-f text", "plain").result
     assert set(text._repr_mimebundle_()[0]) == {"text/plain"}
-    code = cell(ip, "-f code", "[[words 3]]").result
-    assert ip.rl_next_input == "w1 w2 w3" == str(code)
-    assert code._repr_mimebundle_()[0]["text/markdown"] == "```python\nw1 w2 w3\n```"
+    code = cell(ip, "-f code", "[[echo]]total = 1 + 2").result
+    assert ip.rl_next_input == "total = 1 + 2" == str(code)     # bare code: a cell
+    assert code._repr_mimebundle_()[0]["text/markdown"] == "```python\ntotal = 1 + 2\n```"
+    ip.rl_next_input = None
+    cell(ip, "-f code", "[[words 3]]")                             # prose: none
+    assert ip.rl_next_input is None
     as_json = cell(ip, "--format json", "give me json").result
     assert "application/json" not in as_json._repr_mimebundle_()[0]
     assert "not valid JSON" in capsys.readouterr().err
@@ -1344,7 +1347,8 @@ def test_chat_error_asks_about_the_last_failed_cell(chat: ChatMagics, ip: Any,
     assert capsys.readouterr().out.startswith('Emulator reply: you said "This notebook cell')
 
 
-def test_code_format_takes_every_block(chat: ChatMagics, ip: Any) -> None:
+def test_code_format_takes_every_block(chat: ChatMagics, ip: Any,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     from ipy_ctxrecovery.session import ChatSession
     from tests.fakes import FakeProvider
 
@@ -1357,6 +1361,13 @@ def test_code_format_takes_every_block(chat: ChatMagics, ip: Any) -> None:
                                 "print('hi')")
     assert result.result._repr_mimebundle_()[0]["text/markdown"] == (
         "```bash\npip install rich\n```\n\n```python\nfrom rich import print\nprint('hi')\n```")
+    # Prose with no code block makes no cell (QA: it became the next input), and says so.
+    fake.script.append("Use a dict comprehension; it reads better.")
+    ip.rl_next_input = None
+    capsys.readouterr()
+    cell(ip, "-S code -f code", "and now?")
+    assert ip.rl_next_input is None
+    assert "no cell was made from it" in capsys.readouterr().err
 
 
 def test_models_name_the_variable_each_provider_needs_in_aligned_columns(

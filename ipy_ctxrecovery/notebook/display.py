@@ -49,13 +49,19 @@ def code_blocks(text: str) -> list[tuple[str, str]]:
              m.group(2).rstrip("\n")) for m in _FENCE.finditer(text)]
 
 
-def extract_code(text: str) -> str:
+def extract_code(text: str) -> str | None:
     """The code of an answer as one notebook cell: every fenced block in order, or the whole
-    text when it has none. Blocks all in one language a cell magic runs (``bash``, ``html``
-    …) get that magic; in a mix, the blocks that are not Python are kept as comments."""
+    text when it has none and is Python as it stands (an answer of bare code); None when it
+    is prose. Blocks all in one language a cell magic runs (``bash``, ``html`` …) get that
+    magic; in a mix, the blocks that are not Python are kept as comments."""
     blocks = code_blocks(text)
     if not blocks:
-        return text.rstrip("\n")
+        bare = text.rstrip("\n")
+        try:
+            compile(bare, "<answer>", "exec")
+        except (SyntaxError, ValueError):
+            return None
+        return bare
     magics = {_CELL_MAGICS.get(lang) for lang, _ in blocks}
     if len(magics) == 1 and (magic := next(iter(magics))) is not None:
         return f"%%{magic}\n" + "\n\n".join(code for _, code in blocks)

@@ -485,7 +485,12 @@ class ChatMagics(Magics):
         answer = self._answer(reply, fmt, args.session, printer)
         if fmt == "code":
             assert self.shell is not None
-            self.shell.set_next_input(extract_code(answer), replace=False)
+            code = extract_code(answer)
+            if code is None:
+                print("ℹ -f code: the answer has no code block and is not Python as it stands, "
+                      "so no cell was made from it.", file=sys.stderr)
+            else:
+                self.shell.set_next_input(code, replace=False)
         if silent:
             streamer.finish()
             self.show_card(record)
