@@ -15,13 +15,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
 
-class _EchoAuth(BaseHTTPRequestHandler):
+class _Gateway(ThreadingHTTPServer):
     seen: list[str]
+
+
+class _EchoAuth(BaseHTTPRequestHandler):
+    server: _Gateway
 
     def do_POST(self) -> None:  # noqa: N802  (the name http.server calls)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         auth = self.headers.get("Authorization", "")
-        self.server.seen.append(auth)  # type: ignore[attr-defined]
+        self.server.seen.append(auth)
         values = " ".join(v for _, v in parse_qsl(urlsplit(self.path).query))
         body = json.dumps({"error": {
             "message": f"Incorrect API key provided: {auth}. Request: POST {self.path} "
@@ -40,12 +44,12 @@ class _EchoAuth(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def auth_echo() -> Iterator[tuple[int, list[str]]]:
     """A running echo gateway on 127.0.0.1: (port, the Authorization values it received)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoAuth)
-    server.seen = []  # type: ignore[attr-defined]
+    server = _Gateway(("127.0.0.1", 0), _EchoAuth)
+    server.seen = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server.server_address[1], server.seen  # type: ignore[attr-defined]
+        yield server.server_port, server.seen
     finally:
         server.shutdown()
         server.server_close()
