@@ -16,6 +16,10 @@ Two sources of secrets:
   OpenAI keys, Google ``AIza``, Hugging Face ``hf_``, bearer tokens, credential headers and
   query parameters, unquoted AWS secret keys).
 
+A URL carries credentials of its own (:func:`url_credentials`): its user info, which an
+HTTP client sends as ``Authorization: Basic base64(user:password)``, and query parameters
+such as ``?key=`` (:func:`credential_param`).
+
 A private key is masked whole, from its ``-----BEGIN`` line to its ``-----END`` line.
 Every secret becomes :data:`MASK`; masking is idempotent.
 
@@ -24,6 +28,7 @@ This module imports no SDK and no IPython; detect-secrets is loaded on first use
 
 from __future__ import annotations
 
+import base64
 import bisect
 import functools
 import logging
@@ -31,13 +36,16 @@ import re
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 __all__ = [
     "EXTRA_PATTERNS",
     "MASK",
     "MIN_CREDENTIAL",
+    "credential_param",
     "mask_exact",
     "mask_secrets",
+    "url_credentials",
 ]
 
 MASK = "[REDACTED]"
@@ -274,3 +282,49 @@ def mask_exact(text: str, credentials: tuple[str, ...]) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+# Words of a query parameter's name that make its value a credential (``key``, ``api_key``,
+# ``access_token``, ``X-Amz-Signature``, Azure SAS ``sig``, OAuth ``code``); a word ending
+# in one of the suffixes counts too (``apikey``, ``accesstoken``).
+_PARAM_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "pwd", "pass", "sig",
+                          "signature", "auth", "authorization", "credential", "credentials",
+                          "code", "session", "sessionid", "jwt"})
+_PARAM_SUFFIXES = ("key", "token", "secret", "password", "signature", "credential")
+_PARAM_WORD = re.compile(r"[a-z0-9]+")
+
+
+@functools.lru_cache(maxsize=256)
+def credential_param(name: str) -> bool:
+    """Whether a URL query parameter called ``name`` carries a credential (``key``,
+    ``api_key``, ``token``, ``sig``, ``X-Amz-Credential``, ``code``…); ``api-version`` does not."""
+    words = _PARAM_WORD.findall(unquote_plus(name).lower())
+    return any(w in _PARAM_WORDS or w.endswith(_PARAM_SUFFIXES) for w in words)
+
+
+@functools.lru_cache(maxsize=64)
+def url_credentials(url: str) -> frozenset[str]:
+    """The credentials ``url`` carries, in each form they may be echoed back: the user-info
+    password (the user name when it has none: a token), ``user:password``, the
+    ``Basic base64(user:password)`` value an HTTP client sends for it (httpx2's
+    ``BasicAuth``, built from the URL's user info), and the values of credential query
+    parameters — each as written and percent-decoded. Values shorter than
+    :data:`MIN_CREDENTIAL` are left out."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL (an unclosed IPv6 bracket): nothing to take from it
+        return frozenset()
+    found: set[str] = set()
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        for raw in (userinfo, password if colon else user):
+            found.update((raw, unquote(raw)))
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        token = base64.b64encode(pair).decode("ascii")
+        found.update((token, f"Basic {token}"))
+    for item in re.split(r"[&;]", parts.query):
+        name, equals, raw = item.partition("=")
+        if equals and credential_param(name):
+            found.update((raw, unquote(raw), unquote_plus(raw)))
+    return frozenset(v for v in found if len(v) >= MIN_CREDENTIAL)

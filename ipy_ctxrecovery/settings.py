@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import humanfriendly
 
 from .errors import ConfigError
+from .redaction import MASK, credential_param
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "format_size", "parse_size", "proxy_for",
            "public_url"]
@@ -71,12 +72,24 @@ def format_size(num_bytes: int | float) -> str:
     return f"{int(value)} B"
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
+# Up to the last '@' before the path: an unencoded '@' in a password is still user info.
+_USERINFO = re.compile(r"//[^/?#\s]*@")
+_QUERY_ITEM = re.compile(r"([?&;])([^=&;#\s]*)=([^&;#\s]*)")
 
 
 def public_url(url: object) -> str:
-    """``url`` with any ``user:password@`` part masked, fit to be shown."""
-    return _USERINFO.sub("//[REDACTED]@", str(url))
+    """``url`` fit to be shown: its ``user:password@`` part and the values of credential
+    query parameters (``?key=``, ``&sig=``: :func:`~.redaction.credential_param`) masked."""
+    text = _USERINFO.sub(f"//{MASK}@", str(url))
+    start = text.find("?")
+    if start < 0:
+        return text
+    return text[:start] + _QUERY_ITEM.sub(_masked_item, text[start:])
+
+
+def _masked_item(match: re.Match[str]) -> str:
+    mark, name, value = match.groups()
+    return f"{mark}{name}={MASK}" if value and credential_param(name) else match.group(0)
 
 
 def proxy_for(url: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ipy_ctxrecovery.errors import ConfigError, CtxRecoveryError
-from ipy_ctxrecovery.settings import ENV_VARS, Settings, format_size, parse_size
+from ipy_ctxrecovery.settings import ENV_VARS, Settings, format_size, parse_size, public_url
 
 MB = 1024 * 1024
 
@@ -158,3 +158,20 @@ def test_format_size_matches_the_spec_wording() -> None:
     assert format_size(5 * MB) == "5 MB"
     assert format_size(512 * 1024) == "512 KB"
     assert format_size(900) == "900 B"
+
+
+def test_public_url_masks_user_info_and_credential_query_values() -> None:
+    cases = {
+        "http://bob:hunter2@host:8/v1": "http://[REDACTED]@host:8/v1",
+        "http://bob:p@ss@host/v1?x=a@b": "http://[REDACTED]@host/v1?x=a@b",  # an unencoded '@'
+        "http://ghp_tok1234567890@host": "http://[REDACTED]@host",
+        "http://h/v1?key=qs-secret-77": "http://h/v1?key=[REDACTED]",
+        "http://h/v1/?api-version=2024-10-21&api_key=k1&X-Amz-Signature=s2&code=c3#top":
+            "http://h/v1/?api-version=2024-10-21&api_key=[REDACTED]&X-Amz-Signature=[REDACTED]"
+            "&code=[REDACTED]#top",
+        # Not credentials, or nothing to mask: shown as they are.
+        "http://h/v1?deployment=gpt&key=": "http://h/v1?deployment=gpt&key=",
+        "https://api.openai.com/v1": "https://api.openai.com/v1",
+    }
+    assert {url: public_url(url) for url in cases} == cases
+    assert all(public_url(shown) == shown for shown in cases.values())

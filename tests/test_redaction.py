@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import subprocess
 import sys
 
+import httpx2
 import openai
 import pytest
 from hypothesis import given, settings
@@ -16,7 +18,7 @@ from secrets_planted import PLANTED
 from ipy_ctxrecovery import redaction
 from ipy_ctxrecovery.core.history import Message, Reasoning, ToolCall
 from ipy_ctxrecovery.errors import redact
-from ipy_ctxrecovery.redaction import MASK, mask_secrets
+from ipy_ctxrecovery.redaction import MASK, credential_param, mask_secrets, url_credentials
 from ipy_ctxrecovery.session.redactor import Redactor, client_credentials
 
 
@@ -93,6 +95,59 @@ def test_a_key_changed_on_the_same_client_is_found_at_once() -> None:
     assert "gw-first-key-0001-and-longer" in client_credentials(client)
     assert redactor.shown("x gw-first-key-0001-and-longer y") == f"x {MASK} y"
     client.close()
+
+
+def test_a_url_gives_its_credentials_in_the_forms_they_are_echoed() -> None:
+    url = "http://bob:hunter%40pass@gw.example/v1?api-version=2024-10-21&key=qs-secret-77"
+    token = base64.b64encode(b"bob:hunter@pass").decode()
+    assert url_credentials(url) == {
+        "hunter%40pass", "hunter@pass", "bob:hunter%40pass", "bob:hunter@pass", token,
+        f"Basic {token}", "qs-secret-77"}
+    # A user name alone is a token; a credential shorter than MIN_CREDENTIAL is left out
+    # (its Basic form is long enough to keep).
+    assert url_credentials("https://ghp_tok1234567890@h/") >= {"ghp_tok1234567890"}
+    assert url_credentials("http://bob:pw12@h/?sig=abc") == {
+        base64.b64encode(b"bob:pw12").decode(), "Basic " + base64.b64encode(b"bob:pw12").decode(),
+        "bob:pw12"}
+    assert url_credentials("http://[::1/v1") == frozenset()   # not a URL: nothing
+    assert url_credentials("https://api.openai.com/v1") == frozenset()
+
+
+@pytest.mark.parametrize("userinfo", ["bob:hunter2pass", "b%C3%B6b:p%40ss%3Aw%C3%B6rd99",
+                                      "tok-only-1234567890"])
+def test_the_basic_form_is_the_header_httpx2_sends(userinfo: str) -> None:
+    sent: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.headers["Authorization"])
+        return httpx2.Response(401)
+
+    url = f"http://{userinfo}@gw.example/v1"
+    with httpx2.Client(transport=httpx2.MockTransport(answer)) as http:
+        http.post(f"{url}/chat/completions")
+    assert sent[0].startswith("Basic ") and sent[0] in url_credentials(url)
+
+
+def test_the_clients_base_url_credentials_are_its_own() -> None:
+    client = openai.OpenAI(api_key="sk-unused-0000",
+                           base_url="http://bob:hunter2pass@127.0.0.1:9/v1?key=qs-secret-77")
+    token = base64.b64encode(b"bob:hunter2pass").decode()
+    found = client_credentials(client)
+    assert {"hunter2pass", "bob:hunter2pass", token, f"Basic {token}", "qs-secret-77"} <= found
+    redactor = Redactor(lambda: found)
+    assert redactor.shown(f"Incorrect API key provided: Basic {token}.") == (
+        f"Incorrect API key provided: {MASK}.")
+    assert redactor.stored(f"the token {token} and qs-secret-77") == f"the token {MASK} and {MASK}"
+    client.close()
+
+
+@pytest.mark.parametrize(("name", "is_credential"), [
+    ("key", True), ("api_key", True), ("apiKey", True), ("access_token", True), ("sig", True),
+    ("X-Amz-Signature", True), ("X-Amz-Credential", True), ("code", True), ("password", True),
+    ("api-version", False), ("deployment", False), ("author", False), ("sv", False),
+])
+def test_credential_query_parameters(name: str, is_credential: bool) -> None:
+    assert credential_param(name) is is_credential
 
 
 def test_short_client_keys_are_not_masked_verbatim() -> None:

@@ -17,7 +17,6 @@ import functools
 import inspect
 import json
 import logging
-import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from operator import is_, itemgetter
@@ -30,6 +29,7 @@ from ..core.classify import classify
 from ..core.history import Message
 from ..errors import ChatError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
+from ..settings import proxy_for, public_url
 from ._wire import (
     BULK,
     ENCODER,
@@ -57,7 +57,6 @@ __all__ = [
     "incomplete_reply",
     "malformed_reply",
     "plain",
-    "safe_url",
     "split_options",
 ]
 
@@ -342,7 +341,6 @@ def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:
         from dataclasses import replace
 
         from ..core.wording import endpoint_text
-        from ..settings import proxy_for, public_url
 
         proxy, var = proxy_for(str(url)) or (None, None)
         where = endpoint_text(public_url(url), proxy, proxy_var=var)
@@ -394,14 +392,6 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_raw_arguments": arguments}
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
-
-
-def safe_url(url: object) -> str:
-    """A base URL for reprs: any ``user:password@`` part masked."""
-    return _USERINFO.sub("//[REDACTED]@", str(url))
-
-
 class SDKAdapter:
     """The half of a provider that does not depend on the SDK: bodies built from a
     per-shape :class:`~._wire.Template` (the SDK pipeline runs once per shape, not per
@@ -443,7 +433,7 @@ class SDKAdapter:
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(model={self.model!r}, "
-                f"base_url={safe_url(getattr(self.client, 'base_url', '?'))!r})")
+                f"base_url={public_url(getattr(self.client, 'base_url', '?'))!r})")
 
     # -- hooks ------------------------------------------------------------------------
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:

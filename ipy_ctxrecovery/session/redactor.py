@@ -1,5 +1,6 @@
 """Redactor: what one session masks before text is stored, shown in an error or an event,
-or exported — its own client's credentials always, and the well-known secret formats
+or exported — its own client's credentials (keys, credential headers, what its base URL
+carries) always, and the well-known secret formats
 (``ipy_ctxrecovery.redaction``) unless the user opted out for conversation text.
 
 What is *sent* to the model is never changed by it.
@@ -15,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.history import Message, Reasoning, Text, ToolCall, ToolResult
-from ..redaction import MIN_CREDENTIAL, mask_exact, mask_secrets
+from ..redaction import MIN_CREDENTIAL, mask_exact, mask_secrets, url_credentials
 
 __all__ = ["Redactor", "client_credentials"]
 
@@ -33,8 +34,10 @@ def _is_credential_header(name: str) -> bool:
 
 
 def client_credentials(client: Any) -> set[str]:
-    """The credential strings an SDK client sends: its key attributes and the values of its
-    credential headers (``Authorization: Bearer K`` gives both the header value and K)."""
+    """The credential strings an SDK client sends: its key attributes, the values of its
+    credential headers (``Authorization: Bearer K`` gives both the header value and K), and
+    what its base URL carries (user info, sent as ``Basic base64(user:password)``, and
+    ``?key=``-like query values: :func:`~ipy_ctxrecovery.redaction.url_credentials`)."""
     if client is None:
         return set()
     values: list[Any] = [getattr(client, name, None) for name in _CREDENTIAL_ATTRS]
@@ -43,10 +46,12 @@ def client_credentials(client: Any) -> set[str]:
     except Exception:  # a client-like object whose headers cannot be listed
         headers = {}
     values += [v for k, v in headers.items() if _is_credential_header(str(k))]
+    url = getattr(client, "base_url", None)
+    from_url = url_credentials(str(url)) if url is not None else frozenset()
     try:
-        return set(_credential_strings(tuple(values)))
+        return set(_credential_strings(tuple(values))) | from_url
     except TypeError:           # an unhashable attribute value: not a string either
-        return set(_credential_strings.__wrapped__(tuple(values)))
+        return set(_credential_strings.__wrapped__(tuple(values))) | from_url
 
 
 @functools.lru_cache(maxsize=64)
