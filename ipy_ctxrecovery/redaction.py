@@ -303,6 +303,7 @@ def credential_param(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)   # asked each time text is stored, for the same client
 def url_credentials(url: str) -> frozenset[str]:
     """The credentials ``url`` carries, in each form they may be echoed back: the user-info
     password (the user name when it has none: a token), ``user:password``, the
