@@ -625,6 +625,12 @@ def test_a_new_provider_resets_what_belongs_to_the_old_path_and_model() -> None:
     assert (status.prompt_tokens, status.recoveries) == counters
     s.send("on the new provider")
     assert other.requests and s.status().recoveries == counters[1]
+    # Another path change with nothing learned on the path left: the old note does not
+    # stay (QA: it outlived later emulator restarts).
+    s.update(settings=SETTINGS)
+    s.limits.cap_note = "learned payload cap 20 KB forgotten: the old path may have other limits"
+    s.update(provider=FakeProvider(["hi"], model="third-model"))
+    assert s.status().cap_note is None
 
 
 def test_update_checks_everything_before_changing_anything() -> None:

@@ -219,7 +219,8 @@ class LearnedLimits:
                 kind = "learned" if learned is not None else "assumed"
                 shown = format_size(learned if learned is not None else assumed or 0)
                 note = f"{kind} payload cap {shown} forgotten: {path_changed} may have other limits"
-                self.cap_note = note
+            # The note is about this change: an earlier path's forgotten cap is old news.
+            self.cap_note = note
             self.caps = Caps.from_settings(settings, new_path)
             self.output_limit = None
             self.window = None
