@@ -105,8 +105,8 @@ def test_undo_after_a_resume_says_the_compaction_came_before_it(emulator: Any) -
     s, emu = busy_session(emulator, "undo")
     s.close()
     resumed = ChatSession.resume("undo", emulator=emu, settings=Settings())
-    with pytest.raises(CtxRecoveryError, match="happened before it was resumed and cannot "
-                                               "be undone"):
+    with pytest.raises(CtxRecoveryError, match="session undo's 2 compactions happened before "
+                                               "it was resumed and cannot be undone"):
         resumed.undo_compact()
     # A compaction made after the resume is undone as ever.
     add_items(resumed, 3)
@@ -114,6 +114,8 @@ def test_undo_after_a_resume_says_the_compaction_came_before_it(emulator: Any) -
     assert resumed.compact().applied
     resumed.undo_compact()
     assert resumed.history == history
+    with pytest.raises(CtxRecoveryError, match="happened before it was resumed"):
+        resumed.undo_compact()
     resumed.reset()
     with pytest.raises(CtxRecoveryError, match="there is no compaction to undo"):
         resumed.undo_compact()

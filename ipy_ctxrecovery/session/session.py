@@ -20,10 +20,11 @@ assistant's tool calls and the **full** tool results. Messages the package write
 model (SYSTEM NOTICE, summaries) live only in the working history and its snapshot.
 
 A session without a ``name`` gets a generated one (``session-<date>-<time>-<pid>-<n>``);
-:meth:`ChatSession.resume` reopens a session by name with its working history and what it
-learned, where that still applies, and its counters (tokens, turns, compactions,
-recoveries), saved with the history at no extra write (``store.py``). Learned state belongs to the session (payload caps to
-its network path, shared only through a :class:`~.learned.PathRegistry` it is given).
+:meth:`ChatSession.resume` reopens a session by name with its working history, its counters
+(tokens, turns, compactions, recoveries: saved with the history, no extra write per turn,
+``store.py``) and what it learned, where that still applies. Learned state belongs to the
+session (payload caps to its network path, shared only through a
+:class:`~.learned.PathRegistry` it is given).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import Caps, TokenEstimator
+from ..core.wording import plural
 from ..errors import ChatError, CtxRecoveryError
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
@@ -539,9 +541,10 @@ class ChatSession:
         if not self._undo:
             if self._compactions_before_resume:
                 raise CtxRecoveryError(
-                    f"the last compaction of session {self.name} happened before it was "
-                    "resumed and cannot be undone (the history from before it is not "
-                    "saved); the transcript keeps every message said.")
+                    f"session {self.name}'s "
+                    f"{plural(self._compactions_before_resume, 'compaction')} happened "
+                    "before it was resumed and cannot be undone (the history from before "
+                    "them is not saved); the transcript keeps every message said.")
             raise CtxRecoveryError("there is no compaction to undo in this session.")
         history = self._history
         for shrink in reversed(self._undo.pop()):
