@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,6 +100,26 @@ def test_a_failed_turn_and_an_unrecorded_one_keep_their_counts_across_a_resume()
     resumed = ChatSession.resume("failing", provider=FakeProvider(window=10_000_000))
     assert counters(resumed) == before
     resumed.close()
+
+
+def test_a_kill_mid_journal_line_loses_the_counts_of_that_turn_only() -> None:
+    s = ChatSession(provider=FakeProvider(window=10_000_000), name="torn",
+                    settings=Settings(), sleep=lambda _: None)
+    for i in range(3):
+        s.send(f"q{i}")
+    before = (s.history, counters(s))
+    s.send("the last turn")
+    after = (s.history, counters(s))
+    journal = s.directory / "history.journal"
+    full = journal.read_bytes()
+    start = full.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in [*range(start, len(full), 7), len(full)]:
+        journal.write_bytes(full[:cut])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            resumed = ChatSession.resume("torn", provider=FakeProvider(window=10_000_000))
+        assert (resumed.history, counters(resumed)) in (before, after), cut
+    assert (resumed.history, counters(resumed)) == after
 
 
 def test_undo_after_a_resume_says_the_compaction_came_before_it(emulator: Any) -> None:
