@@ -66,9 +66,10 @@ def bytes_written() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
 
 
-def whole_snapshot(files: Any) -> Callable[[History], None]:
-    """``Transcript.save_history`` as it was before the journal: the whole file, fsynced."""
-    def save(history: History) -> None:
+def whole_snapshot(files: Any) -> Callable[..., None]:
+    """``Transcript.save_history`` as it was before the journal: the whole file, fsynced
+    (without the counters the journal lines carry)."""
+    def save(history: History, counters: Any = None) -> None:
         data = json.dumps({"version": 1, "messages": [m.to_dict() for m in history]},
                           ensure_ascii=False)
         write_private_atomic(files.history_path, data)

@@ -768,6 +768,14 @@ def counts_line(recoveries: int, compactions: int) -> str:
             f"{plural(compactions, 'compaction')}")
 
 
+def messages_held(working: int, transcript: int) -> str:
+    """A saved session's size as the model will see it: ``"7 messages in the working
+    history (16 in the transcript)"``, or ``"7 messages"`` when the two are the same."""
+    if working == transcript:
+        return plural(working, "message")
+    return f"{plural(working, 'message')} in the working history ({transcript} in the transcript)"
+
+
 def panel_title(session: str) -> str:
     return f"live panel · session {session}"
 

@@ -27,7 +27,7 @@ from .. import errors
 from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
-from ..core.wording import forgotten_limits, plural, status_text
+from ..core.wording import forgotten_limits, messages_held, plural, status_text
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, format_size, parse_size
 from .display import EventPrinter
@@ -299,8 +299,9 @@ def _resume(magics: ChatMagics, args: Any) -> None:
     session = ws.resume_session(args.name)
     ws.replace_session(args.name, session)
     ws.current = args.name
-    print(f"resumed {args.name}: {plural(len(session.history), 'message')} on {session.model}; "
-          f"use %%chat -S {args.name}")
+    print(f"resumed {args.name}: "
+          f"{messages_held(len(session.history), len(session.transcript))} on "
+          f"{session.model}; use %%chat -S {args.name}")
 
 
 @_subcommand("usage", "Tokens used by this session (as reported by the provider).")
@@ -309,7 +310,7 @@ def _usage(magics: ChatMagics, args: Any) -> None:
     status = session.status()
     totals = {"prompt_tokens": status.prompt_tokens,
               "completion_tokens": status.completion_tokens,
-              "turns": magics.workspace.cells.get(args.session, 0)}
+              "turns": status.turns}
     print(f"session {args.session}: {totals['prompt_tokens']:,} prompt + "
           f"{totals['completion_tokens']:,} completion tokens over "
           f"{plural(int(totals['turns'] or 0), 'cell')}")

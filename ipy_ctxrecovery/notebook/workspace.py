@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from IPython.core.error import UsageError
 
+from ..core.wording import messages_held
 from ..emulator import Emulator
 from ..errors import CtxRecoveryError
 from ..providers import is_emulator_model
@@ -310,8 +311,9 @@ class Workspace:
 
 
 def _told(session: ChatSession) -> str:
-    """``12 messages, last used 2026-11-30 14:02``."""
-    n = len(session.transcript)
+    """``7 messages in the working history (16 in the transcript), last used 2026-11-30
+    14:02``: what the model will see, and what was said when that is more."""
     when = session.last_used()
     used = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "never"
-    return f"{n} message{'s' if n != 1 else ''}, last used {used}"
+    return (f"{messages_held(len(session.history), len(session.transcript))}, "
+            f"last used {used}")

@@ -20,9 +20,11 @@ assistant's tool calls and the **full** tool results. Messages the package write
 model (SYSTEM NOTICE, summaries) live only in the working history and its snapshot.
 
 A session without a ``name`` gets a generated one (``session-<date>-<time>-<pid>-<n>``);
-:meth:`ChatSession.resume` reopens a session by name with its working history and what it
-learned, where that still applies. Learned state belongs to the session (payload caps to
-its network path, shared only through a :class:`~.learned.PathRegistry` it is given).
+:meth:`ChatSession.resume` reopens a session by name with its working history, its counters
+(tokens, turns, compactions, recoveries: saved with the history, no extra write per turn,
+``store.py``) and what it learned, where that still applies. Learned state belongs to the
+session (payload caps to its network path, shared only through a
+:class:`~.learned.PathRegistry` it is given).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import Caps, TokenEstimator
+from ..core.wording import plural
 from ..errors import ChatError, CtxRecoveryError
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
@@ -118,7 +121,9 @@ class ChatSession:
 
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._turns_answered = 0
         self._compactions = 0
+        self._compactions_before_resume = 0  # their history is not on disk: no undo
         self._undo: list[tuple[Shrink, ...]] = []
 
         self._history: History = (Message.system(system),) if system else ()
@@ -186,8 +191,23 @@ class ChatSession:
         snapshot = session._files.load_history()   # later turns journal against it
         if snapshot is not None:
             session._history = snapshot
+        session._restore_counters(session._files.counters)
         session._restore_learned()
         return session
+
+    def _counters(self) -> dict[str, int]:
+        """The session's totals, as saved with its history (``store.py``)."""
+        return {"prompt_tokens": self._prompt_tokens,
+                "completion_tokens": self._completion_tokens,
+                "turns": self._turns_answered, "compactions": self._compactions,
+                "recoveries": self._recovery.recoveries}
+
+    def _restore_counters(self, saved: Mapping[str, int]) -> None:
+        self._prompt_tokens = saved.get("prompt_tokens", 0)
+        self._completion_tokens = saved.get("completion_tokens", 0)
+        self._turns_answered = saved.get("turns", 0)
+        self._compactions = self._compactions_before_resume = saved.get("compactions", 0)
+        self._recovery.recoveries = saved.get("recoveries", 0)
 
     def _restore_learned(self) -> None:
         raw = self._files.load_learned()
@@ -379,6 +399,7 @@ class ChatSession:
             cap=limits.caps.effective(), cap_source=limits.caps.source,
             messages=len(self._history), transcript_messages=len(self._transcript),
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
+            turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
             cap_note=limits.visible_cap_note)
 
@@ -426,9 +447,12 @@ class ChatSession:
             # only the turn in flight; the turn's end (failed or not) writes it at the latest.
             self._record(user, later=True)
         spec = self._spec(max_tokens, stream=stream, options=options)
+        kept = False
         try:
             result = self._turns.run(self._history + (user,), spec, log, on_text,
                                      self._record if record else None)
+            self._turns_answered += 1
+            kept = record
         except ChatError as e:
             # The sentence may quote this session's own key (a gateway's 401 body).
             e.args = (self.redactor.shown(str(e)),)
@@ -441,10 +465,13 @@ class ChatSession:
             self._prompt_tokens += log.prompt_tokens
             self._completion_tokens += log.completion_tokens
             self._save_learned()  # a failed turn may still have learned a limit
+            if not kept:
+                # Its tokens and recoveries count: a line with no message but the counters.
+                self._files.save_history(self._history, self._counters())
         if record:
             self._history = result.history
             self._keep_shrinks(log.shrinks)
-            self._files.save_history(result.history)
+            self._files.save_history(result.history, self._counters())
         body = self._sizer.measure(result.history, spec)
         self.bus.emit(TurnFinished(history_bytes=body, est_tokens=self.estimator.estimate(body),
                                    window=self.window, cap=self.caps.effective()), log)
@@ -505,13 +532,19 @@ class ChatSession:
         if report.applied:
             self._keep_shrinks([Shrink("compaction", before, len(new))])
             self._history = new
-            self._files.save_history(new)
+            self._files.save_history(new, self._counters())
         self._save_learned()
         return report
 
     def undo_compact(self) -> None:
         """Restore the history from before the last turn's shrinks (later messages are kept)."""
         if not self._undo:
+            if self._compactions_before_resume:
+                raise CtxRecoveryError(
+                    f"session {self.name}'s "
+                    f"{plural(self._compactions_before_resume, 'compaction')} happened "
+                    "before it was resumed and cannot be undone (the history from before "
+                    "them is not saved); the transcript keeps every message said.")
             raise CtxRecoveryError("there is no compaction to undo in this session.")
         history = self._history
         for shrink in reversed(self._undo.pop()):
@@ -537,6 +570,7 @@ class ChatSession:
         """
         self._history = (Message.system(self.system),) if self.system else ()
         self._undo.clear()
+        self._compactions_before_resume = 0   # their history was reset away anyway
         self.limits.payload_notice_given = False
         self._files.mark("reset")
         self._files.save_history(self._history)
@@ -544,7 +578,7 @@ class ChatSession:
     def close(self) -> None:
         """Save the history snapshot, let another process open the session, and release the
         provider's client when the session built it."""
-        self._files.checkpoint(self._history)
+        self._files.checkpoint(self._history, self._counters())
         self._save_learned(exact=True)
         self._files.release()
         self._endpoint.close()

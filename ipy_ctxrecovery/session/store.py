@@ -18,6 +18,16 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
   to the journal, ``{"gen": g, "base": n, "set": [[i, message], ...], "add": [...]}``:
   the messages the turn added after the first ``n``, and the few earlier ones it
   replaced (microcompact previews). So a turn writes O(its new messages), not O(history).
+- the session's counters (tokens used, turns answered, compactions, recoveries) ride on
+  the same writes: ``"counters": {...}`` (totals, not increments) in the snapshot and in
+  every journal line of a turn that changed them — a turn that added no message (failed,
+  or not recorded) writes a line with nothing in ``add`` but its counters. Counters are a
+  few dozen bytes and cost no extra file, write or fsync per turn; on load the last
+  applied line's counters win (else the snapshot's), so a kill loses at most the turn in
+  flight's counts, as it loses its messages. A journal that cannot be replayed keeps the
+  snapshot's counters; no snapshot: they start from zero. The history from before a
+  compaction is not kept on disk (the transcript has what was said, not the summaries
+  and notices the model saw), so a compaction cannot be undone after a resume.
 - ``session.json`` (0600): the model string and the system prompt (never a key).
 - ``learned.json`` (0600): what the session learned (caps, window, calibration...), written
   atomically when it changed; its format and restore rules live in ``learned.py``.
@@ -322,6 +332,15 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value).encode("ascii")
 
 
+def _counters(value: Any) -> dict[str, int]:
+    """A session's counters as stored: whole numbers ≥ 0 by name; anything else (damage,
+    a hand edit) is left out, so that counter starts from zero."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items()
+            if isinstance(k, str) and type(v) is int and v >= 0}
+
+
 class _Problems:
     """Bad lines of one file, reported as one sentence when reading it ends."""
 
@@ -416,6 +435,9 @@ class Transcript:
         # journal line at the turn's end carries the same bytes (``_message_json``).
         self._written: dict[int, tuple[Message, bytes]] = {}
         self._persisted: History | None = None     # what snapshot + journal hold, if known
+        #: The session's counters as the snapshot and journal hold them (after
+        #: :meth:`load_history`, what a resume restores; see the module doc).
+        self.counters: dict[str, int] = {}
         self._generation = 0
         self._journal_lines = 0
         self._lock_fd: int | None = None
@@ -594,15 +616,18 @@ class Transcript:
     def has_history(self) -> bool:
         return self.history_path.is_file()
 
-    def save_history(self, history: History) -> None:
-        """Persist the working history after a turn: a journal line when ``history``
-        extends what is on disk, else a whole snapshot (see the module doc)."""
+    def save_history(self, history: History,
+                     counters: Mapping[str, int] | None = None) -> None:
+        """Persist the working history and the session's ``counters`` (None: unchanged)
+        after a turn: a journal line when ``history`` extends what is on disk, else a
+        whole snapshot (see the module doc)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
-        line = self._journal_line(history)
+        new_counters = dict(counters) if counters is not None else self.counters
+        line = self._journal_line(history, new_counters)
         self._written.clear()
         if line is None:
-            self.checkpoint(history)
+            self.checkpoint(history, new_counters)
             return
         if not line:
             return
@@ -613,12 +638,13 @@ class Transcript:
             self._persisted = None          # the next write is a whole snapshot
             return
         self._persisted = history
+        self.counters = new_counters
         self._journal_lines += 1
         self.health.ok()
 
-    def _journal_line(self, history: History) -> bytes | None:
-        """The journal line taking what is on disk to ``history`` (b"" when nothing
-        changed), None when only a snapshot can (not an extension)."""
+    def _journal_line(self, history: History, counters: dict[str, int]) -> bytes | None:
+        """The journal line taking what is on disk to ``history`` and ``counters`` (b""
+        when nothing changed), None when only a snapshot can (not an extension)."""
         old = self._persisted
         if old is None or len(history) < len(old):
             return None
@@ -633,21 +659,28 @@ class Transcript:
                 return None
             replaced.append([i, self._stored(now).to_dict()])
         added = history[len(old):]
-        if not replaced and not added:
+        changed = counters != self.counters
+        if not replaced and not added and not changed:
             return b""
-        # ``{"gen": g, "base": n, "set": [...], "add": [...]}`` as ``_dumps`` writes it.
-        head = _dumps({"gen": self._generation, "base": len(old), "set": replaced})
+        # ``{"gen": g, "base": n, "set": [...], ["counters": {...},] "add": [...]}`` as
+        # ``_dumps`` writes it.
+        head = _dumps({"gen": self._generation, "base": len(old), "set": replaced,
+                       **({"counters": counters} if changed else {})})
         return (head[:-1] + b', "add": [' + b", ".join(map(self._message_json, added))
                 + b"]}\n")
 
-    def checkpoint(self, history: History) -> None:
-        """Write ``history`` as a whole snapshot and empty the journal (close, compaction)."""
+    def checkpoint(self, history: History, counters: Mapping[str, int] | None = None) -> None:
+        """Write ``history`` and ``counters`` (None: unchanged) as a whole snapshot and
+        empty the journal (close, compaction)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
-        if history is self._persisted and self._journal_lines == 0 and self.has_history():
+        new_counters = dict(counters) if counters is not None else self.counters
+        if (history is self._persisted and self._journal_lines == 0 and self.has_history()
+                and new_counters == self.counters):
             return
         generation = self._generation + 1
         data = {"version": SNAPSHOT_VERSION, "generation": generation,
+                "counters": new_counters,
                 "messages": [self._stored(m).to_dict() for m in history]}
         try:
             write_private_atomic(self.history_path, _dumps(data))
@@ -657,6 +690,7 @@ class Transcript:
             return
         self._generation = generation
         self._persisted = history
+        self.counters = new_counters
         self._journal_lines = 0
         try:
             # Lines left in the journal are of the old generation and ignored on load;
@@ -692,6 +726,7 @@ class Transcript:
             if not isinstance(generation, int):
                 raise ValueError("its generation is not a number")
             current = [message_from_dict(m) for m in data["messages"]]
+            self.counters = _counters(data.get("counters"))
         except UnicodeDecodeError:
             return self._rebuilt(self.history_path, "it is not UTF-8")
         except RecursionError:
@@ -699,9 +734,10 @@ class Transcript:
         except ValueError as e:
             why = str(e) if not isinstance(e, json.JSONDecodeError) else "it is not valid JSON"
             return self._rebuilt(self.history_path, why)
-        history, applied, damage = self._replay(current, generation)
+        history, applied, damage, counters = self._replay(current, generation)
         if history is None:
             return self._rebuilt(self.journal_path, damage)
+        self.counters = counters
         self._generation = generation
         # A torn or stale journal is rewritten as a snapshot by the next save.
         self._persisted = history if applied is not None else None
@@ -709,25 +745,27 @@ class Transcript:
         return history
 
     def _replay(self, current: list[Message], generation: int,
-                ) -> tuple[History | None, int | None, str]:
+                ) -> tuple[History | None, int | None, str, dict[str, int]]:
         """Apply the journal's lines of ``generation``.
 
         Returns (history, lines applied — None when the journal must be rewritten,
-        damage): history is None when the journal is damaged, ``damage`` then says how.
+        damage, counters): history is None when the journal is damaged, ``damage`` then
+        says how; counters are the last applied line's (else the snapshot's).
         """
         problems = _Problems(self.journal_path)
         clean = True
+        counters = self.counters
         try:
             lines = list(_json_lines(self.journal_path, problems))
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
-            return tuple(current), 0, ""
+            return tuple(current), 0, "", counters
         except OSError as e:
-            return None, None, e.strerror or type(e).__name__
+            return None, None, e.strerror or type(e).__name__, counters
         bad = {n for n, _ in problems.lines}
         last_line = max([n for n, _, _ in lines] + list(bad), default=0)
         if bad - {last_line}:
             line = min(bad)
-            return None, None, f"line {line}: {dict(problems.lines)[line]}"
+            return None, None, f"line {line}: {dict(problems.lines)[line]}", counters
         if bad:
             # The last line was being written when the process stopped: the turn in flight.
             problems.warn("it was the turn in flight when the session stopped; the "
@@ -750,10 +788,12 @@ class Transcript:
                 new.extend(message_from_dict(m) for m in added)
             except (KeyError, TypeError, ValueError) as e:
                 return None, None, (f"line {index}: {e}" if isinstance(e, ValueError)
-                                    else f"line {index} is not a journal entry")
+                                    else f"line {index} is not a journal entry"), counters
             current = new
+            if "counters" in record:
+                counters = _counters(record["counters"])
             applied += 1
-        return tuple(current), applied if clean else None, ""
+        return tuple(current), applied if clean else None, "", counters
 
     def _rebuilt(self, path: Path, why: str) -> History:
         warnings.warn(f"{path} could not be read ({why}); the working history was rebuilt "

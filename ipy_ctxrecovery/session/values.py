@@ -68,6 +68,8 @@ class SessionStatus:
     """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
     window_learned: bool = False
     """The window is the one a context-overflow error reported (below the configured one)."""
+    turns: int = 0
+    """Turns answered (``send`` calls that returned a reply), resumes included."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
