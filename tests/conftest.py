@@ -38,11 +38,14 @@ def emulator() -> Iterator[Callable[..., Any]]:
 
 @pytest.fixture
 def loaded_shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The test process's IPython with the extension loaded and no API keys or configured
-    cap (so it talks to the embedded emulator); unloaded and its config cleared after."""
+    """The test process's IPython with the extension loaded and no API keys or CHATCLI_*
+    settings (so it talks to the embedded emulator with the defaults); unloaded and its
+    config cleared after."""
     from IPython.testing import globalipapp
 
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
+    from ipy_ctxrecovery.settings import ENV_VARS
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", *ENV_VARS):
         monkeypatch.delenv(var, raising=False)
     globalipapp.start_ipython()
     shell = globalipapp.get_ipython()

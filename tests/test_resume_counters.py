@@ -7,13 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fakes import FakeProvider
 from IPython.core.error import UsageError
-from IPython.testing import globalipapp
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
 from ipy_ctxrecovery.errors import CtxRecoveryError
@@ -146,18 +144,8 @@ def test_undo_after_a_resume_says_the_compaction_came_before_it(emulator: Any) -
 # -- the magics: a kernel restart ------------------------------------------------------------
 
 @pytest.fixture
-def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD",
-                "CHATCLI_CONTEXT_WINDOW", "CHATCLI_MAX_RECOVERY_ATTEMPTS"):
-        monkeypatch.delenv(var, raising=False)
-    globalipapp.start_ipython()
-    shell = globalipapp.get_ipython()
-    shell.config.pop("ChatMagics", None)
-    shell.run_line_magic("load_ext", "ipy_ctxrecovery")
-    yield shell
-    if "ipy_ctxrecovery" in shell.extension_manager.loaded:
-        shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
-    shell.config.pop("ChatMagics", None)
+def ip(loaded_shell: Any) -> Any:
+    return loaded_shell
 
 
 def cell(ip: Any, line: str, body: str) -> None:
