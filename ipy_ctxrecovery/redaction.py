@@ -302,7 +302,6 @@ def credential_param(name: str) -> bool:
     return any(w in _PARAM_WORDS or w.endswith(_PARAM_SUFFIXES) for w in words)
 
 
-@functools.lru_cache(maxsize=64)
 @functools.lru_cache(maxsize=64)   # asked each time text is stored, for the same client
 def url_credentials(url: str) -> frozenset[str]:
     """The credentials ``url`` carries, in each form they may be echoed back: the user-info

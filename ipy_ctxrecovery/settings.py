@@ -20,8 +20,8 @@ import humanfriendly
 from .errors import ConfigError
 from .redaction import MASK, credential_param
 
-__all__ = ["ENV_VARS", "ConfigError", "Settings", "format_size", "parse_size", "proxy_for",
-           "public_url"]
+__all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
+           "proxy_for", "public_url"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -317,7 +317,7 @@ class Settings:
         changes: dict[str, Any] = {}
         names = {f.name for f in fields(self)}
         for key, raw in values.items():
-            name = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+            name = field_for(key)
             if name not in names:
                 known = ", ".join(sorted(ENV_VARS))
                 raise ConfigError(
@@ -357,6 +357,13 @@ _AT_LEAST_ONE = ("max_recovery_attempts", "emergency_keep_messages", "context_wi
                  "microcompact_truncate_turns", "microcompact_summarize_turns",
                  "turn_budget_chars", "per_result_max_chars", "nuclear_keep_messages")
 """Counts where 0 makes no sense (the others, e.g. max_token_escalations, may be 0)."""
+
+
+def field_for(key: str) -> str:
+    """The Settings field a key names: an env-var name (``CHATCLI_MAX_PAYLOAD``) or a field
+    name in any case, ``-`` for ``_`` (``%chat config`` keys). Unknown keys come back as
+    they would be a field's name; the caller checks."""
+    return ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
 
 
 def _label(name: str) -> str:

@@ -305,15 +305,20 @@ class StreamedJoin:
     def __init__(self, resume: Resume, parts: Sequence[str], shown: str) -> None:
         self._resume = resume
         self._parts = tuple(parts)
-        self.shown = shown              # everything shown of the answer so far
+        self._shown = [shown]           # everything shown of the answer so far, in pieces
         self._held: list[str] = []
         self._held_chars = 0
         self._passing = False
 
+    @property
+    def shown(self) -> str:
+        """Everything shown of the answer so far."""
+        return "".join(self._shown)
+
     def feed(self, delta: str) -> str:
         """The text to show for ``delta`` ("" while it is held back)."""
         if self._passing:
-            self.shown += delta
+            self._shown.append(delta)
             return delta
         self._held.append(delta)
         self._held_chars += len(delta)
@@ -327,6 +332,7 @@ class StreamedJoin:
         held = "".join(self._held)
         self._held.clear()
         joined = self._resume.join([*self._parts, held])
-        out = joined[len(self.shown):] if joined.startswith(self.shown) else held
-        self.shown += out
+        shown = self.shown
+        out = joined[len(shown):] if joined.startswith(shown) else held
+        self._shown.append(out)
         return out

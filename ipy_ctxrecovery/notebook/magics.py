@@ -587,7 +587,6 @@ class ChatMagics(Magics):
 
     def _answer(self, reply: Any, fmt: str, name: str, printer: EventPrinter) -> Answer:
         usage = usage_dict(getattr(reply, "usage", None))
-        self.workspace.answered(name)
         answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
                         actions=list(reply.actions),
                         finish_reason=_str(getattr(reply, "finish_reason", None)),

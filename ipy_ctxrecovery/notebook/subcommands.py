@@ -29,7 +29,7 @@ from ..core import events as ev
 from ..core import history, prompts
 from ..core.wording import forgotten_limits, messages_held, plural, status_text
 from ..session.redactor import Redactor
-from ..settings import ENV_VARS, ConfigError, format_size, parse_size
+from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
 
@@ -412,7 +412,7 @@ def _config(magics: ChatMagics, args: Any) -> None:
         if not sep or not key:
             raise UsageError(f"%chat config: {item!r} is not KEY=VALUE, e.g. "
                              "CHATCLI_MAX_PAYLOAD=5MB or raise_on_error=False.")
-        field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+        field = field_for(key)
         if field in {"max_payload", "context_window"} or field not in traits:
             settings_values[field] = value
             as_typed[key] = value
@@ -444,7 +444,7 @@ _NONE_MEANS = {"context_window": "the model's own window", "max_payload": "no pa
 def _said_set(item: str, settings: Any) -> str:
     """``KEY=VALUE`` as confirmed: with what it amounts to when that is None (``0``)."""
     key = item.partition("=")[0]
-    field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+    field = field_for(key)
     if field in _NONE_MEANS and getattr(settings, field, 0) is None:
         return f"{item} ({_NONE_MEANS[field]})"
     return item
@@ -496,7 +496,7 @@ def _setting_line(magics: ChatMagics, settings: Any, var: str, field: str,
 
 def _show_one(magics: ChatMagics, key: str) -> None:
     settings, sources = magics.settings(), _sources(magics)
-    field = ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
+    field = field_for(key)
     var = next((v for v, f in ENV_VARS.items() if f == field), "")
     traits = magics.class_traits(config=True)
     if field in ENV_VARS.values() or (hasattr(settings, field) and field not in traits):

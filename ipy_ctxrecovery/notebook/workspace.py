@@ -62,8 +62,6 @@ class Workspace:
         self.defaults = defaults
         self.sessions: dict[str, ChatSession] = {}
         self.panels: dict[str, ContextPanel] = {}
-        self.cells: dict[str, int] = {}
-        """Cells answered per session name (``%chat usage``)."""
         self.emulator: Emulator | None = None
         self.emulator_limits: dict[str, Any] = {}
         self.paths = PathRegistry()
@@ -258,16 +256,11 @@ class Workspace:
         """
         old = self.sessions.get(name)
         self.sessions[name] = session
-        self.cells.pop(name, None)
         if close_old and old is not None and old is not session:
             old.close()
         panel = self.panels.get(name)
         if panel is not None:
             panel.attach(session)
-
-    def answered(self, name: str) -> None:
-        """A cell of session ``name`` was answered."""
-        self.cells[name] = self.cells.get(name, 0) + 1
 
     # -- panels --------------------------------------------------------------------------------
     def panel(self, name: str) -> ContextPanel:
