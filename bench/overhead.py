@@ -111,10 +111,12 @@ def conversation(total: int, count: int, *, line: str | None = None) -> History:
 
 
 def median_pair(a: Callable[[], object], b: Callable[[], object],
-                repeat: int, *, min_seconds: float = 0.0) -> tuple[float, float, int]:
+                repeat: int, *, min_seconds: float = 0.0,
+                after: Callable[[], object] | None = None) -> tuple[float, float, int]:
     """Medians of ``a`` and ``b`` run alternately (after one warm-up each), and the number
     of pairs: ``repeat``, or more until the pairs took ``min_seconds`` (a few-millisecond
-    call needs many runs for its median to hold still on a shared machine)."""
+    call needs many runs for its median to hold still on a shared machine). ``after``
+    runs after each call, untimed (setting up the next one)."""
     a()
     b()
     ta: list[float] = []
@@ -127,6 +129,8 @@ def median_pair(a: Callable[[], object], b: Callable[[], object],
             fn()
             out.append(time.perf_counter() - start)
             spent += out[-1]
+            if after is not None:
+                after()
     return statistics.median(ta), statistics.median(tb), len(ta)
 
 
@@ -229,22 +233,19 @@ def run_case(wire: str, emu: RemoteEmulator, key: str, total: int, count: int, r
     history = conversation(total, count)
     case = Case(wire, emu, history, f"bench-{wire}-{key}")
     try:
-        bare_calls: list[Callable[[], object]] = []
+        # The bare call's dicts are built beforehand, outside either call's time, from
+        # the session's current messages (so both send the same history).
+        bare_calls: list[Callable[[], object]] = [case.bare()]
 
         def bare() -> object:
-            if not bare_calls:
-                bare_calls.append(case.bare())
-            return bare_calls.pop()()
+            return bare_calls[-1]()
 
-        def session() -> object:
-            result = case.session_turn()
-            bare_calls.clear()
-            bare_calls.append(case.bare())  # the next bare call sees the same messages
-            return result
+        def next_bare() -> None:
+            bare_calls[-1] = case.bare()
 
-        bare_calls.append(case.bare())
         before, files_before = counter["sdk"], FILES["files"]
-        t_session, t_bare, runs = median_pair(session, bare, repeat, min_seconds=min_seconds)
+        t_session, t_bare, runs = median_pair(case.session_turn, bare, repeat,
+                                              min_seconds=min_seconds, after=next_bare)
         files = (FILES["files"] - files_before) / (runs + 1)
         body = len(json.dumps(case.payload("x"), ensure_ascii=False).encode())
         sdk_runs = counter["sdk"] - before - (runs + 1)   # less the bare calls' own
