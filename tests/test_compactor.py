@@ -581,7 +581,8 @@ def test_trim_properties(h: History) -> None:
 
 def test_public_names() -> None:
     assert set(compactor.__all__) == {
-        "CompactionReport", "Measure", "Summarizer", "compact", "compaction_budget",
+        "ChatBudget", "CompactionReport", "Measure", "Summarizer", "chat_budget", "compact",
+        "compaction_budget",
         "compaction_target", "trim",
     }
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ipy_ctxrecovery.core.compactor import ChatBudget, chat_budget
 from ipy_ctxrecovery.core.preflight import (
     MAX_BYTES_PER_TOKEN,
     MIN_BYTES_PER_TOKEN,
@@ -24,10 +25,10 @@ S = Settings()
 
 def run_check(body: int, caps: Caps | None = None, est: TokenEstimator | None = None, *,
               window: int = 10_000_000, max_tokens: int | None = None, warned: bool = False,
-              settings_: Settings = S):
+              settings_: Settings = S, budget: ChatBudget | None = None):
     return check(body, settings=settings_, caps=caps or Caps(),
                  estimator=est or TokenEstimator(), window_tokens=window,
-                 max_tokens=max_tokens, warned=warned)
+                 max_tokens=max_tokens, warned=warned, chat_budget=budget)
 
 
 # -- Caps ---------------------------------------------------------------------------------------
@@ -277,3 +278,41 @@ def test_window_hit_with_warning_keeps_both_lines() -> None:
     assert result.action == "compact"
     assert result.warned
     assert "CHATCLI_MAX_PAYLOAD=5MB" in (result.message or "")
+
+
+def test_over_the_chat_budget_of_the_window_compacts_and_says_why() -> None:
+    # 16,384-token window at 4 bytes a token: the chat budget is 75 % of it, 48 KiB.
+    budget = chat_budget(S, window_tokens=16_384, bytes_per_token=4.0, cap=None,
+                         ratio=S.chat_budget_ratio)
+    assert budget == ChatBudget(48 * KiB, "window", 0.75)
+    result = run_check(50 * KiB, window=16_384, max_tokens=1_000, budget=budget)
+    assert (result.action, result.reasons, result.budget_ratio) == ("compact", ("budget",), None)
+    assert result.message == ("ℹ pre-flight: history 50 KB is over the chat budget, 48 KB (75% "
+                              "of the 16,384-token window: chat_budget_ratio) — compacting")
+    within = run_check(48 * KiB, window=16_384, max_tokens=1_000, budget=budget)
+    assert (within.action, within.message) == ("ok", None)
+
+
+def test_over_the_chat_budget_of_the_cap_names_the_cap_and_its_setting() -> None:
+    caps = Caps(configured=100 * KiB)
+    budget = chat_budget(S, window_tokens=1_000_000, bytes_per_token=4.0, cap=100 * KiB,
+                         ratio=S.chat_budget_ratio)
+    assert budget == ChatBudget(70 * KiB, "cap", 0.70)
+    result = run_check(80 * KiB, caps, budget=budget)      # 80 %: under the 85 % hit
+    assert result.action == "compact" and result.reasons == ("budget",)
+    assert result.message == ("ℹ pre-flight: history 80 KB is over the chat budget, 70 KB (70% "
+                              "of the configured cap 100 KB: cap_budget_fraction) — compacting")
+    assert result.event().budget_bytes == 70 * KiB
+
+
+def test_a_cap_or_window_hit_is_not_also_called_over_the_budget() -> None:
+    caps = Caps(configured=100_000)
+    budget = ChatBudget(70_000, "cap", 0.70)
+    result = run_check(90_000, caps, budget=budget)
+    assert result.reasons == ("cap",) and result.event().budget_bytes is None
+
+
+def test_no_known_window_or_cap_is_no_budget() -> None:
+    budget = chat_budget(S, window_tokens=None, bytes_per_token=4.0, cap=None, ratio=0.75)
+    assert budget.of is None
+    assert run_check(10 * MiB, budget=budget, warned=True).action == "ok"

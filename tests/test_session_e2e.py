@@ -663,3 +663,22 @@ def test_a_corrupt_learned_state_file_is_ignored_with_one_warning(emulator: Any,
     again.close()
     # The next save replaced the bad file with a valid one.
     assert json.loads((session.directory / "learned.json").read_text())["version"] == 1
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_compaction_the_chat_budget_asks_for_says_so_first(emulator: Any, wire: str,
+                                                             tmp_path: Path) -> None:
+    # Within the window and with no cap, but over 75 % of the window: the compaction is
+    # announced with its reason (before, only "Summarizing older messages…" was shown).
+    emu = emulator(context_window=8000)
+    lines: list[str] = []
+    session = ChatSession(wire, emulator=emu, files_root=tmp_path,
+                          on_event=lambda e: lines.append(describe(e)))
+    for i in range(10):
+        session.send(filler(i, 2500), stream=False)
+    said = [line for line in lines if line]
+    first = next(i for i, line in enumerate(said) if "Summarizing older messages" in line)
+    assert said[first - 1].startswith("ℹ pre-flight: history ")
+    assert said[first - 1].endswith(
+        "(75% of the 8,000-token window: chat_budget_ratio) — compacting")
+    assert session.status().compactions >= 1

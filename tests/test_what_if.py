@@ -137,7 +137,9 @@ def test_a_window_summary_agrees_with_the_send(emulator: Any) -> None:
     emu = emulator(context_window=128_000)
     session = logged_session(emu)
     plan = agree(session, emu, "next C", window=6000)
-    assert plan.summary and plan.compacted and plan.preflight_action == "ok"
+    assert plan.summary and plan.compacted and plan.preflight_action == "compact"
+    assert "over the chat budget" in plan.preflight_line
+    assert "of the 6,000-token window: chat_budget_ratio" in plan.preflight_line
     assert plan.trigger is not None and plan.before_bytes > plan.trigger
 
 

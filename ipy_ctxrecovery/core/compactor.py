@@ -3,8 +3,8 @@
 Three public steps, all pure (the only calls out are ``measure``, ``summarize`` and
 ``on_event``):
 
-- :func:`compaction_budget` is the *trigger* (ANCHORS: ``min(window × ratio × bytes/token,
-  0.7 × cap)``) and :func:`compaction_target` the level compaction aims at, a fraction of
+- :func:`chat_budget` is the *trigger* (ANCHORS: ``min(window × ratio × bytes/token,
+  0.7 × cap)``, with the term that sets it; :func:`compaction_budget` its bytes) and :func:`compaction_target` the level compaction aims at, a fraction of
   the trigger, so one compaction buys several turns before the next (ANCHORS weakness 6).
 - :func:`trim` removes reasoning blocks and duplicate content without an LLM.
 - :func:`compact` trims, and if that is not enough replaces the oldest non-system messages
@@ -57,9 +57,11 @@ from .history import (
 from .prompts import summary_header
 
 __all__ = [
+    "ChatBudget",
     "CompactionReport",
     "Measure",
     "Summarizer",
+    "chat_budget",
     "compact",
     "compaction_budget",
     "compaction_target",
@@ -116,21 +118,41 @@ NO_LIMIT = 2 ** 62
 """The trigger when neither a window nor a cap is known: compaction never fires by itself."""
 
 
-def compaction_budget(settings: Settings, *, window_tokens: int | None, bytes_per_token: float,
-                      cap: int | None, ratio: float) -> int:
-    """Trigger in bytes: ``min(window × ratio × bytes/token, cap_budget_fraction × cap)``.
+@dataclass(frozen=True, slots=True)
+class ChatBudget:
+    """A compaction trigger in bytes and the term that sets it: ``share`` of the window
+    (its bytes at the calibrated bytes/token) or of the cap; ``of`` None when neither is
+    known (``NO_LIMIT``)."""
+
+    bytes: int
+    of: Literal["window", "cap"] | None = None
+    share: float | None = None
+
+
+def chat_budget(settings: Settings, *, window_tokens: int | None, bytes_per_token: float,
+                cap: int | None, ratio: float) -> ChatBudget:
+    """The trigger: ``min(window × ratio × bytes/token, cap_budget_fraction × cap)``.
 
     ``ratio`` is ``settings.chat_budget_ratio`` in chat, ``manual_compact_ratio`` for a
     manual compact, ``preflight_budget_ratio`` after a pre-flight hit. ``cap`` None means
     no payload cap, ``window_tokens`` None no known window (a guess is not a reason to
     summarize); a missing term does not apply.
     """
-    budget = float(NO_LIMIT)
+    budget = ChatBudget(NO_LIMIT)
     if window_tokens is not None:
-        budget = window_tokens * ratio * bytes_per_token
+        budget = ChatBudget(max(0, int(window_tokens * ratio * bytes_per_token)), "window", ratio)
     if cap is not None:
-        budget = min(budget, settings.cap_budget_fraction * cap)
-    return max(0, int(budget))
+        of_cap = max(0, int(settings.cap_budget_fraction * cap))
+        if of_cap < budget.bytes:
+            budget = ChatBudget(of_cap, "cap", settings.cap_budget_fraction)
+    return budget
+
+
+def compaction_budget(settings: Settings, *, window_tokens: int | None, bytes_per_token: float,
+                      cap: int | None, ratio: float) -> int:
+    """:func:`chat_budget`'s bytes."""
+    return chat_budget(settings, window_tokens=window_tokens, bytes_per_token=bytes_per_token,
+                       cap=cap, ratio=ratio).bytes
 
 
 def compaction_target(trigger: int, settings: Settings) -> int:

@@ -55,8 +55,10 @@ class Preflight(Event):
     """The pre-flight check of one request (SPEC §2).
 
     ``reasons``: what it found — ``"cap"`` (over the pre-flight share of the cap),
-    ``"window"`` (prompt + max_tokens over the window), ``"no_cap"`` (the one-shot
-    large-history warning with no cap); empty for a routine check (``action == "ok"``).
+    ``"window"`` (prompt + max_tokens over the window), ``"budget"`` (within both, but
+    over the chat budget: ``budget_bytes``, ``budget_share`` of the window or of the cap,
+    as ``budget_of`` says), ``"no_cap"`` (the one-shot large-history warning with no cap);
+    empty for a routine check (``action == "ok"``).
     """
 
     body_bytes: int
@@ -66,7 +68,10 @@ class Preflight(Event):
     window: int
     max_tokens: int | None = None
     action: Literal["ok", "compact", "warn"]
-    reasons: tuple[Literal["cap", "window", "no_cap"], ...] = ()
+    reasons: tuple[Literal["cap", "window", "budget", "no_cap"], ...] = ()
+    budget_bytes: int | None = None
+    budget_of: Literal["window", "cap"] | None = None
+    budget_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

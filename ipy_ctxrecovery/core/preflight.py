@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..settings import Settings
+from .compactor import ChatBudget
 from .events import CapSource, Preflight
 from .wording import describe
 
@@ -174,15 +175,20 @@ class PreflightResult:
     window: int
     action: Literal["ok", "compact", "warn"]
     budget_ratio: float | None = None     # 0.40 after a cap hit
-    reasons: tuple[Literal["cap", "window", "no_cap"], ...] = ()
+    reasons: tuple[Literal["cap", "window", "budget", "no_cap"], ...] = ()
     cap_source: CapSource | None = None
     max_tokens: int | None = None
     warned: bool = False                  # the one-shot no-cap warning is given now
+    budget: ChatBudget | None = None      # the chat budget the body is over ("budget")
 
     def event(self) -> Preflight:
+        budget = self.budget
         return Preflight(body_bytes=self.body_bytes, est_tokens=self.est_tokens, cap=self.cap,
                          cap_source=self.cap_source, window=self.window,
-                         max_tokens=self.max_tokens, action=self.action, reasons=self.reasons)
+                         max_tokens=self.max_tokens, action=self.action, reasons=self.reasons,
+                         budget_bytes=budget.bytes if budget is not None else None,
+                         budget_of=budget.of if budget is not None else None,
+                         budget_share=budget.share if budget is not None else None)
 
     @property
     def message(self) -> str | None:
@@ -192,8 +198,10 @@ class PreflightResult:
 
 def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEstimator,
           window_tokens: int, max_tokens: int | None, warned: bool,
-          window_known: bool = True) -> PreflightResult:
-    """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check.
+          window_known: bool = True, chat_budget: ChatBudget | None = None) -> PreflightResult:
+    """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check,
+    and the chat budget (``chat_budget``: the compaction trigger; a body within the cap
+    and the window but over it is compacted too, with its own reason).
 
     ``warned``: the session already showed the no-cap warning (it is shown once per
     session; the result's ``warned`` tells the session to remember it).
@@ -204,7 +212,7 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
     cap = caps.effective()
     est = estimator.estimate(body_bytes)
     reserve = max_tokens or 0
-    reasons: list[Literal["cap", "window", "no_cap"]] = []
+    reasons: list[Literal["cap", "window", "budget", "no_cap"]] = []
     ratio: float | None = None
     action: Literal["ok", "compact", "warn"] = "ok"
 
@@ -220,6 +228,12 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
         action = "compact"
         ratio = window_ratio if ratio is None else min(ratio, window_ratio)
 
+    over_budget = (action == "ok" and chat_budget is not None and chat_budget.of is not None
+                   and body_bytes > chat_budget.bytes)
+    if over_budget:
+        reasons.append("budget")
+        action = "compact"
+
     give_warning = cap is None and body_bytes > settings.no_cap_warn_bytes and not warned
     if give_warning:
         reasons.append("no_cap")
@@ -228,4 +242,5 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
 
     return PreflightResult(body_bytes=body_bytes, est_tokens=est, cap=cap, window=window_tokens,
                            action=action, budget_ratio=ratio, reasons=tuple(reasons),
-                           cap_source=caps.source, max_tokens=max_tokens, warned=give_warning)
+                           cap_source=caps.source, max_tokens=max_tokens, warned=give_warning,
+                           budget=chat_budget if over_budget else None)

@@ -299,9 +299,21 @@ def _(e: ev.Preflight) -> str:
                                               if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
                      "compacting")
+    if "budget" in e.reasons and e.budget_bytes is not None:
+        lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} is over the chat "
+                     f"budget, {format_size(e.budget_bytes)} ({_budget_term(e)}) — compacting")
     if "no_cap" in e.reasons:
         lines.append(no_cap_warning(e.body_bytes))
     return "\n".join(lines)
+
+
+def _budget_term(e: ev.Preflight) -> str:
+    """What the chat budget is a share of, and the setting that sets the share."""
+    share = f"{e.budget_share:.0%}" if e.budget_share is not None else "a share"
+    if e.budget_of == "cap" and e.cap:
+        return (f"{share} of the {e.cap_source} cap {format_size(e.cap)}: "
+                "cap_budget_fraction")
+    return f"{share} of the {e.window:,}-token window: chat_budget_ratio"
 
 
 @describe_debug.register
@@ -587,6 +599,8 @@ def preflight_verdict(e: ev.Preflight) -> str:
         parts.append("near the cap → compacting")
     if "window" in e.reasons:
         parts.append("prompt + answer over the window → compacting")
+    if "budget" in e.reasons:
+        parts.append("over the chat budget → compacting")
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config CHATCLI_MAX_PAYLOAD=SIZE")

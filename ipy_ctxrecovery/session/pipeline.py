@@ -102,7 +102,7 @@ class Preparer:
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
                              max_tokens=reserve, warned=limits.warned_no_cap,
-                             window_known=sizer.window_known)
+                             window_known=sizer.window_known, chat_budget=sizer.chat_budget())
         if pf.warned:
             limits.warned_no_cap = True
         self._emit(pf.event(), log)

@@ -165,12 +165,17 @@ class RequestSizer:
         room -= math.ceil(max(room, 0) * self.settings.exact_fit_margin)
         return max(self.settings.min_answer_tokens, room)
 
-    def compaction_trigger(self, ratio: float | None = None) -> int:
-        return compactor.compaction_budget(
+    def chat_budget(self, ratio: float | None = None) -> compactor.ChatBudget:
+        """The compaction trigger (``chat_budget_ratio`` of the window by default) and what
+        sets it, with the cap and calibration known now."""
+        return compactor.chat_budget(
             self.settings, window_tokens=self.enforced_window,
             bytes_per_token=self.limits.tokens.bytes_per_token,
             cap=self.limits.caps.effective(),
             ratio=ratio if ratio is not None else self.settings.chat_budget_ratio)
+
+    def compaction_trigger(self, ratio: float | None = None) -> int:
+        return self.chat_budget(ratio).bytes
 
     def compaction_target(self, ratio: float | None = None) -> int:
         """Where compaction aims (hysteresis below the trigger), with the cap known now."""
