@@ -137,6 +137,42 @@ def test_terminal_streaming_prints_deltas_and_ends_the_line_before_a_status_line
                               "max_tokens=20 (escalation 1/2)\n w3\n")
 
 
+def test_terminal_streaming_holds_an_escalation_line_until_the_continued_answer_ends() -> None:
+    out = io.StringIO()
+    streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
+    printer = EventPrinter(out, before_line=streamer.break_line,
+                           mid_line=lambda: streamer.line_open)
+    streamer("w1 w2 w")
+    printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
+    streamer("3 w4")                           # the cut word goes on, on the same line
+    printer(ev.Escalation(attempt=2, max_tokens=40, previous=20, of=2))
+    streamer(" w5")
+    assert out.getvalue() == "w1 w2 w3 w4 w5"
+    printer.release()
+    assert out.getvalue() == ("w1 w2 w3 w4 w5\n"
+                              "↗ answer cut at max_tokens=10 — continuing with max_tokens=20 "
+                              "(escalation 1/2)\n"
+                              "↗ answer cut at max_tokens=20 — continuing with max_tokens=40 "
+                              "(escalation 2/2)\n")
+    printer.release()                          # nothing held: nothing printed
+    printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))   # no open line
+    assert out.getvalue().endswith("(escalation 2/2)\n↗ answer cut at max_tokens=10 — "
+                                   "continuing with max_tokens=20 (escalation 1/2)\n")
+
+
+def test_a_held_line_comes_before_the_next_status_line() -> None:
+    out = io.StringIO()
+    streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
+    printer = EventPrinter(out, before_line=streamer.break_line,
+                           mid_line=lambda: streamer.line_open)
+    streamer("w1")
+    printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
+    printer(ev.Truncated(max_tokens=20, escalations=1))
+    assert printer.lines[0].startswith("↗ answer cut at max_tokens=10")
+    assert printer.lines[1].startswith("⚠ answer still cut at max_tokens=20")
+    assert out.getvalue().startswith("w1\n↗ answer cut")
+
+
 def test_a_shown_answer_displays_nothing_the_second_time() -> None:
     from IPython.core.formatters import DisplayFormatter
 

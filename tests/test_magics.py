@@ -1419,6 +1419,17 @@ def test_a_terminal_streams_the_answer_once(chat: ChatMagics, ip: Any,
     assert ip.user_ns["_"] is result.result and result.result == "w1 w2 w3 w4 w5"
 
 
+def test_a_terminal_prints_a_continued_answer_whole_then_the_escalations(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    result = cell(ip, "--max-tokens 20", "[[words 60]]")
+    lines = capsys.readouterr().out.splitlines()
+    words = " ".join(f"w{i}" for i in range(1, 61))
+    assert result.result == words
+    assert lines[0] == words                    # no status line through the printed answer
+    assert lines[1:] == ["↗ answer cut at max_tokens=20 — continuing with max_tokens=40 "
+                         "(escalation 1/2)"]
+
+
 def test_a_loop_of_calls_shows_every_answer(chat: ChatMagics, ip: Any,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     loop = ("for n in (2, 3):\n"

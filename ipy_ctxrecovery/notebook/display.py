@@ -231,20 +231,26 @@ class EventPrinter:
     (:func:`~ipy_ctxrecovery.wording.shown_at` decides). A final failure is never printed
     here: whoever called ``send`` reports it once (the cell fails with that sentence).
     ``before_line`` runs before each line (the terminal streamer ends its open line);
+    ``mid_line`` says whether an answer is being printed on an open line: an escalation's
+    line (the answer goes on, continued) then waits for :meth:`release` — or for the next
+    line — so the printed answer reads on without a status line through a word.
     ``model_limit``/``model`` let a cut answer name the model's own output limit.
     ``events`` keeps every event seen, printed or not.
     """
 
     def __init__(self, stream: TextIO | None = None, *, verbosity: str = "normal",
                  before_line: Callable[[], None] | None = None,
+                 mid_line: Callable[[], bool] | None = None,
                  model_limit: int | None = None, model: str | None = None) -> None:
         self._stream = stream
         self.verbosity = verbosity
         self.before_line = before_line
+        self.mid_line = mid_line
         self.model_limit = model_limit
         self.model = model
         self.lines: list[str] = []
         self.events: list[ev.Event] = []
+        self._held: list[str] = []
 
     def line_for(self, event: ev.Event) -> str:
         """What this printer says for ``event`` ('' for nothing)."""
@@ -259,16 +265,28 @@ class EventPrinter:
 
     def __call__(self, event: ev.Event) -> None:
         self.events.append(event)
-        self.say(self.line_for(event))
+        line = self.line_for(event)
+        if line and isinstance(event, ev.Escalation) and self.mid_line is not None \
+                and self.mid_line():
+            self._held.append(line)
+            return
+        self.say(line)
 
     def say(self, message: str) -> None:
-        """Print one line (or block) among the event lines."""
+        """Print one line (or block) among the event lines (after any held ones)."""
         if not message:
             return
         if self.before_line is not None:
             self.before_line()
-        self.lines.append(message)
-        print(message, file=self._stream or sys.stdout, flush=True)
+        held, self._held = self._held, []
+        for line in (*held, message):
+            self.lines.append(line)
+            print(line, file=self._stream or sys.stdout, flush=True)
+
+    def release(self) -> None:
+        """Print the lines held while an answer was being printed (it has ended)."""
+        if self._held:
+            self.say(self._held.pop())
 
 
 StreamMode = Literal["display", "print", "off"]
@@ -347,6 +365,11 @@ class Streamer:
         elif self.mode == "display" and (self._handle is None
                                          or self._clock() - self._last >= self.interval):
             self._publish()
+
+    @property
+    def line_open(self) -> bool:
+        """An answer is being printed and its last line is not ended."""
+        return self.mode == "print" and self._line_open
 
     def break_line(self) -> None:
         """End a printed line that the answer left open, so a status line starts on its own."""

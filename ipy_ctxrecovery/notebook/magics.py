@@ -422,6 +422,7 @@ class ChatMagics(Magics):
         mode: StreamMode = self.stream_mode() if stream and not silent else "off"
         streamer = Streamer(mode=mode, fmt=fmt, interval=self.stream_interval)
         printer = EventPrinter(verbosity=self.verbosity, before_line=streamer.break_line,
+                               mid_line=lambda: streamer.line_open,
                                model_limit=None if session.info.guessed else session.output_cap,
                                model=session.model)
         if max_tokens is not None and not session.info.guessed \
@@ -445,6 +446,7 @@ class ChatMagics(Magics):
                                      on_text=on_text if stream else None,
                                      record=not args.no_history, options=options or None)
             answered = True
+            printer.release()        # an escalation's line, after the answer it continued
         except errors.ChatError as e:
             failure = e
         except errors.CtxRecoveryError as e:   # bad input (a message that cannot be stored,
@@ -463,6 +465,7 @@ class ChatMagics(Magics):
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
                 streamer.finish()
+                printer.release()
             for unsubscribe in subscriptions:
                 unsubscribe()
             if panel is not None:
