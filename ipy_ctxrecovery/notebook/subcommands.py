@@ -677,7 +677,8 @@ def _markdown(session: Any, messages: Any) -> str:
 @_subcommand("error", "Ask the model why the last failed cell failed and how to fix it (its "
              "code and traceback are sent; the answer shows as a %%chat answer).",
              _arg("question", nargs="*", metavar="QUESTION",
-                  help="Anything else to ask about the failure."))
+                  help="Anything else to ask about the failure; end it without a '?' "
+                       "(IPython reads a line ending in '?' as a help request)."))
 def _error(magics: ChatMagics, args: Any) -> Any:
     found = magics.last_failed_cell()
     if found is None:
