@@ -163,3 +163,42 @@ def test_char_size_and_text_views() -> None:
     t = Message.tool("id", "xyz", is_error=True)
     assert t.text == "xyz" and t.tool_result == ToolResult("id", "xyz", True)
     assert h.char_size([m, t]) == m.char_size() + 3 + 2
+
+
+# -- Text keeps long non-ASCII text as UTF-8 ----------------------------------------------------
+
+def test_a_long_text_with_one_wide_character_is_kept_at_about_its_utf8_size() -> None:
+    import sys
+
+    for wide in ("—", "😀"):                        # two and four bytes a character as a str
+        text = ("a line of ordinary English text " * 200) + wide
+        block = Text(text)
+        assert block.packed and block.text == text and block.chars == len(text)
+        kept = sys.getsizeof(block._kept)
+        assert kept < 1.1 * len(text.encode()) and 2 * kept < sys.getsizeof(text) + 200
+
+
+@pytest.mark.parametrize("text", ["short — text", "ascii " * 1000, "漢字" * 2000,
+                                  "é" * 5000])
+def test_text_that_packing_would_not_shrink_is_kept_as_it_is(text: str) -> None:
+    block = Text(text)
+    assert not block.packed and block.text is text
+
+
+def test_packed_and_unpacked_texts_behave_alike() -> None:
+    import copy
+    import pickle
+
+    long = "— a dash, then a lone surrogate \ud800 " * 200
+    for text in (long, "hi"):
+        block = Text(text)
+        assert block == Text(text) and hash(block) == hash(Text(text))
+        assert copy.deepcopy(block) == block and pickle.loads(pickle.dumps(block)) == block
+        assert repr(block) == f"Text({text!r})"
+        match block:
+            case Text(text=found):
+                assert found == text
+        message = Message.user(text)
+        assert Message.from_dict(message.to_dict()) == message
+        assert message.text == text and message.char_size() == len(text)
+    assert Text(long) != Text(long + "x")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -44,9 +45,55 @@ class Role(StrEnum):
     TOOL = "tool"
 
 
-@dataclass(frozen=True, slots=True)
+_PACK_MIN_CHARS = 2048
+"""Shorter text is kept as it is: what packing could save is less than it costs."""
+
+
+def _pack(text: str) -> str | bytes:
+    """``text`` as a :class:`Text` keeps it: its UTF-8 bytes when they take at most three
+    quarters of the str's memory, else the str itself.
+
+    CPython stores a str at the width of its widest character: one "—" makes a long English
+    text two bytes a character, one emoji four, while its UTF-8 stays about one. CJK text
+    (three UTF-8 bytes a character against two) and ASCII are kept as str.
+    """
+    if len(text) < _PACK_MIN_CHARS or text.isascii():
+        return text
+    raw = text.encode("utf-8", "surrogatepass")    # lone surrogates come back the same
+    return raw if 4 * len(raw) <= 3 * sys.getsizeof(text) else text
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, match_args=False)
 class Text:
-    text: str
+    """A text block. Its ``text`` is kept packed (:func:`_pack`) and given back as a str;
+    equal texts make equal blocks however they are kept."""
+
+    _kept: str | bytes
+    _chars: int
+
+    __match_args__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        object.__setattr__(self, "_kept", _pack(text))
+        object.__setattr__(self, "_chars", len(text))
+
+    @property
+    def text(self) -> str:
+        kept = self._kept
+        return kept if isinstance(kept, str) else kept.decode("utf-8", "surrogatepass")
+
+    @property
+    def chars(self) -> int:
+        """``len(self.text)``, without unpacking it."""
+        return self._chars
+
+    @property
+    def packed(self) -> bool:
+        """Kept as UTF-8: each ``text`` is a new str that no history holds."""
+        return type(self._kept) is not str
+
+    def __repr__(self) -> str:
+        return f"Text({self.text!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +191,9 @@ class Message:
         """Characters of content (text, reasoning, call names/arguments, results)."""
         total = 0
         for b in self.blocks:
-            if isinstance(b, Text | Reasoning):
+            if isinstance(b, Text):
+                total += b.chars
+            elif isinstance(b, Reasoning):
                 total += len(b.text)
             elif isinstance(b, ToolCall):
                 total += len(b.name) + len(b.arguments) + len(b.id)
@@ -215,7 +264,10 @@ def storable(message: Message) -> Message:
     blocks = []
     changed = False
     for block in message.blocks:
-        if isinstance(block, Text | Reasoning) and unstorable_at(block.text) is not None:
+        if isinstance(block, Text) and unstorable_at(block.text) is not None:
+            block = Text(fix(block.text))
+            changed = True
+        elif isinstance(block, Reasoning) and unstorable_at(block.text) is not None:
             block = dataclasses.replace(block, text=fix(block.text))
             changed = True
         elif isinstance(block, ToolCall) and unstorable_at(block.arguments) is not None:

@@ -184,7 +184,10 @@ def _messages_size(sizes: Sequence[tuple[str, int, int] | None]) -> int:
 
 def _block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, Text):
-        return {"type": "text", "text": for_body(block.text)} if block.text else None
+        text = block.text
+        if not text:
+            return None
+        return {"type": "text", "text": text if block.packed else for_body(text)}
     if isinstance(block, Reasoning):
         if not block.signature:
             return None

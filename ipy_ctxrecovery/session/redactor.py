@@ -140,8 +140,9 @@ class Redactor:
 
     def _block(self, block: Any) -> Any:
         if isinstance(block, Text):
-            text = self.stored(block.text)
-            return block if text == block.text else replace(block, text=text)
+            original = block.text
+            text = self.stored(original)
+            return block if text == original else Text(text)
         if isinstance(block, Reasoning):
             text = self.stored(block.text)
             # A provider's signature covers the exact text: a masked one cannot be sent back.
