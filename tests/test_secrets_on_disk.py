@@ -124,3 +124,22 @@ def test_export_masks_the_planted_secrets(chat: ChatMagics, ip: Any,  # noqa: F8
     ip.run_line_magic("chat", "config redact_stored=False")
     ip.run_line_magic("chat", f"export {tmp_path / 'verbatim.md'}")
     assert found(secrets, (tmp_path / "verbatim.md").read_text()) == secrets
+
+
+@pytest.mark.parametrize("line", ["", "--no-stream"])
+def test_an_answer_that_repeats_secrets_is_shown_masked(  # noqa: F811
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str], line: str) -> None:
+    # The emulator's answer quotes the start of the message: each secret comes back as
+    # model output, printed as it streams (split across deltas) or shown at the end, and
+    # returned as _.
+    said: list[str] = []
+    for text, secret in PLANTED.values():
+        result = cell(ip, line, text)
+        shown = capsys.readouterr().out
+        answer = str(result.result if result.result is not None else ip.user_ns["_"])
+        kept = chat.workspace.session().history[-1].text
+        if secret in kept:           # what the model said is kept as it said it
+            said.append(secret)
+            assert secret not in shown and secret not in answer
+            assert MASK in shown and MASK in answer
+    assert len(said) >= len(PLANTED) // 2

@@ -291,6 +291,9 @@ class EventPrinter:
 
 StreamMode = Literal["display", "print", "off"]
 
+_LONGEST_WORD = 512
+"""Printed text without whitespace waits at most this long (well over any credential)."""
+
 
 class Streamer:
     """Shows an answer while it arrives.
@@ -298,21 +301,27 @@ class Streamer:
     ``display`` (a Jupyter front end): into one display handle, updates coalesced (~100 ms
     by default). ``print`` (terminal IPython): each delta written to ``out`` as it comes.
     ``off``: nothing live; the answer is shown once, at the end, as the cell's result.
+    ``mask``: what is shown of the text (the session's redactor: the transcript's masking),
+    applied to the whole text at each update; printed text goes out a word at a time, so
+    a secret is masked whole (secrets hold no whitespace).
     ``display`` and ``clock`` are injected so tests capture display calls without a kernel.
     """
 
     def __init__(self, *, mode: StreamMode, fmt: str, interval: float,
                  display: Callable[..., Any] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None,
+                 mask: Callable[[str], str] | None = None) -> None:
         self.mode = mode
         self.fmt = fmt
         self.interval = interval
         self._display = display
         self._clock = clock
         self._out = out
+        self._mask = mask
         self._handle: Any = None
         self._parts: list[str] = []
+        self._pending = ""              # printed mode: the word not yet ended
         self._last = 0.0
         self._shown = ""
         self._printed = 0
@@ -334,6 +343,8 @@ class Streamer:
 
     def _publish(self) -> None:
         text = self.text
+        if self._mask is not None:
+            text = self._mask(text)
         if text == self._shown:
             return
         self._shown = text
@@ -349,11 +360,30 @@ class Streamer:
             self._handle.update(self._bundle(text), raw=True)
 
     def _write(self, text: str) -> None:
+        if not text:
+            return
         out = self._out or sys.stdout
         out.write(text)
         out.flush()
         self._printed += len(text)
         self._line_open = not text.endswith("\n")
+
+    def _print(self, delta: str) -> None:
+        """Print ``delta``, masked, up to its last whitespace; the rest waits for more."""
+        if self._mask is None:
+            self._write(delta)
+            return
+        text = self._pending + delta
+        end = max(text.rfind(c) for c in " \n\t") + 1
+        if len(text) - end > _LONGEST_WORD:   # no whitespace for long: keep only a tail
+            end = len(text) - _LONGEST_WORD   # longer than any credential waiting
+        self._pending = text[end:]
+        self._write(self._mask(text[:end]))
+
+    def _end_word(self) -> None:
+        pending, self._pending = self._pending, ""
+        if pending:
+            self._write(self._mask(pending) if self._mask is not None else pending)
 
     def __call__(self, delta: str) -> None:
         """``on_text`` callback: called with each text delta, from the kernel thread."""
@@ -361,7 +391,7 @@ class Streamer:
             return
         self._parts.append(delta)
         if self.mode == "print":
-            self._write(delta)
+            self._print(delta)
         elif self.mode == "display" and (self._handle is None
                                          or self._clock() - self._last >= self.interval):
             self._publish()
@@ -369,12 +399,14 @@ class Streamer:
     @property
     def line_open(self) -> bool:
         """An answer is being printed and its last line is not ended."""
-        return self.mode == "print" and self._line_open
+        return self.mode == "print" and (self._line_open or bool(self._pending))
 
     def break_line(self) -> None:
         """End a printed line that the answer left open, so a status line starts on its own."""
-        if self.mode == "print" and self._line_open:
-            self._write("\n")
+        if self.mode == "print":
+            self._end_word()
+            if self._line_open:
+                self._write("\n")
 
     def flush(self) -> None:
         """Show whatever arrived since the last coalesced update."""

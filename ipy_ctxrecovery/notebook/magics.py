@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -420,7 +421,8 @@ class ChatMagics(Magics):
         stream = self.stream and not args.no_stream
         # A silenced cell (";") shows no answer at all, so it does not stream one either.
         mode: StreamMode = self.stream_mode() if stream and not silent else "off"
-        streamer = Streamer(mode=mode, fmt=fmt, interval=self.stream_interval)
+        streamer = Streamer(mode=mode, fmt=fmt, interval=self.stream_interval,
+                            mask=session.redactor.stored)
         printer = EventPrinter(verbosity=self.verbosity, before_line=streamer.break_line,
                                mid_line=lambda: streamer.line_open,
                                model_limit=None if session.info.guessed else session.output_cap,
@@ -485,7 +487,7 @@ class ChatMagics(Magics):
             cuts = [e for e in printer.events if isinstance(e, ev.Escalation)]
             limit = cuts[-1].max_tokens if cuts else (max_tokens or session.output_cap)
             printer(ev.Truncated(max_tokens=limit, escalations=len(cuts)))
-        answer = self._answer(reply, fmt, args.session, printer)
+        answer = self._answer(reply, fmt, args.session, printer, session.redactor.stored)
         if fmt == "code":
             assert self.shell is not None
             code = extract_code(answer)
@@ -588,9 +590,12 @@ class ChatMagics(Magics):
         print(sentence, file=sys.stderr)
         return None
 
-    def _answer(self, reply: Any, fmt: str, name: str, printer: EventPrinter) -> Answer:
+    def _answer(self, reply: Any, fmt: str, name: str, printer: EventPrinter,
+                mask: Callable[[str], str]) -> Answer:
+        """The answer as shown and returned: masked as the transcript keeps it (the
+        session's credentials, and the well-known secret formats unless opted out)."""
         usage = usage_dict(getattr(reply, "usage", None))
-        answer = Answer(reply.text or "", model=str(getattr(reply, "model", "")), usage=usage,
+        answer = Answer(mask(reply.text or ""), model=str(getattr(reply, "model", "")), usage=usage,
                         actions=list(reply.actions),
                         finish_reason=_str(getattr(reply, "finish_reason", None)),
                         answer_format=fmt, session=name,
