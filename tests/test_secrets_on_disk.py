@@ -127,8 +127,9 @@ def test_export_masks_the_planted_secrets(chat: ChatMagics, ip: Any,  # noqa: F8
 
 
 @pytest.mark.parametrize("line", ["", "--no-stream"])
-def test_an_answer_that_repeats_secrets_is_shown_masked(  # noqa: F811
-        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str], line: str) -> None:
+def test_an_answer_that_repeats_secrets_is_shown_masked(
+        chat: ChatMagics, ip: Any,  # noqa: F811
+        capsys: pytest.CaptureFixture[str], line: str) -> None:
     # The emulator's answer quotes the start of the message: each secret comes back as
     # model output, printed as it streams (split across deltas) or shown at the end, and
     # returned as _.
