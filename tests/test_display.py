@@ -221,3 +221,35 @@ def test_code_and_json_extraction() -> None:
     assert parse_json_answer('Sure:\n```json\n{"k": 2}\n```') == {"k": 2}
     with pytest.raises(ValueError):
         parse_json_answer("not json")
+
+
+KEY = "gw-team42-0f9e8d7c6b5a"
+
+
+def hide(text: str) -> str:
+    return text.replace(KEY, "[REDACTED]")
+
+
+def test_a_streamed_display_shows_each_update_masked() -> None:
+    log, display = recorder()
+    streamer = Streamer(mode="display", fmt="text", interval=0.0, display=display, mask=hide)
+    for delta in ("key gw-team42-", "0f9e8d7c6b5a", " done"):
+        streamer(delta)
+    shown = [data["text/plain"] for _, data in log]
+    assert shown == ["key gw-team42-", "key [REDACTED]", "key [REDACTED] done"]
+    assert streamer.text == f"key {KEY} done"          # the answer itself, unmasked
+
+
+def test_a_printed_answer_goes_out_a_word_at_a_time_so_a_split_secret_is_masked() -> None:
+    out = io.StringIO()
+    streamer = Streamer(mode="print", fmt="text", interval=0.0, out=out, mask=hide)
+    streamer("the key is gw-te")
+    assert out.getvalue() == "the key is "             # the unended word waits
+    assert streamer.line_open
+    streamer("am42-0f9e8d7c6b5a")
+    streamer(", keep it\nsafe")
+    assert streamer.finish() is True
+    assert out.getvalue() == "the key is [REDACTED], keep it\nsafe\n"
+    long = Streamer(mode="print", fmt="text", interval=0.0, out=out, mask=hide)
+    long("x" * 2000)                                   # no whitespace: only a tail waits
+    assert 1000 < len(out.getvalue()) - 49 < 2000
