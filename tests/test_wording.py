@@ -171,3 +171,13 @@ def test_a_fit_that_stays_above_its_goal_is_not_told_as_reaching_it() -> None:
     assert "fitted to 10 KB" not in detail
     assert detail.startswith("25 KB over the 24 KB cap (configured) → cut, aiming at 10 KB (")
     assert detail.endswith("still 19 KB after the cut (target 10 KB))")
+
+
+def test_the_card_says_what_the_chat_budget_is_and_which_setting_sets_it() -> None:
+    from ipy_ctxrecovery.core.wording import preflight_verdict
+
+    event = ev.Preflight(body_bytes=50 * KB, est_tokens=12_800, cap=None, window=16_384,
+                         action="compact", reasons=("budget",), budget_bytes=48 * KB,
+                         budget_of="window", budget_share=0.75)
+    assert preflight_verdict(event) == ("over the chat budget, 48 KB (75% of the 16,384-token "
+                                        "window: chat_budget_ratio) → compacting")

@@ -599,8 +599,9 @@ def preflight_verdict(e: ev.Preflight) -> str:
         parts.append("near the cap → compacting")
     if "window" in e.reasons:
         parts.append("prompt + answer over the window → compacting")
-    if "budget" in e.reasons:
-        parts.append("over the chat budget → compacting")
+    if "budget" in e.reasons and e.budget_bytes is not None:
+        parts.append(f"over the chat budget, {format_size(e.budget_bytes)} "
+                     f"({_budget_term(e)}) → compacting")
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config CHATCLI_MAX_PAYLOAD=SIZE")
