@@ -13,12 +13,14 @@ Two sources of secrets:
   its false-positive filters. detect-secrets' high-level scanner is not used: it costs
   ~3 ms a line and reports every word of prose as "high entropy".
   :data:`EXTRA_PATTERNS` adds the formats it has no plugin for (Anthropic and current
-  OpenAI keys, Google ``AIza``, Hugging Face ``hf_``, bearer tokens, credential headers and
-  query parameters, unquoted AWS secret keys).
+  OpenAI keys, Google ``AIza``, Hugging Face ``hf_``, bearer tokens, credential headers,
+  unquoted AWS secret keys).
 
 A URL carries credentials of its own (:func:`url_credentials`): its user info, which an
 HTTP client sends as ``Authorization: Basic base64(user:password)``, and query parameters
-such as ``?key=`` (:func:`credential_param`).
+such as ``?key=``. :func:`credential_param` alone decides which parameters those are, for
+a base URL shown (``settings.public_url``), a client's credentials and a URL anywhere in a
+text: a ``name=value`` is masked only in a URL's query (after ``/path?``), never in prose.
 
 A private key is masked whole, from its ``-----BEGIN`` line to its ``-----END`` line.
 Every secret becomes :data:`MASK`; masking is idempotent.
@@ -58,9 +60,6 @@ EXTRA_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?i)\b(?:x-api-key|x-goog-api-key|api[_-]?key|apikey|access[_-]?token|"
                r"auth[_-]?token|client[_-]?secret)[\"']?\s*[:=]\s*[\"']?([^\s\"',;&]+)"),
     re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{8,})"),
-    # Credentials in a URL's query string (?key=…, &access_token=…).
-    re.compile(r"(?i)[?&](?:key|api_?key|apikey|access_?token|token|auth|sig|signature|"
-               r"password|passwd|pwd|secret|client_secret)=([^&\s#\"'<>]+)"),
     # OpenAI (sk-proj-, sk-svcacct-, sk-admin-, legacy sk-) and Anthropic (sk-ant-) keys;
     # a bare sk- needs a digit or 32 letters, so words such as sk-learn-compatible stay.
     re.compile(r"\bsk-(?:(?:proj|ant|svcacct|admin)-[A-Za-z0-9_-]{8,}|"
@@ -271,6 +270,8 @@ def _mask(text: str) -> str:
             # A match never reaches into the next chosen line, which may be far away.
             shift = original - line_start
             spans.append((start + shift, min(end, line_end) + shift))
+    if "?" in text:     # a URL's query needs no trigger word (?code=, ?X-Amz-Credential=)
+        spans.extend(_query_spans(text))
     if "PRIVATE KEY" in text or "PuTTY" in text:
         spans.extend(_private_key_spans(text, private))
     return _apply(text, spans)
@@ -285,11 +286,12 @@ def mask_exact(text: str, credentials: tuple[str, ...]) -> str:
 
 
 # Words of a query parameter's name that make its value a credential (``key``, ``api_key``,
-# ``access_token``, ``X-Amz-Signature``, Azure SAS ``sig``, OAuth ``code``); a word ending
-# in one of the suffixes counts too (``apikey``, ``accesstoken``).
+# ``access_token``, ``X-Amz-Signature``, Azure SAS ``sig``, OAuth ``code`` and
+# ``client_assertion``); a word ending in one of the suffixes counts too (``apikey``,
+# ``accesstoken``). The one list: base URLs and texts are masked by it (credential_param).
 _PARAM_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "pwd", "pass", "sig",
                           "signature", "auth", "authorization", "credential", "credentials",
-                          "code", "session", "sessionid", "jwt"})
+                          "code", "session", "sessionid", "jwt", "assertion", "passphrase"})
 _PARAM_SUFFIXES = ("key", "token", "secret", "password", "signature", "credential")
 _PARAM_WORD = re.compile(r"[a-z0-9]+")
 
@@ -300,6 +302,24 @@ def credential_param(name: str) -> bool:
     ``api_key``, ``token``, ``sig``, ``X-Amz-Credential``, ``code``…); ``api-version`` does not."""
     words = _PARAM_WORD.findall(unquote_plus(name).lower())
     return any(w in _PARAM_WORDS or w.endswith(_PARAM_SUFFIXES) for w in words)
+
+
+# A URL's query in a text: after a path segment ("https://h/v1?", "/callback?", "h/v1?"),
+# so "a?code=1" in code is not one; it ends at a space, a quote, a bracket or "#".
+_URL_QUERY = re.compile(r"/[^\s\"'<>`?#/]*\?([^\s\"'<>`#]+)")
+_QUERY_PAIR = re.compile(r"([^&;=]+)=([^&;]+)")
+
+
+def _query_spans(text: str) -> Iterable[tuple[int, int]]:
+    """The values of credential parameters (:func:`credential_param`) in the URL queries
+    of ``text``."""
+    for query in _URL_QUERY.finditer(text):
+        at = query.start(1)
+        for pair in _QUERY_PAIR.finditer(query.group(1)):
+            # A pair starts the query or follows a separator ("a=b=c" is one pair).
+            if (pair.start() == 0 or query.group(1)[pair.start() - 1] in "&;") \
+                    and credential_param(pair.group(1)):
+                yield at + pair.start(2), at + pair.end(2)
 
 
 @functools.lru_cache(maxsize=64)   # asked each time text is stored, for the same client

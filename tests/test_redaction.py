@@ -20,6 +20,7 @@ from ipy_ctxrecovery.core.history import Message, Reasoning, ToolCall
 from ipy_ctxrecovery.errors import redact
 from ipy_ctxrecovery.redaction import MASK, credential_param, mask_secrets, url_credentials
 from ipy_ctxrecovery.session.redactor import Redactor, client_credentials
+from ipy_ctxrecovery.settings import public_url
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTED))
@@ -141,13 +142,58 @@ def test_the_clients_base_url_credentials_are_its_own() -> None:
     client.close()
 
 
-@pytest.mark.parametrize(("name", "is_credential"), [
+QUERY_PARAMETERS = [
     ("key", True), ("api_key", True), ("apiKey", True), ("access_token", True), ("sig", True),
-    ("X-Amz-Signature", True), ("X-Amz-Credential", True), ("code", True), ("password", True),
+    ("X-Amz-Signature", True), ("X-Amz-Credential", True), ("X-Amz-Security-Token", True),
+    ("code", True), ("password", True), ("client_secret", True), ("session", True),
+    ("client_assertion", True), ("signature", True), ("auth", True),
     ("api-version", False), ("deployment", False), ("author", False), ("sv", False),
-])
+    ("X-Amz-Date", False), ("state", False), ("max_tokens", False), ("page", False),
+]
+
+
+@pytest.mark.parametrize(("name", "is_credential"), QUERY_PARAMETERS)
 def test_credential_query_parameters(name: str, is_credential: bool) -> None:
     assert credential_param(name) is is_credential
+
+
+@pytest.mark.parametrize(("name", "is_credential"), QUERY_PARAMETERS)
+def test_text_and_base_urls_mask_the_same_query_parameters(name: str,
+                                                           is_credential: bool) -> None:
+    # One list decides: a value masked in a base URL is masked in any text, and only then.
+    value = "v4lue-0123456789"
+    url = f"https://gw.example/v1?api-version=2024-10-21&{name}={value}&page=2"
+    for text in (url, f"GET {url} HTTP/1.1 -> 401", f'"{url}"'):
+        assert (value not in mask_secrets(text)) is is_credential, text
+    assert (value not in public_url(url)) is is_credential
+    assert (value in url_credentials(url)) is is_credential
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("GET https://gw.example/v1?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+     "AKIAIOSFODNN7EXAMPLE%2F20240101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date="
+     "20240101T000000Z&X-Amz-Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc9631"
+     "76630326f1024 HTTP/1.1",
+     f"GET https://gw.example/v1?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={MASK}"
+     f"&X-Amz-Date=20240101T000000Z&X-Amz-Signature={MASK} HTTP/1.1"),
+    ("redirected to /callback?code=4/0AY0e-g7xQzW9xyz&state=af0ifjsldkj",
+     f"redirected to /callback?code={MASK}&state=af0ifjsldkj"),
+    ("open `https://gw.example/v1?session=Zx81kdf00aa1#top` in a browser",
+     f"open `https://gw.example/v1?session={MASK}#top` in a browser"),
+])
+def test_credential_query_parameters_are_masked_in_any_text(text: str, masked: str) -> None:
+    assert mask_secrets(text) == masked
+    assert mask_secrets(masked) == masked
+
+
+@pytest.mark.parametrize("text", [
+    "set code=42 and key=value in the form",
+    "if (flags&&code==0) return;",
+    "x = a?code=1:code=2",
+    "the session=3 token=abc words are prose here",
+])
+def test_name_value_outside_a_url_query_is_left_alone(text: str) -> None:
+    assert mask_secrets(text) == text
 
 
 def test_short_client_keys_are_not_masked_verbatim() -> None:
@@ -227,6 +273,7 @@ def _reference_mask(text: str) -> str:
             line_end = keys[i + 1] if i + 1 < len(keys) else len(joined)
             shift = original - line_start
             spans.append((start + shift, min(end, line_end) + shift))
+    spans.extend(redaction._query_spans(text))
     if "PRIVATE KEY" in text or "PuTTY" in text:
         spans.extend(redaction._private_key_spans(text, private))
     return redaction._apply(text, spans)

@@ -1,6 +1,7 @@
-"""A session's Redactor knows what its client's base URL carries: a gateway that echoes the
-credentials it received (user info sent as ``Authorization: Basic …``, ``?key=`` values)
-gets them masked in the error sentence, the events and the session's files.
+"""A session's Redactor knows what its client sends: a gateway that echoes the credentials
+it received (user info sent as ``Authorization: Basic …``, ``?key=`` values of the client's
+``default_query`` — a base URL cannot carry a query) gets them masked in the error
+sentence, the events and the session's files.
 
 The real OpenAI SDK talks over HTTP to a 127.0.0.1 gateway that echoes them in a 401.
 """
@@ -21,12 +22,13 @@ from ipy_ctxrecovery.redaction import MASK
 
 BASIC = "Basic " + base64.b64encode(b"bob:hunter2pass").decode()
 
-# (base URL after the port, the secrets that must never be shown or stored)
-URLS = {
-    "userinfo": ("http://bob:hunter2pass@127.0.0.1:{port}/v1",
+# (base URL, the client's default_query, the secrets that must never be shown or stored)
+URLS: dict[str, tuple[str, dict[str, str], list[str]]] = {
+    "userinfo": ("http://bob:hunter2pass@127.0.0.1:{port}/v1", {},
                  ["hunter2pass", "bob:hunter2pass", BASIC.split()[1]]),
-    "query-key": ("http://127.0.0.1:{port}/v1?key=qs-secret-77", ["qs-secret-77"]),
-    "both": ("http://bob:hunter2pass@127.0.0.1:{port}/v1?api-version=2024-10-21&sig=Sig%2Fxyz%3D9",
+    "query-key": ("http://127.0.0.1:{port}/v1", {"key": "qs-secret-77"}, ["qs-secret-77"]),
+    "both": ("http://bob:hunter2pass@127.0.0.1:{port}/v1",
+             {"api-version": "2024-10-21", "sig": "Sig/xyz=9"},
              ["hunter2pass", BASIC.split()[1], "Sig%2Fxyz%3D9", "Sig/xyz=9"]),
 }
 
@@ -38,10 +40,10 @@ def files_text(directory: Path) -> str:
 
 @pytest.mark.parametrize("kind", sorted(URLS))
 def test_credentials_in_the_base_url_echoed_in_a_401_are_masked(kind: str) -> None:
-    template, secrets = URLS[kind]
+    template, query, secrets = URLS[kind]
     with auth_echo() as (port, seen):
         client = openai.OpenAI(base_url=template.format(port=port), api_key="sk-unused-0000",
-                               max_retries=0)
+                               max_retries=0, default_query=query)
         session = ChatSession("openai:gpt-4o", client=client, settings=Settings(),
                               name=f"url-{kind}")
         events: list[Event] = []
@@ -56,7 +58,7 @@ def test_credentials_in_the_base_url_echoed_in_a_401_are_masked(kind: str) -> No
     assert "Incorrect API key provided" in shown[0] and MASK in shown[0]
     for line in shown:
         assert [s for s in secrets if s in line] == [], line
-    if "api-version" in template:
+    if "api-version" in query:
         assert "api-version=2024-10-21" in shown[0]  # not a credential: still shown
     on_disk = files_text(session.directory)
     assert "hello" in on_disk                    # the turn was kept

@@ -14,9 +14,11 @@ from fakes import FakeProvider
 from IPython.core.error import UsageError
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
+from ipy_ctxrecovery.core import prompts
 from ipy_ctxrecovery.errors import CtxRecoveryError
 from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
+from ipy_ctxrecovery.providers.base import Request, Usage
 from ipy_ctxrecovery.session.store import Transcript
 
 COUNTERS = ("prompt_tokens", "completion_tokens", "turns", "compactions", "recoveries")
@@ -139,6 +141,73 @@ def test_undo_after_a_resume_says_the_compaction_came_before_it(emulator: Any) -
     with pytest.raises(CtxRecoveryError, match="there is no compaction to undo"):
         resumed.undo_compact()
     resumed.close()
+
+
+# -- every request the session paid for is counted ---------------------------------------
+
+WIRES = ("emulator", "emulator:anthropic")
+
+
+def paid_usage(s: ChatSession, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Usage]]:
+    """Every answer the session's provider got, as (kind, usage): "summary" for a
+    compaction's summary request, "turn" for the others — what the session paid for."""
+    paid: list[tuple[str, Usage]] = []
+    send = s.provider.send
+
+    def spy(request: Request, on_text: Any = None) -> Any:
+        response = send(request, on_text)
+        summary = request.messages[0].text == prompts.SUMMARIZE_SYSTEM_PROMPT
+        paid.append(("summary" if summary else "turn", response.usage))
+        return response
+
+    monkeypatch.setattr(s.provider, "send", spy)
+    return paid
+
+
+def totals(paid: list[tuple[str, Usage]]) -> tuple[int, int]:
+    return (sum(u.prompt_tokens or 0 for _, u in paid),
+            sum(u.completion_tokens or 0 for _, u in paid))
+
+
+@pytest.mark.parametrize("model", WIRES)
+def test_a_manual_compactions_summary_tokens_are_counted_and_saved(
+        emulator: Any, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
+    emu = emulator()
+    s = ChatSession(model, emulator=emu, settings=Settings(), name="paid")
+    paid = paid_usage(s, monkeypatch)
+    add_items(s, 4)
+    before = counters(s)
+    assert (before["prompt_tokens"], before["completion_tokens"]) == totals(paid)
+    assert s.compact().applied
+    kind, summary = paid[-1]
+    assert kind == "summary" and summary.prompt_tokens and summary.completion_tokens
+    after = counters(s)
+    assert (after["prompt_tokens"], after["completion_tokens"]) == totals(paid)
+    assert after["prompt_tokens"] == before["prompt_tokens"] + summary.prompt_tokens
+    # Saved with the compacted history: a kill right after keeps them.
+    resumed = ChatSession.resume("paid", emulator=emu, settings=Settings())
+    assert counters(resumed) == after
+    resumed.close()
+
+
+@pytest.mark.parametrize("model", WIRES)
+def test_a_compaction_during_a_turn_counts_its_summary_tokens_in_the_turn_and_session(
+        emulator: Any, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
+    s = ChatSession(model, emulator=emulator(context_window=4096), settings=Settings(),
+                    name="auto")
+    paid = paid_usage(s, monkeypatch)
+    for i in range(12):
+        start = len(paid)
+        reply = s.send(f"item {i}: " + "lorem ipsum dolor " * 60)
+        if any(kind == "summary" for kind, _ in paid[start:]):
+            break
+    else:
+        pytest.fail("no turn compacted its history with a summary")
+    assert s.status().compactions >= 1
+    # The turn's usage is every request it made, the summary's included.
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == totals(paid[start:])
+    status = s.status()
+    assert (status.prompt_tokens, status.completion_tokens) == totals(paid)
 
 
 # -- the magics: a kernel restart ------------------------------------------------------------

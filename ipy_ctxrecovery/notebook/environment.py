@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
+from ..providers.base_urls import query_problem
 from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "DEFAULT_OPENAI_MODEL",
     "SDK_ENDPOINTS",
     "auto_model",
+    "base_url_problem",
     "default_endpoint",
     "describe_endpoint",
     "env_settings",
@@ -44,16 +46,30 @@ def auto_model(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     return "emulator", "no OPENAI_API_KEY/ANTHROPIC_API_KEY set"
 
 
+def _wire(model: str) -> str:
+    prefix = model.split(":", 1)[0].lower()
+    return prefix if prefix in SDK_ENDPOINTS else (
+        "anthropic" if model.lower().startswith("claude") else "openai")
+
+
 def default_endpoint(model: str, env: Mapping[str, str] | None = None) -> str | None:
     """Where ``model``'s requests go with the SDK's own settings (None: the emulator)."""
     if is_emulator_model(model):
         return None
     source = os.environ if env is None else env
-    prefix = model.split(":", 1)[0].lower()
-    wire = prefix if prefix in SDK_ENDPOINTS else (
-        "anthropic" if model.lower().startswith("claude") else "openai")
-    var, default = SDK_ENDPOINTS[wire]
+    var, default = SDK_ENDPOINTS[_wire(model)]
     return source.get(var, "").strip() or default
+
+
+def base_url_problem(model: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the SDK's base-URL variable cannot work for ``model`` (a query string: see
+    ``providers.base_urls``), in one sentence; None when it can or is not set."""
+    if is_emulator_model(model):
+        return None
+    source = os.environ if env is None else env
+    wire = _wire(model)
+    var = SDK_ENDPOINTS[wire][0]
+    return query_problem(source.get(var, "").strip() or None, wire=wire, source=var)
 
 
 def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> str | None:

@@ -54,7 +54,13 @@ from .display import (
     parse_json_answer,
     usage_dict,
 )
-from .environment import auto_model, default_endpoint, describe_endpoint, env_settings
+from .environment import (
+    auto_model,
+    base_url_problem,
+    default_endpoint,
+    describe_endpoint,
+    env_settings,
+)
 from .turn_card import CARD_MODES, TurnCard, TurnRecord, card_wanted
 from .workspace import DEFAULT_SESSION, Workspace
 
@@ -705,6 +711,9 @@ def load(ipython: Any) -> None:
     sys.stderr.flush()
     print(f"ipy_ctxrecovery: %%chat uses {model}{reason}" + (f" at {where}" if where else "")
           + f"; {cap}. %chat help lists commands.", flush=True)
+    problem = base_url_problem(model)
+    if problem is not None:     # said now; the first cell's session refuses it too
+        magics.warn_once(f"⚠ {problem}")
     was_open = getattr(ipython, _REOPEN, None)
     if was_open is not None:
         delattr(ipython, _REOPEN)

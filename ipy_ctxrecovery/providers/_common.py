@@ -27,7 +27,7 @@ import httpx2
 from ..core.catalogue import ModelInfo, lookup
 from ..core.classify import classify
 from ..core.history import Message
-from ..errors import ChatError
+from ..errors import ChatError, ConfigError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import proxy_for, public_url
 from ._wire import (
@@ -43,6 +43,7 @@ from ._wire import (
     shape_key,
 )
 from .base import Prepared, Request, Response, TextCallback
+from .base_urls import query_problem
 
 __all__ = [
     "BodyCapture",
@@ -415,6 +416,13 @@ class SDKAdapter:
               connection_error: type[BaseException], info: ModelInfo | None,
               spec: str | None, on_close: Callable[[], None] | None,
               owns_client: bool) -> None:
+        # A client the provider built read its base URL from the SDK's variable.
+        problem = query_problem(getattr(client, "base_url", None), wire=self.wire,
+                                source=f"{self.wire.upper()}_BASE_URL" if owns_client else None)
+        if problem is not None:
+            if owns_client:
+                client.close()
+            raise ConfigError(problem)
         self._owns_client = owns_client
         self._closed = False
         self.model_id = model_id

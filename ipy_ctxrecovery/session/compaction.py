@@ -5,7 +5,9 @@ The summarizer's request must fit too: its input at most half the window and und
 the cap leaves after the system prompt, its answer at most a quarter of the window (a
 small window is where compaction matters most). :meth:`SessionCompactor.run` returns the
 new history and the core's report; it keeps no state, so a caller that decides not to
-use a result has nothing to undo.
+use a result has nothing to undo. The summary request belongs to the caller's
+:class:`~.turn_log.TurnLog`: its deadline bounds it and its usage is counted there, like
+any other request the session pays for.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from .turn_log import EventBus, TurnLog
 
 __all__ = ["SessionCompactor", "Summarizer"]
 
-Summarizer = Callable[[str, int, float | None], str]
-"""``summarize(text, max_tokens, deadline)`` → the summary (the model's answer)."""
+Summarizer = Callable[[str, int, TurnLog | None], str]
+"""``summarize(text, max_tokens, log)`` → the summary (the model's answer), sent within
+``log``'s deadline, its usage added to ``log``."""
 
 
 class SessionCompactor:
@@ -41,7 +44,7 @@ class SessionCompactor:
         self.settings = settings
         self._summarize = summarize if summarize is not None else self._ask_model
 
-    def _ask_model(self, text: str, max_tokens: int, deadline: float | None) -> str:
+    def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> str:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
         provider, caps = self.sizer.endpoint.provider, self.sizer.limits.caps
@@ -55,14 +58,19 @@ class SessionCompactor:
                 raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                         request_bytes=size), reason)
         try:
-            return call_with_deadline(lambda _: provider.send(request), None, deadline,
-                                      timeout=self.settings.turn_timeout or 0).message.text
+            response = call_with_deadline(lambda _: provider.send(request), None,
+                                          log.deadline if log is not None else None,
+                                          timeout=self.settings.turn_timeout or 0)
         except ChatError as e:
             if e.failure.payload_related:
                 # A proxy's size limit holds for every request: what rejected the
                 # summarizer's body is learned, so the main request is fitted under it.
                 caps.record_rejection(e.failure.request_bytes)
             raise
+        if log is not None:
+            # Paid for whether or not the compaction is then applied.
+            log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        return response.message.text
 
     def bounded_settings(self) -> tuple[Settings, int]:
         """Settings with the summarizer's input and output bounds for this model and cap,
@@ -109,8 +117,7 @@ class SessionCompactor:
 
         new, report = compactor.compact(
             history, target_bytes=target, measure=self.sizer.measurer(spec),
-            summarize=lambda text: self._summarize(
-                text, summary_tokens, log.deadline if log is not None else None),
+            summarize=lambda text: self._summarize(text, summary_tokens, log),
             settings=settings, on_event=tell, instructions=instructions, force_summary=force)
         why = accept(new, report) if accept is not None and report.applied else None
         if why is not None:

@@ -185,7 +185,7 @@ def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: Le
                       stages=[("input", history)])
     sizer.record = record
 
-    def summarize(text: str, tokens: int, _deadline: float | None = None) -> str:
+    def summarize(text: str, tokens: int, _log: TurnLog | None = None) -> str:
         record.summary_input = len(text)
         summary = estimated_summary(text, tokens,
                                     bytes_per_token=own_limits.tokens.bytes_per_token)

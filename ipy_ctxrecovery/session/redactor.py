@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlencode
 
 from ..core.history import Message, Reasoning, Text, ToolCall, ToolResult
 from ..redaction import MIN_CREDENTIAL, mask_exact, mask_secrets, url_credentials
@@ -36,18 +37,23 @@ def _is_credential_header(name: str) -> bool:
 def client_credentials(client: Any) -> set[str]:
     """The credential strings an SDK client sends: its key attributes, the values of its
     credential headers (``Authorization: Bearer K`` gives both the header value and K), and
-    what its base URL carries (user info, sent as ``Basic base64(user:password)``, and
-    ``?key=``-like query values: :func:`~ipy_ctxrecovery.redaction.url_credentials`)."""
+    what its base URL and its ``default_query`` carry (user info, sent as
+    ``Basic base64(user:password)``, and ``?key=``-like query values:
+    :func:`~ipy_ctxrecovery.redaction.url_credentials`)."""
     if client is None:
         return set()
     values: list[Any] = [getattr(client, name, None) for name in _CREDENTIAL_ATTRS]
     try:
         headers = dict(getattr(client, "default_headers", None) or {})
+        query = dict(getattr(client, "default_query", None) or {})
     except Exception:  # a client-like object whose headers cannot be listed
-        headers = {}
+        headers, query = {}, {}
     values += [v for k, v in headers.items() if _is_credential_header(str(k))]
     url = getattr(client, "base_url", None)
     from_url = url_credentials(str(url)) if url is not None else frozenset()
+    if query:
+        # Judged as in a URL's query, in the forms it is sent (encoded) and echoed.
+        from_url |= url_credentials("?" + urlencode(query, doseq=True))
     try:
         return set(_credential_strings(tuple(values))) | from_url
     except TypeError:           # an unhashable attribute value: not a string either

@@ -527,12 +527,17 @@ class ChatSession:
         current = self._sizer.measure(before, spec)
         ratio = self.settings.manual_compact_ratio
         target = min(self._sizer.compaction_target(ratio), int(current * ratio))
-        new, report = self._compactor.run(before, target, spec, log,
-                                          instructions=instructions, force=True)
+        try:
+            new, report = self._compactor.run(before, target, spec, log,
+                                              instructions=instructions, force=True)
+        finally:
+            # The summary request is paid for, whether the compaction is applied or not.
+            self._prompt_tokens += log.prompt_tokens
+            self._completion_tokens += log.completion_tokens
         if report.applied:
             self._keep_shrinks([Shrink("compaction", before, len(new))])
             self._history = new
-            self._files.save_history(new, self._counters())
+        self._files.save_history(self._history, self._counters())
         self._save_learned()
         return report
 
