@@ -207,7 +207,7 @@ def test_the_rows_wrap_in_a_narrow_column(ip: Any, chat: ChatMagics) -> None:
         assert column.layout.min_width == "0" and column.layout.max_width
         assert column.layout.flex.endswith("320px")          # shrinks, then wraps
     for control in widget.fields.values():
-        assert control.layout.width == "100%" and control.layout.min_width == "0"
+        assert control.layout.width == "auto" and control.layout.min_width == "0"
     assert all(b.layout.width == "auto" for b in rows[1].children)
 
 

@@ -64,13 +64,13 @@ COMPACTION_HELP = (
     "<summary style='cursor:pointer'>Which of these compacts when?</summary>"
     "<div style='margin:2px 0 0 0'>A <b>growing chat</b> is compacted when its history "
     "passes the <b>chat budget</b>: the smaller of its share of the window "
-    "(<code>chat_budget_ratio</code>) and of the payload cap "
-    "(<code>cap_budget_fraction</code>); the plan's <i>chat budget</i> line shows the "
+    "(<code style='font-size:inherit'>chat_budget_ratio</code>) and of the payload cap "
+    "(<code style='font-size:inherit'>cap_budget_fraction</code>); the plan's <i>chat budget</i> line shows the "
     "number and which share set it.</div>"
     "<div style='margin:2px 0 0 0'>A request that <b>jumps</b> past the pre-flight share of "
-    "the cap in one step (<code>preflight_cap_fraction</code>: a large paste or tool "
+    "the cap in one step (<code style='font-size:inherit'>preflight_cap_fraction</code>: a large paste or tool "
     "result) is compacted at once, to a budget of the <i>jump budget</i> share of the "
-    "window (<code>preflight_budget_ratio</code>).</div>"
+    "window (<code style='font-size:inherit'>preflight_budget_ratio</code>).</div>"
     "<div style='margin:2px 0 0 0'>With a cap, the jump share only matters above the "
     "chat budget's cap share (85% vs 70% by default): a chat that grows step by step is "
     "compacted at 70% first.</div></details>")
@@ -108,8 +108,9 @@ def _style() -> dict[str, str]:
 
 
 def _layout() -> widgets.Layout:
-    # Fills its column, which sets the width; never wider than a field needs.
-    return widgets.Layout(width="100%", max_width="400px", min_width="0")
+    # Stretches to its column (which sets the width), never wider than a field needs;
+    # "auto", not 100%: a widget's margin would be added to 100% and overflow.
+    return widgets.Layout(width="auto", max_width="400px", min_width="0")
 
 
 def _column(children: list[widgets.Widget]) -> widgets.VBox:
@@ -186,6 +187,11 @@ class ExploreWidget:
         }
         for name, control in self.fields.items():
             control.tooltip = _TIPS[name]
+        for control in (self.cap, self.window):
+            # A Text view shows its tooltip only without a description: on its label, then.
+            control.description_allow_html = True
+            control.description = (f"<span title='{html.escape(control.tooltip, quote=True)}'>"
+                                   f"{control.description}</span>")
         # -- views and buttons -----------------------------------------------------------------
         self.title = widgets.HTML()
         self.strip = widgets.HTML()
@@ -199,7 +205,7 @@ class ExploreWidget:
                                     disabled=apply is None)
         self.reset_button = _button("Reset", "undo")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="replay",
-                                            layout=widgets.Layout(width="100%",
+                                            layout=widgets.Layout(width="auto",
                                                                   max_width="400px",
                                                                   visibility="hidden"))
         self.output = widgets.Output(layout=widgets.Layout(max_width="100%", overflow="auto"))
@@ -209,7 +215,7 @@ class ExploreWidget:
         compaction_column = _column([
             _heading("When compaction runs"), self.chat_budget, self.cap_budget,
             self.preflight_fraction, self.target_ratio, self.help])
-        wrap = widgets.Layout(flex_flow="row wrap", width="100%", min_width="0")
+        wrap = widgets.Layout(flex_flow="row wrap", min_width="0")
         self.widget = widgets.VBox([
             self.title,
             widgets.HBox([limits_column, compaction_column], layout=wrap),
@@ -217,7 +223,7 @@ class ExploreWidget:
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
                           self.reset_button], layout=wrap),
             self.progress, self.output,
-        ], layout=widgets.Layout(width="100%", max_width="900px", min_width="0"))
+        ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in self.fields.values():
             control.observe(self._changed, names="value")
         self.replay_button.on_click(lambda _b: self.start_replay())
