@@ -58,19 +58,22 @@ Apply = Callable[[Mapping[str, str]], str]
 UsageError or ConfigError with one sentence)."""
 
 
+def _code(name: str) -> str:
+    return f"<code style='font-size:inherit'>{name}</code>"
+
+
 #: Which setting compacts when, under the "When compaction runs" controls.
 COMPACTION_HELP = (
     "<details style='font-size:85%;line-height:1.4;margin:2px 0 0 4px'>"
     "<summary style='cursor:pointer'>Which of these compacts when?</summary>"
     "<div style='margin:2px 0 0 0'>A <b>growing chat</b> is compacted when its history "
-    "passes the <b>chat budget</b>: the smaller of its share of the window "
-    "(<code style='font-size:inherit'>chat_budget_ratio</code>) and of the payload cap "
-    "(<code style='font-size:inherit'>cap_budget_fraction</code>); the plan's <i>chat budget</i> line shows the "
-    "number and which share set it.</div>"
+    f"passes the <b>chat budget</b>: the smaller of its share of the window "
+    f"({_code('chat_budget_ratio')}) and of the payload cap ({_code('cap_budget_fraction')}); "
+    "the plan's <i>chat budget</i> line shows the number and which share set it.</div>"
     "<div style='margin:2px 0 0 0'>A request that <b>jumps</b> past the pre-flight share of "
-    "the cap in one step (<code style='font-size:inherit'>preflight_cap_fraction</code>: a large paste or tool "
-    "result) is compacted at once, to a budget of the <i>jump budget</i> share of the "
-    "window (<code style='font-size:inherit'>preflight_budget_ratio</code>).</div>"
+    f"the cap in one step ({_code('preflight_cap_fraction')}: a large paste or tool result) "
+    "is compacted at once, to a budget of the <i>jump budget</i> share of the window "
+    f"({_code('preflight_budget_ratio')}).</div>"
     "<div style='margin:2px 0 0 0'>With a cap, the jump share only matters above the "
     "chat budget's cap share (85% vs 70% by default): a chat that grows step by step is "
     "compacted at 70% first.</div></details>")
