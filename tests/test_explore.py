@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import ipywidgets as widgets
 import pytest
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
@@ -14,6 +15,7 @@ from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.notebook.explore import ExploreWidget, text_strip
 from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
 from ipy_ctxrecovery.session.what_if import Fate
+from ipy_ctxrecovery.settings import format_size
 
 
 @pytest.fixture
@@ -103,26 +105,118 @@ def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
     widget.cap.value = "12KB"
     widget.truncate_turns.value = 1
     widget.summarize_turns.value = 3
-    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "12288B",
+    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "12 KB",
                                     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "1",
                                     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "3"}
     widget.apply_button.click()
     settings = chat.workspace.session().settings
     assert (settings.max_payload, settings.microcompact_truncate_turns,
             settings.microcompact_summarize_turns) == (12 * 1024, 1, 3)
-    assert chat.max_payload == "12288B"
+    assert chat.max_payload == "12 KB"
     assert chat.settings_overrides == {"microcompact_truncate_turns": "1",
                                        "microcompact_summarize_turns": "3"}
-    assert "set CHATCLI_MAX_PAYLOAD=12288B" in widget.message.value
+    # Said the way the user wrote it, not in bytes.
+    assert "set CHATCLI_MAX_PAYLOAD=12 KB, CHATCLI_MICROCOMPACT" in widget.message.value
     assert widget.plan is not None and widget.plan.changes == {}   # now the session's own
     widget.apply()
     assert "nothing to apply" in widget.message.value
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    ("24KB", "24 KB"), ("1.5MB", "1.5 MB"), ("5000B", "5000 B"), ("3", "3 MB"),
+    ("12345B", "12345 B"), ("0", "0")])
+def test_apply_says_a_cap_as_a_person_writes_it(ip: Any, chat: ChatMagics, typed: str,
+                                                said: str) -> None:
+    widget = explore(ip)
+    widget.cap.value = typed
+    if typed == "0":                 # 0 is no cap: what the session has, nothing to apply
+        assert widget.assignments() == {}
+        return
+    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": said}
+    widget.apply()
+    assert f"set CHATCLI_MAX_PAYLOAD={said}" in widget.message.value
+    assert widget.error is None
+
+
+def test_the_chat_budget_shares_are_controls(ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    session = chat.workspace.session()
+    assert (widget.chat_budget.value, widget.cap_budget.value) == (0.75, 0.7)
+    plan = widget.plan
+    assert plan is not None and plan.trigger is not None
+    assert (f"chat budget {format_size(plan.trigger)} (75% of the 64,000-token window: "
+            "chat_budget_ratio) — not reached") in widget.numbers.value
+    assert "pre-flight: ok" in widget.numbers.value
+    # The 4 questions are ≈11 KB: under 75% of a 6,000-token window, over 30% of it.
+    widget.window.value = "6000"
+    assert widget.plan is not None and widget.plan.preflight_action == "ok"
+    widget.chat_budget.value = 0.3
+    plan = widget.plan
+    assert plan is not None and plan.settings.chat_budget_ratio == 0.3
+    assert plan.preflight_action == "compact" and plan.summary
+    assert "over the chat budget" in widget.numbers.value
+    assert "(30% of the 6,000-token window: chat_budget_ratio) — compacting to" \
+        in widget.numbers.value
+    # A 14 KB cap: 70% of it (9.8 KB) is under the history, the 85% jump rule is not.
+    widget.window.value = ""
+    widget.chat_budget.value = 0.75
+    widget.cap.value = "14KB"
+    plan = widget.plan
+    assert plan is not None and plan.before_bytes < 0.85 * 14 * 1024 < plan.before_bytes / 0.7
+    assert plan.preflight_action == "compact"
+    assert "of the configured cap 14 KB: cap_budget_fraction" in widget.numbers.value
+    widget.preflight_fraction.value = 0.95       # the jump rule: no part in a growing chat
+    assert widget.plan is not None and widget.plan.preflight_action == "compact"
+    widget.cap_budget.value = 0.95               # the cap share was what compacted
+    assert widget.plan is not None and widget.plan.preflight_action == "ok"
+    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "14 KB",
+                                    "cap_budget_fraction": "0.95",
+                                    "preflight_cap_fraction": "0.95"}
+    widget.apply_button.click()
+    assert "set CHATCLI_MAX_PAYLOAD=14 KB, preflight_cap_fraction=0.95, " \
+        "cap_budget_fraction=0.95" in widget.message.value
+    assert (session.settings.cap_budget_fraction, session.settings.preflight_cap_fraction,
+            session.settings.max_payload) == (0.95, 0.95, 14 * 1024)
+    assert chat.settings_overrides == {"cap_budget_fraction": "0.95",
+                                       "preflight_cap_fraction": "0.95"}
+    widget.cap_budget.value = 0.5
+    widget.chat_budget.value = 0.2
+    widget.reset_button.click()                  # back to the applied settings
+    assert (widget.cap_budget.value, widget.chat_budget.value) == (0.95, 0.75)
+    assert widget.plan is not None and widget.plan.changes == {}
+
+
+def test_each_control_says_what_it_sets_and_the_help_says_which_fires_when(
+        ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    for name, control in widget.fields.items():
+        assert control.tooltip and (name in control.tooltip or name in ("cap", "window"))
+    assert "max_payload" in widget.cap.tooltip and "context_window" in widget.window.tooltip
+    assert "jumps past" in widget.preflight_fraction.tooltip
+    text = widget.help.value
+    assert "growing chat" in text and "jumps" in text and "85% vs 70%" in text
+    assert all(name in text for name in ("chat_budget_ratio", "cap_budget_fraction",
+                                         "preflight_cap_fraction", "preflight_budget_ratio"))
+
+
+def test_the_rows_wrap_in_a_narrow_column(ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    rows = [c for c in widget.widget.children if isinstance(c, widgets.HBox)]
+    assert len(rows) == 2 and all(r.layout.flex_flow == "row wrap" for r in rows)
+    for column in rows[0].children:
+        assert column.layout.min_width == "0" and column.layout.max_width
+        assert column.layout.flex.endswith("320px")          # shrinks, then wraps
+    for control in widget.fields.values():
+        assert control.layout.width == "auto" and control.layout.min_width == "0"
+    assert all(b.layout.width == "auto" for b in rows[1].children)
 
 
 def test_a_browsers_float_noise_is_no_change(ip: Any, chat: ChatMagics) -> None:
     widget = explore(ip)
     widget.preflight_fraction.value = 0.8500000000000001    # what a front end sends back
     widget.target_ratio.value = 0.39999999999999997
+    widget.chat_budget.value = 0.7500000000000001
+    widget.cap_budget.value = 0.7000000000000001
     assert widget.plan is not None and widget.plan.changes == {}
     assert widget.assignments() == {}
 
@@ -193,7 +287,7 @@ def test_changes_are_debounced_on_the_event_loop(ip: Any, chat: ChatMagics) -> N
         start = widget.computed
         widget.cap.value = "12KB"
         waiting = widget.computed - start
-        assert widget.assignments()["CHATCLI_MAX_PAYLOAD"] == "12288B"   # flushed first
+        assert widget.assignments()["CHATCLI_MAX_PAYLOAD"] == "12 KB"   # flushed first
         await asyncio.sleep(0.1)
         return waiting + 10 * (widget.computed - start)
 

@@ -12,6 +12,7 @@ from fakes import FakeProvider
 
 from ipy_ctxrecovery import ChatSession, ConfigError, CtxRecoveryError, Message, Settings
 from ipy_ctxrecovery.core.budget import compaction_info
+from ipy_ctxrecovery.core.catalogue import ModelInfo
 from ipy_ctxrecovery.core.history import TAG_SUMMARY, History, ToolCall
 from ipy_ctxrecovery.core.ladder import Level
 from ipy_ctxrecovery.core.prompts import compaction_notice
@@ -19,6 +20,7 @@ from ipy_ctxrecovery.providers.base import Request
 from ipy_ctxrecovery.session.store import Transcript
 from ipy_ctxrecovery.session.tools import chat_tool
 from ipy_ctxrecovery.session.what_if import TRACK, Fate, Plan
+from ipy_ctxrecovery.settings import format_size
 
 
 @chat_tool
@@ -163,6 +165,75 @@ def test_messages_dropped_by_the_fit_agree_with_the_send(emulator: Any) -> None:
     plan = agree(session, emu, text, cap=cap)
     assert plan.fates[Fate.DROPPED] == 8
     assert [a.kind for a in plan.added] == ["compaction notice"]
+
+
+# -- the chat budget: which setting compacts when ----------------------------------------------
+
+def chatty(**kwargs: Any) -> ChatSession:
+    """A reopened conversation of 24 messages, ≈24 KB, no tools."""
+    history: list[Message] = []
+    for i in range(12):
+        history += [Message.user(f"q{i} " + "words " * 300), Message.assistant(f"a{i} ok")]
+    return resumed(tuple(history), **kwargs)
+
+
+def budget_line(plan: Plan) -> str:
+    return next(line for line in plan.summary_lines() if line.startswith("chat budget"))
+
+
+def test_the_chat_budget_is_one_number_under_one_name() -> None:
+    session = chatty(window=32_000)
+    quiet = session.what_if(text="next")
+    assert quiet.preflight_action == "ok" and quiet.trigger is not None
+    assert budget_line(quiet) == (f"chat budget {format_size(quiet.trigger)} (75% of the "
+                                  "32,000-token window: chat_budget_ratio) — not reached")
+    plan = session.what_if(text="next", chat_budget_ratio=0.15)
+    assert plan.preflight_action == "compact" and plan.summary
+    assert plan.trigger is not None and plan.target is not None
+    budget = f"chat budget {format_size(plan.trigger)}"
+    term = "(15% of the 32,000-token window: chat_budget_ratio)"
+    assert f"over the {budget.replace('budget ', 'budget, ')} {term}" in plan.preflight_line
+    assert budget_line(plan) == f"{budget} {term} — compacting to {format_size(plan.target)}"
+    assert (plan.budget_of, plan.budget_share) == ("window", 0.15)
+    assert not any("trigger" in line for line in plan.summary_lines())
+
+
+def test_in_a_growing_chat_the_cap_share_compacts_before_the_jump_rule() -> None:
+    session = chatty(window=128_000)
+    size = session.what_if(text="next").before_bytes
+    cap = int(size / 0.78)               # the history at 78% of the cap: over 70%, under 85%
+    plan = session.what_if(text="next", cap=cap)
+    assert plan.preflight_action == "compact" and "over the chat budget" in plan.preflight_line
+    term = f"(70% of the configured cap {format_size(cap)}: cap_budget_fraction)"
+    assert term in plan.preflight_line and term in budget_line(plan)
+    # The 85% rule has no part in it: raising it changes nothing...
+    higher = session.what_if(text="next", cap=cap, preflight_cap_fraction=0.95)
+    assert higher.preflight_line == plan.preflight_line and higher.fates == plan.fates
+    # ...raising the cap share does.
+    later = session.what_if(text="next", cap=cap, cap_budget_fraction=0.95)
+    assert later.preflight_action == "ok" and budget_line(later).endswith("— not reached")
+    assert "95% of the configured cap" in budget_line(later)
+
+
+def test_a_jump_past_the_cap_share_compacts_to_the_jump_budget_of_the_window() -> None:
+    session = chatty(window=12_000)
+    size = session.what_if(text="next").before_bytes
+    cap = int(size / 0.9)                # at 90%: past the 85% jump share
+    plan = session.what_if(text="next", cap=cap, cap_budget_fraction=0.95)
+    assert plan.preflight_action == "compact" and "% of configured cap" in plan.preflight_line
+    assert plan.budget_setting == "preflight_budget_ratio"
+    assert "(40% of the 12,000-token window: preflight_budget_ratio) — compacting to" \
+        in budget_line(plan)
+
+
+def test_no_cap_and_a_guessed_window_is_no_chat_budget() -> None:
+    session = chatty()
+    provider = session.provider
+    provider.info = ModelInfo("fake", 128_000, 4096, guessed=True)   # type: ignore[attr-defined]
+    plan = session.what_if(text="next")
+    assert plan.budget_of is None and not plan.window_known
+    assert budget_line(plan) == ("chat budget: none (no payload cap and no known window) — "
+                                 "not reached")
 
 
 # -- fates of the other steps ------------------------------------------------------------------

@@ -3,13 +3,18 @@
 :class:`ExploreWidget` shows, for the settings in its sliders and fields, what the next
 request would do to every message (``session.what_if``: a strip of one cell per message
 coloured by fate, before/after sizes, the pre-flight line), recomputed when a value
-changes (debounced on the kernel's event loop). Buttons: **Replay with these settings**
+changes (debounced on the kernel's event loop). The controls come in two groups: limits and
+tool results, and when compaction runs (the chat budget's shares of the window and the cap,
+the pre-flight rule for a jump past a share of the cap), with a tooltip on each and a
+note saying which fires when. Buttons: **Replay with these settings**
 (``replay`` on the session's transcript, in a worker thread, with a progress bar and a
 cancel), **Apply to session** (the same validation and path as ``%chat config``),
 **Reset** (back to the session's settings). A value that is wrong shows one sentence in
 the widget, never a traceback.
 
-The widget tree is built once; values change through traits. Widget state has no lock,
+The widget tree is built once; values change through traits. Its rows wrap (flex-wrap,
+columns with a minimum and a maximum width), so it reads in a narrow notebook column
+as in a wide one. Widget state has no lock,
 so the worker thread hands its values to the kernel's event loop. ``text()`` is the
 plain-text fallback (terminals, saved notebooks), always in ``_repr_mimebundle_``.
 """
@@ -53,12 +58,78 @@ Apply = Callable[[Mapping[str, str]], str]
 UsageError or ConfigError with one sentence)."""
 
 
+def _code(name: str) -> str:
+    return f"<code style='font-size:inherit'>{name}</code>"
+
+
+#: Which setting compacts when, under the "When compaction runs" controls.
+COMPACTION_HELP = (
+    "<details style='font-size:85%;line-height:1.4;margin:2px 0 0 4px'>"
+    "<summary style='cursor:pointer'>Which of these compacts when?</summary>"
+    "<div style='margin:2px 0 0 0'>A <b>growing chat</b> is compacted when its history "
+    f"passes the <b>chat budget</b>: the smaller of its share of the window "
+    f"({_code('chat_budget_ratio')}) and of the payload cap ({_code('cap_budget_fraction')}); "
+    "the plan's <i>chat budget</i> line shows the number and which share set it.</div>"
+    "<div style='margin:2px 0 0 0'>A request that <b>jumps</b> past the pre-flight share of "
+    f"the cap in one step ({_code('preflight_cap_fraction')}: a large paste or tool result) "
+    "is compacted at once, to a budget of the <i>jump budget</i> share of the window "
+    f"({_code('preflight_budget_ratio')}).</div>"
+    "<div style='margin:2px 0 0 0'>With a cap, the jump share only matters above the "
+    "chat budget's cap share (85% vs 70% by default): a chat that grows step by step is "
+    "compacted at 70% first.</div></details>")
+
+_TIPS: Mapping[str, str] = {
+    "cap": "max_payload (CHATCLI_MAX_PAYLOAD): the largest request body your proxy takes, "
+           "e.g. 256KB; empty: none configured.",
+    "window": "context_window (CHATCLI_CONTEXT_WINDOW) in tokens; empty or auto: the model's.",
+    "per_result_max_chars": "per_result_max_chars: a tool result longer than this is sent "
+                            "as a preview (its head and tail).",
+    "turn_budget_chars": "turn_budget_chars: the tool results of one round trip together; "
+                         "over it, the largest are previewed.",
+    "microcompact_truncate_turns": "microcompact_truncate_turns: old tool results are "
+                                   "previewed after this many round trips.",
+    "microcompact_summarize_turns": "microcompact_summarize_turns: old tool results become "
+                                    "one line after this many round trips.",
+    "emergency_keep_messages": "emergency_keep_messages: the recent messages an emergency "
+                               "truncation keeps (recovery ladder).",
+    "chat_budget_ratio": "chat_budget_ratio: a growing chat is compacted when its history "
+                         "passes this share of the context window (or the cap share below, "
+                         "if smaller).",
+    "cap_budget_fraction": "cap_budget_fraction: a growing chat is compacted when its "
+                           "history passes this share of the payload cap (or the window "
+                           "share above, if smaller).",
+    "preflight_cap_fraction": "preflight_cap_fraction: a request that jumps past this share "
+                              "of the cap in one step is compacted at once. A growing chat "
+                              "meets the chat budget (cap) first when that is lower.",
+    "preflight_budget_ratio": "preflight_budget_ratio: after such a jump, the chat budget is "
+                              "this share of the window instead of chat_budget_ratio.",
+}
+
+
 def _style() -> dict[str, str]:
     return {"description_width": "150px"}
 
 
-def _layout(width: str = "360px") -> widgets.Layout:
-    return widgets.Layout(width=width)
+def _layout() -> widgets.Layout:
+    # Stretches to its column (which sets the width), never wider than a field needs;
+    # "auto", not 100%: a widget's margin would be added to 100% and overflow.
+    return widgets.Layout(width="auto", max_width="400px", min_width="0")
+
+
+def _column(children: list[widgets.Widget]) -> widgets.VBox:
+    """A group of controls: beside the other while both fit, under it when not."""
+    return widgets.VBox(children, layout=widgets.Layout(
+        flex="1 1 320px", min_width="0", max_width="420px", margin="0 16px 4px 0",
+        overflow="hidden"))
+
+
+def _heading(text: str) -> widgets.HTML:
+    return widgets.HTML(f"<div style='font-weight:bold;margin:2px 0 0 4px'>{text}</div>")
+
+
+def _button(description: str, icon: str, **kwargs: Any) -> widgets.Button:
+    return widgets.Button(description=description, icon=icon, **kwargs,
+                          layout=widgets.Layout(width="auto", margin="2px 6px 2px 0"))
 
 
 class ExploreWidget:
@@ -83,6 +154,10 @@ class ExploreWidget:
         self._worker: threading.Thread | None = None
 
         # -- controls: (widget, what_if name) ----------------------------------------------
+        def share(description: str) -> widgets.FloatSlider:
+            return widgets.FloatSlider(min=0.05, max=1.0, step=0.05, description=description,
+                                       style=_style(), layout=_layout())
+
         self.cap = widgets.Text(description="payload cap", placeholder="none, e.g. 256KB",
                                 style=_style(), layout=_layout())
         self.window = widgets.Text(description="context window", placeholder="auto (tokens)",
@@ -99,51 +174,59 @@ class ExploreWidget:
                                           layout=_layout())
         self.per_turn = widgets.IntText(description="per-turn budget", style=_style(),
                                         layout=_layout())
-        self.preflight_fraction = widgets.FloatSlider(min=0.05, max=1.0, step=0.05,
-                                                      description="pre-flight at (of cap)",
-                                                      style=_style(), layout=_layout())
-        self.target_ratio = widgets.FloatSlider(min=0.05, max=1.0, step=0.05,
-                                                description="pre-flight target ratio",
-                                                style=_style(), layout=_layout())
+        self.chat_budget = share("chat budget (window)")
+        self.cap_budget = share("chat budget (cap)")
+        self.preflight_fraction = share("jump past (of cap)")
+        self.target_ratio = share("jump budget (window)")
         self.fields: dict[str, widgets.Widget] = {
             "cap": self.cap, "window": self.window,
-            "emergency_keep_messages": self.emergency_keep,
+            "per_result_max_chars": self.per_result, "turn_budget_chars": self.per_turn,
             "microcompact_truncate_turns": self.truncate_turns,
             "microcompact_summarize_turns": self.summarize_turns,
-            "per_result_max_chars": self.per_result, "turn_budget_chars": self.per_turn,
+            "emergency_keep_messages": self.emergency_keep,
+            "chat_budget_ratio": self.chat_budget, "cap_budget_fraction": self.cap_budget,
             "preflight_cap_fraction": self.preflight_fraction,
             "preflight_budget_ratio": self.target_ratio,
         }
+        for name, control in self.fields.items():
+            control.tooltip = _TIPS[name]
+        for control in (self.cap, self.window):
+            # A Text view shows its tooltip only without a description: on its label, then.
+            control.description_allow_html = True
+            control.description = (f"<span title='{html.escape(control.tooltip, quote=True)}'>"
+                                   f"{control.description}</span>")
         # -- views and buttons -----------------------------------------------------------------
         self.title = widgets.HTML()
         self.strip = widgets.HTML()
         self.numbers = widgets.HTML()
         self.message = widgets.HTML()
         self.legend = widgets.HTML(value=_legend())
-        self.replay_button = widgets.Button(description="Replay with these settings",
-                                            icon="play", layout=_layout("220px"))
-        self.cancel_button = widgets.Button(description="Cancel", disabled=True, icon="stop",
-                                            layout=_layout("100px"))
-        self.apply_button = widgets.Button(description="Apply to session", icon="check",
-                                           button_style="primary", layout=_layout("170px"),
-                                           disabled=apply is None)
-        self.reset_button = widgets.Button(description="Reset", icon="undo",
-                                           layout=_layout("100px"))
+        self.help = widgets.HTML(value=COMPACTION_HELP)
+        self.replay_button = _button("Replay with these settings", "play")
+        self.cancel_button = _button("Cancel", "stop", disabled=True)
+        self.apply_button = _button("Apply to session", "check", button_style="primary",
+                                    disabled=apply is None)
+        self.reset_button = _button("Reset", "undo")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="replay",
-                                            layout=widgets.Layout(width="360px",
+                                            layout=widgets.Layout(width="auto",
+                                                                  max_width="400px",
                                                                   visibility="hidden"))
-        self.output = widgets.Output()
-        left = [self.cap, self.window, self.emergency_keep, self.truncate_turns,
-                self.summarize_turns]
-        right = [self.per_result, self.per_turn, self.preflight_fraction, self.target_ratio]
+        self.output = widgets.Output(layout=widgets.Layout(max_width="100%", overflow="auto"))
+        limits_column = _column([
+            _heading("Limits and tool results"), self.cap, self.window, self.per_result,
+            self.per_turn, self.truncate_turns, self.summarize_turns, self.emergency_keep])
+        compaction_column = _column([
+            _heading("When compaction runs"), self.chat_budget, self.cap_budget,
+            self.preflight_fraction, self.target_ratio, self.help])
+        wrap = widgets.Layout(flex_flow="row wrap", min_width="0")
         self.widget = widgets.VBox([
             self.title,
-            widgets.HBox([widgets.VBox(left), widgets.VBox(right)]),
+            widgets.HBox([limits_column, compaction_column], layout=wrap),
             self.strip, self.legend, self.numbers, self.message,
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
-                          self.reset_button]),
+                          self.reset_button], layout=wrap),
             self.progress, self.output,
-        ])
+        ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in self.fields.values():
             control.observe(self._changed, names="value")
         self.replay_button.on_click(lambda _b: self.start_replay())
@@ -193,6 +276,8 @@ class ExploreWidget:
                                                  self.summarize_turns.max)
                 self.per_result.value = s.per_result_max_chars
                 self.per_turn.value = s.turn_budget_chars
+                self.chat_budget.value = s.chat_budget_ratio
+                self.cap_budget.value = s.cap_budget_fraction
                 self.preflight_fraction.value = s.preflight_cap_fraction
                 self.target_ratio.value = s.preflight_budget_ratio
         finally:
@@ -267,7 +352,7 @@ class ExploreWidget:
         for field, (_old, new) in self.plan.changes.items():
             key = next((env for env, f in ENV_VARS.items() if f == field), field)
             if field == "max_payload":
-                out[key] = f"{new}B" if new else "0"
+                out[key] = _size_text(new) if new else "0"
             elif field == "context_window":
                 out[key] = str(new) if new else "auto"
             else:
@@ -413,11 +498,12 @@ def _legend() -> str:
 
 
 def _size_text(value: int | None) -> str:
-    """A cap as the field shows it: ``256KB`` when that is exact, else bytes (``1000B``)."""
+    """A cap as a person writes it (the field, what Apply sets): ``256 KB`` when that is
+    exact, else bytes (``12345 B``)."""
     if not value:
         return ""
-    short = format_size(value).replace(" ", "")
-    return short if parse_size(short) == value else f"{value}B"
+    short = format_size(value)
+    return short if parse_size(short) == value else f"{value} B"
 
 
 def _shown(name: str, value: Any) -> str:

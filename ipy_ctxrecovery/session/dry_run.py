@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.budget import ResultStore
-from ..core.compactor import CompactionReport
+from ..core.compactor import ChatBudget, CompactionReport
 from ..core.history import History
 from ..core.prompts import summary_header
 from ..errors import ChatError
@@ -83,7 +83,9 @@ class DryTrace:
     step that changed nothing still appears, with the same tuple. ``refused``: the
     sentence pre-flight refused the request with (then ``prepared`` is None).
     ``trigger``/``target``: the compaction trigger pre-flight compared the body with and
-    the target compaction aimed at (None when it did not compact). ``summary_input``:
+    the target compaction aimed at (None when it did not compact); ``budget``: that trigger
+    with what it is a share of, and ``budget_ratio`` the window share pre-flight asked for
+    (None: ``chat_budget_ratio``, a chat's own). ``summary_input``:
     characters the summarizer would have been sent (None: no summary was asked for).
     """
 
@@ -96,6 +98,8 @@ class DryTrace:
     refused: ChatError | None = None
     trigger: int | None = None
     target: int | None = None
+    budget: ChatBudget | None = None
+    budget_ratio: float | None = None
     compaction: CompactionReport | None = None
     summary_input: int | None = None
     summary_chars: int | None = None
@@ -122,10 +126,11 @@ class _DrySizer(RequestSizer):
         return request, bytes(int(size))
 
     def compaction_trigger(self, ratio: float | None = None) -> int:
-        value = super().compaction_trigger(ratio)
+        budget = self.chat_budget(ratio)
         if self.record is not None and self.record.trigger is None:
-            self.record.trigger = value
-        return value
+            self.record.trigger = budget.bytes
+            self.record.budget, self.record.budget_ratio = budget, ratio
+        return budget.bytes
 
     def compaction_target(self, ratio: float | None = None) -> int:
         value = super().compaction_target(ratio)

@@ -218,6 +218,12 @@ class Plan:
     summary_chars: int | None
     request_survives: bool
     refused: str | None = None
+    budget_of: str | None = None
+    """What the chat budget (``trigger``) is a share of: "window", "cap", or None (neither
+    is known: no budget)."""
+    budget_share: float | None = None
+    budget_setting: str | None = None
+    """The setting that sets ``budget_share`` (None: pre-flight's room for the answer)."""
     lines: tuple[str, ...] = ()
     fates: Mapping[Fate, int] = field(default_factory=dict)
     planned: History = ()
@@ -260,10 +266,16 @@ class Plan:
         out.append(f"pre-flight: {self.preflight_action}"
                    + (f" — {self.preflight_line}" if self.preflight_line else ""))
         if self.trigger is not None:
-            target = (f", target {format_size(self.target)}" if self.target is not None
-                      else "")
-            out.append(f"compaction: trigger {format_size(self.trigger)}{target}"
-                       + ("" if self.compacted else " — not needed"))
+            # Named as the pre-flight line names it, so the two read as the same number.
+            if self.budget_of is None:
+                budget = "chat budget: none (no payload cap and no known window)"
+            else:
+                budget = f"chat budget {format_size(self.trigger)} ({self._budget_term()})"
+            if not self.compacted:
+                budget += " — not reached"
+            elif self.target is not None:
+                budget += f" — compacting to {format_size(self.target)}"
+            out.append(budget)
         if self.summary:
             out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars "
                        f"→ ≈{self.summary_chars or 0:,} chars (estimated)")
@@ -271,6 +283,15 @@ class Plan:
         counts = ", ".join(f"{n} {FATE_WORDS[f]}" for f, n in self.fates.items())
         out.append(f"fates: {counts}")
         return out
+
+    def _budget_term(self) -> str:
+        share = f"{self.budget_share:.0%}" if self.budget_share is not None else "a share"
+        if self.budget_of == "cap" and self.cap is not None:
+            term = f"{share} of the {self.cap_source} cap {format_size(self.cap)}"
+        else:
+            term = f"{share} of the {self.window:,}-token window"
+        return f"{term}: {self.budget_setting}" if self.budget_setting else \
+            f"{term}, room left for the answer"
 
     def ladder_lines(self) -> list[str]:
         out = []
@@ -600,6 +621,23 @@ def _failure(rejection: str, size: int, est: int, window: int, over: bool) -> Fa
 
 # -- the plan -------------------------------------------------------------------------------
 
+def _budget(record: DryTrace, settings: Settings) -> dict[str, Any]:
+    """The chat budget pre-flight compared the body with: what it is a share of, and the
+    setting that sets the share."""
+    budget, ratio = record.budget, record.budget_ratio
+    if budget is None or budget.of is None:
+        return {}
+    if budget.of == "cap":
+        setting: str | None = "cap_budget_fraction"
+    elif ratio is None or ratio == settings.chat_budget_ratio:
+        setting = "chat_budget_ratio"
+    elif ratio == settings.preflight_budget_ratio:
+        setting = "preflight_budget_ratio"
+    else:
+        setting = None          # pre-flight's share leaving room for max_tokens
+    return {"budget_of": budget.of, "budget_share": budget.share, "budget_setting": setting}
+
+
 def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: Endpoint,
          limits: LearnedLimits, tools: ToolBox, store: ResultStore, current: Settings,
          settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
@@ -669,6 +707,7 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         preflight_action=pf.action if pf is not None else "ok",
         preflight_line=describe(pf) if pf is not None else "",
         trigger=record.trigger, target=record.target, compacted=report is not None,
+        **_budget(record, chosen),
         summary=summarized, summary_input_chars=record.summary_input if summarized else None,
         summary_chars=record.summary_chars if summarized else None,
         request_survives=latest is None or latest in final,
