@@ -54,7 +54,7 @@ from ..core.history import (
     ToolResult,
     latest_user_index,
 )
-from ..core.wording import describe, plural
+from ..core.wording import INFO, describe, plural
 from ..errors import ConfigError, CtxRecoveryError
 from ..failures import Failure, FailureKind
 from ..settings import ENV_VARS, Settings, format_size
@@ -263,8 +263,9 @@ class Plan:
             return out
         out.append(f"after:  {plural(self.after_messages, 'message')}, "
                    f"{format_size(self.after_bytes)} ≈ {self.after_tokens:,} tokens")
-        out.append(f"pre-flight: {self.preflight_action}"
-                   + (f" — {self.preflight_line}" if self.preflight_line else ""))
+        said = "; ".join(line.removeprefix(f"{INFO} pre-flight: ")
+                         for line in self.preflight_line.splitlines())
+        out.append(f"pre-flight: {self.preflight_action}" + (f" — {said}" if said else ""))
         if self.trigger is not None:
             # Named as the pre-flight line names it, so the two read as the same number.
             if self.budget_of is None:
