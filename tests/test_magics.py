@@ -589,6 +589,18 @@ def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
 
 # -- %chat subcommands ----------------------------------------------------------------------------
 
+def test_panel_names_where_the_window_comes_from(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "", "hello")
+    panel = chat.workspace.panel("default")
+    assert panel.view()["tokens"].endswith(" of 8,192 tokens (model catalogue)")
+    ip.run_line_magic("chat", "emulator --context-window 8000")
+    assert panel.view()["tokens"].endswith(" of 8,000 tokens (set on the emulator)")
+    cell(ip, "", "again")
+    assert panel.view()["tokens"].endswith(" of 8,000 tokens (set on the emulator)")
+    ip.run_line_magic("chat", "config context_window=6000")
+    assert panel.view()["tokens"].endswith(" of 6,000 tokens (configured)")
+
+
 def test_status_history_usage_and_sessions(chat: ChatMagics, ip: Any,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "one")
