@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .redaction import MASK, credential_param
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
-           "proxy_for", "public_url"]
+           "proxy_for", "public_url", "read_value"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -328,8 +328,14 @@ class Settings:
         try:
             return dataclasses.replace(self, **changes)
         except ConfigError as e:
-            keys = ", ".join(values)
-            raise ConfigError(f"{e} (from {keys})") from None
+            said = str(e)
+            # A key typed otherwise than the sentence names its setting (max_payload, said
+            # as CHATCLI_MAX_PAYLOAD) is added inside the sentence, never as a second one.
+            aside = [key for key in values if key not in said
+                     and (field_for(key) in said or _label(field_for(key)) in said)]
+            if not aside:
+                raise
+            raise ConfigError(f"{said.rstrip('.')} (from {', '.join(aside)}).") from None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -371,6 +377,12 @@ def _label(name: str) -> str:
         if field_name == name:
             return env
     return name
+
+
+def read_value(key: str, raw: str) -> Any:
+    """``raw`` read as the value of setting ``key`` (env-var or field name), checked on its
+    own — not against the other settings; a ConfigError when it cannot be read."""
+    return _coerce(field_for(key), key, raw)
 
 
 def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
-from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
+from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url, read_value
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
@@ -106,12 +106,11 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         if not raw.strip():
             continue
         try:
-            Settings().updated({var: raw}, source="environment variable")
+            read_value(var, raw)    # the value itself; the checks of the settings come next
         except ConfigError as e:
-            if "(from " not in str(e):     # the value itself, not a check of the settings
-                warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
-                                 f"({_shown_default(field_name)}).")
-                continue
+            warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
+                             f"({_shown_default(field_name)}).")
+            continue
         readable[var] = raw
     kept: dict[str, str] = {}
     changed = True
@@ -127,7 +126,7 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         try:
             Settings().updated({**kept, var: raw}, source="environment variable")
         except ConfigError as e:
-            reason = str(e).split(" (from ")[0].rstrip(".")
+            reason = str(e).rstrip(".")
             warnings[var] = (f"⚠ ignoring {var}={raw}: {reason}. Using the default "
                              f"({_shown_default(ENV_VARS[var])}).")
     ordered = [warnings[var] for var in ENV_VARS if var in warnings]
