@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .redaction import MASK, credential_param
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
-           "proxy_for", "public_url", "read_value"]
+           "proxy_for", "public_url"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -337,6 +337,12 @@ class Settings:
                 raise
             raise ConfigError(f"{said.rstrip('.')} (from {', '.join(aside)}).") from None
 
+    @staticmethod
+    def read_value(key: str, raw: str) -> Any:
+        """``raw`` read as the value of setting ``key`` (env-var or field name), on its own
+        — not checked against the other settings; a ConfigError when it cannot be read."""
+        return _coerce(field_for(key), key, raw)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the CHATCLI_* variables of SPEC §8; unset or empty keeps the default."""
@@ -377,12 +383,6 @@ def _label(name: str) -> str:
         if field_name == name:
             return env
     return name
-
-
-def read_value(key: str, raw: str) -> Any:
-    """``raw`` read as the value of setting ``key`` (env-var or field name), checked on its
-    own — not against the other settings; a ConfigError when it cannot be read."""
-    return _coerce(field_for(key), key, raw)
 
 
 def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
-from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url, read_value
+from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
@@ -106,7 +106,7 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         if not raw.strip():
             continue
         try:
-            read_value(var, raw)    # the value itself; the checks of the settings come next
+            Settings.read_value(var, raw)   # the value itself; the checks come next
         except ConfigError as e:
             warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
                              f"({_shown_default(field_name)}).")
