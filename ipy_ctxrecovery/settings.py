@@ -328,8 +328,20 @@ class Settings:
         try:
             return dataclasses.replace(self, **changes)
         except ConfigError as e:
-            keys = ", ".join(values)
-            raise ConfigError(f"{e} (from {keys})") from None
+            said = str(e)
+            # A key typed otherwise than the sentence names its setting (max_payload, said
+            # as CHATCLI_MAX_PAYLOAD) is added inside the sentence, never as a second one.
+            aside = [key for key in values if key not in said
+                     and (field_for(key) in said or _label(field_for(key)) in said)]
+            if not aside:
+                raise
+            raise ConfigError(f"{said.rstrip('.')} (from {', '.join(aside)}).") from None
+
+    @staticmethod
+    def read_value(key: str, raw: str) -> Any:
+        """``raw`` read as the value of setting ``key`` (env-var or field name), on its own
+        — not checked against the other settings; a ConfigError when it cannot be read."""
+        return _coerce(field_for(key), key, raw)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

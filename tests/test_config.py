@@ -145,6 +145,18 @@ def test_updated_accepts_field_and_env_names_and_rejects_unknown_keys() -> None:
         Settings().updated({"CHATCLI_NOPE": "1"})
 
 
+def test_a_refusal_is_one_sentence_naming_the_key_as_typed_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings().updated({"chat_budget_ratio": "1.5"})
+    assert str(info.value) == "chat_budget_ratio=1.5 must be a fraction in (0, 1]."
+    # Typed under another name than the sentence uses: said inside the same sentence.
+    with pytest.raises(ConfigError) as info:
+        Settings().updated({"max_payload": "1KB"})
+    said = str(info.value)
+    assert said.startswith("CHATCLI_MAX_PAYLOAD=1 KB is outside what a proxy's body limit")
+    assert said.endswith(", or 0 for no cap (from max_payload).") and ". (" not in said
+
+
 def test_settings_are_frozen_values() -> None:
     s = Settings()
     with pytest.raises(dataclasses.FrozenInstanceError):

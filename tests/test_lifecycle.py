@@ -192,6 +192,51 @@ def test_continue_reopens_the_latest_saved_session(chat: ChatMagics, ip: Any,  #
     assert ws.current == "latest" and len(ws.sessions["latest"].history) == 4
 
 
+def test_continue_after_a_restart_brings_the_default_session_back_as_default(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    cell(ip, "", "said in the default session")
+    saved = chat.workspace.sessions["default"].name          # generated, on disk
+    ip.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    delattr(ip, "_ipy_ctxrecovery_reopen")               # a kernel restart, in effect
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    capsys.readouterr()
+    assert cell(ip, "-c", "where were we?").success
+    out = capsys.readouterr().out
+    # Earlier cells said "session default": so does this one, and it names the files too.
+    assert f"ℹ continuing saved session default ({saved}): 2 messages, last used" in out
+    from ipy_ctxrecovery.notebook import get_magics
+
+    ws = get_magics(ip).workspace  # type: ignore[union-attr]
+    assert ws.current == "default" and ws.sessions["default"].name == saved
+    assert list(ws.sessions) == ["default"]
+    ip.run_line_magic("chat", "status")
+    assert capsys.readouterr().out.startswith("session default · model emulator")
+    assert ws.panel("default").name == "default"
+    # A plain %%chat afterwards carries on the same conversation, not a new one.
+    assert cell(ip, "", "and then?").success
+    assert ws.sessions["default"].name == saved and len(said(saved)) == 6
+
+
+def test_continue_keeps_a_default_session_with_its_own_conversation(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    cell(ip, "", "the earlier kernel's default")
+    earlier = chat.workspace.sessions["default"].name
+    ip.run_line_magic("unload_ext", "ipy_ctxrecovery")
+    delattr(ip, "_ipy_ctxrecovery_reopen")
+    ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    from ipy_ctxrecovery.notebook import get_magics
+
+    ws = get_magics(ip).workspace  # type: ignore[union-attr]
+    cell(ip, "", "this kernel's default")
+    here = ws.sessions["default"].name
+    os.utime(Transcript(earlier).path, (time.time() + 60, time.time() + 60))  # the latest
+    capsys.readouterr()
+    assert cell(ip, "-c", "which one?").success
+    # "default" already holds this kernel's conversation: the earlier one keeps its name.
+    assert f"ℹ continuing saved session {earlier}: 2 messages" in capsys.readouterr().out
+    assert ws.current == earlier and ws.sessions["default"].name == here
+
+
 def test_reload_ext_keeps_the_open_sessions(chat: ChatMagics, ip: Any,  # noqa: F811
                                             capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "the default one")

@@ -589,6 +589,18 @@ def test_a_session_with_the_users_own_client_keeps_it_across_config_changes(
 
 # -- %chat subcommands ----------------------------------------------------------------------------
 
+def test_panel_names_where_the_window_comes_from(chat: ChatMagics, ip: Any) -> None:
+    cell(ip, "", "hello")
+    panel = chat.workspace.panel("default")
+    assert panel.view()["tokens"].endswith(" of 8,192 tokens (model catalogue)")
+    ip.run_line_magic("chat", "emulator --context-window 8000")
+    assert panel.view()["tokens"].endswith(" of 8,000 tokens (set on the emulator)")
+    cell(ip, "", "again")
+    assert panel.view()["tokens"].endswith(" of 8,000 tokens (set on the emulator)")
+    ip.run_line_magic("chat", "config context_window=6000")
+    assert panel.view()["tokens"].endswith(" of 6,000 tokens (configured)")
+
+
 def test_status_history_usage_and_sessions(chat: ChatMagics, ip: Any,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "one")
@@ -1225,7 +1237,7 @@ def test_env_warnings_do_not_contradict_and_rejected_values_are_not_the_source(
     ip.run_line_magic("chat", "config max_payload")
     ip.run_line_magic("chat", "config CHATCLI_MICROCOMPACT_TRUNCATE_TURNS")
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "None", "(default;",
+    assert out[0].split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "no", "cap", "(default;",
                               "CHATCLI_MAX_PAYLOAD='lots'", "was", "ignored)"]
     assert out[1].split()[2:4] == ["2", "(default;"]
 
@@ -1293,6 +1305,51 @@ def test_config_shows_one_key_and_takes_a_size_with_a_space(
     monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "2 MB")   # a space in the environment too
     ip.run_line_magic("config", "ChatMagics.max_payload = None")
     assert chat.settings().max_payload == 2 * 1024 * 1024
+
+
+def test_config_rows_without_a_variable_and_no_cap_read_like_the_others(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "config chat_budget_ratio")
+    assert capsys.readouterr().out == "chat_budget_ratio = 0.75 (default)\n"
+    ip.run_line_magic("chat", "config max_payload")
+    assert capsys.readouterr().out.split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "no",
+                                               "cap", "(default)"]
+    ip.run_line_magic("chat", "config chat_budget_ratio=0.5")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "config")
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if "chat_budget_ratio" in line)
+    assert row.startswith("chat_budget_ratio ") and row.split() == [
+        "chat_budget_ratio", "0.5", "(%chat", "config)"]
+    with pytest.raises(UsageError) as refused:
+        ip.run_line_magic("chat", "config chat_budget_ratio=1.5")
+    assert str(refused.value) == ("%chat config: chat_budget_ratio=1.5 must be a fraction in "
+                                  "(0, 1].")
+
+
+def test_a_number_flag_given_a_word_says_it_is_not_a_whole_number(
+        chat: ChatMagics, ip: Any) -> None:
+    result = cell(ip, "--max-tokens abc", "hi")
+    assert str(result.error_in_exec) == ("%%chat: argument --max-tokens: 'abc' is not a whole "
+                                         "number; see %%chat? for the options.")
+    with pytest.raises(UsageError) as refused:
+        ip.run_line_magic("chat", "emulator --context-window lots")
+    assert "argument --context-window: 'lots' is not a whole number" in str(refused.value)
+
+
+def test_an_unknown_tool_is_told_what_is_there(chat: ChatMagics, ip: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipy_ctxrecovery.session import tools as tools_module
+
+    monkeypatch.setattr(tools_module, "_REGISTRY", {})
+    result = cell(ip, "--tools nosuchtool", "hi")
+    assert str(result.error_in_exec) == (
+        "--tools: no tool named 'nosuchtool'; none is registered with @chat_tool yet "
+        "(read_file is built in and offered without --tools).")
+    result = cell(ip, "--tools read_file", "hi")
+    assert str(result.error_in_exec) == (
+        "--tools: read_file is built in and offered without --tools (unless --no-read-file "
+        "or read_file=False).")
 
 
 def test_options_are_checked_against_the_sdk(chat: ChatMagics, ip: Any) -> None:
@@ -1460,7 +1517,8 @@ def test_called_as_the_last_expression_the_answer_is_shown_once(
     assert "w1 w2 w3" not in capsys.readouterr().out
 
 
-def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any) -> None:
+def test_ctrl_c_during_a_manual_compaction_is_one_line(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from ipy_ctxrecovery.notebook.display import ChatInterrupted
 
     for i in range(4):
@@ -1472,12 +1530,16 @@ def test_ctrl_c_during_a_manual_compaction_is_one_line(chat: ChatMagics, ip: Any
         raise KeyboardInterrupt
 
     session.provider.send = interrupted  # type: ignore[method-assign]
+    capsys.readouterr()
     with pytest.raises(ChatInterrupted) as raised:
         ip.run_line_magic("chat", "compact")
     assert raised.value._render_traceback_() == [
         "KeyboardInterrupt: the compaction was interrupted — the history is as it was "
         "(8 messages)."]
     assert session.history == history
+    # That line is the one said: no second line telling the same (the cancelled phase).
+    shown = capsys.readouterr()
+    assert "cancelled" not in shown.out + shown.err, shown
 
 
 def test_a_streamed_answer_shows_again_in_a_later_cell(chat: ChatMagics, ip: Any) -> None:

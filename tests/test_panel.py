@@ -342,7 +342,9 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     session.send("hello " * 200)
     grown = session.status()
     assert panel.history_bytes == grown.history_bytes > status.history_bytes
-    assert panel.view()["tokens"] == f"≈{grown.est_tokens:,} of 4,096 tokens (model catalogue)"
+    # 4,096 is the emulator's own limit, set when it was made: not the catalogue's 8,192.
+    assert panel.view()["tokens"] == (f"≈{grown.est_tokens:,} of 4,096 tokens "
+                                      "(set on the emulator)")
     assert panel.view()["counts"] == "so far: 0 recoveries, 0 compactions"
     assert panel.view()["last"] == "last turn: ✓ answered"
     panel.attach(session)                              # the same conversation: kept

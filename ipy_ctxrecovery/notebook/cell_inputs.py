@@ -8,6 +8,7 @@ text of a failed cell. Each refusal is one ``UsageError`` sentence naming the wa
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -23,7 +24,16 @@ from ..core.catalogue import lookup
 from ..core.wording import first_line
 
 __all__ = ["cell_error_text", "check_model_word", "check_options", "interpolate",
-           "parse_options", "sdk_parameters"]
+           "parse_options", "sdk_parameters", "whole_number"]
+
+
+def whole_number(text: str) -> int:
+    """An argparse ``type`` for a count flag (``--max-tokens N``): a word that is not a
+    whole number is said so, as every flag of the magics says it."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
 class _CellValues(string.Formatter):

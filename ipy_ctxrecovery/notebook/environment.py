@@ -122,12 +122,11 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         if not raw.strip():
             continue
         try:
-            Settings().updated({var: raw}, source="environment variable")
+            Settings.read_value(var, raw)   # the value itself; the checks come next
         except ConfigError as e:
-            if "(from " not in str(e):     # the value itself, not a check of the settings
-                warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
-                                 f"({_shown_default(field_name)}).")
-                continue
+            warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
+                             f"({_shown_default(field_name)}).")
+            continue
         readable[var] = raw
     kept: dict[str, str] = {}
     changed = True
@@ -143,7 +142,7 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         try:
             Settings().updated({**kept, var: raw}, source="environment variable")
         except ConfigError as e:
-            reason = str(e).split(" (from ")[0].rstrip(".")
+            reason = str(e).rstrip(".")
             warnings[var] = (f"⚠ ignoring {var}={raw}: {reason}. Using the default "
                              f"({_shown_default(ENV_VARS[var])}).")
     ordered = [warnings[var] for var in ENV_VARS if var in warnings]

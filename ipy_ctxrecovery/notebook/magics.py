@@ -41,6 +41,7 @@ from .cell_inputs import (
     check_options,
     interpolate,
     parse_options,
+    whole_number,
 )
 from .display import (
     FORMATS,
@@ -370,7 +371,7 @@ class ChatMagics(Magics):
               help="Fill in {name} from the kernel's variables, {In[3]}/{Out[3]} from cell 3's "
                    "input/output and {Err[3]} from its traceback ({{ }} for literal braces). "
                    "Off by default because code pasted into a message is full of braces.")
-    @argument("--max-tokens", type=int, default=None, metavar="N",
+    @argument("--max-tokens", type=whole_number, default=None, metavar="N",
               help="Output token limit for this answer (at most the model's own limit).")
     @argument("--new", action="store_true",
               help="Start a new conversation (a saved one under this name is kept under a "
@@ -639,6 +640,10 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
 
+_BUILTIN_TOOL = "read_file"
+"""The tool the package offers itself (``session/tools.py``), not one ``--tools`` names."""
+
+
 def _lookup_tools(names: str | None) -> tuple[Any, ...]:
     if not names:
         return ()
@@ -649,9 +654,14 @@ def _lookup_tools(names: str | None) -> tuple[Any, ...]:
     for name in (n.strip() for n in names.split(",")):
         if not name:
             continue
+        if name == _BUILTIN_TOOL:
+            raise UsageError(f"--tools: {name} is built in and offered without --tools "
+                             "(unless --no-read-file or read_file=False).")
         if name not in registry:
-            known = ", ".join(sorted(registry)) or "none registered yet — use @chat_tool"
-            raise UsageError(f"--tools: no tool named {name!r}; known tools: {known}.")
+            known = (f"registered with @chat_tool: {', '.join(sorted(registry))}" if registry
+                     else "none is registered with @chat_tool yet")
+            raise UsageError(f"--tools: no tool named {name!r}; {known} ({_BUILTIN_TOOL} is "
+                             "built in and offered without --tools).")
         chosen.append(registry[name])
     return tuple(chosen)
 

@@ -276,10 +276,7 @@ class ContextPanel:
             self.settings = settings
         self.history_bytes, self.est_tokens = status.history_bytes, status.est_tokens
         self.window = status.window
-        self.window_source = ("learned from the provider" if status.window_learned
-                              else "guessed" if status.window_guessed
-                              else "configured" if self.settings.context_window
-                              else "model catalogue")
+        self.window_source = status.window_source
         self.cap, self.cap_source = status.cap, status.cap_source
         self.recoveries, self.compactions = status.recoveries, status.compactions
         if publish:

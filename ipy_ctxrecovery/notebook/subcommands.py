@@ -30,6 +30,7 @@ from ..core import history, prompts
 from ..core.wording import forgotten_limits, messages_held, plural, status_text
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size
+from .cell_inputs import whole_number
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
 
@@ -142,10 +143,7 @@ def _status(magics: ChatMagics, args: Any) -> Any:
 
 def _positive_width(text: str) -> int:
     """``--width N``: 0 or below would print every message whole, a wall of text."""
-    try:
-        width = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    width = whole_number(text)
     if width < 1:
         raise argparse.ArgumentTypeError(f"{width} is not a positive number of characters")
     return width
@@ -222,7 +220,10 @@ def _compact(magics: ChatMagics, args: Any) -> None:
 
 
 def _is_result(event: Any) -> bool:
-    return isinstance(event, ev.CompactionPhase) and event.phase in ("applied", "rejected")
+    """The compaction's outcome, which ``%chat compact`` says itself (an interrupt with
+    the line of its ChatInterrupted)."""
+    return isinstance(event, ev.CompactionPhase) and \
+        event.phase in ("applied", "rejected", "cancelled")
 
 
 @_subcommand("undo-compact", "Restore the history from before the last compaction.")
@@ -483,15 +484,28 @@ def _sources(magics: ChatMagics) -> dict[str, str]:
     return sources
 
 
-def _setting_line(magics: ChatMagics, settings: Any, var: str, field: str,
-                  sources: dict[str, str]) -> str:
+def _setting_value(settings: Any, field: str) -> str:
     value = getattr(settings, field)
-    shown = format_size(value) if field in {"max_payload"} and value else value
+    if field == "max_payload":
+        return format_size(value) if value else "no cap"
+    return str(value)
+
+
+def _setting_source(var: str, field: str, sources: dict[str, str]) -> str:
     source = sources.get(field, "default")
     raw = os.environ.get(var, "").strip() if var else ""
     if source == "default" and raw:
         source = f"default; {var}={raw!r} was ignored"
-    return f"{var or '':<38} {field:<30} {shown!s:<10} ({source})"
+    return source
+
+
+def _setting_line(magics: ChatMagics, settings: Any, var: str, field: str,
+                  sources: dict[str, str]) -> str:
+    """One row of ``%chat config``: the variable, the field, the value and its source; a
+    setting without a variable starts with its field, its value in the value column."""
+    name = f"{var:<38} {field:<30}" if var else f"{field:<69}"
+    return (f"{name} {_setting_value(settings, field):<10} "
+            f"({_setting_source(var, field, sources)})")
 
 
 def _show_one(magics: ChatMagics, key: str) -> None:
@@ -499,8 +513,11 @@ def _show_one(magics: ChatMagics, key: str) -> None:
     field = field_for(key)
     var = next((v for v, f in ENV_VARS.items() if f == field), "")
     traits = magics.class_traits(config=True)
-    if field in ENV_VARS.values() or (hasattr(settings, field) and field not in traits):
+    if field in ENV_VARS.values():
         print(_setting_line(magics, settings, var, field, sources).rstrip())
+    elif hasattr(settings, field) and field not in traits:   # a field with no variable
+        print(f"{field} = {_setting_value(settings, field)} "
+              f"({_setting_source('', field, sources)})")
     elif field in traits:
         where = "default" if getattr(magics, field) == traits[field].default() \
             else "%config / %chat config"
@@ -551,12 +568,12 @@ def _trait_value(magics: ChatMagics, trait: Any, key: str, text: str) -> Any:
 
 
 _EMULATOR_FLAGS = (
-    _arg("--context-window", type=int, default=None, metavar="N", help="Context window in tokens."),
+    _arg("--context-window", type=whole_number, default=None, metavar="N", help="Context window in tokens."),
     _arg("--max-body", default=None, metavar="SIZE", help="413 above this body size, e.g. 32KB (0 = none)."),
     _arg("--body-limit-style", default=None, metavar="STYLE", help="nginx, cloudflare, aws or envoy."),
     _arg("--waf-over", default=None, metavar="SIZE", help="WAF 403 block page above this size."),
     _arg("--drop-over", default=None, metavar="SIZE", help="Drop the connection above this size."),
-    _arg("--max-output-tokens", type=int, default=None, metavar="N", help="Output token limit."),
+    _arg("--max-output-tokens", type=whole_number, default=None, metavar="N", help="Output token limit."),
     _arg("--latency", type=float, default=None, metavar="S", help="Seconds of delay per response."),
 )
 

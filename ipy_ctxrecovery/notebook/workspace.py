@@ -21,7 +21,13 @@ from ..errors import CtxRecoveryError
 from ..providers import is_emulator_model
 from ..session import ChatSession
 from ..session.learned import PathRegistry
-from ..session.store import Transcript, archive, saved_sessions, validate_name
+from ..session.store import (
+    Transcript,
+    archive,
+    is_generated_name,
+    saved_sessions,
+    validate_name,
+)
 from ..session.tools import Tool
 from ..settings import Settings
 from .panel import ContextPanel
@@ -184,7 +190,12 @@ class Workspace:
 
     def continue_latest(self, model: str | None = None,
                         tools: tuple[Tool, ...] = ()) -> tuple[str, ChatSession]:
-        """``%%chat -c``: the most recently used saved session, reopened under its name."""
+        """``%%chat -c``: the most recently used saved session, reopened under its name.
+
+        An earlier kernel's default session (kept on disk under a generated name) comes
+        back as this kernel's ``default``, as the notebook's earlier cells called it, unless
+        this kernel's default already holds a conversation of its own.
+        """
         live = {s.name for s in self.sessions.values()}
         held = []
         for saved in saved_sessions():
@@ -192,11 +203,13 @@ class Workspace:
                 name = next(k for k, s in self.sessions.items() if s.name == saved.name)
                 return name, self.open_session(name, model, tools=tools)
             if saved.open_elsewhere is None:
+                name = DEFAULT_SESSION if self._default_is_free(saved.name) else saved.name
                 session = self.resume_session(saved.name, model=model, tools=tools)
-                self.replace_session(saved.name, session)
-                self.current = saved.name
-                print(f"ℹ continuing saved session {saved.name}: {_told(session)}")
-                return saved.name, session
+                self.replace_session(name, session)
+                self.current = name
+                shown = name if name == saved.name else f"{name} ({saved.name})"
+                print(f"ℹ continuing saved session {shown}: {_told(session)}")
+                return name, session
             held.append(saved.name)
         if held:
             raise UsageError(f"every saved session is open in another process "
@@ -204,6 +217,14 @@ class Workspace:
                              "or start a new one with %%chat -S NAME.")
         raise UsageError("there is no saved session to continue yet; %%chat -S NAME starts "
                          "one that is saved under NAME.")
+
+    def _default_is_free(self, stored_name: str) -> bool:
+        """Whether saved session ``stored_name`` was a default one and can be this
+        kernel's default: nothing has been said in the default session here yet."""
+        if not is_generated_name(stored_name):
+            return False
+        here = self.sessions.get(DEFAULT_SESSION)
+        return here is None or here.last_used() is None
 
     def reopen(self, names: list[tuple[str, str]], current: str) -> None:
         """After ``%reload_ext``: open again the sessions the previous load had open

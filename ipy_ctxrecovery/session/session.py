@@ -396,6 +396,7 @@ class ChatSession:
             est_tokens=limits.tokens.estimate(body), window=self.window,
             window_guessed=not self._sizer.window_known,
             window_learned=limits.window is not None,
+            window_source=self._sizer.window_source,
             cap=limits.caps.effective(), cap_source=limits.caps.source,
             messages=len(self._history), transcript_messages=len(self._transcript),
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core import compactor
+from ..core.catalogue import lookup
 from ..core.history import History, Message, Role, latest_user_index
 from ..providers.base import (
     AdvertisesWindow,
@@ -78,6 +79,24 @@ class RequestSizer:
         if not self.window_known:
             return max(base, self.limits.seen_tokens)
         return self.limits.window_for(base)
+
+    @property
+    def window_source(self) -> str:
+        """Where :attr:`window` comes from, in the words the panel shows it with."""
+        if self.limits.window is not None:
+            return "learned from the provider"
+        if not self.window_known:
+            return "guessed"
+        if self.settings.context_window is not None:
+            return "configured"
+        if self.limits.server_window is not None:
+            return "reported by the server"
+        # An emulator reports its own window; one other than the catalogue's was set on it
+        # (``%chat emulator --context-window``, ``Emulator(context_window=...)``).
+        if self.endpoint.on_emulator and \
+                self.endpoint.info.context_window != lookup(self.endpoint.model).context_window:
+            return "set on the emulator"
+        return "model catalogue"
 
     def ask_server_window(self) -> None:
         """A guessed window: ask the server once (when it can say and the settings allow)."""

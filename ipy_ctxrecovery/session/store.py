@@ -95,6 +95,7 @@ __all__ = [
     "archive",
     "data_root",
     "held_elsewhere",
+    "is_generated_name",
     "list_sessions",
     "message_from_dict",
     "saved_sessions",
@@ -129,6 +130,15 @@ def validate_name(name: str) -> str:
             "starting with a letter or digit."
         )
     return name
+
+
+_GENERATED_RE = re.compile(r"^session-\d{8}-\d{6}-\d+-\d+$")
+
+
+def is_generated_name(name: str) -> bool:
+    """True for the name a session given none gets (``session-<date>-<time>-<pid>-<n>``,
+    ``ChatSession``): on disk, that is how a kernel's unnamed default session is kept."""
+    return bool(_GENERATED_RE.match(name))
 
 
 def session_dir(name: str) -> Path:

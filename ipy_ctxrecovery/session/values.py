@@ -68,6 +68,9 @@ class SessionStatus:
     """Why a learned cap is gone (set by :meth:`ChatSession.update` until a new one is learned)."""
     window_learned: bool = False
     """The window is the one a context-overflow error reported (below the configured one)."""
+    window_source: str | None = None
+    """Where the window comes from: ``configured``, ``model catalogue``, ``set on the
+    emulator``, ``learned from the provider``… (``RequestSizer.window_source``)."""
     turns: int = 0
     """Turns answered (``send`` calls that returned a reply), resumes included."""
 
