@@ -35,7 +35,7 @@ import httpx2
 import openai
 
 from ..core.catalogue import ModelInfo
-from ..core.history import Message, ToolCall, to_openai
+from ..core.history import Message, Text, ToolCall, ToolResult, to_openai
 from ..errors import ConfigError, redact
 from ._common import (
     SDKAdapter,
@@ -88,7 +88,7 @@ def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
     system, user or assistant messages merged into one (module docstring)."""
     out: list[dict[str, Any]] = []
     run: list[dict[str, Any]] = []
-    for d in map(_for_body, to_openai(history)):
+    for d in map(_for_body, history, to_openai(history)):
         if run and d["role"] == run[-1]["role"] and d["role"] in _MERGED_ROLES:
             run.append(d)
             continue
@@ -100,16 +100,25 @@ def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _for_body(d: dict[str, Any]) -> dict[str, Any]:
-    """``d`` (a new dict of ``to_openai``'s) with its text as ``_wire.for_body`` copies it."""
+def _for_body(message: Message, d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (``to_openai``'s new dict for ``message``) with its text as ``_wire.for_body``
+    copies it: only the str the history holds (a text kept packed, or joined from several
+    blocks, is a new str already)."""
     content = d.get("content")
-    if isinstance(content, str) and not content.isascii():
+    if isinstance(content, str) and not content.isascii() and _held(message, content):
         d["content"] = for_body(content)
     for call in d.get("tool_calls", ()):
         function = call["function"]
         if not function["arguments"].isascii():
             function["arguments"] = for_body(function["arguments"])
     return d
+
+
+def _held(message: Message, content: str) -> bool:
+    """Whether ``content`` is a str ``message`` itself holds."""
+    return any(content is (b.content if isinstance(b, ToolResult) else b.text)
+               for b in message.blocks
+               if isinstance(b, ToolResult) or (isinstance(b, Text) and not b.packed))
 
 
 def _merge(run: list[dict[str, Any]]) -> dict[str, Any]:
@@ -286,7 +295,7 @@ _CALLS_OVERHEAD = len(',"tool_calls":[]')
 
 
 def _message_size(message: Message) -> _Sized:
-    d = _for_body(to_openai((message,))[0])
+    d = _for_body(message, to_openai((message,))[0])
     text = d.get("content") or None
     calls = d.get("tool_calls", ())
     text_size = converted_size(text) if text is not None else None
