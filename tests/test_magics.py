@@ -1335,6 +1335,11 @@ def test_a_number_flag_given_a_word_says_it_is_not_a_whole_number(
     with pytest.raises(UsageError) as refused:
         ip.run_line_magic("chat", "emulator --context-window lots")
     assert "argument --context-window: 'lots' is not a whole number" in str(refused.value)
+    for word in ("slow", "-1", "nan"):
+        with pytest.raises(UsageError) as refused:
+            ip.run_line_magic("chat", f"emulator --latency {word}")
+        assert (f"argument --latency: '{word}' is not a number of seconds (≥ 0, e.g. 0.5)"
+                in str(refused.value))
 
 
 def test_an_unknown_tool_is_told_what_is_there(chat: ChatMagics, ip: Any,
