@@ -1286,6 +1286,10 @@ def test_config_says_what_a_zero_means_and_lists_every_setting_it_set(
     timeout = [line for line in listed if line[0] == "turn_timeout"]
     assert timeout == [["turn_timeout", "30.0", "(%chat", "config)"]], listed
     assert chat.settings().turn_timeout == 30
+    ip.run_line_magic("chat", "config context_window")
+    assert capsys.readouterr().out.split() == [
+        "CHATCLI_CONTEXT_WINDOW", "context_window", "the", "model's", "own", "window",
+        "(default)"]                                     # 0 set it back to the default
 
 
 def test_config_shows_one_key_and_takes_a_size_with_a_space(

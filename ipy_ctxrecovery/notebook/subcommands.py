@@ -488,6 +488,8 @@ def _setting_value(settings: Any, field: str) -> str:
     value = getattr(settings, field)
     if field == "max_payload":
         return format_size(value) if value else "no cap"
+    if field == "context_window" and value is None:
+        return "the model's own window"   # the catalogue's, the server's, one it reports
     return str(value)
 
 
