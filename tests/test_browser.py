@@ -61,6 +61,7 @@ CELLS = [
     ("code", "%%chat\nAnd the fourth part: " + LOREM * 60),
     ("code", "print('history unchanged:', "
              "len(get_magics().workspace.session().history) == history_before)"),
+    ("code", "%chat explore"),
 ]
 
 
@@ -390,6 +391,8 @@ def _run_the_notebook(lab: dict[str, Any], driver: Any) -> None:
     assert "history unchanged: True" in outputs_text(driver, 6)
     panel_text = driver.find_element("css selector", ".ctxr-panel").text
     assert "last turn: ✗ cancelled · history exactly as before" in panel_text
+    run_and_wait(driver, 7)
+    narrow_explorer(driver)
     shoot(driver, driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[1]
           .find_element("css selector", ".jp-Cell-outputArea"), "panel-idle.png")
 
@@ -447,6 +450,37 @@ def narrow_column(driver: Any) -> None:
         shoot(driver, panel.find_element("xpath", "./ancestor::div[contains(@class,"
                                                   "'jp-OutputArea-output')]"),
               "panel-narrow.png")
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+
+
+EXPLORER_LAYOUT = """
+const root = arguments[0];
+const edge = root.closest('.jp-OutputArea-output').getBoundingClientRect().right;
+return {
+  over: Array.from(root.querySelectorAll('*')).filter(e => {
+      const r = e.getBoundingClientRect(); return r.width > 0 && r.right > edge + 1; })
+    .map(e => e.className + ': ' + (e.innerText || '').slice(0, 30)),
+  clipped: Array.from(root.querySelectorAll('button, .widget-label, input'))
+    .filter(e => e.scrollWidth > e.clientWidth + 1)
+    .map(e => e.innerText || e.value || e.className)};
+"""
+
+
+def narrow_explorer(driver: Any) -> None:
+    """In a narrow window the %chat explore widget wraps its columns and buttons: nothing
+    runs past the output's right edge, no button, label or field is cut."""
+    size = driver.get_window_size()
+    driver.set_window_size(560, size["height"])
+    try:
+        cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[7]
+        root = wait_for(lambda: cell.find_elements("css selector", ".widget-vbox"),
+                        "the explore widget")[0]
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", root)
+        time.sleep(0.5)
+        layout = driver.execute_script(EXPLORER_LAYOUT, root)
+        assert layout == {"over": [], "clipped": []}, layout
+        shoot(driver, root, "explore-narrow.png")
     finally:
         driver.set_window_size(size["width"], size["height"])
 
