@@ -173,3 +173,19 @@ def test_a_short_continuation_is_held_until_the_request_ends_and_a_divergent_one
     other = StreamedJoin(resume, ["one two thr"], "one two thr")
     text = "four " * 60
     assert other.feed(text) == text and other.flush() == ""
+
+
+def test_a_whole_paragraph_sent_again_is_shown_once() -> None:
+    # QA: a repeat longer than HOLD was shown twice (the join dropped it from the answer).
+    resume = Resume()
+    first = ("Intro line.\n\n" + "The second paragraph explains the cap, the window and "
+             "why each one matters to a long session of work. " * 5)
+    repeat = first[len("Intro line.\n\n"):]                 # the paragraph, again
+    continuation = repeat + "And here is what comes next, new text at last."
+    assert len(repeat) > StreamedJoin.HOLD
+    for chunk in (1, 7, 10_000):
+        shown = StreamedJoin(resume, [first], first)
+        out = [shown.feed(continuation[i:i + chunk]) for i in range(0, len(continuation), chunk)]
+        out.append(shown.flush())
+        assert first + "".join(out) == resume.join([first, continuation]) == shown.shown
+        assert "".join(out).lstrip().startswith("And here is what comes next")

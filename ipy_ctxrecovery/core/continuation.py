@@ -294,7 +294,9 @@ class StreamedJoin:
     again, a repeated line) is not shown twice.
 
     The continuation's first :attr:`HOLD` characters are held back until the join of the
-    answer so far with them can be told; then what the join adds to what is shown goes
+    answer so far with them can be told — longer while what is held is still text the
+    answer already ends with somewhere in its last ``_OVERLAP_SEARCH_CHARS`` (a model
+    sending a whole paragraph again) — then what the join adds to what is shown goes
     out, and the rest of the stream passes through. When the join does not extend what
     is shown (the model wrote the cut word differently), the held text goes out as sent.
     Pure: fed deltas, it returns text to show.
@@ -322,7 +324,18 @@ class StreamedJoin:
             return delta
         self._held.append(delta)
         self._held_chars += len(delta)
-        return self.flush() if self._held_chars >= self.HOLD else ""
+        if self._held_chars < self.HOLD or self._repeating():
+            return ""
+        return self.flush()
+
+    def _repeating(self) -> bool:
+        """What is held so far is text the answer shown has in its tail (a repeat may be
+        under way: the join can only drop it once it is whole)."""
+        if self._held_chars >= _OVERLAP_SEARCH_CHARS:
+            return False
+        held = "".join(self._held)
+        self._held[:] = [held]
+        return held in self.shown[-_OVERLAP_SEARCH_CHARS:]
 
     def flush(self) -> str:
         """Whatever is still held back, joined (at the continuation's end)."""
