@@ -200,6 +200,8 @@ def test_continue_after_a_restart_brings_the_default_session_back_as_default(
     delattr(ip, "_ipy_ctxrecovery_reopen")               # a kernel restart, in effect
     ip.run_line_magic("load_ext", "ipy_ctxrecovery")
     capsys.readouterr()
+    ip.run_line_magic("chat", "sessions")                # before -c: said what it was
+    assert f" {saved} (a kernel's default) " in capsys.readouterr().out
     assert cell(ip, "-c", "where were we?").success
     out = capsys.readouterr().out
     # Earlier cells said "session default": so does this one, and it names the files too.

@@ -258,7 +258,7 @@ def _forget_limits(magics: ChatMagics, args: Any) -> None:
 @_subcommand("sessions", "Sessions in this kernel, and the ones saved on disk.",
              session_flag=False)
 def _sessions(magics: ChatMagics, args: Any) -> None:
-    from ..session.store import saved_sessions
+    from ..session.store import is_generated_name, saved_sessions
 
     ws = magics.workspace
     here = {s.name: key for key, s in ws.sessions.items()}
@@ -271,6 +271,8 @@ def _sessions(magics: ChatMagics, args: Any) -> None:
         name = key if key is not None and key != saved.name else saved.name
         if key is not None and key != saved.name:
             name = f"{key} ({saved.name})"
+        elif key is None and is_generated_name(saved.name):
+            name = f"{saved.name} (a kernel's default)"   # what %%chat -c brings back
         rows.append((mark, name, f"{saved.messages:,}", format_size(saved.size),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(saved.last_used)),
                      saved.first_words))
