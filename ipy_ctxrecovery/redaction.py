@@ -151,6 +151,9 @@ def _pattern_spans(pattern: re.Pattern[str], text: str, *,
             yield start, end
 
 
+_WORD_END = re.compile(r"\s")
+
+
 def _keyword_spans(line: str, offset: int, pairs: tuple[tuple[re.Pattern[str], int], ...],
                    filters: tuple[Callable[..., bool], ...]) -> Iterable[tuple[int, int]]:
     from detect_secrets.filters.heuristic import is_indirect_reference
@@ -164,6 +167,12 @@ def _keyword_spans(line: str, offset: int, pairs: tuple[tuple[re.Pattern[str], i
                     or any(f(value) for f in filters):
                 continue
             start, end = match.span(group)
+            if start == 0 or line[start - 1] not in "'\"`":
+                # Unquoted, the value is one word: the words after it stay (the config
+                # pattern reads to the end of the line: "password = x in the config").
+                word = _WORD_END.search(line, start, end)
+                if word is not None and word.start() > start:
+                    end = word.start()
             while end > start and line[end - 1].isspace():  # the line's own end stays
                 end -= 1
             yield offset + start, offset + end

@@ -299,3 +299,17 @@ def test_masking_equals_the_full_scan_on_random_text_with_planted_secrets(
     # the faster scan must give exactly the same text, whatever surrounds them.
     for text in ("".join(parts), "\n".join(parts)):
         assert redaction._mask(text) == _reference_mask(text)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("Set password = hunter2hunter2 in the config, then restart the server.",
+     "Set password = [REDACTED] in the config, then restart the server."),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY tail",
+     "aws_secret_access_key = [REDACTED] tail"),
+    ('password = "my pass phrase here" and more', 'password = "[REDACTED]" and more'),
+])
+def test_an_unquoted_keyword_value_is_one_word_and_the_rest_of_the_line_stays(
+        text: str, masked: str) -> None:
+    # QA: the words after an unquoted value were masked with it, and so lost from the
+    # transcript; a quoted value may hold spaces and is masked whole.
+    assert mask_secrets(text) == masked
