@@ -137,7 +137,7 @@ def test_terminal_streaming_prints_deltas_and_ends_the_line_before_a_status_line
                               "max_tokens=20 (escalation 1/2)\n w3\n")
 
 
-def test_terminal_streaming_holds_an_escalation_line_until_the_continued_answer_ends() -> None:
+def test_terminal_streaming_holds_status_lines_until_the_continued_answer_ends() -> None:
     out = io.StringIO()
     streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
     printer = EventPrinter(out, before_line=streamer.break_line,
@@ -149,10 +149,11 @@ def test_terminal_streaming_holds_an_escalation_line_until_the_continued_answer_
     streamer(" w5")
     assert out.getvalue() == "w1 w2 w3 w4 w5"
     printer.release()
+    # Told after the answer, in the past: the answer was continued.
     assert out.getvalue() == ("w1 w2 w3 w4 w5\n"
-                              "↗ answer cut at max_tokens=10 — continuing with max_tokens=20 "
+                              "↗ answer cut at max_tokens=10 — continued with max_tokens=20 "
                               "(escalation 1/2)\n"
-                              "↗ answer cut at max_tokens=20 — continuing with max_tokens=40 "
+                              "↗ answer cut at max_tokens=20 — continued with max_tokens=40 "
                               "(escalation 2/2)\n")
     printer.release()                          # nothing held: nothing printed
     printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))   # no open line
@@ -160,16 +161,19 @@ def test_terminal_streaming_holds_an_escalation_line_until_the_continued_answer_
                                    "continuing with max_tokens=20 (escalation 1/2)\n")
 
 
-def test_a_held_line_comes_before_the_next_status_line() -> None:
+def test_held_lines_come_before_the_next_line_said_outside_the_answer() -> None:
     out = io.StringIO()
     streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
     printer = EventPrinter(out, before_line=streamer.break_line,
                            mid_line=lambda: streamer.line_open)
     streamer("w1")
     printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
-    printer(ev.Truncated(max_tokens=20, escalations=1))
-    assert printer.lines[0].startswith("↗ answer cut at max_tokens=10")
+    printer(ev.Truncated(max_tokens=20, escalations=1))      # held too: mid-answer
+    assert out.getvalue() == "w1"
+    printer.say("ℹ said by the magic")                          # the answer has ended
+    assert printer.lines[0].startswith("↗ answer cut at max_tokens=10 — continued")
     assert printer.lines[1].startswith("⚠ answer still cut at max_tokens=20")
+    assert printer.lines[2] == "ℹ said by the magic"
     assert out.getvalue().startswith("w1\n↗ answer cut")
 
 
@@ -240,16 +244,24 @@ def test_a_streamed_display_shows_each_update_masked() -> None:
     assert streamer.text == f"key {KEY} done"          # the answer itself, unmasked
 
 
-def test_a_printed_answer_goes_out_a_word_at_a_time_so_a_split_secret_is_masked() -> None:
+def test_a_printed_answer_goes_out_a_line_at_a_time_so_a_secret_is_masked_with_its_name(
+        ) -> None:
+    from ipy_ctxrecovery.redaction import mask_secrets
+
     out = io.StringIO()
-    streamer = Streamer(mode="print", fmt="text", interval=0.0, out=out, mask=hide)
+    streamer = Streamer(mode="print", fmt="text", interval=0.0, out=out,
+                        mask=lambda t: mask_secrets(hide(t)))
     streamer("the key is gw-te")
-    assert out.getvalue() == "the key is "             # the unended word waits
-    assert streamer.line_open
-    streamer("am42-0f9e8d7c6b5a")
-    streamer(", keep it\nsafe")
+    assert out.getvalue() == "" and streamer.line_open      # the unended line waits
+    streamer("am42-0f9e8d7c6b5a, keep it\nsafe. password = hunter2")
+    assert out.getvalue() == "the key is [REDACTED], keep it\n"
+    streamer("hunter2 in the config\nAuthorization: Bearer abcdef")
+    streamer("0123456789abcdef end")
     assert streamer.finish() is True
-    assert out.getvalue() == "the key is [REDACTED], keep it\nsafe\n"
-    long = Streamer(mode="print", fmt="text", interval=0.0, out=out, mask=hide)
-    long("x" * 2000)                                   # no whitespace: only a tail waits
-    assert 1000 < len(out.getvalue()) - 49 < 2000
+    assert out.getvalue() == ("the key is [REDACTED], keep it\n"
+                              "safe. password = [REDACTED] in the config\n"
+                              "Authorization: Bearer [REDACTED] end\n")
+    long = io.StringIO()
+    streamer = Streamer(mode="print", fmt="text", interval=0.0, out=long, mask=hide)
+    streamer("word " * 1000)                                 # 5,000 chars, no line end
+    assert 4000 < len(long.getvalue()) < 5000 and long.getvalue().endswith(" ")

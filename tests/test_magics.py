@@ -1492,7 +1492,7 @@ def test_a_terminal_prints_a_continued_answer_whole_then_the_escalations(
     words = " ".join(f"w{i}" for i in range(1, 61))
     assert result.result == words
     assert lines[0] == words                    # no status line through the printed answer
-    assert lines[1:] == ["↗ answer cut at max_tokens=20 — continuing with max_tokens=40 "
+    assert lines[1:] == ["↗ answer cut at max_tokens=20 — continued with max_tokens=40 "
                          "(escalation 1/2)"]
 
 

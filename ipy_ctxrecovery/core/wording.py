@@ -43,6 +43,7 @@ __all__ = [
     "shown_at",
     "status_text",
     "truncated_line",
+    "escalated_line",
 ]
 
 Verbosity = Literal["quiet", "normal", "debug"]
@@ -461,6 +462,12 @@ def _(e: ev.CapChanged) -> str:
 @describe.register
 def _(e: ev.Escalation) -> str:
     return (f"{UP} answer cut at max_tokens={e.previous:,} — continuing with "
+            f"max_tokens={e.max_tokens:,} (escalation {e.attempt}/{e.of})")
+
+
+def escalated_line(e: ev.Escalation) -> str:
+    """An escalation told after the answer it continued was printed (a terminal)."""
+    return (f"{UP} answer cut at max_tokens={e.previous:,} — continued with "
             f"max_tokens={e.max_tokens:,} (escalation {e.attempt}/{e.of})")
 
 

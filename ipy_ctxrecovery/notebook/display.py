@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TextIO
 
 from ..core import events as ev
-from ..core.wording import describe, describe_debug, printed_at, truncated_line
+from ..core.wording import (
+    describe,
+    describe_debug,
+    escalated_line,
+    printed_at,
+    truncated_line,
+)
 
 __all__ = [
     "FORMATS",
@@ -231,9 +237,9 @@ class EventPrinter:
     (:func:`~ipy_ctxrecovery.wording.shown_at` decides). A final failure is never printed
     here: whoever called ``send`` reports it once (the cell fails with that sentence).
     ``before_line`` runs before each line (the terminal streamer ends its open line);
-    ``mid_line`` says whether an answer is being printed on an open line: an escalation's
-    line (the answer goes on, continued) then waits for :meth:`release` — or for the next
-    line — so the printed answer reads on without a status line through a word.
+    ``mid_line`` says whether an answer is being printed on an open line: a status line
+    then waits for :meth:`release` (the answer has ended), so the printed answer reads on
+    without a status line through a word — an escalation's says the answer was continued.
     ``model_limit``/``model`` let a cut answer name the model's own output limit.
     ``events`` keeps every event seen, printed or not.
     """
@@ -266,8 +272,9 @@ class EventPrinter:
     def __call__(self, event: ev.Event) -> None:
         self.events.append(event)
         line = self.line_for(event)
-        if line and isinstance(event, ev.Escalation) and self.mid_line is not None \
-                and self.mid_line():
+        if line and self.mid_line is not None and self.mid_line():
+            if isinstance(event, ev.Escalation) and self.verbosity != "debug":
+                line = escalated_line(event)
             self._held.append(line)
             return
         self.say(line)
@@ -291,8 +298,11 @@ class EventPrinter:
 
 StreamMode = Literal["display", "print", "off"]
 
-_LONGEST_WORD = 512
-"""Printed text without whitespace waits at most this long (well over any credential)."""
+_LONG_LINE = 2000
+_LINE_TAIL = 500
+"""A printed line longer than ``_LONG_LINE`` goes out at a space ``_LINE_TAIL`` characters
+from its end (a line with no space at all, at ten times that length): a name and its
+secret are never that far apart."""
 
 
 class Streamer:
@@ -302,8 +312,8 @@ class Streamer:
     by default). ``print`` (terminal IPython): each delta written to ``out`` as it comes.
     ``off``: nothing live; the answer is shown once, at the end, as the cell's result.
     ``mask``: what is shown of the text (the session's redactor: the transcript's masking),
-    applied to the whole text at each update; printed text goes out a word at a time, so
-    a secret is masked whole (secrets hold no whitespace).
+    applied to the whole text at each update; printed text goes out a line at a time, so a
+    secret and the name it is given ("password = …", "Bearer …") are masked together.
     ``display`` and ``clock`` are injected so tests capture display calls without a kernel.
     """
 
@@ -321,7 +331,7 @@ class Streamer:
         self._mask = mask
         self._handle: Any = None
         self._parts: list[str] = []
-        self._pending = ""              # printed mode: the word not yet ended
+        self._pending = ""              # printed mode: the line not yet ended
         self._last = 0.0
         self._shown = ""
         self._printed = 0
@@ -369,18 +379,21 @@ class Streamer:
         self._line_open = not text.endswith("\n")
 
     def _print(self, delta: str) -> None:
-        """Print ``delta``, masked, up to its last whitespace; the rest waits for more."""
+        """Print ``delta``, masked, up to its last line end; the rest waits for more (a
+        very long line goes out at a space, keeping its tail)."""
         if self._mask is None:
             self._write(delta)
             return
         text = self._pending + delta
-        end = max(text.rfind(c) for c in " \n\t") + 1
-        if len(text) - end > _LONGEST_WORD:   # no whitespace for long: keep only a tail
-            end = len(text) - _LONGEST_WORD   # longer than any credential waiting
+        end = text.rfind("\n") + 1
+        if len(text) - end > _LONG_LINE:
+            space = max(text.rfind(c, end, len(text) - _LINE_TAIL) for c in " \t") + 1
+            end = space if space > end else (
+                len(text) - _LINE_TAIL if len(text) - end > 10 * _LONG_LINE else end)
         self._pending = text[end:]
         self._write(self._mask(text[:end]))
 
-    def _end_word(self) -> None:
+    def _end_line(self) -> None:
         pending, self._pending = self._pending, ""
         if pending:
             self._write(self._mask(pending) if self._mask is not None else pending)
@@ -404,7 +417,7 @@ class Streamer:
     def break_line(self) -> None:
         """End a printed line that the answer left open, so a status line starts on its own."""
         if self.mode == "print":
-            self._end_word()
+            self._end_line()
             if self._line_open:
                 self._write("\n")
 
