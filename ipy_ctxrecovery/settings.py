@@ -6,6 +6,7 @@ Sizes parse with :func:`parse_size` (humanfriendly, binary units, a bare number 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -21,7 +22,7 @@ from .errors import ConfigError
 from .redaction import MASK, credential_param
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
-           "proxy_for", "public_url"]
+           "proxy_for", "public_url", "seconds_arg"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -60,6 +61,17 @@ def parse_size(text: str, *, name: str = "size") -> int:
     if value < 0:
         raise ConfigError(f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}.")
     return int(value)
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse ``type`` for a delay flag (``--latency S``): a number of seconds ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ≥ 0 (e.g. 0.5)")
+    return value
 
 
 def format_size(num_bytes: int | float) -> str:

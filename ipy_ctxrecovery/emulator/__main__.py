@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import ConfigError
-from ..settings import SIZE_FORMS, parse_size
+from ..settings import SIZE_FORMS, parse_size, seconds_arg
 from . import roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
 from .server import PREFILL_MODES, Emulator
@@ -42,16 +42,6 @@ def _tokens(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ≥ 0")
-    return value
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -77,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--waf-style", choices=WAF_STYLES, default="cloudflare")
     p.add_argument("--drop-over", type=_size, default=None, metavar="SIZE",
                    help="drop the connection above this body size")
-    p.add_argument("--latency", type=_seconds, default=0.0, metavar="SECONDS")
+    p.add_argument("--latency", type=seconds_arg, default=0.0, metavar="SECONDS")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require this key (Authorization: Bearer / x-api-key)")
     p.add_argument("--token", nargs="?", const=True, default=None, metavar="TOKEN",

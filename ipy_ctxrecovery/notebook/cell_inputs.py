@@ -24,7 +24,7 @@ from ..core.catalogue import lookup
 from ..core.wording import first_line
 
 __all__ = ["cell_error_text", "check_model_word", "check_options", "interpolate",
-           "parse_options", "sdk_parameters", "seconds", "whole_number"]
+           "parse_options", "sdk_parameters", "whole_number"]
 
 
 def whole_number(text: str) -> int:
@@ -34,17 +34,6 @@ def whole_number(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def seconds(text: str) -> float:
-    """An argparse ``type`` for a delay flag (``--latency S``): a number of seconds ≥ 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (≥ 0, e.g. 0.5)")
-    return value
 
 
 class _CellValues(string.Formatter):

@@ -29,8 +29,8 @@ from ..core import events as ev
 from ..core import history, prompts
 from ..core.wording import forgotten_limits, messages_held, plural, status_text
 from ..session.redactor import Redactor
-from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size
-from .cell_inputs import seconds, whole_number
+from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size, seconds_arg
+from .cell_inputs import whole_number
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
 
@@ -578,7 +578,7 @@ _EMULATOR_FLAGS = (
     _arg("--waf-over", default=None, metavar="SIZE", help="WAF 403 block page above this size."),
     _arg("--drop-over", default=None, metavar="SIZE", help="Drop the connection above this size."),
     _arg("--max-output-tokens", type=whole_number, default=None, metavar="N", help="Output token limit."),
-    _arg("--latency", type=seconds, default=None, metavar="S", help="Seconds of delay per response."),
+    _arg("--latency", type=seconds_arg, default=None, metavar="S", help="Seconds of delay per response."),
 )
 
 
