@@ -137,11 +137,18 @@ def test_terminal_streaming_prints_deltas_and_ends_the_line_before_a_status_line
                               "max_tokens=20 (escalation 1/2)\n w3\n")
 
 
-def test_terminal_streaming_holds_status_lines_until_the_continued_answer_ends() -> None:
+def terminal() -> tuple[io.StringIO, Streamer, EventPrinter]:
+    """What the magic wires up in terminal IPython: a printing streamer, and an event
+    printer whose lines wait while the answer's line is open."""
     out = io.StringIO()
     streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
     printer = EventPrinter(out, before_line=streamer.break_line,
                            mid_line=lambda: streamer.line_open)
+    return out, streamer, printer
+
+
+def test_terminal_streaming_holds_status_lines_until_the_continued_answer_ends() -> None:
+    out, streamer, printer = terminal()
     streamer("w1 w2 w")
     printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
     streamer("3 w4")                           # the cut word goes on, on the same line
@@ -162,10 +169,7 @@ def test_terminal_streaming_holds_status_lines_until_the_continued_answer_ends()
 
 
 def test_held_lines_come_before_the_next_line_said_outside_the_answer() -> None:
-    out = io.StringIO()
-    streamer = Streamer(mode="print", fmt="markdown", interval=0.1, out=out)
-    printer = EventPrinter(out, before_line=streamer.break_line,
-                           mid_line=lambda: streamer.line_open)
+    out, streamer, printer = terminal()
     streamer("w1")
     printer(ev.Escalation(attempt=1, max_tokens=20, previous=10, of=2))
     printer(ev.Truncated(max_tokens=20, escalations=1))      # held too: mid-answer

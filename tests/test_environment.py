@@ -9,7 +9,8 @@ answered by a gateway that echoes what it received in a 401, ``%chat status``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -42,15 +43,24 @@ QUERY_CASES = {
 }
 
 
+@contextlib.contextmanager
+def loaded_behind(template: str, shell: Any, monkeypatch: pytest.MonkeyPatch,
+                  ) -> Iterator[tuple[int, list[str]]]:
+    """The extension loaded with OPENAI_BASE_URL = ``template`` (its ``{port}`` a local
+    gateway that records the Authorization values it receives): yields the port and those."""
+    with auth_echo() as (port, seen):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
+        monkeypatch.setenv("OPENAI_BASE_URL", template.format(port=port))
+        shell.run_line_magic("load_ext", "ipy_ctxrecovery")
+        yield port, seen
+
+
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_a_base_url_with_credentials_is_masked_from_load_line_to_status(
         kind: str, ip: Any, capsys: pytest.CaptureFixture[str],  # noqa: F811
         monkeypatch: pytest.MonkeyPatch) -> None:
     template, secrets, masked = CASES[kind]
-    with auth_echo() as (port, seen):
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
-        monkeypatch.setenv("OPENAI_BASE_URL", template.format(port=port))
-        ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    with loaded_behind(template, ip, monkeypatch) as (port, seen):
         load_line = capsys.readouterr().out
         assert f" at {masked.format(port=port)} (no proxy);" in load_line
         result = cell(ip, "", "hello")
@@ -148,10 +158,7 @@ def test_a_base_url_with_a_query_is_said_at_load_and_refused_by_the_cell(
         kind: str, ip: Any, capsys: pytest.CaptureFixture[str],  # noqa: F811
         monkeypatch: pytest.MonkeyPatch) -> None:
     template, secrets, masked = QUERY_CASES[kind]
-    with auth_echo() as (port, seen):
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
-        monkeypatch.setenv("OPENAI_BASE_URL", template.format(port=port))
-        ip.run_line_magic("load_ext", "ipy_ctxrecovery")
+    with loaded_behind(template, ip, monkeypatch) as (port, seen):
         loaded = capsys.readouterr()
         result = cell(ip, "", "hello")
         again = cell(ip, "", "hello again")

@@ -4,8 +4,8 @@ Three public steps, all pure (the only calls out are ``measure``, ``summarize`` 
 ``on_event``):
 
 - :func:`chat_budget` is the *trigger* (ANCHORS: ``min(window × ratio × bytes/token,
-  0.7 × cap)``, with the term that sets it; :func:`compaction_budget` its bytes) and :func:`compaction_target` the level compaction aims at, a fraction of
-  the trigger, so one compaction buys several turns before the next (ANCHORS weakness 6).
+  0.7 × cap)``, with the term that sets it; :func:`compaction_budget` its bytes) and
+  :func:`compaction_target` the level compaction aims at, a fraction of the trigger, so one compaction buys several turns before the next (ANCHORS weakness 6).
 - :func:`trim` removes reasoning blocks and duplicate content without an LLM.
 - :func:`compact` trims, and if that is not enough replaces the oldest non-system messages
   with one ``[STRUCTURED SUMMARY — covering N earlier messages]`` user message written by

@@ -44,6 +44,7 @@ __all__ = [
     "status_text",
     "truncated_line",
     "escalated_line",
+    "chat_budget_term",
 ]
 
 Verbosity = Literal["quiet", "normal", "debug"]
@@ -308,13 +309,24 @@ def _(e: ev.Preflight) -> str:
     return "\n".join(lines)
 
 
+def chat_budget_term(*, share: float | None, of: str | None, window: int, cap: int | None,
+                     cap_source: str | None, setting: str | None) -> str:
+    """What a chat budget is a share of, and the setting that sets the share (None: the
+    share pre-flight left for the answer) — as the pre-flight line and a plan say it."""
+    pct = f"{share:.0%}" if share is not None else "a share"
+    if of == "cap" and cap:
+        term = f"{pct} of the {cap_source} cap {format_size(cap)}"
+    else:
+        term = f"{pct} of the {window:,}-token window"
+    return f"{term}: {setting}" if setting else f"{term}, room left for the answer"
+
+
 def _budget_term(e: ev.Preflight) -> str:
-    """What the chat budget is a share of, and the setting that sets the share."""
-    share = f"{e.budget_share:.0%}" if e.budget_share is not None else "a share"
-    if e.budget_of == "cap" and e.cap:
-        return (f"{share} of the {e.cap_source} cap {format_size(e.cap)}: "
-                "cap_budget_fraction")
-    return f"{share} of the {e.window:,}-token window: chat_budget_ratio"
+    # A chat's own budget: the "budget" reason is checked at chat_budget_ratio.
+    return chat_budget_term(share=e.budget_share, of=e.budget_of, window=e.window, cap=e.cap,
+                            cap_source=e.cap_source,
+                            setting="cap_budget_fraction" if e.budget_of == "cap"
+                            else "chat_budget_ratio")
 
 
 @describe_debug.register

@@ -54,7 +54,7 @@ from ..core.history import (
     ToolResult,
     latest_user_index,
 )
-from ..core.wording import INFO, describe, plural
+from ..core.wording import INFO, chat_budget_term, describe, plural
 from ..errors import ConfigError, CtxRecoveryError
 from ..failures import Failure, FailureKind
 from ..settings import ENV_VARS, Settings, format_size
@@ -286,13 +286,9 @@ class Plan:
         return out
 
     def _budget_term(self) -> str:
-        share = f"{self.budget_share:.0%}" if self.budget_share is not None else "a share"
-        if self.budget_of == "cap" and self.cap is not None:
-            term = f"{share} of the {self.cap_source} cap {format_size(self.cap)}"
-        else:
-            term = f"{share} of the {self.window:,}-token window"
-        return f"{term}: {self.budget_setting}" if self.budget_setting else \
-            f"{term}, room left for the answer"
+        return chat_budget_term(share=self.budget_share, of=self.budget_of, window=self.window,
+                                cap=self.cap, cap_source=self.cap_source,
+                                setting=self.budget_setting)
 
     def ladder_lines(self) -> list[str]:
         out = []
