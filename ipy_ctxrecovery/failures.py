@@ -18,6 +18,7 @@ __all__ = [
     "RECOVERABLE_KINDS",
     "Failure",
     "FailureKind",
+    "Signature",
 ]
 
 LIKELY_PAYLOAD_MIN_BYTES = 500 * 1024
@@ -36,6 +37,21 @@ class FailureKind(StrEnum):
     AUTH = "auth"
     TRANSIENT = "transient"
     OTHER = "other"
+
+
+class Signature(StrEnum):
+    """How a network path said no to a body, whatever kind the failure was classified as.
+
+    Limits are learned per signature from evidence (``core.recovery.evidence``): only
+    ``SIZE`` names a size outright; the others may be a size limit or something else (a
+    content rule, a blip) until the evidence on the path tells which.
+    """
+
+    SIZE = "size"            # a 413/431, or a body named too large in the text
+    BLOCK = "block"          # a 403 block page or a WAF's words
+    DROP = "drop"            # the connection dropped or was reset while sending
+    BARE_5XX = "bare_5xx"    # a 5xx with an empty or HTML body: a proxy's, not the API's
+    BAD_BODY = "bad_body"    # a 400 saying the JSON body could not be parsed (cut upstream)
 
 
 RECOVERABLE_KINDS = frozenset(
@@ -81,6 +97,8 @@ class Failure:
     output_tokens: int | None = None
     request_bytes: int | None = None
     retry_after: float | None = None
+    signature: Signature | None = None
+    """How the path said no (None: not a refusal of the body, e.g. auth, a rate limit)."""
 
     @property
     def recoverable(self) -> bool:

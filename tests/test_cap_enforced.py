@@ -43,8 +43,7 @@ def test_an_old_history_over_the_configured_cap_is_fitted_under_it() -> None:
     assert s.history[-2].text == "the latest question"
 
 
-def test_a_proxy_rejecting_the_summarizer_request_teaches_the_cap() -> None:
-    """Found by the soak: the main request was then sent larger than the rejected one."""
+def _refusing_the_first_summary(kind: str, status: int) -> tuple[FakeProvider, list[int]]:
     from fakes import failure
 
     from ipy_ctxrecovery.failures import FailureKind
@@ -56,11 +55,17 @@ def test_a_proxy_rejecting_the_summarizer_request_teaches_the_cap() -> None:
         summary = "STRUCTURED SUMMARY" in (request.messages[0].text or "")
         if summary and not rejected:
             rejected.append(len(fake.encode(request)))
-            raise failure(FailureKind.WAF_REJECTION, "blocked by security policy",
-                          status=403, request_bytes=rejected[0])
+            raise failure(FailureKind(kind), "refused by the proxy", status=status,
+                          request_bytes=rejected[0])
         return None
 
     fake.script.extend(answer for _ in range(200))
+    return fake, rejected
+
+
+def test_a_proxy_rejecting_the_summarizer_request_as_too_large_teaches_the_cap() -> None:
+    """Found by the soak: the main request was then sent larger than the rejected one."""
+    fake, rejected = _refusing_the_first_summary("payload_too_large", 413)
     s = ChatSession(provider=fake, settings=Settings(), sleep=lambda x: None)
     for i in range(12):
         with contextlib.suppress(ChatError):
@@ -69,6 +74,23 @@ def test_a_proxy_rejecting_the_summarizer_request_teaches_the_cap() -> None:
     first = next(i for i, r in enumerate(fake.requests)
                  if "STRUCTURED SUMMARY" in (r.messages[0].text or ""))
     assert all(len(b) < rejected[0] for b in fake.bodies[first + 1:])
+
+
+def test_a_firewall_blocking_a_small_summary_request_teaches_nothing_about_size() -> None:
+    """Behind ModSecurity: a summary request no bigger than the turns that passed was
+    blocked for its content. It learned a 3 KB cap and the session collapsed (issue 24)."""
+    from ipy_ctxrecovery import describe
+
+    fake, rejected = _refusing_the_first_summary("waf_rejection", 403)
+    s = ChatSession(provider=fake, settings=Settings(), sleep=lambda x: None)
+    lines: list[str] = []
+    s.subscribe(lambda e: lines.append(describe(e)))
+    for i in range(12):
+        s.send(f"turn {i} " + "z" * 4_000)              # every turn answered
+    assert rejected and rejected[0] <= s.caps.largest_ok
+    assert s.caps.smallest_rejected is None and s.caps.effective() is None
+    assert any("not about size" in line for line in lines), lines
+    assert len(s.transcript) == 24
 
 
 def test_no_summary_request_is_sent_at_a_size_already_rejected() -> None:

@@ -13,10 +13,11 @@ from ipy_ctxrecovery.core.preflight import (
     MAX_BYTES_PER_TOKEN,
     MIN_BYTES_PER_TOKEN,
     Caps,
-    PathLimits,
     TokenEstimator,
     check,
 )
+from ipy_ctxrecovery.core.recovery.evidence import PathEvidence
+from ipy_ctxrecovery.failures import Signature
 from ipy_ctxrecovery.settings import KiB, MiB, Settings, format_size
 
 PROPS = settings(max_examples=300, deadline=None)
@@ -227,7 +228,8 @@ def test_just_under_85_percent_is_ok() -> None:
 
 @pytest.mark.parametrize("caps, source", [
     (Caps(assumed=4 * MiB), "assumed"),
-    (Caps(path=PathLimits(largest_ok=10 * KiB, smallest_rejected=160 * KiB)), "learned"),
+    (Caps(path=PathEvidence(largest_ok=10 * KiB, refused={Signature.SIZE: 160 * KiB})),
+     "learned"),
 ])
 def test_message_names_the_cap_source(caps: Caps, source: str) -> None:
     cap = caps.effective()

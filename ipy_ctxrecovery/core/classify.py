@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import redact
-from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
+from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind, Signature
 from ..settings import format_size
 from . import patterns as P
 
@@ -368,7 +368,25 @@ def classify(
     except Exception as exc:  # noqa: BLE001 - classification must never raise
         return Failure(FailureKind.OTHER, _clean(f"Request failed ({type(exc).__name__})."),
                        status=status, request_bytes=request_bytes)
-    return _decide(ev, request_bytes)
+    failure = _decide(ev, request_bytes)
+    signature = _signature(ev, failure)
+    return replace(failure, signature=signature) if signature is not None else failure
+
+
+def _signature(ev: _Evidence, failure: Failure) -> Signature | None:
+    """How the path refused the body (``Failure.signature``), apart from the kind: a
+    proxy's empty 502 and a 400 about a cut JSON body are transient or other by kind, but
+    evidence about size all the same when they repeat on the larger bodies only."""
+    kind, status = failure.kind, failure.status
+    if kind is FailureKind.PAYLOAD_TOO_LARGE:
+        return Signature.SIZE
+    if kind is FailureKind.WAF_REJECTION:
+        return Signature.BLOCK
+    if status is not None and 500 <= status <= 599 and not ev.err:
+        return Signature.BARE_5XX
+    if status == 400 and P.BAD_BODY_RE.search(ev.haystack):
+        return Signature.BAD_BODY
+    return None
 
 
 def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
@@ -553,8 +571,8 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
     messages = " ".join(str(e) for e in ev.chain).lower()
     culprit = _root_cause(ev)
 
-    def make(kind: FailureKind, reason: str) -> Failure:
-        return Failure(kind, redact(reason), request_bytes=request_bytes)
+    def make(kind: FailureKind, reason: str, signature: Signature | None = None) -> Failure:
+        return Failure(kind, redact(reason), request_bytes=request_bytes, signature=signature)
 
     if names & P.TIMEOUT_NAMES:
         return make(FailureKind.TRANSIENT, f"The request timed out ({culprit}); worth retrying.")
@@ -579,7 +597,7 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
         size = format_size(request_bytes)
         return make(FailureKind.LIKELY_PAYLOAD,
                     f"The connection dropped while sending a {size} request ({culprit}); a "
-                    "proxy body-size limit is the likely cause.")
+                    "proxy body-size limit is the likely cause.", Signature.DROP)
     if request_bytes is not None:
         # The size and the way out, for when the blip keeps coming back at this size.
         size = format_size(request_bytes)
@@ -588,9 +606,10 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
                     f"under {format_size(LIKELY_PAYLOAD_MIN_BYTES)} a drop is taken for a "
                     "network blip and retried — if it keeps happening at this size, a "
                     f"proxy body-size limit is the likely cause: set CHATCLI_MAX_PAYLOAD "
-                    f"below {size}.")
+                    f"below {size}.", Signature.DROP)
     return make(FailureKind.TRANSIENT,
-                f"The connection dropped ({culprit}); taken for a network blip and retried.")
+                f"The connection dropped ({culprit}); taken for a network blip and retried.",
+                Signature.DROP)
 
 
 def _root_cause(ev: _Evidence) -> str:

@@ -171,13 +171,20 @@ class NoticeInjected(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapChanged(Event):
-    """The payload cap in force changed: learned from a rejected (or dropped) request of
-    ``rejected_bytes``, or assumed (SPEC §3 auto-cap)."""
+    """The payload cap in force changed: learned (or lowered) from a refused request of
+    ``rejected_bytes``, withdrawn when the evidence for it was contradicted, or assumed
+    (SPEC §3 auto-cap). ``signature`` (a ``failures.Signature`` value) says how the path
+    refused; ``change`` what happened to the cap; ``withdrawn_because`` why it went:
+    "bigger_passed" (a bigger body went through) or "not_size" (a body no bigger than one
+    that passed was refused the same way)."""
 
     cap: int | None
     source: CapSource
     rejected_bytes: int | None = None
     dropped: bool = False
+    change: Literal["learned", "lowered", "withdrawn", "assumed"] = "learned"
+    signature: str | None = None
+    withdrawn_because: Literal["bigger_passed", "not_size"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,13 +213,16 @@ class WindowLearned(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retrying(Event):
-    """A retry of the same request: ``auth`` (credentials re-read once) or ``transient``."""
+    """A retry of the same request: ``auth`` (credentials re-read once), ``transient``, or
+    the same body once more after a refusal that may be a blip (``resend``: "suspect", the
+    first above what the path carried, or "carried", on a size it carried)."""
 
     attempt: int
     wait: float
     failure_kind: FailureKind
     failure: Failure
     of: int = 1
+    resend: Literal["suspect", "carried"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -262,3 +262,12 @@ NAME_KINDS: tuple[tuple[tuple[str, ...], FailureKind], ...] = (
     (("RateLimit", "Overloaded", "ServiceUnavailable", "InternalServer", "GatewayTimeout",
       "RequestTimeout", "Retryable"), FailureKind.TRANSIENT),
 )
+
+
+#: A 400 that says the JSON body could not be read: what an API answers when a proxy cut
+#: the body on its way (Caddy's ``request_body max_size`` passes the first bytes on).
+BAD_BODY_RE = re.compile(
+    r"could not parse the json body|invalid json|malformed json|unexpected end of (?:json|data"
+    r"|input)|unterminated string|expecting (?:value|',' delimiter)|json decode|"
+    r"request body is not valid json|failed to parse (?:the )?(?:request )?body",
+    re.IGNORECASE)

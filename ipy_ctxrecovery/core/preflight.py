@@ -1,7 +1,7 @@
 """Pre-flight (SPEC §2): measure the request before it leaves; caps and the token estimate.
 
 ``Caps`` and ``TokenEstimator`` are small mutable objects owned by one session; what a
-network path taught (:class:`PathLimits`) is shared only by the sessions on that path —
+network path showed (:class:`~.recovery.evidence.PathEvidence`) is shared only by the sessions on that path —
 never module globals, never the environment (ANCHORS 4). :func:`check` is pure: it reads them
 and says what to do with a request of ``body_bytes`` serialized bytes (ANCHORS 5: the
 wire body, not a character count).
@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..failures import Signature
 from ..settings import Settings
 from .compactor import ChatBudget
 from .events import CapSource, Preflight
+from .recovery.evidence import Observation, PathEvidence
 from .wording import describe
 
 __all__ = [
@@ -24,7 +26,6 @@ __all__ = [
     "MIN_BYTES_PER_TOKEN",
     "MIN_WINDOW_BUDGET_RATIO",
     "Caps",
-    "PathLimits",
     "PreflightResult",
     "TokenEstimator",
     "check",
@@ -44,21 +45,12 @@ MIN_WINDOW_BUDGET_RATIO = 0.1
 
 
 @dataclass
-class PathLimits:
-    """What one network path taught about body sizes: the largest body that went through
-    and the smallest one rejected (a payload cap belongs to the path, not to a session)."""
-
-    largest_ok: int = 0
-    smallest_rejected: int | None = None
-
-
-@dataclass
 class Caps:
     """The payload cap of one session: configured, learned between ok/rejected, or assumed.
 
     The learned cap lies between the largest body that succeeded and the smallest that
-    was rejected on the session's network path (``path``, which sessions on the same path
-    may share): ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
+    was rejected on the session's network path (``path``, the evidence sessions on the
+    same path share): ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
     strictly below ``smallest_rejected``. A rejection below a configured cap proves the
     configured value too high, so the learned cap then wins (source "learned").
     """
@@ -66,13 +58,13 @@ class Caps:
     configured: int | None = None
     assumed: int | None = None
     learned_fraction: float = 0.75
-    path: PathLimits = field(default_factory=PathLimits)
+    path: PathEvidence = field(default_factory=PathEvidence)
 
     @classmethod
-    def from_settings(cls, settings: Settings, path: PathLimits | None = None) -> Caps:
+    def from_settings(cls, settings: Settings, path: PathEvidence | None = None) -> Caps:
         return cls(configured=settings.max_payload,
                    learned_fraction=settings.learned_cap_fraction,
-                   path=path if path is not None else PathLimits())
+                   path=path if path is not None else PathEvidence())
 
     @property
     def largest_ok(self) -> int:
@@ -94,10 +86,13 @@ class Caps:
     def learned(self) -> int | None:
         """The cap learned from a rejection, or None when nothing was rejected."""
         rejected = self.smallest_rejected
-        if rejected is None:
-            return None
-        value = max(self.largest_ok, int(rejected * self.learned_fraction))
-        return max(0, min(value, rejected - 1))
+        return None if rejected is None else self.below(rejected)
+
+    def below(self, refused: int) -> int:
+        """The cap a refusal of ``refused`` bytes implies: a ``learned_fraction`` of it, but
+        never below the largest body that passed, and always below ``refused``."""
+        value = max(self.largest_ok, int(refused * self.learned_fraction))
+        return max(0, min(value, refused - 1))
 
     def _pick(self) -> tuple[int | None, CapSource | None]:
         """The cap in force and where it comes from: a learned cap below the configured
@@ -118,20 +113,19 @@ class Caps:
     def source(self) -> CapSource | None:
         return self._pick()[1]
 
-    def record_success(self, body_bytes: int) -> None:
-        """A body of this size went through. A success at or above the smallest rejected
-        size contradicts that rejection (it was not about size), so it is forgotten."""
-        self.largest_ok = max(self.largest_ok, body_bytes)
-        if self.smallest_rejected is not None and body_bytes >= self.smallest_rejected:
-            self.smallest_rejected = None
+    def record_success(self, body_bytes: int) -> int | None:
+        """A body of this size went through; returns the refused size of a limit it
+        contradicts (then withdrawn: it was not about size), if any."""
+        return self.path.passed(body_bytes)
 
     def record_rejection(self, body_bytes: int | None) -> int | None:
-        """Remember a rejected size; return the newly learned cap (or None)."""
-        if body_bytes is None or body_bytes <= 0:
-            return None
-        if self.smallest_rejected is None or body_bytes < self.smallest_rejected:
-            self.smallest_rejected = body_bytes
+        """A 413 of this size (a refusal that names a size); return the cap learned."""
+        self.path.observe(Signature.SIZE, body_bytes)
         return self.learned
+
+    def observe(self, signature: Signature | None, body_bytes: int | None) -> Observation:
+        """A refusal with ``signature`` of a ``body_bytes`` body: what it shows (recorded)."""
+        return self.path.observe(signature, body_bytes)
 
 
 @dataclass

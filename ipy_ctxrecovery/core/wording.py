@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from functools import singledispatch
 from typing import Any, Literal
 
-from ..failures import Failure, FailureKind
+from ..failures import Failure, FailureKind, Signature
 from ..settings import format_size
 from . import events as ev
 from .ladder.decide import Decision, Level
@@ -45,6 +45,7 @@ __all__ = [
     "truncated_line",
     "escalated_line",
     "chat_budget_term",
+    "summary_not_size",
 ]
 
 Verbosity = Literal["quiet", "normal", "debug"]
@@ -255,6 +256,8 @@ def _(e: ev.CompactionPhase) -> Verbosity:
 
 @shown_at.register
 def _(e: ev.CapChanged) -> Verbosity:
+    if e.change == "withdrawn":
+        return "normal"
     return "normal" if e.source in ("learned", "assumed") and e.cap is not None else "debug"
 
 
@@ -456,11 +459,25 @@ def _(e: ev.NoticeInjected) -> str:
 def _(e: ev.CapChanged) -> str:
     if e.source == "assumed" and e.cap is not None:
         return assumed_cap_line(e.cap)
+    if e.change == "withdrawn":
+        why = ("a bigger request went through since" if e.withdrawn_because == "bigger_passed"
+               else "a request no bigger than one that passed was refused the same way, so it "
+               "is not about size")
+        return (f"{INFO} Withdrew the payload limit learned from a "
+                f"{format_size(e.rejected_bytes or 0)} refusal: {why}"
+                + (f" (now {format_size(e.cap)}, {e.source})" if e.cap is not None else ""))
     if e.source == "learned" and e.cap is not None:
-        verb = "dropped" if e.dropped else "rejected"
-        return (f"{INFO} Learned a payload limit of about {format_size(e.cap)} (a "
+        verb = _REFUSED_VERB.get(e.signature or "", "dropped" if e.dropped else "rejected")
+        what = "Lowered the payload limit to" if e.change == "lowered" \
+            else "Learned a payload limit of"
+        return (f"{INFO} {what} about {format_size(e.cap)} (a "
                 f"{format_size(e.rejected_bytes or 0)} request was {verb})")
     return ""
+
+
+_REFUSED_VERB = {"size": "rejected", "block": "blocked", "drop": "dropped",
+                 "bare_5xx": "answered with an empty server error",
+                 "bad_body": "cut before it reached the server"}
 
 
 @describe_debug.register
@@ -499,10 +516,23 @@ def _(e: ev.WindowLearned) -> str:
 def _(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return f"{RETRY} authentication failed — re-reading the credentials and retrying once"
-    if e.failure_kind is FailureKind.LIKELY_PAYLOAD:
-        return (f"{RETRY} connection dropped, on a body no bigger than this network path has "
-                "carried — retrying once as it is")
+    if e.resend == "suspect":
+        return (f"{RETRY} {_refusal(e.failure)} on a {format_size(e.failure.request_bytes or 0)} "
+                "request, larger than any this network path has carried — sending it once "
+                "more: a second refusal means a size limit")
+    if e.resend == "carried" or e.failure_kind is FailureKind.LIKELY_PAYLOAD:
+        return (f"{RETRY} {_refusal(e.failure)}, on a body no bigger than this network path "
+                "has carried — retrying once as it is")
     return f"{RETRY} {e.failure.label} — retrying in {e.wait:.1f}s ({e.attempt}/{e.of})"
+
+
+def _refusal(failure: Failure) -> str:
+    """How a refusal that may be a blip looked: 'connection dropped', 'empty HTTP 502'."""
+    if failure.signature is Signature.BARE_5XX:
+        return f"empty HTTP {failure.status} from a proxy"
+    if failure.signature is Signature.BAD_BODY:
+        return "the server could not read the request body"
+    return "connection dropped"
 
 
 @describe_debug.register
@@ -751,8 +781,10 @@ def notice_detail(e: ev.NoticeInjected) -> str:
 def retry_detail(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return "authentication failed · credentials re-read, retrying once"
-    if e.failure_kind is FailureKind.LIKELY_PAYLOAD:
-        return "connection dropped on a size this path has carried · retrying once as it is"
+    if e.resend == "suspect":
+        return f"{_refusal(e.failure)} above what this path carried · sent once more"
+    if e.resend == "carried" or e.failure_kind is FailureKind.LIKELY_PAYLOAD:
+        return f"{_refusal(e.failure)} on a size this path has carried · retrying once as it is"
     return f"{e.failure.label} · retry {e.attempt} of {e.of} after {e.wait:.1f} s"
 
 
@@ -862,3 +894,11 @@ def cancel_texts() -> dict[str, str]:
                              "stays exactly as it was"),
             "cancel_failed": ("Could not reach the Jupyter server from here: use the "
                               "notebook's interrupt button (■).")}
+
+
+def summary_not_size(size: str, label: str) -> str:
+    """Why a summary request refused for its content is not used (the turn fits without
+    it): what refused it, and that it says nothing about the proxy's size limit."""
+    return (f"the {size} summary request was refused ({label}) though bigger requests passed "
+            "on this network path, so it is not about size: the history is fitted without a "
+            "summary, and no payload limit was learned from it")

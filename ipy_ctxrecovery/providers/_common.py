@@ -322,8 +322,10 @@ class SingleShot:
         self._client = client
         self._single: Any = None
 
-    def for_size(self, body_bytes: int) -> Any:
-        if body_bytes <= LIKELY_PAYLOAD_MIN_BYTES:
+    def for_size(self, body_bytes: int, *, retries: bool = True) -> Any:
+        """The client for a body of ``body_bytes``; ``retries`` False: never the SDK's
+        retries (the request's own ``Request.retries``)."""
+        if retries and body_bytes <= LIKELY_PAYLOAD_MIN_BYTES:
             return self._client
         if self._single is None:
             self._single = self._client.with_options(max_retries=0)
@@ -600,7 +602,7 @@ class SDKAdapter:
                       "to build the same request for this client")
         size = len(body) if body is not None else self.measure(request)
         try:
-            client = self._senders.for_size(size)
+            client = self._senders.for_size(size, retries=request.retries)
             if fast is not None and body is not None:
                 # A whole reply is read from its JSON (``field``): the SDK's model of it
                 # costs more than the rest of the send's Python.

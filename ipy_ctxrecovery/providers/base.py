@@ -64,6 +64,9 @@ class Request:
     tools: tuple[ToolSpec, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = True
+    retries: bool = True
+    """Whether the SDK may resend it on its own after a failure. False for a body that
+    may be refused for its size: the session's recovery then decides every resend."""
 
 
 class StopReason(StrEnum):

@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ..core import compactor, prompts
+from ..core import compactor, prompts, wording
 from ..core.compactor import CompactionReport
 from ..core.events import CompactionPhase, Event
 from ..core.history import History, Message
+from ..core.recovery.evidence import Finding
 from ..errors import ChatError
 from ..failures import Failure, FailureKind
 from ..providers.base import Request
@@ -47,26 +48,35 @@ class SessionCompactor:
     def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> str:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
-        provider, caps = self.sizer.endpoint.provider, self.sizer.limits.caps
+        provider, limits = self.sizer.endpoint.provider, self.sizer.limits
+        caps = limits.caps
+        size = self.sizer.prepare(request).size
         rejected = caps.smallest_rejected
-        if rejected is not None:
-            size = self.sizer.prepare(request).size
-            if size >= rejected:
-                # Not even the summary request fits under what a proxy already rejected.
-                reason = (f"the summary request ({format_size(size)}) is not below the "
-                          f"{format_size(rejected)} the proxy/gateway already rejected")
-                raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
-                                        request_bytes=size), reason)
+        if rejected is not None and size >= rejected:
+            # Not even the summary request fits under what a proxy already rejected.
+            reason = (f"the summary request ({format_size(size)}) is not below the "
+                      f"{format_size(rejected)} the proxy/gateway already rejected")
+            raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
+                                    request_bytes=size), reason)
+        # Like any request: the SDK does not resend a body larger than any that passed.
+        request = dataclasses.replace(request, retries=size <= caps.largest_ok)
         try:
             response = call_with_deadline(lambda _: provider.send(request), None,
                                           log.deadline if log is not None else None,
                                           timeout=self.settings.turn_timeout or 0)
         except ChatError as e:
-            if e.failure.payload_related:
-                # A proxy's size limit holds for every request: what rejected the
-                # summarizer's body is learned, so the main request is fitted under it.
-                caps.record_rejection(e.failure.request_bytes)
+            # The summary's refusal is evidence about the path like any other: a size
+            # limit it shows holds for the turn's request too; a refusal of a body no
+            # bigger than one that passed (a WAF's content rule) shows nothing about size.
+            observation, events = limits.observe(e.failure, size)
+            for event in events:
+                self.bus.emit(event, log)
+            if observation.finding is Finding.NOT_SIZE:
+                reason = wording.summary_not_size(format_size(size), e.failure.label)
+                raise ChatError(dataclasses.replace(e.failure, reason=reason), reason) from e
             raise
+        for event in limits.on_success(size, None):
+            self.bus.emit(event, log)
         if log is not None:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)

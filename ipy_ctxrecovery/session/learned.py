@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.events import CapChanged, Event, WindowLearned
-from ..core.preflight import Caps, PathLimits, TokenEstimator
+from ..core.preflight import Caps, TokenEstimator
+from ..core.recovery.evidence import Finding, Observation, PathEvidence, signature_of
 from ..failures import Failure, FailureKind
 from ..settings import Settings, format_size
 
@@ -83,12 +84,12 @@ class PathRegistry:
     """
 
     def __init__(self) -> None:
-        self._paths: dict[str, PathLimits] = {}
+        self._paths: dict[str, PathEvidence] = {}
 
-    def limits(self, key: str | None) -> PathLimits:
+    def limits(self, key: str | None) -> PathEvidence:
         if key is None:
-            return PathLimits()
-        return self._paths.setdefault(key, PathLimits())
+            return PathEvidence()
+        return self._paths.setdefault(key, PathEvidence())
 
     def __contains__(self, key: object) -> bool:
         return key in self._paths
@@ -116,7 +117,7 @@ class LearnedLimits:
     _saved: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
-    def fresh(cls, settings: Settings, path: PathLimits | None = None) -> LearnedLimits:
+    def fresh(cls, settings: Settings, path: PathEvidence | None = None) -> LearnedLimits:
         return cls(caps=Caps.from_settings(settings, path),
                    tokens=TokenEstimator.from_settings(settings))
 
@@ -135,32 +136,38 @@ class LearnedLimits:
             else None
 
     # -- learning ---------------------------------------------------------------------------
-    def learn_from_failure(self, failure: Failure, sent_bytes: int,
-                           window: int) -> list[Event]:
-        """What ``failure`` of a ``sent_bytes`` request teaches: a payload cap, a window.
-
-        ``window`` is the window in force when it was sent. Returns the events that say so.
-        """
-        events: list[Event] = []
+    def observe(self, failure: Failure, sent_bytes: int) -> tuple[Observation, list[Event]]:
+        """Record what ``failure`` of a ``sent_bytes`` request shows on the network path
+        (``core.recovery.evidence``): the finding, and the events for a cap learned,
+        lowered or withdrawn by it."""
         size = failure.request_bytes or sent_bytes
-        # A 403 block page or a dropped connection only suggests size; when a body at
-        # least as big already went through on this path, it was about something else (a
-        # content rule, a blip), and learning from it would shrink every session's cap.
-        inferred = failure.kind is not FailureKind.PAYLOAD_TOO_LARGE
-        if failure.payload_related and not (inferred and 0 < size <= self.caps.largest_ok):
-            before = self.caps.effective()
-            learned = self.caps.record_rejection(size)
-            if learned is not None and learned != before:
-                events.append(CapChanged(cap=learned, source="learned", rejected_bytes=size,
-                                         dropped=failure.kind is FailureKind.LIKELY_PAYLOAD))
+        before, source = self.caps.effective(), self.caps.source
+        observation = self.caps.observe(signature_of(failure), size)
+        events: list[Event] = []
+        after = self.caps.effective()
+        if observation.withdrawn is not None:
+            events.append(CapChanged(cap=after, source=self.caps.source or "learned",
+                                     rejected_bytes=observation.withdrawn, change="withdrawn",
+                                     signature=str(observation.signature),
+                                     withdrawn_because="not_size"))
+        elif observation.finding is Finding.LIMIT and after is not None and after != before:
+            lowered = source == "learned" and before is not None
+            events.append(CapChanged(cap=after, source="learned", rejected_bytes=size,
+                                     dropped=failure.kind is FailureKind.LIKELY_PAYLOAD,
+                                     change="lowered" if lowered else "learned",
+                                     signature=str(observation.signature)))
+        return observation, events
+
+    def learn_window(self, failure: Failure, window: int) -> list[Event]:
+        """A context window an overflow reported below ``window`` (the one in force)."""
         limit = failure.limit_tokens
         if failure.kind is FailureKind.CONTEXT_OVERFLOW and limit is not None \
                 and 0 < limit < window:
             # A wrong CHATCLI_CONTEXT_WINDOW (or catalogue entry) would otherwise let the
             # history grow past the real window again every few turns.
             self.window = limit
-            events.append(WindowLearned(window=limit, previous=window))
-        return events
+            return [WindowLearned(window=limit, previous=window)]
+        return []
 
     def assume_cap(self, cap: int) -> CapChanged | None:
         """Adopt the SPEC auto-cap if none was assumed; the event when it is the cap in force."""
@@ -170,8 +177,21 @@ class LearnedLimits:
         return CapChanged(cap=cap, source="assumed") if self.caps.source == "assumed" else None
 
     def on_success(self, body_bytes: int, prompt_tokens: int | None,
-                   completion_tokens: int | None = None) -> None:
-        self.caps.record_success(body_bytes)
+                   completion_tokens: int | None = None) -> list[Event]:
+        """A ``body_bytes`` request was answered; the event for a cap it withdrew."""
+        before = self.caps.learned
+        withdrawn = self.caps.record_success(body_bytes)
+        events: list[Event] = []
+        if withdrawn is not None and before is not None:
+            events.append(CapChanged(cap=self.caps.effective(),
+                                     source=self.caps.source or "learned",
+                                     rejected_bytes=withdrawn, change="withdrawn",
+                                     withdrawn_because="bigger_passed"))
+        self._calibrate(body_bytes, prompt_tokens, completion_tokens)
+        return events
+
+    def _calibrate(self, body_bytes: int, prompt_tokens: int | None,
+                   completion_tokens: int | None) -> None:
         if prompt_tokens:
             self.tokens.calibrate(body_bytes, prompt_tokens)
             self.seen_tokens = max(self.seen_tokens, prompt_tokens + (completion_tokens or 0))
@@ -201,7 +221,7 @@ class LearnedLimits:
         return cap, window
 
     def forget(self, settings: Settings, *, model_changed: bool, path_changed: str | None,
-               new_path: PathLimits) -> str | None:
+               new_path: PathEvidence) -> str | None:
         """A new provider: drop what belongs to the old model or path (module docstring).
 
         Returns a sentence for a learned or assumed payload cap that was dropped.

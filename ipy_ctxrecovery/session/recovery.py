@@ -22,7 +22,6 @@ from ..core import ladder
 from ..core.budget import ResultStore
 from ..core.compactor import CompactionReport
 from ..core.events import (
-    CapChanged,
     Event,
     LadderStep,
     NoticeInjected,
@@ -32,7 +31,8 @@ from ..core.events import (
 )
 from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..core.prompts import PAYLOAD_NOTICE
-from ..core.retry import retry_wait, too_long_sentence
+from ..core.recovery import policy
+from ..core.recovery.evidence import signature_of
 from ..errors import ChatError, redact
 from ..failures import Failure, FailureKind
 from ..providers.base import Request, Response, TextCallback
@@ -49,20 +49,7 @@ __all__ = ["RecoveryLoop", "Sent", "sentence"]
 
 def sentence(failure: Failure) -> str:
     """One clear sentence for a failure recovery could not save (secrets redacted)."""
-    reason = failure.reason.strip().rstrip(".")
-    return redact(f"{reason}.") if reason else redact(f"The request failed: {failure.label}.")
-
-
-def not_about_size(failure: Failure, body: int, largest_ok: int) -> str:
-    """The sentence for a block page or dropped connection on a body no bigger than one this
-    network path already carried: shrinking the history would not help."""
-    what = ("the proxy's firewall blocked the request"
-            if failure.kind is FailureKind.WAF_REJECTION else "the connection dropped again")
-    return (f"{what[0].upper()}{what[1:]} ({format_size(body)}), though a bigger one "
-            f"({format_size(largest_ok)}) went through on this network path: it is not about "
-            "size, so the history was left as it was — if it is a firewall, something in the "
-            "latest message may be what it blocks (rephrase it, or ask the network team); "
-            "else try again.")
+    return redact(policy.sentence(failure))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +90,7 @@ class RecoveryLoop:
         prepared = self.preparer.prepare(history, spec, log)
         history, spec = prepared.history, prepared.spec
         state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)
-        auth_retried = False
-        blip_retried = False
-        transient = 0
+        attempts = policy.Attempts()
         steps = 0
         told = False
 
@@ -126,8 +111,14 @@ class RecoveryLoop:
         try:
             while True:
                 history, request, body = self._encoded_within_limits(history, spec, log)
-                self.bus.emit(Sending(body_bytes=body, attempt=1 + steps + transient
-                                      + auth_retried, max_tokens=request.max_tokens), log)
+                # The SDK resends a failed request on its own; a body larger than any this
+                # path carried may be refused for its size, so only the policy below may
+                # send it again (one refusal each, never a doomed body three times).
+                request = dataclasses.replace(request,
+                                              retries=body <= self.limits.caps.largest_ok)
+                self.bus.emit(Sending(body_bytes=body, attempt=1 + steps + attempts.transient
+                                      + attempts.auth + attempts.suspect_resent,
+                                      max_tokens=request.max_tokens), log)
                 try:
                     response = call_with_deadline(
                         functools.partial(self.endpoint.provider.send, request),
@@ -137,50 +128,38 @@ class RecoveryLoop:
                     failure = e.failure
                     if failure.request_bytes is None:
                         failure = dataclasses.replace(failure, request_bytes=body)
-                    kind = failure.kind
-                    if kind is FailureKind.AUTH and not auth_retried:
-                        auth_retried = True
+                    largest_ok = self.limits.caps.largest_ok
+                    observation, learned = self.limits.observe(failure, body)
+                    answer = policy.respond(failure, observation, attempts, body=body,
+                                            largest_ok=largest_ok, settings=self.settings,
+                                            remaining=log.left(), now=time.time())
+                    attempts, failure = answer.attempts, answer.failure
+                    if answer.action is policy.Action.GIVE_UP:
+                        self._emit_all(learned, log)
+                        raise ChatError(failure, redact(answer.reason)) from e
+                    if answer.action is policy.Action.CLIMB:
+                        history, state, spec = self._recover(history, state, failure, body,
+                                                             spec, log, e, learned)
+                        steps += 1
+                        continue
+                    self._emit_all(learned, log)
+                    if answer.action is policy.Action.REFRESH:
                         self.endpoint.refresh()
                         self.sizer.forget_encoding()
-                        self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=kind,
+                        self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=failure.kind,
                                                failure=failure), log)
-                        continue
-                    if kind is FailureKind.TRANSIENT \
-                            and transient < self.settings.transient_retries:
-                        transient += 1
-                        plan = retry_wait(transient, failure.retry_after,
-                                          max_wait=self.settings.max_retry_wait,
-                                          remaining=log.left())
-                        if plan.seconds is None:
-                            what = f"HTTP {failure.status}" if failure.status else failure.label
-                            raise ChatError(failure, too_long_sentence(
-                                plan, what, now=time.time())) from e
-                        wait = plan.seconds
-                        self.bus.emit(Retrying(attempt=transient, wait=wait, failure_kind=kind,
-                                               failure=failure,
+                    elif answer.action is policy.Action.RESEND:
+                        self.bus.emit(Retrying(
+                            attempt=1, wait=0.0, failure_kind=failure.kind, failure=failure,
+                            resend="suspect" if observation.about_size else "carried"), log)
+                    else:
+                        self.bus.emit(Retrying(attempt=attempts.transient, wait=answer.wait,
+                                               failure_kind=failure.kind, failure=failure,
                                                of=self.settings.transient_retries), log)
-                        self.sleep(wait)
-                        continue
-                    if not failure.recoverable and kind is not FailureKind.OUTPUT_LIMIT:
-                        raise ChatError(failure, sentence(failure)) from e
-                    largest_ok = self.limits.caps.largest_ok
-                    if kind in (FailureKind.WAF_REJECTION, FailureKind.LIKELY_PAYLOAD) \
-                            and 0 < body <= largest_ok:
-                        # A block page or a drop only suggests size; this path carried a
-                        # bigger body, so compacting would cost the history for nothing.
-                        if kind is FailureKind.LIKELY_PAYLOAD and not blip_retried:
-                            blip_retried = True     # a blip: one plain retry
-                            self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=kind,
-                                                   failure=failure), log)
-                            continue
-                        raise ChatError(failure, not_about_size(failure, body,
-                                                                largest_ok)) from e
-                    history, state, spec = self._recover(history, state, failure, body, spec,
-                                                         log, e)
-                    steps += 1
+                        self.sleep(answer.wait)
                     continue
-                self.limits.on_success(body, response.usage.prompt_tokens,
-                                       response.usage.completion_tokens)
+                self._emit_all(self.limits.on_success(body, response.usage.prompt_tokens,
+                                                      response.usage.completion_tokens), log)
                 log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
                 recovered()
                 return Sent(history, response, spec)
@@ -211,15 +190,24 @@ class RecoveryLoop:
 
     def _recover(self, history: History, state: ladder.LadderState, failure: Failure,
                  body: int, spec: RequestSpec, log: TurnLog, error: ChatError,
-                 ) -> tuple[History, ladder.LadderState, RequestSpec]:
-        """One ladder step for a recoverable failure; raise ChatError when it gives up."""
+                 learned: list[Event]) -> tuple[History, ladder.LadderState, RequestSpec]:
+        """One ladder step for a recoverable failure; raise ChatError when it gives up.
+
+        ``learned``: the events for what the failure showed on the path (a cap learned),
+        said after the ⚠ line and before the cut they explain."""
         limits, sizer = self.limits, self.sizer
-        cap_before = limits.caps.effective()
-        # What this failure teaches is learned before deciding, so the decision uses it;
-        # it is said after the ⚠ line and before the cut it explains.
-        learned = limits.learn_from_failure(failure, body, sizer.window)
-        if any(not isinstance(e, CapChanged) for e in learned):
+        caps = limits.caps
+        # A refusal only suspected of being about size fits this request under the cap it
+        # would imply, without holding the path to it (a second refusal confirms it).
+        cap_before = caps.effective()
+        signature = signature_of(failure)
+        suspected = signature is not None and caps.path.suspect(signature)
+        if suspected and (cap_before is None or caps.below(suspected) < cap_before):
+            cap_before = caps.below(suspected)
+        window_events = limits.learn_window(failure, sizer.window)
+        if window_events:
             sizer.forget_encoding()
+        learned = [*learned, *window_events]
         if failure.kind is FailureKind.CONTEXT_OVERFLOW:
             spec = self._leave_room_for_the_request(history, spec)
         sent_max_tokens = sizer.reserved_tokens(spec)

@@ -1,0 +1,156 @@
+"""What to do about one failed request: :func:`respond`, pure predicates in the manner of
+the anthropic SDK's ``_should_retry``/``_calculate_retry_timeout``.
+
+The caller observed the failure on its network path first (:mod:`.evidence`) and hands
+over the finding; :func:`respond` returns one :class:`Response`:
+
+- ``REFRESH``: credentials were refused: refresh them once and resend;
+- ``WAIT``: a transient failure: resend after ``wait`` seconds (a budget per request; an
+  error that repeats identically on the same body is not retried a third time);
+- ``RESEND``: the first refusal of its kind above what passed, of a kind a blip can cause
+  (a drop, a proxy's bare 5xx, a cut body): the same body once more, without the SDK's own
+  retries; a second refusal confirms a limit;
+- ``CLIMB``: a size limit (learned, suspected from a block page) or a context overflow:
+  fit the history (the ladder) and resend. ``failure`` is then the failure as the ladder
+  should see it: a limit the evidence showed is a payload failure, whatever its kind;
+- ``GIVE_UP``: nothing a resend can fix; ``reason`` is the sentence for the user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from ...failures import Failure, FailureKind, Signature
+from ...settings import Settings, format_size
+from ..retry import retry_wait, too_long_sentence
+from .evidence import Finding, Observation
+
+__all__ = ["Action", "Attempts", "Response", "respond"]
+
+
+class Action(StrEnum):
+    REFRESH = "refresh"
+    WAIT = "wait"
+    RESEND = "resend"
+    CLIMB = "climb"
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempts:
+    """What one request already spent on retries (a fresh value per request)."""
+
+    auth: int = 0
+    transient: int = 0
+    suspect_resent: int = 0
+    last_error: tuple[int | None, str, int] | None = None
+    """(status, reason, body size) of the last transient failure, to see it repeat."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    action: Action
+    attempts: Attempts
+    failure: Failure
+    wait: float = 0.0
+    reason: str = ""
+
+
+_BLIP_SIGNATURES = frozenset({Signature.DROP, Signature.BARE_5XX, Signature.BAD_BODY})
+
+_WHAT = {
+    Signature.BLOCK: "the proxy's firewall blocked the request",
+    Signature.DROP: "the connection dropped again",
+    Signature.BARE_5XX: "the proxy answered with an empty server error again",
+    Signature.BAD_BODY: "the server could not read the request body again",
+    Signature.SIZE: "the request was refused as too large",
+}
+
+
+def not_about_size(signature: Signature, body: int, largest_ok: int) -> str:
+    """The sentence for a refusal of a body no bigger than one this path carried."""
+    what = _WHAT.get(signature, "the request was refused")
+    content = (" — if it is a firewall, something in the latest message may be what it "
+               "blocks (rephrase it, or ask the network team); else try again."
+               if signature is Signature.BLOCK else "; try again.")
+    return (f"{what[0].upper()}{what[1:]} ({format_size(body)}), though a bigger one "
+            f"({format_size(largest_ok)}) went through on this network path: it is not about "
+            f"size, so the history was left as it was{content}")
+
+
+def as_payload(failure: Failure, observation: Observation) -> Failure:
+    """A failure the evidence showed to be a size limit, as the ladder handles one."""
+    if failure.payload_related:
+        return failure
+    what = _WHAT.get(observation.signature or Signature.SIZE, "the request was refused")
+    reason = (f"{what[0].upper()}{what[1:]} at {format_size(observation.size)} while smaller "
+              "requests passed on this network path: a proxy's body-size limit.")
+    return replace(failure, kind=FailureKind.LIKELY_PAYLOAD, reason=reason)
+
+
+def sentence(failure: Failure) -> str:
+    reason = failure.reason.strip().rstrip(".")
+    return f"{reason}." if reason else f"The request failed: {failure.label}."
+
+
+def respond(failure: Failure, observation: Observation, attempts: Attempts, *,
+            body: int, largest_ok: int, settings: Settings,
+            remaining: float | None = None, now: float = 0.0) -> Response:
+    """The response to ``failure`` of a ``body``-byte request (module docstring).
+
+    ``observation``: what the failure showed on the path (already recorded there).
+    ``largest_ok``: the largest body that passed on the path before this failure.
+    ``remaining``: seconds left of the turn's deadline (None: no deadline).
+    """
+    kind = failure.kind
+    if kind is FailureKind.AUTH:
+        if attempts.auth:
+            return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
+        return Response(Action.REFRESH, replace(attempts, auth=attempts.auth + 1), failure)
+    finding, signature = observation.finding, observation.signature
+    if finding is Finding.LIMIT:
+        return Response(Action.CLIMB, attempts, as_payload(failure, observation))
+    blip = signature in _BLIP_SIGNATURES and not attempts.suspect_resent
+    if blip and (finding is Finding.SUSPECT or (finding is Finding.NOT_SIZE
+                                                and kind is not FailureKind.TRANSIENT)):
+        # A drop or a proxy's bare 5xx may be a blip: the same body once more, at once
+        # (a second refusal above what passed confirms a limit).
+        return Response(Action.RESEND,
+                        replace(attempts, suspect_resent=attempts.suspect_resent + 1), failure)
+    if finding is Finding.SUSPECT:
+        # A block page above what passed: a smaller body tells size from content.
+        return Response(Action.CLIMB, attempts, as_payload(failure, observation))
+    if finding is Finding.NOT_SIZE and signature is Signature.BLOCK:
+        return Response(Action.GIVE_UP, attempts, failure,
+                        reason=not_about_size(signature, body, largest_ok))
+    if kind is FailureKind.TRANSIENT or finding is Finding.NOT_SIZE:
+        response = _transient(failure, attempts, body=body, settings=settings,
+                              remaining=remaining, now=now)
+        if response.action is Action.GIVE_UP and finding is Finding.NOT_SIZE \
+                and signature is not None and kind is not FailureKind.TRANSIENT:
+            return replace(response, reason=not_about_size(signature, body, largest_ok))
+        return response
+    if failure.recoverable or kind is FailureKind.OUTPUT_LIMIT:
+        return Response(Action.CLIMB, attempts, failure)
+    return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
+
+
+def _transient(failure: Failure, attempts: Attempts, *, body: int, settings: Settings,
+               remaining: float | None, now: float) -> Response:
+    key = (failure.status, failure.reason, body)
+    if attempts.transient >= settings.transient_retries:
+        return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
+    if attempts.last_error == key and (failure.status or 0) >= 500:
+        return Response(Action.GIVE_UP, attempts, failure, reason=(
+            f"{sentence(failure).rstrip('.')} — the same error twice on the same request, "
+            "so it was not sent a third time."))
+    count = attempts.transient + 1
+    plan = retry_wait(count, failure.retry_after, max_wait=settings.max_retry_wait,
+                      remaining=remaining)
+    if plan.seconds is None:
+        what = f"HTTP {failure.status}" if failure.status else failure.label
+        return Response(Action.GIVE_UP, attempts, failure,
+                        reason=too_long_sentence(plan, what, now=now))
+    return Response(Action.WAIT, replace(attempts, transient=count, last_error=key), failure,
+                    wait=plan.seconds)
