@@ -178,6 +178,9 @@ class Settings:
     no_cap_warn_bytes: int = int(2.5 * MiB)
     assumed_cap_bytes: int = 4 * MiB
     likely_payload_min_bytes: int = 500 * KiB
+    """A connection dropped on a body larger than any the path carried and larger than
+    this is fitted at once, as a proxy's size limit (SPEC §1); a smaller one is sent once
+    more first (it may be a blip), and a second drop shows the limit."""
 
     # --- compaction budget (ANCHORS: min(window × ratio × chars/token, 0.7 × cap)) ---
     chat_budget_ratio: float = 0.75

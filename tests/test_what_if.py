@@ -290,19 +290,23 @@ def test_the_ladder_on_a_rejection_keeps_the_request_at_every_rung(emulator: Any
     plan = session.what_if(text="next")
     payload, window = plan.ladder
     assert payload.rejection == "payload" and window.rejection == "window"
-    assert [r.level for r in payload.rungs][0] is Level.EXACT_FIT
+    # The session's own recovery: a 413 is fitted exactly, by a summary of the oldest
+    # messages, and a resend rejected again at that size gives up (nothing smaller fits).
+    first = payload.rungs[0]
+    assert first.level is Level.EXACT_FIT and first.summarized
     assert [r.level for r in window.rungs] == [Level.AGGRESSIVE, Level.EMERGENCY,
                                                Level.NUCLEAR]
     for climb in plan.ladder:
         sizes = [r.bytes for r in climb.rungs]
-        assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0] <= plan.after_bytes
+        assert sizes == sorted(sizes, reverse=True) and sizes[-1] < plan.after_bytes
         assert all(r.request_kept for r in climb.rungs)
-        assert climb.give_up and "recovery attempts" in climb.give_up
+        assert climb.give_up
+    assert "recovery attempts" in (window.give_up or "")
     nuclear = window.rungs[-1]
     keep = session.settings.nuclear_keep_messages
     assert nuclear.messages <= keep + 2         # system + notice + the last few
     lines = plan.ladder_lines()
-    assert lines[0].startswith("if rejected as too large (HTTP 413): exact_fit → ")
+    assert lines[0].startswith("if rejected as too large (HTTP 413): exact_fit (summary) → ")
 
 
 def test_emergency_keep_changes_what_the_ladder_keeps(emulator: Any) -> None:

@@ -158,6 +158,19 @@ class LearnedLimits:
                                      signature=str(observation.signature)))
         return observation, events
 
+    def adopt(self, observation: Observation) -> list[Event]:
+        """Fit one request under the limit a suspected refusal implies (``PathEvidence.adopt``);
+        the event for the cap now in force, told as learned from that refusal."""
+        signature = observation.signature
+        before = self.caps.effective()
+        if signature is None or self.caps.path.adopt(signature) is None:
+            return []
+        after = self.caps.effective()
+        if after is None or after == before:
+            return []
+        return [CapChanged(cap=after, source="learned", rejected_bytes=observation.size,
+                           signature=str(signature))]
+
     def learn_window(self, failure: Failure, window: int) -> list[Event]:
         """A context window an overflow reported below ``window`` (the one in force)."""
         limit = failure.limit_tokens

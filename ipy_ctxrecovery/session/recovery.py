@@ -32,9 +32,9 @@ from ..core.events import (
 from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import policy
-from ..core.recovery.evidence import signature_of
+from ..core.recovery.evidence import Finding, signature_of
 from ..errors import ChatError, redact
-from ..failures import Failure, FailureKind
+from ..failures import Failure, FailureKind, Signature
 from ..providers.base import Request, Response, TextCallback
 from ..settings import Settings, format_size
 from .compaction import SessionCompactor
@@ -91,6 +91,7 @@ class RecoveryLoop:
         history, spec = prepared.history, prepared.spec
         state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)
         attempts = policy.Attempts()
+        tentative: dict[Signature, int] = {}     # suspects this request is fitted under
         steps = 0
         told = False
 
@@ -138,6 +139,13 @@ class RecoveryLoop:
                         self._emit_all(learned, log)
                         raise ChatError(failure, redact(answer.reason)) from e
                     if answer.action is policy.Action.CLIMB:
+                        if observation.finding is Finding.SUSPECT \
+                                and observation.signature is not None:
+                            # Fitted under the limit it would imply; kept if the fit passes.
+                            learned += self.limits.adopt(observation)
+                            tentative[observation.signature] = observation.size
+                        elif observation.signature in tentative:
+                            del tentative[observation.signature]    # refused twice: a limit
                         history, state, spec = self._recover(history, state, failure, body,
                                                              spec, log, e, learned)
                         steps += 1
@@ -160,11 +168,15 @@ class RecoveryLoop:
                     continue
                 self._emit_all(self.limits.on_success(body, response.usage.prompt_tokens,
                                                       response.usage.completion_tokens), log)
+                tentative.clear()        # a smaller body fitted from it passed: size
                 log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
                 recovered()
                 return Sent(history, response, spec)
         finally:
             self.sizer.forget_encoding()    # the body is not kept after the send
+            for signature, size in tentative.items():
+                # Nothing smaller went through (or was sent): a suspect again, not a limit.
+                self.limits.caps.path.unadopt(signature, size)
 
     def _encoded_within_limits(self, history: History, spec: RequestSpec,
                                log: TurnLog) -> tuple[History, Request, int]:

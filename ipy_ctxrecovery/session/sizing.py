@@ -230,6 +230,10 @@ class RequestSizer:
         message sizes; else ``len(encode())``), for searches, reports and pre-flight."""
         return self._measure(self.request(history, spec))
 
+    def measure_request(self, request: Request) -> int:
+        """A request's exact body size (see :meth:`measure`)."""
+        return self._measure(request)
+
     def _measure(self, request: Request) -> int:
         provider = self.endpoint.provider
         # ``isinstance(provider, Measurable)`` is this check at ten times the cost.

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..core import compactor, ladder
 from ..core.budget import ResultStore, compaction_info
-from ..core.events import Preflight
+from ..core.events import LadderStep, Preflight
 from ..core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -55,13 +55,18 @@ from ..core.history import (
     latest_user_index,
 )
 from ..core.wording import INFO, chat_budget_term, describe, plural
-from ..errors import ConfigError, CtxRecoveryError
+from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..failures import Failure, FailureKind
+from ..providers.base import Request
 from ..settings import ENV_VARS, Settings, format_size
-from .dry_run import DryTrace, trace
+from .compaction import SessionCompactor
+from .dry_run import DryTrace, estimated_summary, trace
 from .endpoint import Endpoint
 from .learned import LearnedLimits
+from .pipeline import Prepared, Preparer
+from .recovery import RecoveryLoop
 from .sizing import RequestSpec
+from .turn_log import EventBus, TurnLog
 from .turns import ToolBox
 
 __all__ = [
@@ -169,6 +174,8 @@ class Rung:
     bytes: int
     request_kept: bool
     notes: tuple[str, ...] = ()
+    summarized: bool = False
+    """The oldest messages were summarized to fit (an exact fit's first choice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +300,8 @@ class Plan:
     def ladder_lines(self) -> list[str]:
         out = []
         for climb in self.ladder:
-            steps = [f"{r.level.value} → {plural(r.messages, 'msg')}, {format_size(r.bytes)}"
+            steps = [f"{r.level.value}{' (summary)' if r.summarized else ''} → "
+                     f"{plural(r.messages, 'msg')}, {format_size(r.bytes)}"
                      + ("" if r.request_kept else " (request LOST)") for r in climb.rungs]
             end = f"then gives up: {climb.give_up}" if climb.give_up else "then gives up"
             out.append(f"if {climb.title}: " + "; ".join([*steps, end]))
@@ -555,54 +563,109 @@ def _added_kind(m: Message) -> str:
 
 # -- the ladder, if the planned request were rejected ----------------------------------------
 
+class _Rejecting:
+    """The provider a what-if climb sends through: it measures like the session's and
+    rejects every request with the planned failure, so the climb is the session's own
+    recovery (``RecoveryLoop``: the evidence, the policy, the summary to fit, the ladder),
+    with the summary estimated and nothing sent."""
+
+    def __init__(self, measure: Callable[[Request], int],
+                 failure_for: Callable[[int], Failure]) -> None:
+        self.measure = measure
+        self.failure_for = failure_for
+        self.sent: list[tuple[History, int]] = []
+
+    def send(self, request: Request, on_text: Any = None) -> Any:
+        size = self.measure(request)
+        self.sent.append((request.messages, size))
+        raise ChatError(self.failure_for(size))
+
+
+class _StandIn:
+    """The endpoint of a what-if climb: the rejecting provider; credentials never refresh."""
+
+    def __init__(self, provider: _Rejecting) -> None:
+        self.provider = provider
+
+    def refresh(self) -> None:
+        return None
+
+
+class _AsPrepared:
+    """The preparer of a what-if climb: the request is the one already planned (prepared
+    once); a fit to a known limit is the session's own."""
+
+    def __init__(self, real: Preparer, body: int, spec: RequestSpec) -> None:
+        self.real, self.body, self.spec = real, body, spec
+
+    def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
+        return Prepared(history, spec, self.body, ())
+
+    def fit_known_limits(self, *args: Any, **kwargs: Any) -> History:
+        return self.real.fit_known_limits(*args, **kwargs)
+
+
 def ladder_what_if(history: History, body: int, record: DryTrace, settings: Settings,
                    store: ResultStore) -> tuple[LadderWhatIf, ...]:
-    """The ladder's climb for a 413 and for a window rejection of ``history`` (``body``
-    bytes), each resend assumed rejected again, as far as the ladder goes."""
+    """The session's recovery of ``history`` (``body`` bytes) for a 413 and for a window
+    rejection, each resend assumed rejected again, as far as recovery goes: the same
+    ``RecoveryLoop`` a turn runs, driven with a provider that rejects and an estimated
+    summary (so the plan is the recovery that runs)."""
     assert record.prepared is not None
-    sizer, spec = record.sizer, record.prepared.spec
-    measure = sizer.measurer(spec)
-    est = sizer.estimate(body)
-    window = sizer.window
-    reserved = sizer.reserved_tokens(spec) or 0
-    over = est + reserved > window
-    climbs = []
-    for rejection in ("payload", "window"):
-        caps = copy.deepcopy(record.limits.caps)
-        state = ladder.LadderState(payload_notice_sent=record.limits.payload_notice_given)
-        h, size, max_tokens = history, body, sizer.reserved_tokens(spec)
-        rungs: list[Rung] = []
-        give_up: str | None = None
-        first = _failure(rejection, size, sizer.estimate(size), window, over)
-        for _ in range(settings.max_recovery_attempts + 2):
-            failure = _failure(rejection, size, sizer.estimate(size), window, over)
-            cap_before = caps.effective()
-            if failure.payload_related:
-                caps.record_rejection(size)
-            decision = ladder.decide(settings, state, failure, history_bytes=size,
-                                     max_tokens=max_tokens, cap=cap_before,
-                                     cap_configured=caps.configured is not None,
-                                     target_ceiling=sizer.compaction_target())
-            if decision.level is ladder.Level.GIVE_UP:
-                give_up = decision.reason
-                break
-            if decision.assume_cap is not None and caps.assumed is None:
-                caps.assumed = decision.assume_cap
-            state = decision.state
-            if decision.level is ladder.Level.LOWER_MAX_TOKENS:
-                max_tokens = decision.max_tokens
-                rungs.append(Rung(decision.level, len(h), size, True))
-                continue
-            result = ladder.apply(decision, h, settings=settings, store=store, measure=measure)
-            if result.level is ladder.Level.GIVE_UP:
-                give_up = result.give_up_reason
-                break
-            h, size = result.history, measure(result.history)
-            latest = latest_user_index(h)
-            rungs.append(Rung(result.level, len(h), size, latest is not None,
-                              tuple(result.notes)))
-        climbs.append(LadderWhatIf(rejection, first, tuple(rungs), give_up))
-    return tuple(climbs)
+    return tuple(_climb(rejection, history, body, record, settings, store)
+                 for rejection in ("payload", "window"))
+
+
+def _climb(rejection: str, history: History, body: int, record: DryTrace, settings: Settings,
+           store: ResultStore) -> LadderWhatIf:
+    assert record.prepared is not None
+    spec = record.prepared.spec
+    limits = copy.deepcopy(record.limits)
+    limits.asked_server = True              # a plan asks no server
+    own = copy.copy(record.sizer)
+    own.limits = limits
+    own.forget_encoding()
+    window = own.window
+    over = own.estimate(body) + (own.reserved_tokens(spec) or 0) > window
+    bus = EventBus()
+
+    def summarize(text: str, tokens: int, _log: TurnLog | None = None) -> str:
+        return estimated_summary(text, tokens, bytes_per_token=limits.tokens.bytes_per_token)
+
+    def failure_for(size: int) -> Failure:
+        return _failure(rejection, size, own.estimate(size), window, over)
+
+    compactor = SessionCompactor(own, bus, settings, summarize=summarize)
+    preparer = Preparer(own, compactor, store, bus, settings)
+    provider = _Rejecting(own.measure_request, failure_for)
+    loop = RecoveryLoop(_StandIn(provider), own,  # type: ignore[arg-type]
+                        _AsPrepared(preparer, body, spec),  # type: ignore[arg-type]
+                        compactor, store, bus, settings, sleep=lambda _seconds: None)
+    steps: list[LadderStep] = []
+    bus.subscribe(lambda e: steps.append(e) if isinstance(e, LadderStep) else None)
+    give_up: str | None = None
+    try:
+        loop.send(history, spec, TurnLog(), None)
+    except ChatError as e:
+        give_up = str(e)
+    decided = [e for e in steps if _announces_step(e)]
+    outcomes = [e for e in steps if not _announces_step(e)]
+    rungs = []
+    for n, (sent, size) in enumerate(provider.sent[1:]):
+        step = decided[n] if n < len(decided) else None
+        level = step.decision.level if step is not None else ladder.Level.GIVE_UP
+        notes = next((o.notes for o in outcomes
+                      if step is not None and o.decision is step.decision and o.notes), ())
+        summarized = bool(step is not None and step.summarizing
+                          and any(m.tag == TAG_SUMMARY for m in sent))
+        rungs.append(Rung(level, len(sent), size, latest_user_index(sent) is not None,
+                          tuple(notes), summarized=summarized))
+    return LadderWhatIf(rejection, failure_for(body), tuple(rungs), give_up)
+
+
+def _announces_step(e: LadderStep) -> bool:
+    """A ladder step told before it is applied (one per resend), not its outcome."""
+    return not e.notes and e.summary_not_used is None and e.after_messages == e.before_messages
 
 
 def _failure(rejection: str, size: int, est: int, window: int, over: bool) -> Failure:

@@ -7,9 +7,12 @@ it, beside the largest body that passed (shared by every signature):
 - a 413 (``SIZE``) names a size: one refusal above what passed is a limit;
 - the others (a block page, a drop, a proxy's bare 5xx, a cut body) may be about size or
   not. The first refusal above what passed is a *suspect*; a second refusal of the same
-  signature above what passed confirms a limit (at most two rejections per limit);
-- a refusal of a body no bigger than one that passed is not about size. It withdraws what
-  that signature suggested (a content rule or a blip caused it), and learns nothing;
+  signature above what passed confirms a limit (at most two rejections per limit), and so
+  does a smaller body fitted from the same request passing (the request is fitted under
+  the suspect's limit, :meth:`PathEvidence.adopt`, and it stays when the fit passes);
+- a refusal of a body no bigger than one that passed is not about size (but a 413, which
+  says so: the limit came down). It withdraws what that signature suggested (a content
+  rule or a blip caused it), and learns nothing;
 - a body that passes withdraws every limit and suspect at or below its size.
 
 The cap in force derives from it (``preflight.Caps``): never below the largest body that
@@ -122,6 +125,21 @@ class PathEvidence:
             return Observation(Finding.LIMIT, signature, min(first, size))
         self.suspects[signature] = size
         return Observation(Finding.SUSPECT, signature, size)
+
+    def adopt(self, signature: Signature) -> int | None:
+        """Hold the path to the limit a suspect implies while one request is fitted under
+        it (so the fit aims where a confirmed limit would). Returns the suspect's size."""
+        suspect = self.suspects.pop(signature, None)
+        if suspect is not None:
+            self.refused[signature] = min(self.refused.get(signature, suspect), suspect)
+        return suspect
+
+    def unadopt(self, signature: Signature, size: int) -> None:
+        """The request fitted under an adopted suspect ended with no evidence either way
+        (nothing smaller could be sent): the limit is a suspect again."""
+        if self.refused.get(signature) == size:
+            del self.refused[signature]
+            self.suspects[signature] = size
 
     def forget(self) -> None:
         """Forget every limit and suspect (the proxy's limit was raised); keep what passed."""

@@ -5,11 +5,11 @@ The caller observed the failure on its network path first (:mod:`.evidence`) and
 over the finding; :func:`respond` returns one :class:`Response`:
 
 - ``REFRESH``: credentials were refused: refresh them once and resend;
-- ``WAIT``: a transient failure: resend after ``wait`` seconds (a budget per request; an
-  error that repeats identically on the same body is not retried a third time);
+- ``WAIT``: a transient failure: resend after ``wait`` seconds (a budget per request; a
+  500 that repeats identically on the same body is not retried a third time);
 - ``RESEND``: the first refusal of its kind above what passed, of a kind a blip can cause
-  (a drop, a proxy's bare 5xx, a cut body): the same body once more, without the SDK's own
-  retries; a second refusal confirms a limit;
+  (a drop of a body under ``likely_payload_min_bytes``, a proxy's bare 5xx, a cut body): the
+  same body once more, without the SDK's own retries; a second refusal confirms a limit;
 - ``CLIMB``: a size limit (learned, suspected from a block page) or a context overflow:
   fit the history (the ladder) and resend. ``failure`` is then the failure as the ladder
   should see it: a limit the evidence showed is a payload failure, whatever its kind;
@@ -111,15 +111,19 @@ def respond(failure: Failure, observation: Observation, attempts: Attempts, *,
     finding, signature = observation.finding, observation.signature
     if finding is Finding.LIMIT:
         return Response(Action.CLIMB, attempts, as_payload(failure, observation))
+    # A drop of a body over ``likely_payload_min_bytes`` is most likely a size limit (SPEC
+    # §1): fitted at once like a block page; a smaller one may well be a blip.
+    large = signature is Signature.DROP and body > settings.likely_payload_min_bytes
     blip = signature in _BLIP_SIGNATURES and not attempts.suspect_resent
-    if blip and (finding is Finding.SUSPECT or (finding is Finding.NOT_SIZE
-                                                and kind is not FailureKind.TRANSIENT)):
+    if blip and ((finding is Finding.SUSPECT and not large)
+                 or (finding is Finding.NOT_SIZE and kind is not FailureKind.TRANSIENT)):
         # A drop or a proxy's bare 5xx may be a blip: the same body once more, at once
         # (a second refusal above what passed confirms a limit).
         return Response(Action.RESEND,
                         replace(attempts, suspect_resent=attempts.suspect_resent + 1), failure)
     if finding is Finding.SUSPECT:
-        # A block page above what passed: a smaller body tells size from content.
+        # A block page (or a large drop) above what passed: a smaller body fitted from the
+        # same request tells size from content; it confirms the limit when it passes.
         return Response(Action.CLIMB, attempts, as_payload(failure, observation))
     if finding is Finding.NOT_SIZE and signature is Signature.BLOCK:
         return Response(Action.GIVE_UP, attempts, failure,
@@ -136,12 +140,18 @@ def respond(failure: Failure, observation: Observation, attempts: Attempts, *,
     return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
 
 
+#: Server errors that say nothing about load (unlike 502, 503, 504, 529): the same one twice
+#: on the same body is the server's answer to that body (llama.cpp's 500 for a chat
+#: template it cannot render), not worth a third send.
+_DETERMINISTIC = frozenset({500, 501})
+
+
 def _transient(failure: Failure, attempts: Attempts, *, body: int, settings: Settings,
                remaining: float | None, now: float) -> Response:
     key = (failure.status, failure.reason, body)
     if attempts.transient >= settings.transient_retries:
         return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
-    if attempts.last_error == key and (failure.status or 0) >= 500:
+    if attempts.last_error == key and failure.status in _DETERMINISTIC:
         return Response(Action.GIVE_UP, attempts, failure, reason=(
             f"{sentence(failure).rstrip('.')} — the same error twice on the same request, "
             "so it was not sent a third time."))

@@ -1,0 +1,53 @@
+"""The what-if plan of a rejection is the recovery that then runs (issue 24): for generated
+conversations on both wires, the plan's first rung for a 413 against what the real turn
+does when the emulator rejects it once — the ladder's step, whether it summarizes, how many
+messages the resend carries, and its size (exact without a summary; with one, the plan
+estimates the summary, so both are only held under the rejected size)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ipy_ctxrecovery import ChatSession, Emulator
+from ipy_ctxrecovery.core.events import LadderStep
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.integers(1, 9), size=st.integers(100, 4000), latest=st.integers(10, 3000),
+       wire=st.sampled_from(["emulator", "emulator:anthropic"]))
+def test_the_planned_recovery_of_a_413_is_the_one_that_runs(turns: int, size: int,
+                                                           latest: int, wire: str) -> None:
+    with Emulator(context_window=200_000) as emu, ChatSession(wire, emulator=emu) as s:
+        for i in range(turns):
+            s.send(f"message {i}: " + "the quick brown fox jumps over the lazy dog " *
+                   (size // 44 + 1), stream=False)
+        text = "and the next question " + "x" * latest
+        plan = s.what_if(text=text, stream=False)
+        climb = plan.ladder[0]
+        steps: list[LadderStep] = []
+        s.subscribe(lambda e: steps.append(e) if isinstance(e, LadderStep) else None)
+        emu.script("413")
+        start = len(emu.requests)
+        try:
+            s.send(text, stream=False)
+            answered = True
+        except Exception:           # the plan says it gives up: so must the turn
+            answered = False
+        records = emu.requests[start:]
+        rejected = records[0].body_bytes
+        assert records[0].status == 413 and rejected == plan.after_bytes
+        if not climb.rungs:
+            assert not answered and climb.give_up
+            return
+        rung = climb.rungs[0]
+        assert answered, climb.give_up
+        assert steps and steps[0].decision.level is rung.level
+        summaries = [r for r in records[1:-1] if r.status == 200]
+        assert rung.summarized == bool(summaries)
+        assert len(s.history) - 1 == rung.messages          # the resend, then the answer
+        resend = records[-1]
+        if summaries:
+            assert resend.body_bytes < rejected and rung.bytes < rejected
+        else:
+            assert resend.body_bytes == rung.bytes
