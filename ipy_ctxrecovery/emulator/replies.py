@@ -19,6 +19,7 @@ from ..core.continuation import CONTINUATION_PROMPT
 from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
+    "summary_answer",
     "CONTINUATION_REPEATS",
     "Continuation",
     "Plan",
@@ -422,6 +423,16 @@ def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None,
         text = _cut(text, limit * BYTES_PER_TOKEN)
         finish = "length"
     return Plan(text, (), finish, p, count_tokens(text), notes)
+
+
+def summary_answer(text: str, max_tokens: int | None = None) -> str:
+    """What the emulator answers a summary request whose input is ``text`` (its system
+    prompt names the STRUCTURED SUMMARY), within ``max_tokens``: a what-if of a session on
+    the emulator plans with the summary the emulator will really write."""
+    answer = summarize(text)
+    if max_tokens is not None and count_tokens(answer) > max_tokens:
+        answer = _cut(answer, max_tokens * BYTES_PER_TOKEN)
+    return answer
 
 
 def _cut(text: str, max_bytes: int) -> str:

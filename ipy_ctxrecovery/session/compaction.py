@@ -13,15 +13,17 @@ any other request the session pays for.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 from collections.abc import Callable
 
 from ..core import compactor, prompts, wording
 from ..core.compactor import CompactionReport
 from ..core.events import CompactionPhase, Event
 from ..core.history import History, Message
-from ..core.recovery.evidence import Finding
+from ..core.recovery import flow
 from ..errors import ChatError
-from ..failures import Failure, FailureKind
+from ..failures import Failure, FailureKind, Signature
 from ..providers.base import Request
 from ..settings import Settings, format_size
 from .deadline import call_with_deadline
@@ -39,10 +41,12 @@ class SessionCompactor:
     """Compacts a history with the session's model as the summarizer."""
 
     def __init__(self, sizer: RequestSizer, bus: EventBus, settings: Settings,
-                 summarize: Summarizer | None = None) -> None:
+                 summarize: Summarizer | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.sizer = sizer
         self.bus = bus
         self.settings = settings
+        self.sleep = sleep
         self._summarize = summarize if summarize is not None else self._ask_model
 
     def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> str:
@@ -58,29 +62,58 @@ class SessionCompactor:
                       f"{format_size(rejected)} the proxy/gateway already rejected")
             raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                     request_bytes=size), reason)
-        # Like any request: the SDK does not resend a body larger than any that passed.
-        request = dataclasses.replace(request, retries=size <= caps.largest_ok)
+        recovery = flow.recover(caps, self.settings)
         try:
-            response = call_with_deadline(lambda _: provider.send(request), None,
-                                          log.deadline if log is not None else None,
-                                          timeout=self.settings.turn_timeout or 0)
-        except ChatError as e:
-            # The summary's refusal is evidence about the path like any other: a size
-            # limit it shows holds for the turn's request too; a refusal of a body no
-            # bigger than one that passed (a WAF's content rule) shows nothing about size.
-            observation, events = limits.observe(e.failure, size)
-            for event in events:
-                self.bus.emit(event, log)
-            if observation.finding is Finding.NOT_SIZE:
-                reason = wording.summary_not_size(format_size(size), e.failure.label)
-                raise ChatError(dataclasses.replace(e.failure, reason=reason), reason) from e
-            raise
-        for event in limits.on_success(size, None):
-            self.bus.emit(event, log)
+            effect: flow.Effect = next(recovery)
+            while True:
+                result: object = None
+                if isinstance(effect, flow.Send):
+                    # Like any request: the SDK does not resend a body larger than any that
+                    # passed; the flow decides every resend.
+                    sent = dataclasses.replace(request, retries=flow.sdk_may_retry(caps, size))
+                    try:
+                        response = call_with_deadline(
+                            functools.partial(provider.send, sent), None,
+                            log.deadline if log is not None else None,
+                            timeout=self.settings.turn_timeout or 0)
+                        result = flow.Answered(size)
+                    except ChatError as e:
+                        error = e
+                        result = flow.Refused(e.failure, size,
+                                              log.left() if log is not None else None,
+                                              time.time())
+                elif isinstance(effect, flow.Tell):
+                    self._tell(effect.events, log)
+                elif isinstance(effect, flow.Climb):
+                    # A summary request is not fitted by the ladder: a limit it showed holds
+                    # for the turn's request too, which is then fitted without a summary.
+                    self._tell(effect.learned, log)
+                    raise error
+                elif isinstance(effect, flow.Refresh):
+                    self.sizer.endpoint.refresh()
+                elif isinstance(effect, flow.Wait):
+                    self.sleep(effect.seconds)
+                effect = recovery.send(result)
+        except StopIteration as stop:
+            outcome = stop.value
+        finally:
+            recovery.close()
+        self._tell(outcome.events, log)
+        if isinstance(outcome, flow.GaveUp):
+            failure = outcome.failure
+            if failure.signature is Signature.BLOCK and "not about size" in outcome.reason:
+                # A WAF's content rule, not the proxy's size limit (the ModSecurity case).
+                reason = wording.summary_not_size(format_size(size), failure.label)
+                raise ChatError(dataclasses.replace(failure, reason=reason), reason) from error
+            raise ChatError(failure, outcome.reason) from error
         if log is not None:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
         return response.message.text
+
+    def _tell(self, events: tuple[Event, ...], log: TurnLog | None) -> None:
+        for event in events:
+            self.bus.emit(event, log)
 
     def bounded_settings(self) -> tuple[Settings, int]:
         """Settings with the summarizer's input and output bounds for this model and cap,

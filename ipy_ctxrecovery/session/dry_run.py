@@ -17,6 +17,7 @@ times more, which a what-if recomputed on every slider move cannot afford.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from ..core.budget import ResultStore
 from ..core.compactor import ChatBudget, CompactionReport
 from ..core.history import History
 from ..core.prompts import summary_header
+from ..emulator.replies import summary_answer
 from ..errors import ChatError
+from ..providers import is_emulator_model
 from ..providers.base import Measurable, Request
 from ..settings import Settings
 from .compaction import SessionCompactor
@@ -36,7 +39,8 @@ from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, TurnLog
 from .turns import ToolBox
 
-__all__ = ["ESTIMATE_MARK", "DryTrace", "MemoryStore", "dry_run", "estimated_summary", "trace"]
+__all__ = ["ESTIMATE_MARK", "DryTrace", "MemoryStore", "dry_run", "estimated_summary",
+           "summarizer_for", "trace"]
 
 ESTIMATE_MARK = "(estimated summary: a dry run asks no model)"
 """The first line of a summary the dry run made up; its size is the estimate."""
@@ -71,6 +75,17 @@ def estimated_summary(text: str, max_tokens: int, *, bytes_per_token: float = 4.
     body = "\n".join(f"## {name}\n- …" for name in _SECTIONS)
     filler = max(0, budget - len(body) - len(ESTIMATE_MARK) - 2)
     return f"{summary_header(0)}\n{ESTIMATE_MARK}\n{body}\n" + "x" * filler
+
+
+def summarizer_for(endpoint: Endpoint, limits: LearnedLimits) -> Callable[[str, int], str]:
+    """The summary a dry run or a what-if plans with: on the emulator, the one it will
+    really write (it is deterministic); else a stand-in of the expected size."""
+    emulator = endpoint.emulator if endpoint.emulator is not None \
+        else getattr(endpoint.provider, "emulator", None)
+    if emulator is not None and is_emulator_model(endpoint.provider.model):
+        return summary_answer
+    return lambda text, tokens: estimated_summary(
+        text, tokens, bytes_per_token=limits.tokens.bytes_per_token)
 
 
 # -- the traced pipeline -------------------------------------------------------------------
@@ -190,10 +205,11 @@ def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: Le
                       stages=[("input", history)])
     sizer.record = record
 
+    planned = summarizer_for(endpoint, own_limits)
+
     def summarize(text: str, tokens: int, _log: TurnLog | None = None) -> str:
         record.summary_input = len(text)
-        summary = estimated_summary(text, tokens,
-                                    bytes_per_token=own_limits.tokens.bytes_per_token)
+        summary = planned(text, tokens)
         record.summary_chars = len(summary)
         return summary
 

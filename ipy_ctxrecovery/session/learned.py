@@ -31,7 +31,7 @@ from typing import Any
 
 from ..core.events import CapChanged, Event, WindowLearned
 from ..core.preflight import Caps, TokenEstimator
-from ..core.recovery.evidence import Finding, Observation, PathEvidence, signature_of
+from ..core.recovery.evidence import PathEvidence
 from ..failures import Failure, FailureKind
 from ..settings import Settings, format_size
 
@@ -136,41 +136,6 @@ class LearnedLimits:
             else None
 
     # -- learning ---------------------------------------------------------------------------
-    def observe(self, failure: Failure, sent_bytes: int) -> tuple[Observation, list[Event]]:
-        """Record what ``failure`` of a ``sent_bytes`` request shows on the network path
-        (``core.recovery.evidence``): the finding, and the events for a cap learned,
-        lowered or withdrawn by it."""
-        size = failure.request_bytes or sent_bytes
-        before, source = self.caps.effective(), self.caps.source
-        observation = self.caps.observe(signature_of(failure), size)
-        events: list[Event] = []
-        after = self.caps.effective()
-        if observation.withdrawn is not None:
-            events.append(CapChanged(cap=after, source=self.caps.source or "learned",
-                                     rejected_bytes=observation.withdrawn, change="withdrawn",
-                                     signature=str(observation.signature),
-                                     withdrawn_because="not_size"))
-        elif observation.finding is Finding.LIMIT and after is not None and after != before:
-            lowered = source == "learned" and before is not None
-            events.append(CapChanged(cap=after, source="learned", rejected_bytes=size,
-                                     dropped=failure.kind is FailureKind.LIKELY_PAYLOAD,
-                                     change="lowered" if lowered else "learned",
-                                     signature=str(observation.signature)))
-        return observation, events
-
-    def adopt(self, observation: Observation) -> list[Event]:
-        """Fit one request under the limit a suspected refusal implies (``PathEvidence.adopt``);
-        the event for the cap now in force, told as learned from that refusal."""
-        signature = observation.signature
-        before = self.caps.effective()
-        if signature is None or self.caps.path.adopt(signature) is None:
-            return []
-        after = self.caps.effective()
-        if after is None or after == before:
-            return []
-        return [CapChanged(cap=after, source="learned", rejected_bytes=observation.size,
-                           signature=str(signature))]
-
     def learn_window(self, failure: Failure, window: int) -> list[Event]:
         """A context window an overflow reported below ``window`` (the one in force)."""
         limit = failure.limit_tokens
@@ -190,21 +155,9 @@ class LearnedLimits:
         return CapChanged(cap=cap, source="assumed") if self.caps.source == "assumed" else None
 
     def on_success(self, body_bytes: int, prompt_tokens: int | None,
-                   completion_tokens: int | None = None) -> list[Event]:
-        """A ``body_bytes`` request was answered; the event for a cap it withdrew."""
-        before = self.caps.learned
-        withdrawn = self.caps.record_success(body_bytes)
-        events: list[Event] = []
-        if withdrawn is not None and before is not None:
-            events.append(CapChanged(cap=self.caps.effective(),
-                                     source=self.caps.source or "learned",
-                                     rejected_bytes=withdrawn, change="withdrawn",
-                                     withdrawn_because="bigger_passed"))
-        self._calibrate(body_bytes, prompt_tokens, completion_tokens)
-        return events
-
-    def _calibrate(self, body_bytes: int, prompt_tokens: int | None,
-                   completion_tokens: int | None) -> None:
+                   completion_tokens: int | None = None) -> None:
+        """A ``body_bytes`` request was answered with this usage: the token calibration and
+        the most tokens seen (what it shows about the path: ``core.recovery.flow.passed``)."""
         if prompt_tokens:
             self.tokens.calibrate(body_bytes, prompt_tokens)
             self.seen_tokens = max(self.seen_tokens, prompt_tokens + (completion_tokens or 0))

@@ -31,10 +31,9 @@ from ..core.events import (
 )
 from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
 from ..core.prompts import PAYLOAD_NOTICE
-from ..core.recovery import policy
-from ..core.recovery.evidence import Finding, signature_of
+from ..core.recovery import flow, policy
 from ..errors import ChatError, redact
-from ..failures import Failure, FailureKind, Signature
+from ..failures import Failure, FailureKind
 from ..providers.base import Request, Response, TextCallback
 from ..settings import Settings, format_size
 from .compaction import SessionCompactor
@@ -90,8 +89,6 @@ class RecoveryLoop:
         prepared = self.preparer.prepare(history, spec, log)
         history, spec = prepared.history, prepared.spec
         state = ladder.LadderState(payload_notice_sent=self.limits.payload_notice_given)
-        attempts = policy.Attempts()
-        tentative: dict[Signature, int] = {}     # suspects this request is fitted under
         steps = 0
         told = False
 
@@ -109,74 +106,74 @@ class RecoveryLoop:
             assert on_text is not None
             on_text(delta)
 
+        caps = self.limits.caps
+        recovery = flow.recover(caps, self.settings)
+        error: ChatError | None = None
+        response: Response | None = None
+        body = 0
         try:
+            effect: flow.Effect = next(recovery)
             while True:
-                history, request, body = self._encoded_within_limits(history, spec, log)
-                # The SDK resends a failed request on its own; a body larger than any this
-                # path carried may be refused for its size, so only the policy below may
-                # send it again (one refusal each, never a doomed body three times).
-                request = dataclasses.replace(request,
-                                              retries=body <= self.limits.caps.largest_ok)
-                self.bus.emit(Sending(body_bytes=body, attempt=1 + steps + attempts.transient
-                                      + attempts.auth + attempts.suspect_resent,
-                                      max_tokens=request.max_tokens), log)
-                try:
-                    response = call_with_deadline(
-                        functools.partial(self.endpoint.provider.send, request),
-                        relay if spec.stream and on_text else None, log.deadline,
-                        timeout=self.settings.turn_timeout or 0, meanwhile=self.while_waiting)
-                except ChatError as e:
-                    failure = e.failure
-                    if failure.request_bytes is None:
-                        failure = dataclasses.replace(failure, request_bytes=body)
-                    largest_ok = self.limits.caps.largest_ok
-                    observation, learned = self.limits.observe(failure, body)
-                    answer = policy.respond(failure, observation, attempts, body=body,
-                                            largest_ok=largest_ok, settings=self.settings,
-                                            remaining=log.left(), now=time.time())
-                    attempts, failure = answer.attempts, answer.failure
-                    if answer.action is policy.Action.GIVE_UP:
-                        self._emit_all(learned, log)
-                        raise ChatError(failure, redact(answer.reason)) from e
-                    if answer.action is policy.Action.CLIMB:
-                        if observation.finding is Finding.SUSPECT \
-                                and observation.signature is not None:
-                            # Fitted under the limit it would imply; kept if the fit passes.
-                            learned += self.limits.adopt(observation)
-                            tentative[observation.signature] = observation.size
-                        elif observation.signature in tentative:
-                            del tentative[observation.signature]    # refused twice: a limit
-                        history, state, spec = self._recover(history, state, failure, body,
-                                                             spec, log, e, learned)
-                        steps += 1
-                        continue
-                    self._emit_all(learned, log)
-                    if answer.action is policy.Action.REFRESH:
-                        self.endpoint.refresh()
-                        self.sizer.forget_encoding()
-                        self.bus.emit(Retrying(attempt=1, wait=0.0, failure_kind=failure.kind,
-                                               failure=failure), log)
-                    elif answer.action is policy.Action.RESEND:
-                        self.bus.emit(Retrying(
-                            attempt=1, wait=0.0, failure_kind=failure.kind, failure=failure,
-                            resend="suspect" if observation.about_size else "carried"), log)
-                    else:
-                        self.bus.emit(Retrying(attempt=attempts.transient, wait=answer.wait,
-                                               failure_kind=failure.kind, failure=failure,
-                                               of=self.settings.transient_retries), log)
-                        self.sleep(answer.wait)
-                    continue
-                self._emit_all(self.limits.on_success(body, response.usage.prompt_tokens,
-                                                      response.usage.completion_tokens), log)
-                tentative.clear()        # a smaller body fitted from it passed: size
-                log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
-                recovered()
-                return Sent(history, response, spec)
+                result: object = None
+                if isinstance(effect, flow.Send):
+                    history, request, body = self._encoded_within_limits(history, spec, log)
+                    request = dataclasses.replace(request,
+                                                  retries=flow.sdk_may_retry(caps, body))
+                    self.bus.emit(Sending(body_bytes=body, attempt=effect.attempt,
+                                          max_tokens=request.max_tokens), log)
+                    try:
+                        response = call_with_deadline(
+                            functools.partial(self.endpoint.provider.send, request),
+                            relay if spec.stream and on_text else None, log.deadline,
+                            timeout=self.settings.turn_timeout or 0,
+                            meanwhile=self.while_waiting)
+                        result = flow.Answered(body)
+                    except ChatError as e:
+                        error, failure = e, e.failure
+                        if failure.request_bytes is None:
+                            failure = dataclasses.replace(failure, request_bytes=body)
+                        result = flow.Refused(failure, body, log.left(), time.time())
+                elif isinstance(effect, flow.Climb):
+                    assert error is not None
+                    history, state, spec = self._recover(history, state, effect.failure,
+                                                         effect.body, spec, log, error,
+                                                         list(effect.learned))
+                    steps += 1
+                elif isinstance(effect, flow.Tell):
+                    self._emit_all(list(effect.events), log)
+                elif isinstance(effect, flow.Refresh):
+                    self.endpoint.refresh()
+                    self.sizer.forget_encoding()
+                    self.bus.emit(Retrying(attempt=1, wait=0.0,
+                                           failure_kind=effect.failure.kind,
+                                           failure=effect.failure), log)
+                elif isinstance(effect, flow.Resend):
+                    self.bus.emit(Retrying(
+                        attempt=1, wait=0.0, failure_kind=effect.failure.kind,
+                        failure=effect.failure,
+                        resend="suspect" if effect.suspect else "carried"), log)
+                else:
+                    self.bus.emit(Retrying(attempt=effect.attempt, wait=effect.seconds,
+                                           failure_kind=effect.failure.kind,
+                                           failure=effect.failure,
+                                           of=self.settings.transient_retries), log)
+                    self.sleep(effect.seconds)
+                effect = recovery.send(result)
+        except StopIteration as stop:
+            outcome = stop.value
         finally:
+            recovery.close()    # a limit only adopted for this request is taken back
             self.sizer.forget_encoding()    # the body is not kept after the send
-            for signature, size in tentative.items():
-                # Nothing smaller went through (or was sent): a suspect again, not a limit.
-                self.limits.caps.path.unadopt(signature, size)
+        if isinstance(outcome, flow.GaveUp):
+            self._emit_all(list(outcome.events), log)
+            raise ChatError(outcome.failure, redact(outcome.reason)) from error
+        assert response is not None
+        self._emit_all(list(outcome.events), log)
+        self.limits.on_success(body, response.usage.prompt_tokens,
+                               response.usage.completion_tokens)
+        log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        recovered()
+        return Sent(history, response, spec)
 
     def _encoded_within_limits(self, history: History, spec: RequestSpec,
                                log: TurnLog) -> tuple[History, Request, int]:
@@ -209,13 +206,7 @@ class RecoveryLoop:
         said after the ⚠ line and before the cut they explain."""
         limits, sizer = self.limits, self.sizer
         caps = limits.caps
-        # A refusal only suspected of being about size fits this request under the cap it
-        # would imply, without holding the path to it (a second refusal confirms it).
         cap_before = caps.effective()
-        signature = signature_of(failure)
-        suspected = signature is not None and caps.path.suspect(signature)
-        if suspected and (cap_before is None or caps.below(suspected) < cap_before):
-            cap_before = caps.below(suspected)
         window_events = limits.learn_window(failure, sizer.window)
         if window_events:
             sizer.forget_encoding()

@@ -153,7 +153,7 @@ class ChatSession:
         """The parts of a turn, wired to the session's endpoint, limits and settings."""
         settings = self.settings
         self._sizer = RequestSizer(self._endpoint, self.limits, settings, self._toolbox.specs)
-        self._compactor = SessionCompactor(self._sizer, self.bus, settings)
+        self._compactor = SessionCompactor(self._sizer, self.bus, settings, sleep=sleep)
         self._preparer = Preparer(self._sizer, self._compactor, self._store, self.bus,
                                   settings)
         self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,

@@ -60,7 +60,7 @@ from ..failures import Failure, FailureKind
 from ..providers.base import Request
 from ..settings import ENV_VARS, Settings, format_size
 from .compaction import SessionCompactor
-from .dry_run import DryTrace, estimated_summary, trace
+from .dry_run import DryTrace, summarizer_for, trace
 from .endpoint import Endpoint
 from .learned import LearnedLimits
 from .pipeline import Prepared, Preparer
@@ -629,13 +629,16 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
     over = own.estimate(body) + (own.reserved_tokens(spec) or 0) > window
     bus = EventBus()
 
+    planned = summarizer_for(own.endpoint, limits)
+
     def summarize(text: str, tokens: int, _log: TurnLog | None = None) -> str:
-        return estimated_summary(text, tokens, bytes_per_token=limits.tokens.bytes_per_token)
+        return planned(text, tokens)
 
     def failure_for(size: int) -> Failure:
         return _failure(rejection, size, own.estimate(size), window, over)
 
-    compactor = SessionCompactor(own, bus, settings, summarize=summarize)
+    compactor = SessionCompactor(own, bus, settings, summarize=summarize,
+                                 sleep=lambda _seconds: None)
     preparer = Preparer(own, compactor, store, bus, settings)
     provider = _Rejecting(own.measure_request, failure_for)
     loop = RecoveryLoop(_StandIn(provider), own,  # type: ignore[arg-type]
