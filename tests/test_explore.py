@@ -60,7 +60,8 @@ def test_the_widget_starts_from_the_sessions_settings_and_the_emulators_limits(
     assert widget.emergency_keep.value == session.settings.emergency_keep_messages
     assert widget.per_result.value == Settings().per_result_max_chars
     assert widget.plan is not None and widget.plan.changes == {}
-    assert widget.strip.value.count("title='#") == len(session.history)
+    # Every message, and the next one the plan is for (never an answered one as latest).
+    assert widget.strip.value.count("title='#") == len(session.history) + 1
     assert "pre-flight: ok" in widget.numbers.value and widget.message.value == ""
 
 
@@ -157,26 +158,27 @@ def test_the_chat_budget_shares_are_controls(ip: Any, chat: ChatMagics) -> None:
     assert "over the chat budget" in widget.numbers.value
     assert "(30% of the 6,000-token window: chat_budget_ratio) — compacting to" \
         in widget.numbers.value
-    # A 14 KB cap: 70% of it (9.8 KB) is under the history, the 85% jump rule is not.
+    # A 17 KB cap: 70% of it is under the history with the next message, the 85% jump
+    # rule is not.
     widget.window.value = ""
     widget.chat_budget.value = 0.75
-    widget.cap.value = "14KB"
+    widget.cap.value = "17KB"
     plan = widget.plan
-    assert plan is not None and plan.before_bytes < 0.85 * 14 * 1024 < plan.before_bytes / 0.7
+    assert plan is not None and plan.before_bytes < 0.85 * 17 * 1024 < plan.before_bytes / 0.7
     assert plan.preflight_action == "compact"
-    assert "of the configured cap 14 KB: cap_budget_fraction" in widget.numbers.value
+    assert "of the configured cap 17 KB: cap_budget_fraction" in widget.numbers.value
     widget.preflight_fraction.value = 0.95       # the jump rule: no part in a growing chat
     assert widget.plan is not None and widget.plan.preflight_action == "compact"
     widget.cap_budget.value = 0.95               # the cap share was what compacted
     assert widget.plan is not None and widget.plan.preflight_action == "ok"
-    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "14 KB",
+    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "17 KB",
                                     "cap_budget_fraction": "0.95",
                                     "preflight_cap_fraction": "0.95"}
     widget.apply_button.click()
-    assert "set CHATCLI_MAX_PAYLOAD=14 KB, preflight_cap_fraction=0.95, " \
+    assert "set CHATCLI_MAX_PAYLOAD=17 KB, preflight_cap_fraction=0.95, " \
         "cap_budget_fraction=0.95" in widget.message.value
     assert (session.settings.cap_budget_fraction, session.settings.preflight_cap_fraction,
-            session.settings.max_payload) == (0.95, 0.95, 14 * 1024)
+            session.settings.max_payload) == (0.95, 0.95, 17 * 1024)
     assert chat.settings_overrides == {"cap_budget_fraction": "0.95",
                                        "preflight_cap_fraction": "0.95"}
     widget.cap_budget.value = 0.5
@@ -301,8 +303,10 @@ def test_the_plain_text_fallback_and_the_widget_view(ip: Any, chat: ChatMagics) 
     assert "application/vnd.jupyter.widget-view+json" in bundle
     text = bundle["text/plain"]
     assert text.startswith("explore session default: cap=8KB")   # as %%chat calls it
-    assert "fates: SSSSSSP·" in text and "pre-flight: compact" in text
-    assert widget.plan is not None and text_strip(widget.plan) == "SSSSSSP·"
+    # The next message (P) is the one pinned; every answered one is folded into the summary.
+    assert "fates: SSSSSSSSP" in text and "pre-flight: compact" in text
+    assert "next message: assumed" in text
+    assert widget.plan is not None and text_strip(widget.plan) == "SSSSSSSSP"
 
 
 def test_a_session_without_history_says_so_in_the_widget(ip: Any,

@@ -1,13 +1,14 @@
-"""RecoveryLoop: send one prepared request, retry what a retry can fix, climb the ladder for
-the rest (SPEC §1, §3).
+"""RecoveryLoop: send one prepared request and drive its recovery (SPEC §1, §3) with real
+effects.
 
-For one request: :class:`~.pipeline.Preparer` → send → on failure: auth → refresh the
-provider once; transient → retry after :func:`retry_wait`; everything recoverable (and
-``output_limit``) → learn what the failure teaches (a payload cap, a window), then
-``ladder.decide`` (pure) and apply the step → resend; ``GIVE_UP`` → :class:`ChatError`
-with one sentence. An exact fit first tries an LLM summary of the oldest messages to its
-target (the conversation keeps its substance) and drops them only when that fails.
-A body at or over the smallest size the path ever rejected is never sent again.
+What to do after a refusal is decided in one place, the pure generator
+``core.recovery.flow.recover`` (evidence per network path, then ``policy.respond``); this
+loop does what it asks: it sends (every body fitted first under the limits the path
+showed, and never again at or over the smallest size a limit refused), re-reads the
+credentials, sleeps, and climbs the ladder. A ladder step is ``ladder.decide`` (pure) and
+its application; an exact fit first tries an LLM summary of the oldest messages to its
+target (the conversation keeps its substance) and drops them only when that fails. A
+what-if drives this same loop with a provider that rejects (``what_if``).
 """
 
 from __future__ import annotations

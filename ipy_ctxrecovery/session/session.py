@@ -496,21 +496,23 @@ class ChatSession:
                        current=self.settings)
 
     def what_if(self, settings: Settings | None = None, /, *, text: str | None = None,
-                max_tokens: int | None = None, options: Mapping[str, Any] | None = None,
-                stream: bool = True, **overrides: Any) -> Plan:
+                size: int | None = None, max_tokens: int | None = None,
+                options: Mapping[str, Any] | None = None, stream: bool = True,
+                **overrides: Any) -> Plan:
         """The next request under other settings, planned without sending or changing
         anything: every message's fate, sizes before/after, pre-flight, compaction, and
         the ladder on a rejection (``what_if.py``).
 
         ``overrides``: Settings fields, ``cap=`` (configured payload cap) and ``window=``
         (configured context window); ``settings``: a whole Settings to start from.
-        ``text``: the next user message (None: the history as it is).
+        ``text``: the next user message, or ``size``: its size in bytes; neither: a message
+        the size of the last one sent (a plan is always for a request still to be sent).
         """
         return plan_what_if(self._history, text,
                             self._spec(max_tokens, stream=stream, options=options),
                             endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
                             store=self._store, current=self.settings, settings=settings,
-                            overrides=overrides, name=f"session {self.name}")
+                            overrides=overrides, name=f"session {self.name}", size=size)
 
     def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
         if not shrinks:

@@ -234,6 +234,8 @@ class Plan:
     lines: tuple[str, ...] = ()
     fates: Mapping[Fate, int] = field(default_factory=dict)
     planned: History = ()
+    next_message: str = ""
+    """How the next message planned for was chosen (``next_message``)."""
     climb: Callable[[], tuple[LadderWhatIf, ...]] | None = field(default=None, repr=False,
                                                                    compare=False)
 
@@ -260,6 +262,8 @@ class Plan:
                else "no payload cap")
         window = f"{self.window:,} tokens" + ("" if self.window_known else " (guessed)")
         out = [f"{cap} · window {window}"]
+        if self.next_message:
+            out.append(f"next message: {self.next_message}")
         if self.changes:
             out.append("changed: " + ", ".join(f"{k} {_shown(k, a)} → {_shown(k, b)}"
                                                for k, (a, b) in self.changes.items()))
@@ -701,17 +705,51 @@ def _budget(record: DryTrace, settings: Settings) -> dict[str, Any]:
     return {"budget_of": budget.of, "budget_share": budget.share, "budget_setting": setting}
 
 
+def next_message(history: History, text: str | None, size: int | None) -> tuple[str, str]:
+    """The next user message a plan is for, and how it was chosen: ``text`` as given, a
+    ``size`` in bytes, or (neither) one the size of the last message the user sent — a plan
+    is always for a request still to be sent, never for one already answered. A history
+    that does not end with an answer is a turn under way: its request is planned as is."""
+    if text is not None and size is not None:
+        raise CtxRecoveryError("what_if takes the next message as text= or its size as size=, "
+                               "not both.")
+    if text is not None:
+        return text, "as given (text=)"
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise CtxRecoveryError(f"size={size!r} is not a whole number of bytes ≥ 1: give the "
+                                   "next message's size, e.g. size=4096.")
+        return _filler(size), f"{format_size(size)} (size=)"
+    if history and history[-1].role is not Role.ASSISTANT:
+        # A turn under way (a tool result, a message not yet answered): its next request.
+        return "", "the pending request (the history as it is)"
+    last = next((m for m in reversed(history) if m.role is Role.USER and m.tag is None
+                 and m.text), None)
+    if last is None:
+        return "", ""
+    size = max(1, len(last.text.encode("utf-8")))
+    return _filler(size), (f"assumed {format_size(size)}, the size of the last one you sent "
+                           "(text= or size= plans another)")
+
+
+def _filler(size: int) -> str:
+    """Plain words of exactly ``size`` bytes: a message of that size to plan with."""
+    return ("the next message " * (size // 17 + 1))[:size]
+
+
 def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: Endpoint,
          limits: LearnedLimits, tools: ToolBox, store: ResultStore, current: Settings,
          settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
-         name: str = "this session") -> Plan:
-    """The plan of the next request on ``history`` (plus ``text`` as the next user
-    message, when given) under ``settings``/``overrides`` (see the module docstring)."""
+         name: str = "this session", size: int | None = None) -> Plan:
+    """The plan of the next request on ``history`` plus the next user message
+    (:func:`next_message`: ``text``, ``size`` bytes, or one like the last) under
+    ``settings``/``overrides`` (see the module docstring)."""
     chosen = resolve_settings(current, settings, overrides)
-    full = history + ((Message.user(text),) if text is not None else ())
-    if not any(m.role is not Role.SYSTEM for m in full):
+    if not any(m.role is not Role.SYSTEM for m in history) and text is None and size is None:
         raise CtxRecoveryError(f"{name} has no history yet: send a message first, or give "
-                               "text= (the next message) to plan it.")
+                               "text= (the next message) or size= to plan it.")
+    text, how = next_message(history, text, size)
+    full = history + ((Message.user(text),) if text else ())
     tracked = _tracked(full)
     record = trace(tracked, spec, endpoint=endpoint, limits=limits, tools=tools, store=store,
                    settings=chosen, current=current)
@@ -746,7 +784,7 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
     fates = {f: counts[f] for f in Fate if counts[f]}
     caps = record.limits.caps
     common: dict[str, Any] = dict(
-        settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
+        next_message=how, settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
         before_bytes=before, before_tokens=sizer.estimate(before), before_messages=len(full),
         cap=caps.effective(), cap_source=caps.source, window=sizer.window,
         window_known=sizer.window_known, fates=fates)
