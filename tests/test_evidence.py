@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ipy_ctxrecovery import ChatError, ChatSession, describe
-from ipy_ctxrecovery.core.preflight import Caps
-from ipy_ctxrecovery.core.recovery.evidence import Finding, PathEvidence
+from ipy_ctxrecovery.core.recovery.evidence import Caps, Finding, PathEvidence
 from ipy_ctxrecovery.failures import Signature
 from ipy_ctxrecovery.session.learned import PathRegistry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ipy_ctxrecovery.core.recovery.evidence import Finding, Observation
-from ipy_ctxrecovery.core.recovery.policy import Action, Attempts, respond
+from ipy_ctxrecovery.core.recovery.policy import Action, Attempts, Response, respond
 from ipy_ctxrecovery.failures import Failure, FailureKind, Signature
 from ipy_ctxrecovery.settings import Settings
 
@@ -13,8 +13,11 @@ KB = 1024
 SETTINGS = Settings()
 
 
-def answer(failure: Failure, finding: Finding, attempts: Attempts = Attempts(), *,
-           body: int = 64 * KB, largest_ok: int = 40 * KB):
+FRESH = Attempts()
+
+
+def answer(failure: Failure, finding: Finding, attempts: Attempts = FRESH, *,
+           body: int = 64 * KB, largest_ok: int = 40 * KB) -> Response:
     seen = Observation(finding, failure.signature, body)
     return respond(failure, seen, attempts, body=body, largest_ok=largest_ok,
                    settings=SETTINGS)

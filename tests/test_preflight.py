@@ -12,11 +12,10 @@ from ipy_ctxrecovery.core.compactor import ChatBudget, chat_budget
 from ipy_ctxrecovery.core.preflight import (
     MAX_BYTES_PER_TOKEN,
     MIN_BYTES_PER_TOKEN,
-    Caps,
     TokenEstimator,
     check,
 )
-from ipy_ctxrecovery.core.recovery.evidence import PathEvidence
+from ipy_ctxrecovery.core.recovery.evidence import Caps, PathEvidence
 from ipy_ctxrecovery.failures import Signature
 from ipy_ctxrecovery.settings import KiB, MiB, Settings, format_size
 

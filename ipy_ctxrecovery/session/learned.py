@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.events import CapChanged, Event, WindowLearned
-from ..core.preflight import Caps, TokenEstimator
-from ..core.recovery.evidence import PathEvidence
+from ..core.preflight import TokenEstimator
+from ..core.recovery.evidence import Caps, PathEvidence
 from ..failures import Failure, FailureKind
 from ..settings import Settings, format_size
 

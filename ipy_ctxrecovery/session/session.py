@@ -44,7 +44,8 @@ from ..core import budget, compactor
 from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
-from ..core.preflight import Caps, TokenEstimator
+from ..core.preflight import TokenEstimator
+from ..core.recovery.evidence import Caps
 from ..core.wording import plural
 from ..errors import ChatError, CtxRecoveryError
 from ..providers import is_emulator_model

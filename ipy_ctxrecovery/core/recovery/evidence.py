@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ...failures import Failure, FailureKind, Signature
+from ...settings import Settings
+from ..events import CapSource
 
-__all__ = ["Finding", "Observation", "PathEvidence", "signature_of"]
+__all__ = ["Caps", "Finding", "Observation", "PathEvidence", "signature_of"]
 
 
 _KIND_SIGNATURES = {FailureKind.PAYLOAD_TOO_LARGE: Signature.SIZE,
@@ -145,3 +147,87 @@ class PathEvidence:
         """Forget every limit and suspect (the proxy's limit was raised); keep what passed."""
         self.refused.clear()
         self.suspects.clear()
+
+
+@dataclass
+class Caps:
+    """The payload cap of one session: configured, learned between ok/rejected, or assumed.
+
+    The learned cap lies between the largest body that succeeded and the smallest that
+    was rejected on the session's network path (``path``, the evidence sessions on the
+    same path share): ``max(largest_ok, learned_cap_fraction × smallest_rejected)``, kept
+    strictly below ``smallest_rejected``. A rejection below a configured cap proves the
+    configured value too high, so the learned cap then wins (source "learned").
+    """
+
+    configured: int | None = None
+    assumed: int | None = None
+    learned_fraction: float = 0.75
+    path: PathEvidence = field(default_factory=PathEvidence)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, path: PathEvidence | None = None) -> Caps:
+        return cls(configured=settings.max_payload,
+                   learned_fraction=settings.learned_cap_fraction,
+                   path=path if path is not None else PathEvidence())
+
+    @property
+    def largest_ok(self) -> int:
+        return self.path.largest_ok
+
+    @largest_ok.setter
+    def largest_ok(self, value: int) -> None:
+        self.path.largest_ok = value
+
+    @property
+    def smallest_rejected(self) -> int | None:
+        return self.path.smallest_rejected
+
+    @smallest_rejected.setter
+    def smallest_rejected(self, value: int | None) -> None:
+        self.path.smallest_rejected = value
+
+    @property
+    def learned(self) -> int | None:
+        """The cap learned from a rejection, or None when nothing was rejected."""
+        rejected = self.smallest_rejected
+        return None if rejected is None else self.below(rejected)
+
+    def below(self, refused: int) -> int:
+        """The cap a refusal of ``refused`` bytes implies: a ``learned_fraction`` of it, but
+        never below the largest body that passed, and always below ``refused``."""
+        value = max(self.largest_ok, int(refused * self.learned_fraction))
+        return max(0, min(value, refused - 1))
+
+    def _pick(self) -> tuple[int | None, CapSource | None]:
+        """The cap in force and where it comes from: a learned cap below the configured
+        one wins (the configured value was proved too high), then configured, then assumed."""
+        learned = self.learned
+        if learned is not None and (self.configured is None or learned < self.configured):
+            return learned, "learned"
+        if self.configured is not None:
+            return self.configured, "configured"
+        if self.assumed is not None:
+            return self.assumed, "assumed"
+        return None, None
+
+    def effective(self) -> int | None:
+        return self._pick()[0]
+
+    @property
+    def source(self) -> CapSource | None:
+        return self._pick()[1]
+
+    def record_success(self, body_bytes: int) -> int | None:
+        """A body of this size went through; returns the refused size of a limit it
+        contradicts (then withdrawn: it was not about size), if any."""
+        return self.path.passed(body_bytes)
+
+    def record_rejection(self, body_bytes: int | None) -> int | None:
+        """A 413 of this size (a refusal that names a size); return the cap learned."""
+        self.path.observe(Signature.SIZE, body_bytes)
+        return self.learned
+
+    def observe(self, signature: Signature | None, body_bytes: int | None) -> Observation:
+        """A refusal with ``signature`` of a ``body_bytes`` body: what it shows (recorded)."""
+        return self.path.observe(signature, body_bytes)

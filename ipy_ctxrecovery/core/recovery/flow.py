@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from ...failures import Failure, FailureKind, Signature
 from ...settings import Settings
 from ..events import CapChanged, Event
-from ..preflight import Caps
 from . import policy
-from .evidence import Finding, Observation, signature_of
+from .evidence import Caps, Finding, Observation, signature_of
 
 __all__ = ["Answered", "Climb", "Done", "Effect", "GaveUp", "Refresh", "Refused", "Resend",
            "Send", "Tell", "Wait", "recover", "sdk_may_retry"]
