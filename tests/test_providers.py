@@ -981,7 +981,7 @@ def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
 
 def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
     # OpenAI: a run of system, user or assistant messages goes out as one message (its texts
-    # as text parts, its tool calls concatenated); Anthropic: a run's blocks join one
+    # joined into one string, its tool calls concatenated); Anthropic: a run's blocks join one
     # message. measure() follows both, byte for byte, whatever the run holds.
     calls = [ToolCall(f"call_{i}", "weather", f'{{"city": "Zürich {i}"}}') for i in range(3)]
     runs = (Message.system("a"), Message.system(""), Message.system("b ✓"),
@@ -1006,11 +1006,52 @@ def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
     assert [m["role"] for m in body["messages"]] == [
         "system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant", "tool",
         "assistant", "user"]
-    assert body["messages"][0]["content"] == [{"type": "text", "text": "a"},
-                                              {"type": "text", "text": "b ✓"}]
+    # A run's texts go out as one string, each whole, a blank line between them.
+    assert body["messages"][0]["content"] == "a\n\nb ✓"
+    assert body["messages"][1]["content"] == "\n\n".join(m.text for m in runs[3:6])
     assert [c["id"] for c in body["messages"][2]["tool_calls"]] == ["call_0", "call_1"]
     assert body["messages"][6]["content"] == "one text in the run"
     assert body["messages"][9] == {"role": "assistant", "content": ""}
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.text(max_size=30), min_size=1, max_size=6),
+       role=st.sampled_from([Role.SYSTEM, Role.USER, Role.ASSISTANT]))
+def test_a_merged_run_reads_as_its_messages_one_paragraph_each(texts: list[str],
+                                                              role: Role) -> None:
+    # A run of same-role messages goes out as one message whose content is a plain string
+    # (what every server's chat template takes): the texts whole, in order, a blank line
+    # between them — the compactor's own break between messages — so no word of one runs
+    # into the next; an empty text adds nothing; one text is sent as it is.
+    run = tuple(Message(role, (Text(t),)) for t in texts)
+    kept = [t for t in texts if t]
+    wire = to_wire((*run, Message.user("end") if role is not Role.USER else Message.assistant("x")))
+    content = wire[0]["content"]
+    if not kept:
+        assert content in ("", None)
+        return
+    assert content == "\n\n".join(kept)
+    assert isinstance(content, str)
+    # Each text is read whole and where it stood: the content starts with the first, ends
+    # with the last, and splits back into them wherever no text holds a blank line itself.
+    assert content.startswith(kept[0]) and content.endswith(kept[-1])
+    if not any("\n\n" in t for t in kept):
+        assert content.split("\n\n") == kept
+    provider, request = _offline("openai"), Request(run)
+    assert provider.measure(request) == len(provider.encode(request))
+
+
+def test_summary_notice_and_request_go_out_as_one_string() -> None:
+    summary = Message.user("[STRUCTURED SUMMARY — covering 6 earlier messages]\n## Key points\n"
+                           "- the build uses make ✓", tag="summary")
+    notice = Message.user("[SYSTEM NOTICE — PAYLOAD LIMIT HIT] compacted.", tag="payload-notice")
+    request = Message.user("and now?")
+    body = json.loads(_offline("openai").encode(Request((Message.system("Be terse."), summary,
+                                                         notice, request))))
+    assert body["messages"][1] == {"role": "user", "content":
+                                   f"{summary.text}\n\n{notice.text}\n\n{request.text}"}
+    # No list content anywhere in the body: llama.cpp-based servers answer 500 to one.
+    assert all(isinstance(m["content"], str) for m in body["messages"])
 
 
 def test_measure_resumes_only_after_a_history_the_request_extends() -> None:
