@@ -262,3 +262,15 @@ NAME_KINDS: tuple[tuple[tuple[str, ...], FailureKind], ...] = (
     (("RateLimit", "Overloaded", "ServiceUnavailable", "InternalServer", "GatewayTimeout",
       "RequestTimeout", "Retryable"), FailureKind.TRANSIENT),
 )
+
+# What differs between two answers that are the same error, left out of a failure's
+# fingerprint: ids (UUIDs; tokens of 12+ letters and digits such as req_…, chatcmpl-…, a
+# Cloudflare ray id), timestamps (ISO, HTTP dates, clock times) and waits ("in 1.5s").
+# Token counts and sizes stay: on the same body they are the same.
+VOLATILE = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?"
+    r"|\b(?:mon|tue|wed|thu|fri|sat|sun), \d{1,2} [a-z]{3} \d{4} \d{2}:\d{2}:\d{2} gmt\b"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    r"|\b(?=[a-z_-]*\d)(?=[0-9_-]*[a-z])[a-z0-9_-]{12,}\b"
+    r"|\b\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds?)\b", _I)

@@ -34,6 +34,8 @@ __all__ = [
     "decision_lines",
     "describe",
     "describe_debug",
+    "empty_stream",
+    "emulator_quirk",
     "endpoint_text",
     "first_line",
     "forgotten_limits",
@@ -42,6 +44,7 @@ __all__ = [
     "plural",
     "shown_at",
     "status_text",
+    "stream_ended_early",
     "truncated_line",
     "escalated_line",
     "chat_budget_term",
@@ -102,6 +105,35 @@ def endpoint_text(url: str | None, proxy: str | None = None, *,
     if not proxy:
         return f"{where} (no proxy)"
     return f"{where} via proxy {proxy}" + (f" ({proxy_var})" if proxy_var else "")
+
+
+def stream_ended_early(api: str, detail: str) -> str:
+    """A streamed reply that stopped before the API said why the model stopped."""
+    return (f"The {api} reply stream ended early ({detail}); retry, and if it repeats "
+            "check the server or any proxy in between.")
+
+
+def empty_stream(api: str, *, cut: bool) -> str:
+    """A streamed request the server accepted (HTTP 200) whose stream ended, or was cut
+    off (``cut``), with nothing of an answer in it (``Failure.empty_stream``)."""
+    how = "was cut off" if cut else "ended"
+    return (f"The {api} server accepted the streamed request (HTTP 200), but its event stream "
+            f"{how} before any answer or usage arrived; some servers answer an error this "
+            "way once a stream has started (llama-cpp-python for a prompt over its window), "
+            "and the same request unstreamed shows the server's own error.")
+
+
+_EMULATOR_QUIRKS = {
+    "string_content_only": "HTTP 500 for content sent as a list of parts",
+    "empty_stream_on_error": "an empty HTTP 200 stream when it refuses a streamed request",
+    "stream_usage": "no usage in streamed replies",
+}
+
+
+def emulator_quirk(name: str) -> str:
+    """How a quirk the emulator plays (``emulator.quirks.QUIRKS``, turned on) reads in its
+    status line."""
+    return _EMULATOR_QUIRKS.get(name, name.replace("_", " "))
 
 
 def max_tokens_above_limit_line(requested: int, limit: int, model: str) -> str:

@@ -44,6 +44,7 @@ from ..core.history import Message, Text, ToolCall, ToolResult, to_openai
 from ..errors import ConfigError, redact
 from ._common import (
     SDKAdapter,
+    StreamProgress,
     converted_size,
     field,
     incomplete_reply,
@@ -283,8 +284,9 @@ class OpenAIProvider(SDKAdapter):
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_completion(result, size, self.api)
 
-    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
-        return _read_stream(stream, on_text, size, self.api)
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int,
+                     progress: StreamProgress) -> Response:
+        return _read_stream(stream, on_text, size, self.api, progress)
 
 
 class _Sized(NamedTuple):
@@ -465,7 +467,8 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
-def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str) -> Response:
+def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
+                 progress: StreamProgress) -> Response:
     text: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, _CallParts] = {}
@@ -474,6 +477,7 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
     for chunk in stream:
         if getattr(chunk, "usage", None) is not None:
             usage = _usage(chunk.usage)
+            progress.said = True
         for choice in chunk.choices or ():
             if getattr(choice, "index", 0) not in (0, None):
                 continue
@@ -482,22 +486,26 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
                 piece = _reasoning_of(delta)
                 if piece:
                     reasoning.append(piece)
+                    progress.said = True
                 # A refusal streams in its own field; it is the visible answer all the same.
                 for piece in (delta.content, getattr(delta, "refusal", None)):
                     if isinstance(piece, str) and piece:
                         text.append(piece)
+                        progress.said = True
                         if on_text is not None:
                             on_text(piece)
                 for tc in delta.tool_calls or ():
                     _add_call_delta(calls, tc)
+                    progress.said = True
             if choice.finish_reason:
                 finish = choice.finish_reason
+                progress.said = True
     if finish is None:
-        raise incomplete_reply(size, api, "no finish_reason arrived")
+        raise incomplete_reply(size, api, "no finish_reason arrived", empty=not progress.said)
     tool_calls = [ToolCall(p.id, p.name, "".join(p.arguments) or "{}")
                   for _, p in sorted(calls.items())]
     message = Message.assistant("".join(text), tool_calls, "".join(reasoning) or None)
-    return Response(message, _stop(finish), usage, size, finish)
+    return Response(message, _stop(finish), usage, size, finish, streamed=True)
 
 
 def _add_call_delta(calls: dict[int, _CallParts], tc: Any) -> None:
