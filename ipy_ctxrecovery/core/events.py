@@ -36,6 +36,7 @@ __all__ = [
     "Recovered",
     "Retrying",
     "Sending",
+    "StreamUsageMissing",
     "ToolRun",
     "Truncated",
     "TurnFinished",
@@ -224,6 +225,13 @@ class Sending(Event):
     body_bytes: int
     attempt: int = 1
     max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamUsageMissing(Event):
+    """The provider's streamed replies carry no usage (llama-cpp-python's server, servers
+    that ignore ``stream_options.include_usage``): token counts then come from its
+    unstreamed replies only. Told once per provider a session talks to."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -554,6 +554,12 @@ def _(e: ev.ToolRun) -> str:
 
 
 @describe.register
+def _(e: ev.StreamUsageMissing) -> str:
+    return (f"{INFO} this server sends no token usage with streamed answers — token counts "
+            "are estimated, calibrated only from answers it sends unstreamed")
+
+
+@describe.register
 def _(e: ev.Recovered) -> str:
     return f"{DONE} Recovered after {plural(e.attempts, 'recovery step')}"
 
