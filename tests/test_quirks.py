@@ -9,11 +9,13 @@ error), streamed replies carry no usage.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import openai
 import pytest
+from thirty_turns import RUNS, WINDOW, client_for, thirty_turns
 
 from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.emulator import quirks, replies
@@ -162,3 +164,15 @@ def test_the_empty_stream_is_what_sse_starlette_sends() -> None:
     assert dict(headers)["content-type"] == "text/event-stream; charset=utf-8"
     assert list(events) == []
     assert json.loads(quirks.content_rejection().body)["error"]["type"] == "internal_server_error"
+
+
+@pytest.mark.parametrize("stream", RUNS)
+def test_thirty_turns_against_the_emulator_playing_llama_cpp_python(
+        emulator: Any, stream: bool, tmp_path: Path) -> None:
+    # tests/test_llama_cpp_python.py's session, on the three quirks together.
+    emu = emulator(context_window=WINDOW, string_content_only=True, empty_stream_on_error=True,
+                   stream_usage=False)
+    statuses: list[int] = []
+    client = client_for(emu.openai_base_url, statuses, default_headers=emu.token_headers)
+    thirty_turns(client, statuses, stream=stream, files_root=tmp_path)
+    assert [r.fault for r in emu.requests if r.status == 500] == []
