@@ -33,6 +33,7 @@ from typing import Any
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.history import to_openai
 from ipy_ctxrecovery.emulator import Emulator
+from ipy_ctxrecovery.emulator.replies import paragraph_pieces
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.session.tools import as_tool
 
@@ -148,7 +149,8 @@ def _user_texts(body: Any) -> list[str]:
             continue
         content = m.get("content")
         if isinstance(content, str):
-            texts.append(content)
+            # A merged run (summary, notice, request) is one string on the OpenAI wire.
+            texts.extend(paragraph_pieces(content))
         elif isinstance(content, list):
             texts.extend(str(b.get("text", "")) for b in content if b.get("type") == "text")
     return texts

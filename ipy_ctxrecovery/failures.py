@@ -87,6 +87,20 @@ class Failure:
     "219898 tokens > 200000 maximum"; for "143653 + 64000 > 200000" the middle number is
     ``output_tokens`` (the requested ``max_tokens``). ``request_bytes`` is the size of the
     serialized body that failed, when known.
+
+    ``empty_stream``: the server accepted a streamed request (HTTP 200, an event stream)
+    and the stream ended — cleanly, or cut off — before any of an answer arrived: no
+    text, reasoning, tool call, stop reason or usage. It is what llama-cpp-python's server
+    sends when the request fails after the stream has started (over the window, a chat
+    template that cannot render the messages), where the same body unstreamed gets the
+    server's own error. The kind stays ``transient``; ``request_bytes`` is the body's size.
+
+    ``fingerprint``: what the server said (the body — an empty one too —, else the message
+    or the connection error), with what changes from one identical error to the next taken
+    out — request and trace ids, timestamps, waits — then hashed (16 hex digits; no text is
+    kept, so no secret either). Two failures with the same ``status`` and ``fingerprint``
+    are the same error (:meth:`repeats`). ``classify`` always sets it; None only on a
+    Failure built by hand.
     """
 
     kind: FailureKind
@@ -99,6 +113,16 @@ class Failure:
     retry_after: float | None = None
     signature: Signature | None = None
     """How the path said no (None: not a refusal of the body, e.g. auth, a rate limit)."""
+    empty_stream: bool = False
+    fingerprint: str | None = None
+
+    def repeats(self, other: Failure) -> bool:
+        """Whether this is ``other`` again: the same status and fingerprint on a body of the
+        same size (each known). A fact for a retry policy; it decides nothing itself."""
+        return (self.fingerprint is not None and self.fingerprint == other.fingerprint
+                and self.status == other.status and self.empty_stream == other.empty_stream
+                and self.request_bytes is not None
+                and self.request_bytes == other.request_bytes)
 
     @property
     def recoverable(self) -> bool:

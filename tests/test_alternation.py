@@ -121,7 +121,8 @@ def test_the_openai_wire_merges_summary_notice_and_request_and_keeps_the_history
     request = Request(history)
     body = json.loads(provider.encode(request))
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
-    assert body["messages"][1]["content"] == [{"type": "text", "text": m.text} for m in history[1:]]
+    # One string, as every server takes it: each text whole, a blank line between them.
+    assert body["messages"][1]["content"] == "\n\n".join(m.text for m in history[1:])
     assert provider.measure(request) == len(provider.encode(request))
     reply = provider.send(request)
     assert reply.message.text.startswith('Emulator reply: you said "what next?"')
@@ -147,10 +148,14 @@ def test_a_compacted_conversation_is_accepted_by_a_strict_chat_template(emulator
         assert f'you said "{text[:60]}"' in reply.text
     assert session.status().compactions >= 1
     assert [r.fault for r in emu.requests if r.status != 200] == []
+    # The summary and the request went out as one user message, its content one string.
     merged = [r for r in emu.requests
-              if any(m["role"] == "user" and isinstance(m["content"], list)
-                     for m in r.body["messages"])]
+              if any(m["role"] == "user" and isinstance(m["content"], str)
+                     and m["content"].startswith("[STRUCTURED SUMMARY")
+                     and "\n\n" in m["content"] for m in r.body["messages"])]
     assert merged and all(roles.alternates(r.body["messages"]) for r in emu.requests)
+    assert all(isinstance(m["content"], str) for r in emu.requests for m in r.body["messages"]
+               if m["role"] != "assistant")
     # The working history still holds the summary as its own tagged message.
     assert any(m.tag == TAG_SUMMARY for m in session.history)
     session.close()
@@ -169,5 +174,6 @@ def test_a_payload_limit_notice_is_accepted_by_a_strict_chat_template(emulator: 
     assert notice_sent
     for record in notice_sent:
         users = [m for m in record.body["messages"] if m["role"] == "user"]
-        assert isinstance(users[0]["content"], list)        # notice and request, one message
+        # Notice and request, one message whose content is one string.
+        assert isinstance(users[0]["content"], str) and PAYLOAD_NOTICE + "\n\n" in users[0]["content"]
     session.close()

@@ -341,6 +341,23 @@ def test_request_after_a_notice_block_in_the_same_message_is_seen(
     assert ask(emu, wire, history)["text"].startswith('Emulator reply: you said "first question"')
 
 
+@pytest.mark.parametrize("machine", [SUMMARY_BLOCK, NOTICE_BLOCK, COMPACTED_BLOCK])
+def test_request_after_a_notice_paragraph_in_one_string_is_seen(
+        emulator: Callable[..., Emulator], machine: str) -> None:
+    # The OpenAI adapter sends a merged run as one string, a blank line between its texts:
+    # the request is what follows the package's own paragraphs, blank lines and all.
+    emu = emulator()
+    content = f"{machine}\n\n[[words 5]] please"
+    assert ask(emu, "openai", [{"role": "user", "content": content}])["text"] == "w1 w2 w3 w4 w5"
+    history: list[dict[str, Any]] = [{"role": "user", "content": "first question"},
+                                     {"role": "assistant", "content": "an answer"},
+                                     {"role": "user", "content": f"{machine}\n\nsecond\n\npart ✓"}]
+    assert ask(emu, "openai", history)["text"].startswith(
+        'Emulator reply: you said "second\n\npart ✓" (')
+    history[-1] = {"role": "user", "content": machine}
+    assert ask(emu, "openai", history)["text"].startswith('Emulator reply: you said "first question"')
+
+
 @pytest.mark.parametrize("wire", WIRES)
 def test_tool_directive_after_a_summary_block_is_obeyed(
         emulator: Callable[..., Emulator], wire: str) -> None:

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from quiet_server import QuietHTTPServer
+from rawserver import serving
 from strategies import valid_histories
 
 from ipy_ctxrecovery.core.catalogue import ModelInfo
@@ -647,7 +648,122 @@ def test_stream_that_ends_early(server: Recorder, api: str) -> None:
     assert seen == ["partial"]
     assert "stream ended early" in str(info.value)
     assert info.value.failure.kind is FailureKind.TRANSIENT
+    assert not info.value.failure.empty_stream          # an answer had begun
     assert info.value.failure.request_bytes == len(server.requests[-1].body)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("frames", ["none", "preamble"])
+def test_a_stream_that_ends_before_any_answer_is_an_empty_stream(server: Recorder, api: str,
+                                                                 frames: str) -> None:
+    # A 200 event stream with nothing of an answer: no event at all (llama-cpp-python), or
+    # only what precedes one (OpenAI's role-only chunk, Anthropic's ping).
+    preamble = ([oa_chunk({"role": "assistant"})] if api == "openai"
+                else [sse({"type": "ping"}, "ping")])
+    server.script.append(Reply(events=preamble if frames == "preamble" else []))
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    with pytest.raises(ChatError) as info:
+        provider.send(Request((Message.user("x"),)))
+    failure = info.value.failure
+    assert failure.empty_stream and failure.kind is FailureKind.TRANSIENT
+    assert failure.request_bytes == len(server.requests[-1].body)
+    assert "before any answer or usage arrived" in str(info.value)
+
+
+def test_a_stream_cut_before_any_answer_is_an_empty_stream_and_after_one_is_not() -> None:
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = oa_chunk({"content": "Hel"})
+    with serving() as start:
+        for reply, empty in ((head, True),
+                             (head + b"%x\r\n%s\r\n" % (len(chunk), chunk), False)):
+            raw = start(reply, stall=0)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{raw.port}/v1", api_key="k",
+                                   max_retries=0, timeout=10)
+            with pytest.raises(ChatError) as info:
+                OpenAIProvider("gpt-4o", client=client).send(Request((Message.user("x"),)))
+            failure = info.value.failure
+            assert failure.empty_stream is empty, reply
+            assert failure.kind is FailureKind.TRANSIENT and failure.request_bytes
+
+
+def test_llama_cpp_pythons_streamed_overflow_is_an_empty_stream_then_its_400(emulator: Any) -> None:
+    # The emulator as llama-cpp-python's server: the streamed request over the window gets
+    # an empty 200 stream, the same history unstreamed its 400 with the numbers.
+    emu = emulator(context_window=2048, empty_stream_on_error=True, stream_usage=False)
+    provider = make_provider("emulator", emulator=emu, max_retries=0)
+    history = (Message.system("Be terse."), Message.user("word " * 2000))
+    with pytest.raises(ChatError) as info:
+        provider.send(Request(history, stream=True))
+    streamed = info.value.failure
+    assert streamed.empty_stream and streamed.kind is FailureKind.TRANSIENT
+    assert streamed.request_bytes == emu.requests[-1].body_bytes
+    assert (emu.requests[-1].status, emu.requests[-1].fault) == (200, "context")
+    with pytest.raises(ChatError) as info:
+        provider.send(Request(history, stream=False))
+    whole = info.value.failure
+    assert whole.kind is FailureKind.CONTEXT_OVERFLOW and not whole.empty_stream
+    assert whole.limit_tokens == 2048 and whole.prompt_tokens and whole.prompt_tokens >= 2048
+    assert whole.request_bytes == emu.requests[-1].body_bytes
+    # The same empty stream again on the same body is the same failure, told as such.
+    with pytest.raises(ChatError) as info:
+        provider.send(Request(history, stream=True))
+    assert info.value.failure.repeats(streamed) and not whole.repeats(streamed)
+    provider.close()
+
+
+def test_a_server_that_leaves_usage_out_of_streams_says_so_in_the_response(emulator: Any) -> None:
+    emu = emulator(stream_usage=False)
+    provider = make_provider("emulator", emulator=emu, max_retries=0)
+    streamed = provider.send(Request((Message.user("hi"),), stream=True))
+    assert streamed.streamed and not streamed.usage.reported
+    whole = provider.send(Request((Message.user("hi"),), stream=False))
+    assert not whole.streamed and whole.usage.reported and whole.usage.prompt_tokens
+    provider.close()
+    usual = make_provider("emulator", emulator=emulator(), max_retries=0)
+    assert usual.send(Request((Message.user("hi"),), stream=True)).usage.reported
+    usual.close()
+
+
+def test_a_compacted_history_reaches_a_string_content_server(emulator: Any) -> None:
+    emu = emulator(string_content_only=True)
+    provider = make_provider("emulator", emulator=emu, max_retries=0)
+    history = (Message.system("Be terse."),
+               Message.user("[STRUCTURED SUMMARY — covering 4 earlier messages]\n- a"),
+               Message.user("[[words 3]] please"))
+    for stream in (True, False):
+        assert provider.send(Request(history, stream=stream)).message.text == "w1 w2 w3"
+    assert [r.status for r in emu.requests] == [200, 200]
+    provider.close()
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_5xx_that_repeats_on_the_same_body_is_told_apart(server: Recorder, api: str) -> None:
+    # The same server error twice — only its request id differs — on the same body repeats;
+    # another error, or the same one on another body, does not.
+    def error(text: str) -> Reply:
+        rid = f"req_{abs(hash((text, len(server.requests)))):016x}"
+        if api == "openai":
+            body = {"error": {"message": f"{text} (Please include the request ID {rid} in "
+                                         "your email.)", "type": "server_error"}}
+        else:
+            body = {"type": "error", "error": {"type": "api_error", "message": text},
+                    "request_id": rid}
+        return Reply(status=500, body=json.dumps(body).encode())
+
+    provider = oa_provider(server) if api == "openai" else an_provider(server)
+    failures = []
+    for text, message in (("The server had an error.", "x"), ("The server had an error.", "x"),
+                          ("Something else broke.", "x"), ("The server had an error.", "xy")):
+        server.script.append(error(text))
+        with pytest.raises(ChatError) as info:
+            provider.send(Request((Message.user(message),), stream=False))
+        failures.append(info.value.failure)
+    first, again, other, bigger = failures
+    assert first.status == 500 and first.fingerprint and len(first.fingerprint) == 16
+    assert again.repeats(first) and first.repeats(again)
+    assert not other.repeats(first) and other.fingerprint != first.fingerprint
+    assert bigger.fingerprint == first.fingerprint and not bigger.repeats(first)
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
@@ -981,7 +1097,7 @@ def test_measure_is_the_encoded_length(kind: str, model: str) -> None:
 
 def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
     # OpenAI: a run of system, user or assistant messages goes out as one message (its texts
-    # as text parts, its tool calls concatenated); Anthropic: a run's blocks join one
+    # joined into one string, its tool calls concatenated); Anthropic: a run's blocks join one
     # message. measure() follows both, byte for byte, whatever the run holds.
     calls = [ToolCall(f"call_{i}", "weather", f'{{"city": "Zürich {i}"}}') for i in range(3)]
     runs = (Message.system("a"), Message.system(""), Message.system("b ✓"),
@@ -1006,11 +1122,52 @@ def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
     assert [m["role"] for m in body["messages"]] == [
         "system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant", "tool",
         "assistant", "user"]
-    assert body["messages"][0]["content"] == [{"type": "text", "text": "a"},
-                                              {"type": "text", "text": "b ✓"}]
+    # A run's texts go out as one string, each whole, a blank line between them.
+    assert body["messages"][0]["content"] == "a\n\nb ✓"
+    assert body["messages"][1]["content"] == "\n\n".join(m.text for m in runs[3:6])
     assert [c["id"] for c in body["messages"][2]["tool_calls"]] == ["call_0", "call_1"]
     assert body["messages"][6]["content"] == "one text in the run"
     assert body["messages"][9] == {"role": "assistant", "content": ""}
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.text(max_size=30), min_size=1, max_size=6),
+       role=st.sampled_from([Role.SYSTEM, Role.USER, Role.ASSISTANT]))
+def test_a_merged_run_reads_as_its_messages_one_paragraph_each(texts: list[str],
+                                                              role: Role) -> None:
+    # A run of same-role messages goes out as one message whose content is a plain string
+    # (what every server's chat template takes): the texts whole, in order, a blank line
+    # between them — the compactor's own break between messages — so no word of one runs
+    # into the next; an empty text adds nothing; one text is sent as it is.
+    run = tuple(Message(role, (Text(t),)) for t in texts)
+    kept = [t for t in texts if t]
+    wire = to_wire((*run, Message.user("end") if role is not Role.USER else Message.assistant("x")))
+    content = wire[0]["content"]
+    if not kept:
+        assert content in ("", None)
+        return
+    assert content == "\n\n".join(kept)
+    assert isinstance(content, str)
+    # Each text is read whole and where it stood: the content starts with the first, ends
+    # with the last, and splits back into them wherever no text makes a blank line itself.
+    assert content.startswith(kept[0]) and content.endswith(kept[-1])
+    if not any("\n\n" in t or t.startswith("\n") or t.endswith("\n") for t in kept):
+        assert content.split("\n\n") == kept
+    provider, request = _offline("openai"), Request(run)
+    assert provider.measure(request) == len(provider.encode(request))
+
+
+def test_summary_notice_and_request_go_out_as_one_string() -> None:
+    summary = Message.user("[STRUCTURED SUMMARY — covering 6 earlier messages]\n## Key points\n"
+                           "- the build uses make ✓", tag="summary")
+    notice = Message.user("[SYSTEM NOTICE — PAYLOAD LIMIT HIT] compacted.", tag="payload-notice")
+    request = Message.user("and now?")
+    body = json.loads(_offline("openai").encode(Request((Message.system("Be terse."), summary,
+                                                         notice, request))))
+    assert body["messages"][1] == {"role": "user", "content":
+                                   f"{summary.text}\n\n{notice.text}\n\n{request.text}"}
+    # No list content anywhere in the body: llama.cpp-based servers answer 500 to one.
+    assert all(isinstance(m["content"], str) for m in body["messages"])
 
 
 def test_measure_resumes_only_after_a_history_the_request_extends() -> None:

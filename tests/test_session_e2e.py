@@ -43,6 +43,7 @@ from ipy_ctxrecovery.core.history import (
 )
 from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
 from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.emulator.replies import paragraph_pieces
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers import make_provider
@@ -63,13 +64,14 @@ def body_history(record: Any) -> History:
     body = record.body
     if "/chat/completions" in record.path:
         # The adapter merges consecutive messages of one role (a summary, a notice, the
-        # request); each text part of a merged user or system message was one of ours.
+        # request) into one string; each piece of a merged user message (the emulator's
+        # reading: the package's own paragraphs, and the text between them) was one of ours.
         expanded: list[dict[str, Any]] = []
         for m in body["messages"]:
             content = m.get("content")
-            if isinstance(content, list) and m["role"] != "assistant":
-                expanded.extend({"role": m["role"], "content": part.get("text", "")}
-                                for part in content)
+            if isinstance(content, str) and m["role"] == "user":
+                expanded.extend({"role": "user", "content": piece}
+                                for piece in paragraph_pieces(content))
             else:
                 expanded.append(m)
         return from_openai(expanded)

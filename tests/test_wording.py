@@ -63,6 +63,7 @@ SAMPLES: list[ev.Event] = [
     ev.ToolRun(name="fetch", ok=True, chars=1200),
     ev.Recovered(attempts=1),
     ev.TurnFinished(history_bytes=10 * KB, est_tokens=2600, window=8192, cap=30 * KB),
+    ev.StreamUsageMissing(),
 ]
 
 

@@ -56,6 +56,7 @@ exception class names) live in ``_patterns``; the order of evidence and the deci
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import html
 import json
 import re
@@ -69,7 +70,7 @@ from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind, Signature
 from ..settings import format_size
 from . import patterns as P
 
-__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify"]
+__all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify", "fingerprint"]
 
 
 #: How much of a provider message goes into ``Failure.reason``.
@@ -369,8 +370,10 @@ def classify(
         return Failure(FailureKind.OTHER, _clean(f"Request failed ({type(exc).__name__})."),
                        status=status, request_bytes=request_bytes)
     failure = _decide(ev, request_bytes)
-    signature = _signature(ev, failure)
-    return replace(failure, signature=signature) if signature is not None else failure
+    said = ev.text or (_root_cause(ev) if ev.chain and failure.status is None
+                       and not ev.err else ev.message)
+    return replace(failure, fingerprint=fingerprint(said),
+                   signature=_signature(ev, failure) or failure.signature)
 
 
 def _signature(ev: _Evidence, failure: Failure) -> Signature | None:
@@ -387,6 +390,14 @@ def _signature(ev: _Evidence, failure: Failure) -> Signature | None:
     if status == 400 and P.BAD_BODY_RE.search(ev.haystack):
         return Signature.BAD_BODY
     return None
+
+
+def fingerprint(text: str) -> str:
+    """``text`` (what a server or the connection said; empty for a body-less answer) with
+    what differs between two identical errors taken out (``patterns.VOLATILE``),
+    space-normalized, lower-cased and hashed: equal for the same error on the same body."""
+    normal = " ".join(P.VOLATILE.sub("#", text.lower()).split())
+    return hashlib.blake2b(normal.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:

@@ -36,6 +36,7 @@ __all__ = [
     "Recovered",
     "Retrying",
     "Sending",
+    "StreamUsageMissing",
     "ToolRun",
     "Truncated",
     "TurnFinished",
@@ -215,14 +216,15 @@ class WindowLearned(Event):
 class Retrying(Event):
     """A retry of the same request: ``auth`` (credentials re-read once), ``transient``, or
     the same body once more after a refusal that may be a blip (``resend``: "suspect", the
-    first above what the path carried, or "carried", on a size it carried)."""
+    first above what the path carried, or "carried", on a size it carried), or the same
+    request unstreamed after an empty event stream ("unstreamed")."""
 
     attempt: int
     wait: float
     failure_kind: FailureKind
     failure: Failure
     of: int = 1
-    resend: Literal["suspect", "carried"] | None = None
+    resend: Literal["suspect", "carried", "unstreamed"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +236,13 @@ class Sending(Event):
     body_bytes: int
     attempt: int = 1
     max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamUsageMissing(Event):
+    """The provider's streamed replies carry no usage (llama-cpp-python's server, servers
+    that ignore ``stream_options.include_usage``): token counts then come from its
+    unstreamed replies only. Told once per provider a session talks to."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

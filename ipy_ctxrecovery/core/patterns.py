@@ -85,10 +85,11 @@ OVERFLOW_NUMERIC = [
     # you requested 4927 tokens (3927 in your prompt; 1000 for the completion)" and
     # "(677 in the messages, 8000 in the completion)", "(10535 of text input, 131072 in the
     # output)".
+    # llama-cpp-python's server says "None in the completion" when max_tokens was not sent.
     re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? you requested "
                r"(?:about )?\d+ tokens\s*\((?P<p>\d+) (?:in the messages|in your prompt|of text "
-               r"input)[;,]\s*(?P<o>\d+) (?:in the completion|for the completion|in the output)",
-               _I),
+               r"input)[;,]\s*(?P<o>\d+|None) (?:in the completion|for the completion|in the "
+               r"output)", _I),
     # OpenAI: "maximum context length is 128000 tokens. However, your messages resulted in
     # 192041 tokens."
     re.compile(r"maximum context length is (?P<lim>\d+) tokens[.,;]?\s*however,? your messages "
@@ -121,6 +122,22 @@ OVERFLOW_NUMERIC = [
     # (context length 4096)"
     re.compile(r"prompt \(total length (?P<p>\d+)\) is too long to fit into the model "
                r"\(context length (?P<lim>\d+)\)", _I),
+    # vLLM V1 engine: "The decoder prompt (length 15983) is longer than the maximum model
+    # length of 8192." (0.9 and later) and "Prompt length of 5016 is longer than the maximum
+    # model length of 4096." (0.8)
+    re.compile(r"prompt \(length (?P<p>\d+)\) is longer than the maximum model length of "
+               r"(?P<lim>\d+)", _I),
+    re.compile(r"prompt length of (?P<p>\d+) is longer than the maximum model length of "
+               r"(?P<lim>\d+)", _I),
+    # SGLang: "Requested token count exceeds the model's maximum context length of 32768
+    # tokens. You requested a total of 70000 tokens: 6000 tokens from the input messages and
+    # 64000 tokens for the completion."
+    re.compile(r"maximum context length of (?P<lim>\d+) tokens\.\s*you requested a total of "
+               r"\d+ tokens:\s*(?P<p>\d+) tokens from the input messages and (?P<o>\d+) tokens "
+               r"for the completion", _I),
+    # Hugging Face TGI: "Input validation error: `inputs` must have less than 4096 tokens.
+    # Given: 4545"
+    re.compile(r"`inputs` must have less than (?P<lim>\d+) tokens\.\s*given: (?P<p>\d+)", _I),
     # Last: any other wording that states the window ("This model's maximum context length is
     # 8192 tokens. Please reduce the length of the prompt") gives at least the limit.
     re.compile(r"maximum context length (?:is|of) (?P<lim>\d+)", _I),
@@ -271,3 +288,15 @@ BAD_BODY_RE = re.compile(
     r"|input)|unterminated string|expecting (?:value|',' delimiter)|json decode|"
     r"request body is not valid json|failed to parse (?:the )?(?:request )?body",
     re.IGNORECASE)
+
+# What differs between two answers that are the same error, left out of a failure's
+# fingerprint: ids (UUIDs; tokens of 12+ letters and digits such as req_…, chatcmpl-…, a
+# Cloudflare ray id), timestamps (ISO, HTTP dates, clock times) and waits ("in 1.5s").
+# Token counts and sizes stay: on the same body they are the same.
+VOLATILE = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?"
+    r"|\b(?:mon|tue|wed|thu|fri|sat|sun), \d{1,2} [a-z]{3} \d{4} \d{2}:\d{2}:\d{2} gmt\b"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    r"|\b(?=[a-z_-]*\d)(?=[0-9_-]*[a-z])[a-z0-9_-]{12,}\b"
+    r"|\b\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds?)\b", _I)

@@ -34,6 +34,8 @@ __all__ = [
     "decision_lines",
     "describe",
     "describe_debug",
+    "empty_stream",
+    "emulator_quirk",
     "endpoint_text",
     "first_line",
     "forgotten_limits",
@@ -42,6 +44,7 @@ __all__ = [
     "plural",
     "shown_at",
     "status_text",
+    "stream_ended_early",
     "truncated_line",
     "escalated_line",
     "chat_budget_term",
@@ -103,6 +106,35 @@ def endpoint_text(url: str | None, proxy: str | None = None, *,
     if not proxy:
         return f"{where} (no proxy)"
     return f"{where} via proxy {proxy}" + (f" ({proxy_var})" if proxy_var else "")
+
+
+def stream_ended_early(api: str, detail: str) -> str:
+    """A streamed reply that stopped before the API said why the model stopped."""
+    return (f"The {api} reply stream ended early ({detail}); retry, and if it repeats "
+            "check the server or any proxy in between.")
+
+
+def empty_stream(api: str, *, cut: bool) -> str:
+    """A streamed request the server accepted (HTTP 200) whose stream ended, or was cut
+    off (``cut``), with nothing of an answer in it (``Failure.empty_stream``)."""
+    how = "was cut off" if cut else "ended"
+    return (f"The {api} server accepted the streamed request (HTTP 200), but its event stream "
+            f"{how} before any answer or usage arrived; some servers answer an error this "
+            "way once a stream has started (llama-cpp-python for a prompt over its window), "
+            "and the same request unstreamed shows the server's own error.")
+
+
+_EMULATOR_QUIRKS = {
+    "string_content_only": "HTTP 500 for content sent as a list of parts",
+    "empty_stream_on_error": "an empty HTTP 200 stream when it refuses a streamed request",
+    "stream_usage": "no usage in streamed replies",
+}
+
+
+def emulator_quirk(name: str) -> str:
+    """How a quirk the emulator plays (``emulator.quirks.QUIRKS``, turned on) reads in its
+    status line."""
+    return _EMULATOR_QUIRKS.get(name, name.replace("_", " "))
 
 
 def max_tokens_above_limit_line(requested: int, limit: int, model: str) -> str:
@@ -516,6 +548,9 @@ def _(e: ev.WindowLearned) -> str:
 def _(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return f"{RETRY} authentication failed — re-reading the credentials and retrying once"
+    if e.resend == "unstreamed":
+        return (f"{RETRY} the server's reply stream was empty — asking again without "
+                "streaming, to get its answer or its own error")
     if e.resend == "suspect":
         return (f"{RETRY} {_refusal(e.failure)} on a {format_size(e.failure.request_bytes or 0)} "
                 "request, larger than any this network path has carried — sending it once "
@@ -549,6 +584,12 @@ def _(e: ev.ToolRun) -> str:
         return f"{TOOL} {e.name}: ok ({plural(e.chars, 'char')})"
     detail = first_line(e.detail, 120)
     return f"{TOOL} {e.name} failed" + (f": {detail}" if detail else f" ({plural(e.chars, 'char')})")
+
+
+@describe.register
+def _(e: ev.StreamUsageMissing) -> str:
+    return (f"{INFO} this server sends no token usage with streamed answers — token counts "
+            "are estimated, calibrated only from answers it sends unstreamed")
 
 
 @describe.register
@@ -781,6 +822,8 @@ def notice_detail(e: ev.NoticeInjected) -> str:
 def retry_detail(e: ev.Retrying) -> str:
     if e.failure_kind is FailureKind.AUTH:
         return "authentication failed · credentials re-read, retrying once"
+    if e.resend == "unstreamed":
+        return "empty reply stream · asked again unstreamed"
     if e.resend == "suspect":
         return f"{_refusal(e.failure)} above what this path carried · sent once more"
     if e.resend == "carried" or e.failure_kind is FailureKind.LIKELY_PAYLOAD:

@@ -45,9 +45,10 @@ Replies (deterministic)
 The *latest real user message* is the last user text that is not a continuation prompt
 and not a notice the recovery machinery wrote (starting with ``[SYSTEM NOTICE``,
 ``[Context was automatically compacted`` or ``[STRUCTURED SUMMARY``). Each text block
-(Anthropic) or text part (OpenAI list content) is judged on its own — the Anthropic adapter
-merges consecutive user messages, so a summary block followed by the request is one
-message — and the request is the last such block.
+(Anthropic) or text part (OpenAI list content) is judged on its own, and so is each of the
+package's own paragraphs in an OpenAI string content and the text between them (paragraphs
+are split at blank lines) — both adapters merge consecutive user messages, so a summary
+followed by the request is one message — and the request is the last such piece.
 
 * Default: ``Emulator reply: you said "<first 60 chars of it>" (<k> messages, <p> prompt
   tokens).`` (``1 message`` for one) — ``k`` counts every message (system included),
@@ -98,6 +99,13 @@ every prefill with ``prefill="reject"`` (400, as Claude 4.6 and later do) —
 ``max_tokens`` above ``max_output_tokens`` (400), the context window (OpenAI
 ``context_length_exceeded``; Anthropic "prompt is too long: M tokens > N maximum" and
 "input length and `max_tokens` exceed context limit: A + B > C, …").
+
+Quirks of OpenAI-compatible servers, on the OpenAI path, each off by default
+(``quirks.py``, where each is declared once for the constructor and both command lines):
+``string_content_only`` (a list content gets llama-cpp-python's HTTP 500),
+``empty_stream_on_error`` (a refused streamed request gets HTTP 200 and an empty event
+stream, recorded with its fault and status 200; unstreamed, an overflow gets
+llama-cpp-python's 400 by its rule), ``stream_usage=False`` (no usage in streams).
 
 One-off faults queue with ``emu.script(...)`` / ``emu.fail_next(status)`` and are consumed
 in order, each by the next request that reaches its layer: middlebox faults (``"drop"``,

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from ..errors import ConfigError
 from ..settings import SIZE_FORMS, parse_size, seconds_arg
-from . import roles
+from . import quirks, roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
 from .server import PREFILL_MODES, Emulator
 
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reject requests whose roles do not alternate, as this server does")
     p.add_argument("--prefill", choices=PREFILL_MODES, default="continue",
                    help="continue or reject a final assistant turn on /v1/messages")
+    for flags, options in quirks.arguments():
+        p.add_argument(*flags, **options)
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     return p
 
@@ -97,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=args.token, **({"max_request_body": args.max_request_body}
                                  if args.max_request_body else {}),
             alternation=args.alternation, prefill=args.prefill,
+            **{q.name: getattr(args, q.name) for q in quirks.QUIRKS
+               if getattr(args, q.name) is not None},
         )
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -5,7 +5,8 @@ the output limit, the prompt (and prompt + ``max_tokens``) against the context w
 then plans the reply (:mod:`.replies`) and formats it for the wire (:mod:`.wire`). The body
 checks include, when configured, strict role alternation on the OpenAI path
 (:mod:`.roles`) and, on the Anthropic path, a final assistant turn (a prefill): refused
-outright as by Claude 4.6 and later, or when it ends in whitespace as by every model.
+outright as by Claude 4.6 and later, or when it ends in whitespace as by every model. The
+OpenAI path also plays, when asked, how llama-cpp-python's server differs (:mod:`.quirks`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import faults, replies, roles, wire
+from . import faults, quirks, replies, roles, wire
 from .faults import Answer
 
 __all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "respond"]
@@ -32,12 +33,15 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             context_window: int, max_output_tokens: int | None,
             new_id: Callable[[str], str],
             continuation: replies.Continuation | None = None, prefill: str = "continue",
-            alternation: str | None = None) -> tuple[str | None, Answer | Streamed]:
+            alternation: str | None = None, string_content_only: bool = False,
+            empty_stream_on_error: bool = False, stream_usage: bool = True,
+            ) -> tuple[str | None, Answer | Streamed]:
     """The provider's answer to a parsed request body, and the fault label if it is one
-    (``auth``, ``output_limit``, ``context``, ``prefill``, ``alternation``).
+    (``auth``, ``output_limit``, ``context``, ``prefill``, ``alternation``, ``content``).
 
     ``continuation`` is how the continuation prompt is answered; ``prefill`` is
-    ``continue`` or ``reject``; ``alternation`` a :data:`roles.STYLES` name or None.
+    ``continue`` or ``reject``; ``alternation`` a :data:`roles.STYLES` name or None; the
+    last three are the OpenAI path's :mod:`quirks <.quirks>`.
     """
     if api_key is not None and presented_key != api_key:
         return "auth", faults.auth_error(wire_name, presented_key)
@@ -46,6 +50,13 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             wire_name, "We could not parse the JSON body of your request. (HINT: This "
             "likely means you aren't using your HTTP library correctly.)")
     model = str(body.get("model") or "emulator")
+    stream = bool(body.get("stream"))
+    # llama-cpp-python refuses a streamed request only once its stream has started.
+    empty_stream = empty_stream_on_error and stream and wire_name == "openai"
+
+    def refused(label: str, answer: Answer) -> tuple[str, Answer | Streamed]:
+        return label, (quirks.empty_stream() if empty_stream else answer)
+
     if wire_name == "anthropic":
         turns = replies.anthropic_turns(body)
         param = "max_tokens"
@@ -59,9 +70,12 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             return "prefill", faults.bad_request(wire_name, PREFILL_WHITESPACE)
     else:
         messages = body.get("messages")
+        if string_content_only and isinstance(messages, list) \
+                and quirks.has_list_content(messages):
+            return refused("content", quirks.content_rejection())
         if alternation is not None and isinstance(messages, list) \
                 and not roles.alternates(messages):
-            return "alternation", roles.rejection(alternation)
+            return refused("alternation", roles.rejection(alternation))
         prefilled = None
         turns = replies.openai_turns(body)
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
@@ -76,12 +90,17 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     prompt = replies.prompt_tokens(turns, tools)
     cap = max_output_tokens
     if max_tokens is not None and cap is not None and max_tokens > cap:
-        return "output_limit", faults.output_limit_error(
-            wire_name, requested=max_tokens, cap=cap, model=model, param=param)
-    context = faults.context_error(wire_name, window=context_window, prompt=prompt,
-                                   max_tokens=max_tokens, max_tokens_param=param)
+        return refused("output_limit", faults.output_limit_error(
+            wire_name, requested=max_tokens, cap=cap, model=model, param=param))
+    if empty_stream_on_error and wire_name == "openai":
+        asked = body.get("max_tokens")
+        context = quirks.overflow_error(window=context_window, prompt=prompt,
+                                        max_tokens=asked if isinstance(asked, int) else None)
+    else:
+        context = faults.context_error(wire_name, window=context_window, prompt=prompt,
+                                       max_tokens=max_tokens, max_tokens_param=param)
     if context is not None:
-        return "context", context
+        return refused("context", context)
     limits = [context_window - prompt]
     if max_tokens is not None:
         limits.append(max_tokens)
@@ -89,7 +108,6 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         limits.append(cap)
     plan = replies.plan(turns, tools=tools, limit=min(limits), continuation=continuation,
                         prefill=prefilled is not None)
-    stream = bool(body.get("stream"))
     if wire_name == "anthropic":
         ident = new_id("msg_emu")
         headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
@@ -101,7 +119,8 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
     if stream:
         options = body.get("stream_options") or {}
-        include = bool(isinstance(options, dict) and options.get("include_usage"))
+        include = stream_usage and bool(isinstance(options, dict)
+                                        and options.get("include_usage"))
         return None, (headers, wire.openai_chunks(plan, model=model, ident=ident,
                                                   include_usage=include))
     return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),

@@ -28,6 +28,7 @@ __all__ = [
     "anthropic_turns",
     "count_tokens",
     "openai_turns",
+    "paragraph_pieces",
     "plan",
     "prompt_tokens",
     "summarize",
@@ -89,9 +90,10 @@ class Turn:
     tool_results: tuple[str, ...] = ()
     """Content of each tool result the turn carries."""
     pieces: tuple[str, ...] | None = None
-    """Each text block (Anthropic) / text part (OpenAI list content) on its own; None means
-    the one piece ``text``. The Anthropic adapter merges consecutive user messages, so a
-    summary or notice and the real request can arrive as blocks of one message."""
+    """Each text block (Anthropic) / text part (OpenAI list content) / paragraph run between
+    the package's own texts (OpenAI string content: :func:`paragraph_pieces`) on its own;
+    None means the one piece ``text``. Both adapters merge consecutive user messages, so a
+    summary or notice and the real request can arrive in one message."""
 
     def text_pieces(self) -> tuple[str, ...]:
         return (self.text,) if self.pieces is None else self.pieces
@@ -196,8 +198,11 @@ def openai_turns(body: Mapping[str, Any]) -> list[Turn]:
         role = str(msg.get("role", "user"))
         if role == "developer":
             role = "system"
-        pieces = _pieces_of(msg.get("content"))
+        content = msg.get("content")
+        pieces = _pieces_of(content)
         text = "".join(pieces)
+        if isinstance(content, str):
+            pieces = paragraph_pieces(content)
         counted = [text]
         refusal = msg.get("refusal")
         if isinstance(refusal, str):
@@ -280,6 +285,29 @@ def _piece_kind(piece: str) -> str:
     if stripped.startswith(CONTINUATION_MARK):
         return "continuation"
     return "real"
+
+
+def paragraph_pieces(text: str) -> list[str]:
+    """A string content's pieces: a summary, notice or continuation prompt the package wrote
+    is a piece of its own, so is the text between them. The OpenAI adapter sends a merged
+    run of user messages (a summary, a notice, the request) as one string, its texts
+    joined by a blank line; the package writes no blank line inside a notice, and the
+    emulator's own summaries have none either."""
+    if "\n\n" not in text:
+        return [text]
+    pieces: list[str] = []
+    own: list[str] = []               # paragraphs of the text since the last machine piece
+    for paragraph in text.split("\n\n"):
+        if _piece_kind(paragraph) in ("machine", "continuation"):
+            if own:
+                pieces.append("\n\n".join(own))
+                own = []
+            pieces.append(paragraph)
+        else:
+            own.append(paragraph)
+    if own:
+        pieces.append("\n\n".join(own))
+    return pieces
 
 
 def _is_continuation(turn: Turn) -> bool:

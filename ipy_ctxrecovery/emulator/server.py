@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError
 from ..redaction import MASK
 from ..settings import parse_size
-from . import api, faults, replies, roles
+from . import api, faults, quirks, replies, roles
 from .faults import Answer, Fault
 
 __all__ = ["Emulator", "RequestRecord"]
@@ -79,7 +79,8 @@ class RequestRecord:
     JSON (None when there is no ``raw`` or it is not JSON; parsed on each access, so a
     record holds only the bytes); ``fault`` the fault that answered it (``"413:nginx"``,
     ``"waf:cloudflare"``, ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``,
-    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``) or None;
+    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``, ``"content"``) or
+    None — a refusal answered as an empty 200 stream keeps its label with status 200;
     ``headers`` the request's headers in the order received, the value of every
     credential header (``Authorization``, ``x-api-key``, ``X-Emulator-Token``, cookies…)
     replaced by ``[REDACTED]``.
@@ -175,7 +176,9 @@ class Emulator:
                  keep_body_bytes: int | str = KEEP_BODY_BYTES,
                  continuation_leading_space: bool = True, continuation_repeat: int | str = 0,
                  prefill: str = "continue", alternation: str | None = None,
-                 served_models: tuple[str, ...] = ("emulator",)) -> None:
+                 served_models: tuple[str, ...] = ("emulator",),
+                 string_content_only: bool = False, empty_stream_on_error: bool = False,
+                 stream_usage: bool = True) -> None:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
         if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
@@ -203,7 +206,9 @@ class Emulator:
                        waf_style=waf_style, api_key=api_key,
                        continuation_leading_space=continuation_leading_space,
                        continuation_repeat=continuation_repeat, prefill=prefill,
-                       alternation=alternation, served_models=served_models)
+                       alternation=alternation, served_models=served_models,
+                       string_content_only=string_content_only,
+                       empty_stream_on_error=empty_stream_on_error, stream_usage=stream_usage)
 
     # ------------------------------------------------------------------ configuration
 
@@ -237,6 +242,8 @@ class Emulator:
                 checked[name] = faults._check(value, PREFILL_MODES, name)
             elif name == "alternation":
                 checked[name] = None if value is None else faults._check(value, roles.STYLES, name)
+            elif name in _QUIRK_NAMES:
+                checked[name] = quirks.check(name, value)
             elif name == "served_models":
                 if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                     raise ConfigError(f"{name}={value!r} must be a list of model names.")
@@ -267,6 +274,12 @@ class Emulator:
     served_models: tuple[str, ...]
     """The model ids ``GET /v1/models`` lists, each with the context window as vLLM tells
     it (``max_model_len``)."""
+    string_content_only: bool
+    """A message whose content is a list of parts gets HTTP 500 (:mod:`.quirks`)."""
+    empty_stream_on_error: bool
+    """A refused streamed request gets HTTP 200 and an empty event stream (:mod:`.quirks`)."""
+    stream_usage: bool
+    """False: streamed replies carry no usage, whatever the request asks (:mod:`.quirks`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -606,7 +619,9 @@ class _Handler(BaseHTTPRequestHandler):
             max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
             continuation=replies.Continuation(emu.continuation_leading_space,
                                               emu.continuation_repeat),
-            prefill=emu.prefill, alternation=emu.alternation)
+            prefill=emu.prefill, alternation=emu.alternation,
+            string_content_only=emu.string_content_only,
+            empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage)
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":
@@ -617,7 +632,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(answer_or_stream)
         else:
             headers, events = answer_or_stream
-            record(200, fault_label, raw, body, stream)
+            # ``label``: a refusal answered as an empty stream (``empty_stream_on_error``).
+            record(200, fault_label or label, raw, body, stream)
             self._send_stream(headers, events, broken=broken, wire_name=wire_name)
 
     def _too_large(self, wire_name: str | None, size: int, record: Callable[..., None]) -> None:
@@ -764,9 +780,13 @@ class _Handler(BaseHTTPRequestHandler):
             events = listed[:max(2, (len(listed) - 2) // 2)]
             if broken == "stream_error":
                 events.append(faults.stream_error_event(wire_name))
-        head = [("Date", faults._date()), ("Content-Type", "text/event-stream; charset=utf-8"),
-                ("Transfer-Encoding", "chunked"), ("Connection", "keep-alive"),
-                ("Cache-Control", "no-cache"), *headers]
+        headers = list(headers)
+        given = {k.lower() for k, _ in headers}
+        head = [(k, v) for k, v in (("Date", faults._date()),
+                                    ("Content-Type", "text/event-stream; charset=utf-8"),
+                                    ("Transfer-Encoding", "chunked"),
+                                    ("Connection", "keep-alive"), ("Cache-Control", "no-cache"))
+                if k.lower() not in given] + headers
         try:
             self.wfile.write(self._head(200, "OK", head))
             for event in events:
@@ -783,6 +803,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _MIDDLEBOX_KINDS = frozenset({"body_limit", "waf", "drop"})
+_QUIRK_NAMES = frozenset(q.name for q in quirks.QUIRKS)
 
 
 class _TooLarge(Exception):

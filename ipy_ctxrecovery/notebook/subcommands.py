@@ -27,7 +27,14 @@ from .. import errors
 from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
-from ..core.wording import forgotten_limits, messages_held, plural, status_text
+from ..core.wording import (
+    emulator_quirk,
+    forgotten_limits,
+    messages_held,
+    plural,
+    status_text,
+)
+from ..emulator import quirks
 from ..session.redactor import Redactor
 from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size, seconds_arg
 from .cell_inputs import whole_number
@@ -584,10 +591,11 @@ _EMULATOR_FLAGS = (
 
 @_subcommand("emulator", "Restart the built-in emulator with these limits, e.g. --max-body 32KB to "
              "rehearse a proxy (no flags: show the current ones).",
-             *_EMULATOR_FLAGS, session_flag=False)
+             *_EMULATOR_FLAGS, *quirks.arguments(), session_flag=False)
 def _emulator(magics: ChatMagics, args: Any) -> None:
     limits: dict[str, Any] = {}
-    for key in ("context_window", "max_output_tokens", "latency", "body_limit_style"):
+    for key in ("context_window", "max_output_tokens", "latency", "body_limit_style",
+                *(q.name for q in quirks.QUIRKS)):
         value = getattr(args, key)
         if value is not None:
             limits[key] = value
@@ -634,7 +642,14 @@ _LIMIT_WORDS: dict[str, Callable[[Any], str]] = {
 
 
 def _limit_words(key: str, value: Any) -> str:
-    return _LIMIT_WORDS[key](value) if key in _LIMIT_WORDS else f"{key.replace('_', ' ')} {value}"
+    if key in _LIMIT_WORDS:
+        return _LIMIT_WORDS[key](value)
+    if key in _QUIRK_NAMES:
+        return emulator_quirk(key)
+    return f"{key.replace('_', ' ')} {value}"
+
+
+_QUIRK_NAMES = frozenset(q.name for q in quirks.QUIRKS)
 
 
 def _emulator_limits(magics: ChatMagics) -> str:

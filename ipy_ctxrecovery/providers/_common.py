@@ -19,14 +19,16 @@ import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from operator import is_, itemgetter
 from typing import Any
 
 import httpx2
 
 from ..core.catalogue import ModelInfo, lookup
-from ..core.classify import classify
+from ..core.classify import classify, fingerprint
 from ..core.history import Message
+from ..core.wording import empty_stream, stream_ended_early
 from ..errors import ChatError, ConfigError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import proxy_for, public_url
@@ -54,7 +56,9 @@ __all__ = [
     "field",
     "json_size",
     "SingleShot",
+    "StreamProgress",
     "chat_error",
+    "cut_before_an_answer",
     "incomplete_reply",
     "malformed_reply",
     "plain",
@@ -341,8 +345,6 @@ def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:
     failure = classify(exc, request_bytes=body_bytes)
     url = getattr(getattr(exc, "request", None), "url", None)
     if failure.status is None and url is not None and getattr(exc, "response", None) is None:
-        from dataclasses import replace
-
         from ..core.wording import endpoint_text
 
         proxy, var = proxy_for(str(url)) or (None, None)
@@ -361,13 +363,31 @@ def malformed_reply(exc: BaseException, body_bytes: int, api: str) -> ChatError:
     ))
 
 
-def incomplete_reply(body_bytes: int, api: str, detail: str) -> ChatError:
-    """A stream that ended before the API said why the model stopped."""
-    reason = (
-        f"The {api} reply stream ended early ({detail}); retry, and if it repeats "
-        "check the server or any proxy in between."
-    )
-    return ChatError(Failure(FailureKind.TRANSIENT, reason, request_bytes=body_bytes))
+class StreamProgress:
+    """How far a streamed reply got: ``said`` once any of an answer arrived — text,
+    reasoning, a tool call, a stop reason or usage (a role-only chunk is not an answer)."""
+
+    __slots__ = ("said",)
+
+    def __init__(self) -> None:
+        self.said = False
+
+
+def incomplete_reply(body_bytes: int, api: str, detail: str, *, empty: bool = False
+                     ) -> ChatError:
+    """A stream that ended before the API said why the model stopped; ``empty``: before
+    anything of an answer arrived at all (``Failure.empty_stream``)."""
+    reason = empty_stream(api, cut=False) if empty else stream_ended_early(api, detail)
+    return ChatError(Failure(FailureKind.TRANSIENT, reason, request_bytes=body_bytes,
+                             empty_stream=empty,
+                             fingerprint=fingerprint("empty stream" if empty else detail)))
+
+
+def cut_before_an_answer(error: ChatError, api: str) -> ChatError:
+    """``error`` (a transport error while reading a 200 event stream) for a stream cut off
+    before anything of an answer arrived: ``Failure.empty_stream``, its kind unchanged."""
+    failure = replace(error.failure, empty_stream=True, reason=empty_stream(api, cut=True))
+    return ChatError(failure)
 
 
 def field(obj: Any, name: str) -> Any:
@@ -432,6 +452,7 @@ class SDKAdapter:
         self.info = info or lookup(model_id)
         self.client = client
         self._capture = BodyCapture(client, endpoint, connection_error)
+        self._connection_error = connection_error
         self._senders = SingleShot(client)
         self._memo = SizeMemo()
         self._prefix_fold: PrefixFold | None = None
@@ -480,7 +501,9 @@ class SDKAdapter:
     def _read_reply(self, result: Any, size: int) -> Response:
         raise NotImplementedError
 
-    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int,
+                     progress: StreamProgress) -> Response:
+        """The streamed reply; ``progress.said`` set as soon as any of an answer arrives."""
         raise NotImplementedError
 
     @property
@@ -601,6 +624,7 @@ class SDKAdapter:
             log.debug("sending through the SDK method: posting the body is not proven "
                       "to build the same request for this client")
         size = len(body) if body is not None else self.measure(request)
+        progress: StreamProgress | None = None     # set once a 200 event stream is open
         try:
             client = self._senders.for_size(size, retries=request.retries)
             if fast is not None and body is not None:
@@ -614,11 +638,16 @@ class SDKAdapter:
                 assert kwargs is not None
                 result = self._create(client, kwargs)
             if request.stream:
+                progress = StreamProgress()
                 with result as stream:
-                    return self._read_stream(stream, on_text, size)
+                    return self._read_stream(stream, on_text, size, progress)
             return self._read_reply(result, size)
         except self._sdk_errors() as exc:
-            raise chat_error(exc, size) from exc
+            error = chat_error(exc, size)
+            if progress is not None and not progress.said \
+                    and isinstance(exc, (httpx2.TransportError, self._connection_error)):
+                error = cut_before_an_answer(error, self.api)
+            raise error from exc
         except (json.JSONDecodeError, RecursionError) as exc:
             # A 2xx reply (or an SSE event) that is not valid JSON: cut off, garbled, or
             # nested deeper than the parser goes.

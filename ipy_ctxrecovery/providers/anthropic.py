@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ._common import (
     PrefixFold,
     SDKAdapter,
+    StreamProgress,
     converted_size,
     field,
     incomplete_reply,
@@ -349,8 +350,9 @@ class AnthropicProvider(SDKAdapter):
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_message(result, size, self.api)
 
-    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
-        return _read_stream(stream, on_text, size, self.api)
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int,
+                     progress: StreamProgress) -> Response:
+        return _read_stream(stream, on_text, size, self.api, progress)
 
 
 # -- reading replies ------------------------------------------------------------------------
@@ -421,13 +423,16 @@ class _BlockParts:
         return None
 
 
-def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str) -> Response:
+def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
+                 progress: StreamProgress) -> Response:
     blocks: dict[int, _BlockParts] = {}
     stop: str | None = None
     prompt: int | None = None
     usage = Usage()
     for event in stream:
         kind = getattr(event, "type", None)
+        if kind in _ANSWER_EVENTS:
+            progress.said = True
         if kind == "message_start":
             usage = _usage(event.message.usage)
             prompt = usage.prompt_tokens
@@ -457,6 +462,12 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
             usage = Usage(final.prompt_tokens if final.prompt_tokens is not None else prompt,
                           final.completion_tokens)
     if stop is None:
-        raise incomplete_reply(size, api, "no stop_reason arrived")
+        raise incomplete_reply(size, api, "no stop_reason arrived", empty=not progress.said)
     result = [b for b in (blocks[i].block() for i in sorted(blocks)) if b is not None]
-    return Response(Message(Role.ASSISTANT, tuple(result)), _stop(stop), usage, size, stop)
+    return Response(Message(Role.ASSISTANT, tuple(result)), _stop(stop), usage, size, stop,
+                    streamed=True)
+
+
+# Events that are part of an answer (``message_start`` carries the usage); ``ping`` is not.
+_ANSWER_EVENTS = frozenset({"message_start", "content_block_start", "content_block_delta",
+                            "message_delta"})

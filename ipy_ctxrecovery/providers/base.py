@@ -84,6 +84,11 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
 
+    @property
+    def reported(self) -> bool:
+        """Whether the reply said how many tokens it used at all."""
+        return self.prompt_tokens is not None or self.completion_tokens is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -92,6 +97,11 @@ class Response:
     usage: Usage
     body_bytes: int             # size of the request body that produced it
     raw_stop: str | None = None
+    streamed: bool = False
+    """Read from an event stream. A streamed reply whose ``usage`` is not ``reported`` is a
+    server that leaves usage out of streams (llama-cpp-python, servers that ignore
+    ``stream_options.include_usage``): only its unstreamed replies say how many tokens a
+    body held."""
 
 
 TextCallback = Callable[[str], None]

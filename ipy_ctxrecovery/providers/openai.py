@@ -14,11 +14,16 @@ Consecutive messages of one role (system, user or assistant) go out as one messa
 (:func:`to_wire`), as the Anthropic adapter does: after a compaction the history holds a
 summary, a notice and the request as three user messages, and the chat templates of many
 open models (served by vLLM, llama.cpp, TGI) reject anything but strict user/assistant
-alternation ("Conversation roles must alternate user/assistant/user/assistant/..."). Each
-merged message's text stays whole and separate, as one ``{"type": "text"}`` content part
-(empty texts are left out; one text left stays a plain string); tool calls are
-concatenated. Tool results stay one message each, as the API wants. The history itself is
-not changed, so its messages keep their tags.
+alternation ("Conversation roles must alternate user/assistant/user/assistant/..."). A
+merged message's content is one plain string: its texts in order, each whole, joined by a
+blank line (:data:`TEXT_JOIN`; empty texts are left out). A string is what every server
+accepts: a list of text parts makes the chat templates of llama.cpp-based servers fail
+(llama-cpp-python answers HTTP 500 "can only concatenate str (not "list") to str"). The
+blank line is the break the compactor itself puts between messages when it renders them
+for the summarizer, so the summary, a notice and the request still read as separate
+paragraphs, and no word of one runs into the next. Tool calls are concatenated. Tool
+results stay one message each, as the API wants. The history itself is not changed, so
+its messages keep their tags.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from ..core.history import Message, Text, ToolCall, ToolResult, to_openai
 from ..errors import ConfigError, redact
 from ._common import (
     SDKAdapter,
+    StreamProgress,
     converted_size,
     field,
     incomplete_reply,
@@ -48,7 +54,7 @@ from ._common import (
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
 
-__all__ = ["OpenAIProvider", "to_wire", "uses_max_completion_tokens"]
+__all__ = ["TEXT_JOIN", "OpenAIProvider", "to_wire", "uses_max_completion_tokens"]
 
 STOP_REASONS = {
     "stop": StopReason.END,
@@ -81,6 +87,9 @@ NO_KEY_MESSAGE = (
 
 
 _MERGED_ROLES = frozenset({"system", "user", "assistant"})
+
+TEXT_JOIN = "\n\n"
+"""What goes between the texts of the messages ``to_wire`` merges into one."""
 
 
 def to_wire(history: Sequence[Message]) -> list[dict[str, Any]]:
@@ -130,7 +139,7 @@ def _merge(run: list[dict[str, Any]]) -> dict[str, Any]:
     if len(texts) == 1:
         content = texts[0]
     elif texts:
-        content = [{"type": "text", "text": t} for t in texts]
+        content = TEXT_JOIN.join(texts)      # a new str: no history holds it (``for_body``)
     else:
         content = None if calls else ""
     merged: dict[str, Any] = {"role": run[0]["role"], "content": content}
@@ -275,8 +284,9 @@ class OpenAIProvider(SDKAdapter):
     def _read_reply(self, result: Any, size: int) -> Response:
         return _read_completion(result, size, self.api)
 
-    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int) -> Response:
-        return _read_stream(stream, on_text, size, self.api)
+    def _read_stream(self, stream: Any, on_text: TextCallback | None, size: int,
+                     progress: StreamProgress) -> Response:
+        return _read_stream(stream, on_text, size, self.api, progress)
 
 
 class _Sized(NamedTuple):
@@ -284,13 +294,14 @@ class _Sized(NamedTuple):
 
     role: str
     size: int                   # the message alone
-    text: int | None            # its content as a JSON string; None when empty
-    part: int                   # its content as a text part
+    text: int | None            # its content as a JSON string, quotes left out; None: empty
     calls: int                  # its tool calls, encoded, without separators
     n_calls: int
 
 
-_PART_OVERHEAD = converted_size({"type": "text", "text": ""}) - converted_size("")
+# JSON escapes a str character by character, so a joined text encodes as its texts' encodings
+# (quotes left out) with the separator's between them, inside one pair of quotes.
+_JOIN_SIZE = converted_size(TEXT_JOIN) - len('""')
 _CALLS_OVERHEAD = len(',"tool_calls":[]')
 
 
@@ -298,15 +309,14 @@ def _message_size(message: Message) -> _Sized:
     d = _for_body(message, to_openai((message,))[0])
     text = d.get("content") or None
     calls = d.get("tool_calls", ())
-    text_size = converted_size(text) if text is not None else None
-    return _Sized(d["role"], converted_size(d), text_size,
-                  (text_size or 0) + _PART_OVERHEAD,
+    return _Sized(d["role"], converted_size(d),
+                  converted_size(text) - len('""') if text is not None else None,
                   sum(converted_size(c) for c in calls), len(calls))
 
 
 # A run of same-role messages merged into one, as far as its size needs: (role, messages,
-# the first's size, texts, the first text's size, the texts' part sizes, calls, their size).
-_Run = tuple[str, int, int, int, int, int, int, int]
+# the first's size, texts, the texts' sizes without quotes, calls, their size).
+_Run = tuple[str, int, int, int, int, int, int]
 # The messages array so far: (size of the closed runs, how many, the open run or None).
 _Fold = tuple[int, int, _Run | None]
 _START: _Fold = (0, 0, None)
@@ -316,15 +326,12 @@ def _grow(run: _Run | None, item: _Sized) -> _Run:
     """``run`` with ``item`` merged in (a new run when None)."""
     text = item.text is not None
     if run is None:
-        return (item.role, 1, item.size, int(text), item.text or 0, item.part if text else 0,
-                item.n_calls, item.calls)
-    role, n, first, n_texts, first_text, parts, n_calls, calls = run
+        return (item.role, 1, item.size, int(text), item.text or 0, item.n_calls, item.calls)
+    role, n, first, n_texts, texts, n_calls, calls = run
     if text:
-        first_text = first_text if n_texts else item.text or 0
         n_texts += 1
-        parts += item.part
-    return (role, n + 1, first, n_texts, first_text, parts, n_calls + item.n_calls,
-            calls + item.calls)
+        texts += item.text or 0
+    return (role, n + 1, first, n_texts, texts, n_calls + item.n_calls, calls + item.calls)
 
 
 @functools.lru_cache(maxsize=8)
@@ -335,13 +342,11 @@ def _shell_size(role: str) -> int:
 
 def _run_size(run: _Run) -> int:
     """Encoded size of ``_merge`` of the messages ``run`` stands for."""
-    role, n, first, n_texts, first_text, parts, n_calls, calls = run
+    role, n, first, n_texts, texts, n_calls, calls = run
     if n == 1:
         return first
-    if n_texts == 1:
-        content = first_text
-    elif n_texts:
-        content = 2 + parts + n_texts - 1
+    if n_texts:
+        content = len('""') + texts + _JOIN_SIZE * (n_texts - 1)
     else:
         content = len("null") if n_calls else len('""')
     size = _shell_size(role) + content
@@ -462,7 +467,8 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
-def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str) -> Response:
+def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
+                 progress: StreamProgress) -> Response:
     text: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, _CallParts] = {}
@@ -471,6 +477,7 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
     for chunk in stream:
         if getattr(chunk, "usage", None) is not None:
             usage = _usage(chunk.usage)
+            progress.said = True
         for choice in chunk.choices or ():
             if getattr(choice, "index", 0) not in (0, None):
                 continue
@@ -479,22 +486,26 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str)
                 piece = _reasoning_of(delta)
                 if piece:
                     reasoning.append(piece)
+                    progress.said = True
                 # A refusal streams in its own field; it is the visible answer all the same.
                 for piece in (delta.content, getattr(delta, "refusal", None)):
                     if isinstance(piece, str) and piece:
                         text.append(piece)
+                        progress.said = True
                         if on_text is not None:
                             on_text(piece)
                 for tc in delta.tool_calls or ():
                     _add_call_delta(calls, tc)
+                    progress.said = True
             if choice.finish_reason:
                 finish = choice.finish_reason
+                progress.said = True
     if finish is None:
-        raise incomplete_reply(size, api, "no finish_reason arrived")
+        raise incomplete_reply(size, api, "no finish_reason arrived", empty=not progress.said)
     tool_calls = [ToolCall(p.id, p.name, "".join(p.arguments) or "{}")
                   for _, p in sorted(calls.items())]
     message = Message.assistant("".join(text), tool_calls, "".join(reasoning) or None)
-    return Response(message, _stop(finish), usage, size, finish)
+    return Response(message, _stop(finish), usage, size, finish, streamed=True)
 
 
 def _add_call_delta(calls: dict[int, _CallParts], tc: Any) -> None:

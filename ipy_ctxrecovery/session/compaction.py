@@ -106,6 +106,9 @@ class SessionCompactor:
                 reason = wording.summary_not_size(format_size(size), failure.label)
                 raise ChatError(dataclasses.replace(failure, reason=reason), reason) from error
             raise ChatError(failure, outcome.reason) from error
+        # An unstreamed reply's usage calibrates the token estimate like a turn's (a server
+        # that leaves usage out of streams calibrates from these alone).
+        limits.on_success(size, response.usage.prompt_tokens, response.usage.completion_tokens)
         if log is not None:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)

@@ -111,13 +111,16 @@ class RecoveryLoop:
         recovery = flow.recover(caps, self.settings)
         error: ChatError | None = None
         response: Response | None = None
+        unstreamed = False          # an empty stream: this request goes on unstreamed
         body = 0
         try:
             effect: flow.Effect = next(recovery)
             while True:
                 result: object = None
                 if isinstance(effect, flow.Send):
-                    history, request, body = self._encoded_within_limits(history, spec, log)
+                    sending = dataclasses.replace(spec, stream=False) if unstreamed else spec
+                    history, request, body = self._encoded_within_limits(history, sending,
+                                                                         log)
                     request = dataclasses.replace(request,
                                                   retries=flow.sdk_may_retry(caps, body))
                     self.bus.emit(Sending(body_bytes=body, attempt=effect.attempt,
@@ -125,7 +128,7 @@ class RecoveryLoop:
                     try:
                         response = call_with_deadline(
                             functools.partial(self.endpoint.provider.send, request),
-                            relay if spec.stream and on_text else None, log.deadline,
+                            relay if sending.stream and on_text else None, log.deadline,
                             timeout=self.settings.turn_timeout or 0,
                             meanwhile=self.while_waiting)
                         result = flow.Answered(body)
@@ -148,6 +151,12 @@ class RecoveryLoop:
                     self.bus.emit(Retrying(attempt=1, wait=0.0,
                                            failure_kind=effect.failure.kind,
                                            failure=effect.failure), log)
+                elif isinstance(effect, flow.Unstream):
+                    # The server's own error (or its answer) comes back unstreamed.
+                    unstreamed = True
+                    self.bus.emit(Retrying(attempt=1, wait=0.0,
+                                           failure_kind=effect.failure.kind,
+                                           failure=effect.failure, resend="unstreamed"), log)
                 elif isinstance(effect, flow.Resend):
                     self.bus.emit(Retrying(
                         attempt=1, wait=0.0, failure_kind=effect.failure.kind,
@@ -174,6 +183,8 @@ class RecoveryLoop:
                                response.usage.completion_tokens)
         log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
         recovered()
+        if unstreamed and spec.stream and on_text is not None and response.message.text:
+            on_text(response.message.text)      # shown as a streamed answer would be
         return Sent(history, response, spec)
 
     def _encoded_within_limits(self, history: History, spec: RequestSpec,

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..core import continuation as escalation
-from ..core.events import Escalation, ToolRun, Truncated
+from ..core.events import Escalation, StreamUsageMissing, ToolRun, Truncated
 from ..core.history import TAG_CONTINUATION, History, Message, ToolCall, storable, unstorable_at
-from ..providers.base import StopReason, TextCallback, ToolSpec
+from ..providers.base import Response, StopReason, TextCallback, ToolSpec
 from ..settings import Settings
 from .recovery import RecoveryLoop
 from .sizing import RequestSpec
@@ -134,6 +134,7 @@ class TurnRunner:
         self.bus = bus
         self.settings = settings
         self._mask = mask     # a tool result is persisted and sent: the session's key goes
+        self._told_no_stream_usage: object = None     # the provider it was said of
 
     def run(self, history: History, spec: RequestSpec, log: TurnLog,
             on_text: TextCallback | None,
@@ -180,6 +181,18 @@ class TurnRunner:
                               detail=content[:500] if is_error else ""), log)
         return Message.tool(call.id, content, is_error=is_error, name=call.name)
 
+    def _note_stream_usage(self, response: Response, log: TurnLog) -> None:
+        """Say once per provider that its streamed replies carry no usage: the session's
+        token calibration (``LearnedLimits.on_success``) takes usage only where a reply
+        reports it, so such a server calibrates from its unstreamed replies alone."""
+        if not response.streamed or response.usage.reported:
+            return
+        provider = self.recovery.endpoint.provider
+        if self._told_no_stream_usage is provider:
+            return
+        self._told_no_stream_usage = provider
+        self.bus.emit(StreamUsageMissing(), log)
+
     def _answer(self, history: History, spec: RequestSpec, log: TurnLog,
                 on_text: TextCallback | None,
                 ) -> tuple[History, Message, StopReason, RequestSpec]:
@@ -205,6 +218,7 @@ class TurnRunner:
             spec = sent.spec
             response = sent.response
             history = sent.history
+            self._note_stream_usage(response, log)
             if TAG_CONTINUATION in map(_tag, history):   # rarely: looked for at C speed
                 history = tuple(m for m in history if m.tag != TAG_CONTINUATION)
             message = response.message

@@ -12,6 +12,7 @@ runs. Effects:
 - :class:`Tell`: events for the user (a cap learned, lowered or withdrawn);
 - :class:`Refresh`: re-read the credentials; :class:`Wait`: sleep, then the next
   :class:`Send`; :class:`Resend`: the same body once more (a refusal that may be a blip);
+  :class:`Unstream`: the same request once unstreamed (its stream came back empty);
 - :class:`Climb`: one step of the ladder for ``failure`` (the exact fit first, by summary
   where it can), then the next :class:`Send`. The driver raises to end the request when
   the ladder gives up; closing the generator then takes back a limit only adopted for it.
@@ -34,7 +35,7 @@ from . import policy
 from .evidence import Caps, Finding, Observation, signature_of
 
 __all__ = ["Answered", "Climb", "Done", "Effect", "GaveUp", "Refresh", "Refused", "Resend",
-           "Send", "Tell", "Wait", "recover", "sdk_may_retry"]
+           "Send", "Tell", "Unstream", "Wait", "recover", "sdk_may_retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +67,20 @@ class Resend:
 
 
 @dataclass(frozen=True, slots=True)
+class Unstream:
+    """Send the same request once unstreamed: its stream came back empty."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
 class Climb:
     failure: Failure                  # as the ladder should see it
     body: int
     learned: tuple[Event, ...] = ()   # what the refusal taught, told with the step
 
 
-Effect = Send | Tell | Refresh | Wait | Resend | Climb
+Effect = Send | Tell | Refresh | Wait | Resend | Unstream | Climb
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +202,8 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
                 yield Refresh(failure)
             elif answer.action is policy.Action.RESEND:
                 yield Resend(failure, suspect=observation.about_size)
+            elif answer.action is policy.Action.UNSTREAM:
+                yield Unstream(failure)
             else:
                 yield Wait(answer.wait, attempts.transient, failure)
     finally:

@@ -10,6 +10,9 @@ over the finding; :func:`respond` returns one :class:`Response`:
 - ``RESEND``: the first refusal of its kind above what passed, of a kind a blip can cause
   (a drop of a body under ``likely_payload_min_bytes``, a proxy's bare 5xx, a cut body): the
   same body once more, without the SDK's own retries; a second refusal confirms a limit;
+- ``UNSTREAM``: a streamed request that got an event stream with nothing in it (a server
+  such as llama.cpp's answers an overflow so): the same request once unstreamed, which
+  gets the server's own error (or the answer);
 - ``CLIMB``: a size limit (learned, suspected from a block page) or a context overflow:
   fit the history (the ladder) and resend. ``failure`` is then the failure as the ladder
   should see it: a limit the evidence showed is a payload failure, whatever its kind;
@@ -33,6 +36,7 @@ class Action(StrEnum):
     REFRESH = "refresh"
     WAIT = "wait"
     RESEND = "resend"
+    UNSTREAM = "unstream"
     CLIMB = "climb"
     GIVE_UP = "give_up"
 
@@ -44,8 +48,9 @@ class Attempts:
     auth: int = 0
     transient: int = 0
     suspect_resent: int = 0
-    last_error: tuple[int | None, str, int] | None = None
-    """(status, reason, body size) of the last transient failure, to see it repeat."""
+    unstreamed: int = 0
+    last_error: Failure | None = None
+    """The last transient failure, to see it repeat (``Failure.repeats``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ def respond(failure: Failure, observation: Observation, attempts: Attempts, *,
         if attempts.auth:
             return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
         return Response(Action.REFRESH, replace(attempts, auth=attempts.auth + 1), failure)
+    if failure.empty_stream and not attempts.unstreamed:
+        return Response(Action.UNSTREAM, replace(attempts, unstreamed=1), failure)
     finding, signature = observation.finding, observation.signature
     if finding is Finding.LIMIT:
         return Response(Action.CLIMB, attempts, as_payload(failure, observation))
@@ -148,10 +155,10 @@ _DETERMINISTIC = frozenset({500, 501})
 
 def _transient(failure: Failure, attempts: Attempts, *, body: int, settings: Settings,
                remaining: float | None, now: float) -> Response:
-    key = (failure.status, failure.reason, body)
     if attempts.transient >= settings.transient_retries:
         return Response(Action.GIVE_UP, attempts, failure, reason=sentence(failure))
-    if attempts.last_error == key and failure.status in _DETERMINISTIC:
+    last = attempts.last_error
+    if last is not None and failure.status in _DETERMINISTIC and _same(failure, last, body):
         return Response(Action.GIVE_UP, attempts, failure, reason=(
             f"{sentence(failure).rstrip('.')} — the same error twice on the same request, "
             "so it was not sent a third time."))
@@ -162,5 +169,15 @@ def _transient(failure: Failure, attempts: Attempts, *, body: int, settings: Set
         what = f"HTTP {failure.status}" if failure.status else failure.label
         return Response(Action.GIVE_UP, attempts, failure,
                         reason=too_long_sentence(plan, what, now=now))
-    return Response(Action.WAIT, replace(attempts, transient=count, last_error=key), failure,
-                    wait=plan.seconds)
+    return Response(Action.WAIT, replace(attempts, transient=count,
+                                         last_error=replace(failure, request_bytes=body)),
+                    failure, wait=plan.seconds)
+
+
+def _same(failure: Failure, last: Failure, body: int) -> bool:
+    """The same error again on the same body (by fingerprint where the classifier gave one,
+    else by status and words)."""
+    now = replace(failure, request_bytes=body)
+    if now.fingerprint is not None and last.fingerprint is not None:
+        return now.repeats(last)
+    return (now.status, now.reason, body) == (last.status, last.reason, last.request_bytes)

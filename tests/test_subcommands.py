@@ -1,0 +1,46 @@
+"""``%chat SUBCOMMAND`` (``notebook/subcommands.py``) in a real IPython shell: the emulator's
+quirk flags, taken from their one declaration (``emulator/quirks.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ipy_ctxrecovery.emulator import quirks
+from ipy_ctxrecovery.notebook.magics import get_magics
+
+
+def test_chat_emulator_plays_the_quirks_of_llama_cpp_pythons_server(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip = loaded_shell
+    magics = get_magics(ip)
+    assert magics is not None
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator --context-window 4000 --string-content-only "
+                              "--empty-stream-on-error --no-stream-usage")
+    assert capsys.readouterr().out == (
+        "emulator restarted: context window 4,000 tokens; HTTP 500 for content sent as a list "
+        "of parts; an empty HTTP 200 stream when it refuses a streamed request; no usage in "
+        "streamed replies\n")
+    emu = magics.workspace.emulator
+    assert (emu.string_content_only, emu.empty_stream_on_error, emu.stream_usage) == (
+        True, True, False)
+    # The package sends text as strings: a chat on it is answered.
+    result = ip.run_cell("%%chat\n[[words 4]]\n", store_history=True)
+    assert result.success, result.error_in_exec
+    assert [r.status for r in emu.requests if r.method == "POST"] == [200]
+    ip.run_line_magic("chat", "emulator")
+    assert "no usage in streamed replies" in capsys.readouterr().out
+    ip.run_line_magic("chat", "emulator --max-body 32KB")
+    out = capsys.readouterr().out
+    assert "no longer:" in out and "HTTP 500 for content sent as a list of parts" in out
+    assert not magics.workspace.emulator.string_content_only
+
+
+def test_chat_emulator_help_names_each_quirk_flag(loaded_shell: Any,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    loaded_shell.run_line_magic("chat", "help emulator")
+    shown = capsys.readouterr().out
+    assert all(q.flag in shown for q in quirks.QUIRKS)
