@@ -1,4 +1,4 @@
-"""Benchmark: 40 turns behind real middlebox, our ChatSession against the bare SDK.
+"""Benchmark: 40 turns behind real middleboxes, our ChatSession against the bare SDK.
 
 Run: ``python bench/middleboxes.py`` (``--kinds nginx-413,squid``, ``--wires openai``,
 ``--turns 40``, ``--limit 56KB``). Needs the Debian packages ``.ci/run`` installs; a kind
@@ -10,11 +10,13 @@ of plain prose per turn, ``tests/middlebox_chat.py``) goes through it twice per 
 (a) ``ChatSession`` with the real SDK client pointed at the middlebox, (b) the bare SDK —
 the same client resending the whole growing history, a failed turn's message taken back.
 Both keep the SDKs' default retries. ModSecurity is also run with one message CRS blocks
-for its content (a SQL injection) planted early (turn 3) and late (turn 30).
+for its content (a SQL injection) planted early (turn 3) and late (turn 30, when
+``--turns`` reaches it).
 
 Per row, counted from the middlebox's own access log (so SDK retries count): requests,
-rejected requests by status, the most rejections of one limit (size: every rejection but
-the planted message's 403s), turns answered; for ours the smallest learned cap and the
+rejected requests by status and per limit (ModSecurity has two: its body size, 413, and
+CRS's verdict on content, 403 — the planted message's or the package's own requests';
+every other kind has one), turns answered; for ours the smallest learned cap and the
 largest body that passed (what the upstream answered 200). Then a ``ratio`` line per row
 pair. Figures, not verdicts: nothing here passes or fails.
 """
@@ -39,7 +41,6 @@ from ipy_ctxrecovery import Emulator, parse_size  # noqa: E402
 
 # Fixed-length fresh names: a reused name would resume the earlier run's transcript.
 _names = (f"bench-box-{n:03d}" for n in itertools.count(1))
-SQL_INJECTION = "My login form breaks when a visitor types ' OR 1=1 -- as the user name. Why?"
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class Scenario:
 def scenarios(kinds: Sequence[str], turns: int) -> list[Scenario]:
     out = [Scenario(kind, kind) for kind in kinds]
     if "modsec" in kinds:
-        out += [Scenario(f"modsec +SQLi@{at}", "modsec", at) for at in (3, turns * 3 // 4)
-                if at < turns]
+        out += [Scenario(f"modsec +SQLi@{at}", "modsec", at)
+                for at in (chat.PLANTED_EARLY, chat.PLANTED_LATE) if at < turns]
     return out
 
 
@@ -69,7 +70,7 @@ class Figures:
     first_error: str = ""
 
 
-def run(turns: Iterator[chat.Turn], box: Middlebox, planted: str | None) -> Figures:
+def run(turns: Iterator[chat.Turn], box: Middlebox) -> Figures:
     before = len(box.requests())
     fig = Figures()
     for turn in turns:
@@ -84,8 +85,9 @@ def run(turns: Iterator[chat.Turn], box: Middlebox, planted: str | None) -> Figu
     rejected = Counter(r.status for r in logged if r.status != 200)
     fig.requests = len(logged)
     fig.by_status = ", ".join(f"{n}×{s}" for s, n in sorted(rejected.items())) or "0"
-    # With a planted message, ModSecurity's 403s are its content; 413s its size limit.
-    fig.content_rejections = rejected.pop(403, 0) if planted else 0
+    # ModSecurity has two limits: its body size (413) and CRS's verdict on content (403:
+    # the planted message, or the package's own requests). Any other kind has one.
+    fig.content_rejections = rejected.pop(403, 0) if box.kind == "modsec" else 0
     fig.size_rejections = sum(rejected.values())
     return fig
 
@@ -97,13 +99,12 @@ def _kb(n: int | None) -> str:
 def report(scenario: Scenario, wire: str, turns: int, ours: Figures, bare: Figures,
            out: Callable[[str], None] = print) -> None:
     for who, fig in (("ours", ours), ("bare SDK", bare)):
-        content = f" + {fig.content_rejections} content" if scenario.planted_at is not None \
-            else ""
+        content = f", content {fig.content_rejections}" if scenario.kind == "modsec" else ""
         cap = f"min learned cap {_kb(fig.min_cap)} vs largest passed " \
               f"{_kb(fig.largest_passed)}" if who == "ours" else ""
         out(f"{scenario.name:18} {wire:9} {who:8} answered {fig.answered:>2}/{turns}  "
             f"requests {fig.requests:>3}  rejected {fig.by_status:14} "
-            f"(size limit {fig.size_rejections}{content})  {cap}")
+            f"(size limit {fig.size_rejections}{content})  {cap}".rstrip())
         if fig.first_error:
             out(f"{'':37}first lost {fig.first_error[:150]}")
     out(f"ratio {scenario.name} {wire} ours/bare: answered "
@@ -113,19 +114,17 @@ def report(scenario: Scenario, wire: str, turns: int, ours: Figures, bare: Figur
 
 def bench(scenario: Scenario, wire: str, turns: int, limit: int, upstream: Emulator,
           workdir: Path) -> tuple[Figures, Figures]:
-    planted = {scenario.planted_at: SQL_INJECTION} if scenario.planted_at is not None else {}
+    planted = {scenario.planted_at: chat.SQL_INJECTION} if scenario.planted_at is not None else {}
     texts = chat.script(turns, planted=planted)
     box = start(scenario.kind, upstream.url, limit=limit,
                 workdir=workdir / f"{scenario.kind}-{wire}-{scenario.planted_at}")
     try:
         session = chat.new_session(wire, box, upstream, next(_names))
         try:
-            ours = run(chat.session_turns(session, texts, upstream), box, SQL_INJECTION
-                       if planted else None)
+            ours = run(chat.session_turns(session, texts, upstream), box)
         finally:
             session.close()
-        bare = run(chat.bare_turns(wire, box, upstream, texts), box,
-                   SQL_INJECTION if planted else None)
+        bare = run(chat.bare_turns(wire, box, upstream, texts), box)
     finally:
         box.stop()
     return ours, bare

@@ -29,6 +29,11 @@ MODELS = {"openai": "openai:emulator", "anthropic": "anthropic:emulator"}
 WINDOW = 200_000
 TIMEOUT = 60.0
 MAX_TOKENS = 256
+# A message CRS 3.3 blocks at paranoia level 1 for what it says, whatever its size: SQL
+# injection found by libinjection (rule 942100, a critical match: 5 points, the blocking
+# threshold). Planted early (before any limit) and late (the history pressing on it).
+SQL_INJECTION = "My login form breaks when a visitor types ' OR 1=1 -- as the user name. Why?"
+PLANTED_EARLY, PLANTED_LATE = 3, 30
 
 _NOUNS = ("garden", "river", "window", "teacher", "library", "harbor", "meadow", "kitchen",
           "painter", "village", "lantern", "orchard", "bridge", "valley", "student", "market")
@@ -142,7 +147,8 @@ def bare_turns(wire: str, box: Middlebox, upstream: Emulator, texts: Sequence[st
                 yield Turn(i, True, None, None, largest_passed(upstream, since))
             except (openai.APIError, anthropic.APIError) as e:
                 history.pop()
-                yield Turn(i, False, f"{type(e).__name__}: {e}"[:300], None,
+                said = " ".join(str(e).split())     # an HTML error page, on one line
+                yield Turn(i, False, f"{type(e).__name__}: {said}"[:300], None,
                            largest_passed(upstream, since))
     finally:
         client.close()

@@ -94,7 +94,8 @@ class Middlebox:
     access_log: Path
     _proc: subprocess.Popen[bytes] = field(repr=False)
     _parse: Callable[[str], Logged | None] = field(repr=False)
-    _cleanup: list[Path] = field(default_factory=list, repr=False)
+    _workdir: Path = field(repr=False)
+    _outside: list[Path] = field(default_factory=list, repr=False)
 
     def requests(self) -> list[Logged]:
         """Every request logged so far, in order (waits for the log to settle first)."""
@@ -102,11 +103,17 @@ class Middlebox:
         return [found for line in text.splitlines() if (found := self._parse(line))]
 
     def stop(self) -> None:
-        """Stop the process by its PID (TERM, then KILL); idempotent."""
+        """Stop the process by its PID (TERM, then KILL); idempotent. Files it wrote
+        outside ``workdir`` (see ``_writable_by``) are moved into it, ``access_log`` too."""
         _stop(self._proc)
-        for path in self._cleanup:
-            shutil.rmtree(path, ignore_errors=True)
-        self._cleanup.clear()
+        for folder in self._outside:
+            for item in sorted(folder.iterdir()):
+                if item.is_file() and not (self._workdir / item.name).exists():
+                    shutil.move(item, self._workdir / item.name)
+                    if item == self.access_log:
+                        self.access_log = self._workdir / item.name
+            shutil.rmtree(folder, ignore_errors=True)
+        self._outside.clear()
 
 
 def binary(kind: str) -> str | None:
@@ -162,7 +169,7 @@ def start(kind: str, upstream: str, *, limit: int, workdir: Path) -> Middlebox:
     box = Middlebox(kind=kind, url=f"http://127.0.0.1:{port}" if kind != "squid" else upstream,
                     proxy=f"http://127.0.0.1:{port}" if kind == "squid" else None,
                     limit=limit, pid=proc.pid, access_log=launch.access_log, _proc=proc,
-                    _parse=launch.parse, _cleanup=launch.cleanup)
+                    _parse=launch.parse, _workdir=workdir, _outside=launch.outside)
     try:
         _wait_listening(port, proc, workdir)
     except BaseException:
@@ -261,7 +268,8 @@ def _unprivileged() -> tuple[str, str] | None:
 
 def _writable_by(user: tuple[str, str] | None, prefix: str) -> Path:
     """A private directory the dropped-privilege user can write: test tmp dirs sit under
-    a root-only parent (``/tmp/pytest-of-root``, mode 0700) it cannot even traverse."""
+    a root-only parent (``/tmp/pytest-of-root``, mode 0700) it cannot even traverse. Its
+    files are moved into ``workdir`` and it is removed when the middlebox stops."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     if user is not None:
         shutil.chown(path, user[0], user[1])
@@ -309,7 +317,7 @@ class _Launch:
     access_log: Path
     parse: Callable[[str], Logged | None]
     env: dict[str, str] = field(default_factory=_clean_env)
-    cleanup: list[Path] = field(default_factory=list)
+    outside: list[Path] = field(default_factory=list)   # dirs made by _writable_by
 
 
 def _nginx(exe: str, kind: str, workdir: Path, port: int, up: str, limit: int) -> _Launch:
@@ -362,7 +370,7 @@ def _apache(exe: str, kind: str, workdir: Path, port: int, up: str, limit: int) 
     user = _unprivileged()
     run = workdir / "run"
     run.mkdir(exist_ok=True)
-    cleanup: list[Path] = []
+    outside: list[Path] = []
     loads = "\n".join(f"LoadModule {m}_module {APACHE_MODULES / f'mod_{m}.so'}"
                       for m in _apache_modules(kind))
     if kind == "apache-413":
@@ -375,7 +383,7 @@ RewriteRule ^ - [R=413,L]"""
         # ModSecurity writes its collections (CRS keeps one per client IP) as the user
         # Apache drops to: a directory that user can reach.
         data = _writable_by(user, "modsec-")
-        cleanup.append(data)
+        outside.append(data)
         guard = f"""# Debian ships modsecurity.conf-recommended for the admin to copy: taken whole
 # (SecRequestBodyAccess On, the JSON body processor for application/json), then what an
 # admin changes to enforce: the engine on and the body limit.
@@ -419,7 +427,7 @@ ProxyPassReverse / http://{up}/
     # child when it gets TERM.
     return _Launch([exe, "-DFOREGROUND", "-d", str(workdir), "-f", str(conf)], access,
                    _three_fields,
-                   env=_clean_env(LANG="C"), cleanup=cleanup)
+                   env=_clean_env(LANG="C"), outside=outside)
 
 
 def _haproxy(exe: str, kind: str, workdir: Path, port: int, up: str, limit: int) -> _Launch:
@@ -481,11 +489,14 @@ pinger_enable off
 icp_port 0
 htcp_port 0
 shutdown_lifetime 0 seconds
+# Nothing leaves 127.0.0.1, not even Squid's DNS client socket (it binds all addresses).
 dns_nameservers 127.0.0.1
+udp_incoming_address 127.0.0.1
+udp_outgoing_address 127.0.0.1
 read_timeout {PROXY_TIMEOUT} seconds
 forward_timeout {PROXY_TIMEOUT} seconds
 """)
-    return _Launch([exe, "-N", "-f", str(conf)], access, _three_fields, cleanup=[logs])
+    return _Launch([exe, "-N", "-f", str(conf)], access, _three_fields, outside=[logs])
 
 
 def _caddy(exe: str, kind: str, workdir: Path, port: int, up: str, limit: int) -> _Launch:
@@ -496,6 +507,8 @@ def _caddy(exe: str, kind: str, workdir: Path, port: int, up: str, limit: int) -
   auto_https off
 }}
 http://127.0.0.1:{port} {{
+  # The site address only matches requests: without bind, Caddy listens on every address.
+  bind 127.0.0.1
   log {{
     output file {access}
     format json

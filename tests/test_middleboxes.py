@@ -37,10 +37,6 @@ pytestmark = pytest.mark.middlebox
 LIMIT = 56 * 1024
 TURNS = 40
 PER_LIMIT = 2           # rejections allowed per distinct limit (issue 24)
-# Content CRS 3.3 blocks at paranoia level 1 on its own (942100, SQL injection found by
-# libinjection: a critical match, 5 points, the blocking threshold), whatever the size.
-SQL_INJECTION = "My login form breaks when a visitor types ' OR 1=1 -- as the user name. Why?"
-EARLY, LATE = 3, 30     # late: the history has pressed on the limit for 20 turns
 
 _names = (f"box-{n:03d}" for n in itertools.count(1))
 
@@ -50,23 +46,27 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
 
 
 # What the recovery core does today behind each kind that fails (both wires alike).
-MODSEC_SUMMARY = _xfail(
+XFAIL_MODSEC = _xfail(
     "CRS blocks the package's own summary requests (932115 on the summarizer prompt's "
     "'Start with…' line, 942190 on its 'user (' role labels); each 403 lowers the learned "
-    "cap to that request's size: 56 KB → 26 KB → 11 KB → 2.9 KB, then every turn is "
+    "cap to that request's size: 54.7 KB → 26 KB → 11 KB → 2.9 KB, then every turn is "
     "refused locally: 11/40 answered")
 SILENT = {
     "nginx-444": _xfail(
-        "the connection closed with no response under 500 KB is taken for a network blip: "
-        "the same body is resent by the SDK and the ladder, the limit is never learned"),
+        "a connection closed with no response under 500 KB is taken for a network blip: "
+        "every later turn sends the same 60.8 KB body 9 times (3 attempts × the SDK's 3 "
+        "tries) and the limit is never learned: 9/40 answered, 279 rejections"),
     "caddy": _xfail(
-        "Caddy's empty 502 (a truncated body upstream) is taken for a server error: the SDK "
-        "retries it, the limit is never learned"),
+        "Caddy's empty 502 (the body cut at the limit upstream, which answers 400) is taken "
+        "for a server error: every later turn sends the same body 9 times (3 attempts × the "
+        "SDK's 3 tries) and the limit is never learned: 9/40 answered, 279 rejections"),
 }
-XFAIL = {"modsec": MODSEC_SUMMARY, **SILENT}
-PLANTED_EARLY = _xfail(
+XFAIL = {"modsec": XFAIL_MODSEC, **SILENT}
+XFAIL_CONTENT_EARLY = _xfail(
     "the planted message's 403 is taken for a size limit: resent smaller twice (three 403s "
-    "for one message) and the learned cap drops to 8.3 KB, below the 18.6 KB that passed")
+    "for one message) and the learned cap drops to 8.3 KB, below the 18.2 KB that passed; "
+    "the next turn's summary request is blocked too (cap 4.3 KB) and every later turn is "
+    "refused locally: 3/40 answered")
 
 
 @pytest.fixture(scope="module")
@@ -155,14 +155,15 @@ def test_forty_turns_behind_a_real_middlebox(kind: str, wire: str, box: Callable
 
 
 @pytest.mark.parametrize("wire", chat.WIRES)
-@pytest.mark.parametrize("at", [pytest.param(EARLY, marks=PLANTED_EARLY, id="early"),
-                                pytest.param(LATE, marks=MODSEC_SUMMARY, id="late")])
+@pytest.mark.parametrize("at", [
+    pytest.param(chat.PLANTED_EARLY, marks=XFAIL_CONTENT_EARLY, id="early"),
+    pytest.param(chat.PLANTED_LATE, marks=XFAIL_MODSEC, id="late")])
 def test_modsecurity_blocks_one_message_for_its_content(at: int, wire: str,
                                                         box: Callable[[str], Middlebox],
                                                         upstream: Emulator) -> None:
     """A message CRS blocks for what it says, early or late in the session: that turn may
     fail with one sentence; every other turn is answered and the cap holds."""
-    texts = chat.script(TURNS, planted={at: SQL_INJECTION})
+    texts = chat.script(TURNS, planted={at: chat.SQL_INJECTION})
     run = converse(box("modsec"), upstream, wire, texts, may_fail=frozenset({at}))
     assert len(run.answered) >= TURNS - 1
     for sentence in run.failed.values():
