@@ -119,11 +119,8 @@ def bench(scenario: Scenario, wire: str, turns: int, limit: int, upstream: Emula
     box = start(scenario.kind, upstream.url, limit=limit,
                 workdir=workdir / f"{scenario.kind}-{wire}-{scenario.planted_at}")
     try:
-        session = chat.new_session(wire, box, upstream, next(_names))
-        try:
+        with chat.new_session(wire, box, upstream, next(_names)) as session:
             ours = run(chat.session_turns(session, texts, upstream), box)
-        finally:
-            session.close()
         bare = run(chat.bare_turns(wire, box, upstream, texts), box)
     finally:
         box.stop()

@@ -11,6 +11,7 @@ an attack, so that a block is about size unless a test plants content on purpose
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,10 +115,22 @@ def session_turns(session: ChatSession, texts: Sequence[str], upstream: Emulator
         yield Turn(i, answered, error, session.caps.learned, largest_passed(upstream, since))
 
 
-def new_session(wire: str, box: Middlebox, upstream: Emulator, name: str) -> ChatSession:
-    return ChatSession(MODELS[wire], client=sdk_client(wire, box, upstream),
-                       settings=Settings(context_window=WINDOW), builtin_tools=False,
-                       name=name)
+@contextlib.contextmanager
+def new_session(wire: str, box: Middlebox, upstream: Emulator, name: str
+                ) -> Iterator[ChatSession]:
+    """A session on the user's SDK client for the middlebox; the session and the client
+    (the user's, which the session never closes) are closed after."""
+    client = sdk_client(wire, box, upstream)
+    try:
+        session = ChatSession(MODELS[wire], client=client,
+                              settings=Settings(context_window=WINDOW), builtin_tools=False,
+                              name=name)
+        try:
+            yield session
+        finally:
+            session.close()
+    finally:
+        client.close()
 
 
 def user_texts(session: ChatSession) -> list[str]:

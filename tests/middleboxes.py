@@ -12,22 +12,28 @@ middlebox really saw — SDK retries included — with :meth:`Middlebox.requests
     finally:
         box.stop()
 
-The kinds (``limit`` is the body size in bytes above which a request is refused):
+The kinds (``limit`` is the body size in bytes above which a request is refused), and
+what an SDK client sees for a body over it (as observed with Debian 12's packages):
 
-- ``nginx-413``: ``client_max_body_size`` — nginx's own 413 page.
-- ``nginx-444``: the same limit answered with ``return 444``: the connection is closed
-  with no response at all (nginx logs 444).
-- ``apache-413``: Apache 2.4 reverse proxy. Debian's 2.4 does not apply
-  ``LimitRequestBody`` to proxied requests, so a mod_rewrite rule on Content-Length gives
-  Apache's own 413 page.
-- ``modsec``: Apache + ModSecurity 2 + the OWASP CRS as Debian ships them (paranoia
-  level 1), ``SecRuleEngine On`` and ``SecRequestBodyLimit`` with ``Reject``; it also
-  blocks requests for their content (403).
+- ``nginx-413``: ``client_max_body_size`` — nginx's 413 HTML page.
+- ``nginx-444``: the same limit answered with ``return 444``: nginx logs 444 and sends
+  nothing; the client sees the connection closed with no response (httpx's
+  RemoteProtocolError) or reset while it still sends the body (ConnectionResetError).
+- ``apache-413``: Apache 2.4 reverse proxy — 413, Apache's HTML page. Debian's 2.4.71
+  does not apply ``LimitRequestBody`` to proxied requests (checked: a body over it reaches
+  the upstream), so a mod_rewrite rule on Content-Length gives Apache's own 413.
+- ``modsec``: Apache + ModSecurity 2.9 + the OWASP CRS 3.3 as Debian ships them
+  (paranoia level 1), ``SecRuleEngine On``, ``SecRequestBodyLimit`` with ``Reject`` —
+  413, the same Apache page; a body CRS blocks for its content gets 403, Apache's
+  "Forbidden" page. Reached at 127.0.0.1, every request scores 3 (rule 920350, "Host
+  header is a numeric IP address"): 2 more from any rule blocks it.
 - ``haproxy-403`` / ``haproxy-413``: ``option http-buffer-request`` and a deny on
-  ``req.body_size`` with that status (HAProxy's own HTML error pages).
+  ``req.body_size`` — HAProxy's HTML pages ("Request forbidden by administrative rules",
+  "Payload Too Large").
 - ``squid``: a forward proxy (``request_body_max_size``); ``url`` is the upstream itself
-  and ``proxy`` the proxy URL the client must use. Squid answers ``ERR_TOO_BIG``.
-- ``caddy``: ``request_body { max_size }`` before ``reverse_proxy``.
+  and ``proxy`` the proxy URL the client must use — 413, ``X-Squid-Error: ERR_TOO_BIG 0``.
+- ``caddy``: ``request_body { max_size }`` before ``reverse_proxy`` — an empty 502 to the
+  client; the upstream gets the original Content-Length and the body cut at the limit.
 
 ``Logged.body_bytes`` is the request's declared Content-Length (None when it had none).
 """
@@ -35,6 +41,7 @@ The kinds (``limit`` is the body size in bytes above which a request is refused)
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
 import pwd
@@ -260,8 +267,6 @@ def _unprivileged() -> tuple[str, str] | None:
             entry = pwd.getpwnam(name)
         except KeyError:
             continue
-        import grp
-
         return name, grp.getgrgid(entry.pw_gid).gr_name
     return None
 

@@ -103,10 +103,9 @@ def converse(box: Middlebox, upstream: Emulator, wire: str, texts: list[str],
     """Run the conversation; stop at the first turn that breaks a per-turn rule (so a
     failing kind fails in seconds, not after 30 doomed turns)."""
     before = len(box.requests())
-    session = chat.new_session(wire, box, upstream, next(_names))
     answered: list[int] = []
     failed: dict[int, str] = {}
-    try:
+    with chat.new_session(wire, box, upstream, next(_names)) as session:
         for turn in chat.session_turns(session, texts, upstream):
             if turn.answered:
                 answered.append(turn.index)
@@ -118,8 +117,6 @@ def converse(box: Middlebox, upstream: Emulator, wire: str, texts: list[str],
                 f"learned cap {turn.learned_cap:,} B is below a body that passed "
                 f"({turn.largest_passed:,} B). {_context(box, before, turn)}")
         return Run(box.requests()[before:], answered, failed, chat.user_texts(session))
-    finally:
-        session.close()
 
 
 def _context(box: Middlebox, before: int, turn: chat.Turn) -> str:
