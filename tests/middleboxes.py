@@ -168,11 +168,15 @@ def start(kind: str, upstream: str, *, limit: int, workdir: Path) -> Middlebox:
     port = _free_port()
     recipe = _RECIPES[kind]
     launch = recipe(exe, kind, workdir, port, up, limit)
-    stdout = (workdir / "stdout.log").open("wb")
-    with stdout:
-        proc = subprocess.Popen(launch.argv, stdout=stdout, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=launch.env, cwd=workdir,
-                                start_new_session=True)
+    try:
+        with (workdir / "stdout.log").open("wb") as stdout:
+            proc = subprocess.Popen(launch.argv, stdout=stdout, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=launch.env, cwd=workdir,
+                                    start_new_session=True)
+    except BaseException:
+        for folder in launch.outside:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     box = Middlebox(kind=kind, url=f"http://127.0.0.1:{port}" if kind != "squid" else upstream,
                     proxy=f"http://127.0.0.1:{port}" if kind == "squid" else None,
                     limit=limit, pid=proc.pid, access_log=launch.access_log, _proc=proc,
