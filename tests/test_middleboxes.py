@@ -13,8 +13,8 @@ every kind and wire:
 - the learned cap never below the largest body that passed (what the upstream answered);
 - every user message in the transcript.
 
-The kinds the current recovery core fails are ``xfail(strict=True)`` with what fails
-(issue 24's core rewrite flips them); bench/middleboxes.py prints the whole-run figures.
+The runs the current recovery core fails are ``xfail(strict=True)`` with what fails
+(issue 24's remaining work flips them); bench/middleboxes.py prints the whole-run figures.
 Locally a missing program skips its kind with one line; under ``CI=true`` it fails.
 """
 
@@ -46,27 +46,23 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
 
 
 # What the recovery core does today behind each kind that fails (both wires alike).
+# Every turn is answered and the cap holds at the largest body that passed; what fails is
+# the count of rejections: CRS blocks each of the package's own summary requests for its
+# text (932115, Windows command injection, on the summarizer prompt's line "Start with the
+# line \"[STRUCTURED SUMMARY…"), and each compaction sends one.
 XFAIL_MODSEC = _xfail(
-    "CRS blocks the package's own summary requests (932115 on the summarizer prompt's "
-    "'Start with…' line, 942190 on its 'user (' role labels); each 403 lowers the learned "
-    "cap to that request's size: 54.7 KB → 26 KB → 11 KB → 2.9 KB, then every turn is "
-    "refused locally: 11/40 answered")
-SILENT = {
-    "nginx-444": _xfail(
-        "a connection closed with no response under 500 KB is taken for a network blip: "
-        "every later turn sends the same 60.8 KB body 9 times (3 attempts × the SDK's 3 "
-        "tries) and the limit is never learned: 9/40 answered, 279 rejections"),
-    "caddy": _xfail(
-        "Caddy's empty 502 (the body cut at the limit upstream, which answers 400) is taken "
-        "for a server error: every later turn sends the same body 9 times (3 attempts × the "
-        "SDK's 3 tries) and the limit is never learned: 9/40 answered, 279 rejections"),
-}
-XFAIL = {"modsec": XFAIL_MODSEC, **SILENT}
+    "CRS blocks every summary request the package sends (932115 on its 'Start with the "
+    "line' instruction): 16 × 403 of ~26 KB besides the one 413, with 40/40 answered and "
+    "the cap held at 54.7 KB")
+XFAIL = {"modsec": XFAIL_MODSEC}
 XFAIL_CONTENT_EARLY = _xfail(
-    "the planted message's 403 is taken for a size limit: resent smaller twice (three 403s "
-    "for one message) and the learned cap drops to 8.3 KB, below the 18.2 KB that passed; "
-    "the next turn's summary request is blocked too (cap 4.3 KB) and every later turn is "
-    "refused locally: 3/40 answered")
+    "the planted message is blocked, then resent smaller twice (three 403s for one "
+    "message, where one smaller retry proves content), and every summary request is "
+    "blocked as in the prose-only run (15 × 403); 39/40 answered, the cap holds")
+XFAIL_CONTENT_LATE = _xfail(
+    "the planted message is blocked once and its turn fails with one sentence, but every "
+    "summary request is blocked as in the prose-only run (15 × 403); 39/40 answered, the "
+    "cap holds")
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +150,7 @@ def test_forty_turns_behind_a_real_middlebox(kind: str, wire: str, box: Callable
 @pytest.mark.parametrize("wire", chat.WIRES)
 @pytest.mark.parametrize("at", [
     pytest.param(chat.PLANTED_EARLY, marks=XFAIL_CONTENT_EARLY, id="early"),
-    pytest.param(chat.PLANTED_LATE, marks=XFAIL_MODSEC, id="late")])
+    pytest.param(chat.PLANTED_LATE, marks=XFAIL_CONTENT_LATE, id="late")])
 def test_modsecurity_blocks_one_message_for_its_content(at: int, wire: str,
                                                         box: Callable[[str], Middlebox],
                                                         upstream: Emulator) -> None:
