@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets a private data directory; ``emulator`` starts emulators."""
+"""Shared fixtures: every test gets a private data directory; ``emulator`` starts emulators;
+``middlebox`` starts real proxies (tests/middleboxes.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,30 @@ def emulator() -> Iterator[Callable[..., Any]]:
     yield start
     for emu in reversed(started):
         emu.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def middlebox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """Factory: ``box = middlebox("squid", emu.url, limit=48 * 1024)`` starts a real
+    middlebox in its own tmp directory (tests/middleboxes.py). When its program is missing
+    the test is skipped with one line, or fails under ``CI=true``. Every box it started is
+    stopped by PID when the module's tests are done (``box.stop()`` ends one sooner)."""
+    from middleboxes import missing, start
+    from needs import unavailable
+
+    started: list[Any] = []
+
+    def make(kind: str, upstream: str, *, limit: int) -> Any:
+        reason = missing(kind)
+        if reason is not None:
+            unavailable(reason)
+        box = start(kind, upstream, limit=limit, workdir=tmp_path_factory.mktemp(kind))
+        started.append(box)
+        return box
+
+    yield make
+    for box in reversed(started):
+        box.stop()
 
 
 @pytest.fixture

@@ -91,3 +91,21 @@ def test_what_if_prints_a_time_per_history_size() -> None:
     for n in (20, 60):
         assert f"ratio what_if n={n}: warm/100ms " in out, out
     assert "summarized" in out        # the compact case really compacts
+
+
+def test_middleboxes_prints_ours_against_the_bare_sdk_behind_nginx() -> None:
+    from middleboxes import missing
+    from needs import unavailable
+
+    reason = missing("nginx-413")
+    if reason is not None:
+        unavailable(reason)
+    out = run("middleboxes.py", "--kinds", "nginx-413", "--wires", "openai", "--turns", "12")
+    assert "ratio nginx-413 openai ours/bare: answered " in out, out
+    assert out.count("answered ") == 3, out   # ours, bare, and the ratio line
+
+
+def test_middleboxes_rejects_an_unknown_kind() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "middleboxes.py"), "--kinds", "iis"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown kind" in done.stderr

@@ -1,23 +1,20 @@
 """Real nginx in front of the emulator: a genuine nginx 413 reaches the SDK and is classified.
 
-Needs the nginx binary (Debian's nginx-light; ``.ci/run`` installs it). Locally the tests
-skip with the reason when it is absent; under ``CI=true`` they fail instead.
+Needs the nginx binary (Debian's nginx-light; ``.ci/run`` installs it); nginx is started by
+the ``middlebox`` fixture (tests/middleboxes.py). Locally the tests skip with the reason
+when it is absent; under ``CI=true`` they fail instead.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import socket
 import subprocess
-import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import anthropic
 import openai
 import pytest
+from middleboxes import Middlebox, binary
 
 from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.emulator import Emulator
@@ -26,48 +23,7 @@ from ipy_ctxrecovery.failures import FailureKind
 pytestmark = pytest.mark.nginx
 
 CLIENT_MAX_BODY = 16 * 1024
-START_TIMEOUT = 15.0
 TIMEOUT = 20.0
-
-
-def _nginx_binary() -> str | None:
-    found = shutil.which("nginx")
-    if found:
-        return found
-    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"nginx exited with {proc.returncode}: "
-                               f"{log.read_text(errors='replace') if log.exists() else ''}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nginx did not listen on 127.0.0.1:{port} within {START_TIMEOUT}s")
-
-
-@pytest.fixture(scope="module")
-def nginx_binary() -> str:
-    binary = _nginx_binary()
-    if binary is None:
-        reason = ("nginx is not installed (apt-get install nginx-light); the real-nginx 413 "
-                  "test cannot run")
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}, and CI=true requires it.")
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    return binary
 
 
 @pytest.fixture(scope="module")
@@ -77,54 +33,17 @@ def upstream() -> Iterator[Emulator]:
 
 
 @pytest.fixture(scope="module")
-def nginx(nginx_binary: str, upstream: Emulator,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A non-daemon nginx reverse proxy (client_max_body_size 16k) in front of the emulator;
-    yields its root URL and is stopped at teardown."""
-    prefix = tmp_path_factory.mktemp("nginx")
-    port = _free_port()
-    log = prefix / "error.log"
-    temp = "\n".join(f"  {name}_temp_path {prefix / name};"
-                     for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    user = "user root;\n" if os.geteuid() == 0 else ""
-    conf = prefix / "nginx.conf"
-    conf.write_text(f"""{user}daemon off;
-worker_processes 1;
-pid {prefix / "nginx.pid"};
-error_log {log} warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-{temp}
-  server {{
-    listen 127.0.0.1:{port};
-    client_max_body_size {CLIENT_MAX_BODY // 1024}k;
-    location / {{
-      proxy_pass {upstream.url};
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }}
-  }}
-}}
-""")
-    proc = subprocess.Popen([nginx_binary, "-p", str(prefix), "-e", str(log), "-c", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(port, proc, log)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def nginx(middlebox: Callable[..., Middlebox], upstream: Emulator) -> str:
+    """A real nginx reverse proxy (client_max_body_size 16k) in front of the emulator, from
+    tests/middleboxes.py; yields its root URL and is stopped at the module's end."""
+    return middlebox("nginx-413", upstream.url, limit=CLIENT_MAX_BODY).url
 
 
 @pytest.fixture(scope="module")
-def nginx_version(nginx_binary: str) -> str:
-    out = subprocess.run([nginx_binary, "-v"], capture_output=True, text=True, timeout=TIMEOUT)
+def nginx_version(nginx: str) -> str:
+    exe = binary("nginx-413")
+    assert exe is not None  # the nginx fixture has started it
+    out = subprocess.run([exe, "-v"], capture_output=True, text=True, timeout=TIMEOUT)
     match = re.search(r"nginx/(\S+)", out.stderr + out.stdout)
     assert match, out
     return match.group(1)
