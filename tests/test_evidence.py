@@ -164,3 +164,32 @@ def test_a_silent_drop_limit_is_learned_from_two_refusals_and_never_sent_again(
         assert all(r.body_bytes < rejected for r in later)
         assert any("a second refusal means a size limit" in line for line in lines)
         assert any("Learned a payload limit" in line and "dropped" in line for line in lines)
+
+
+def test_a_block_that_comes_back_once_smaller_is_content_and_teaches_nothing(
+        emulator: Any) -> None:
+    # A WAF's content rule on the latest message, which is the largest request so far: the
+    # first block looks like a size limit; the same request made smaller is blocked again,
+    # so it is content. One smaller retry, then the turn stops with the history as it was.
+    emu = emulator(context_window=128_000)
+    lines: list[str] = []
+    with ChatSession("emulator", emulator=emu) as s:
+        s.subscribe(lambda e: lines.append(describe(e)))
+        for turn in range(4):
+            s.send(f"turn {turn}: " + "plain words about the quarter " * 200, stream=False)
+        before = s.history
+        emu.script("waf", "waf")
+        start = len(emu.requests)
+        with pytest.raises(ChatError) as caught:
+            s.send("the message a rule blocks " + "x" * 9_000, stream=False)
+        blocked = [r for r in emu.requests[start:] if r.status == 403]
+        assert len(blocked) == 2 and blocked[1].body_bytes < blocked[0].body_bytes
+        assert len(emu.requests[start:]) == 2 + sum(1 for r in emu.requests[start:]
+                                                     if r.status == 200)   # summaries only
+        assert "blocked it again when it was made smaller" in str(caught.value)
+        assert s.history == before
+        assert s.caps.learned is None and s.caps.smallest_rejected is None
+        assert any("fitting it under about" in line for line in lines)
+        assert any("Withdrew the payload limit" in line and "its content" in line
+                   for line in lines)
+        s.send("and the conversation goes on", stream=False)

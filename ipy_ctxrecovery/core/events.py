@@ -175,17 +175,19 @@ class CapChanged(Event):
     """The payload cap in force changed: learned (or lowered) from a refused request of
     ``rejected_bytes``, withdrawn when the evidence for it was contradicted, or assumed
     (SPEC §3 auto-cap). ``signature`` (a ``failures.Signature`` value) says how the path
-    refused; ``change`` what happened to the cap; ``withdrawn_because`` why it went:
-    "bigger_passed" (a bigger body went through) or "not_size" (a body no bigger than one
-    that passed was refused the same way)."""
+    refused; ``change`` what happened to the cap ("suspected": held for one request, to
+    tell a size limit from a content rule); ``withdrawn_because`` why it went:
+    "bigger_passed" (a bigger body went through), "not_size" (a body no bigger than one
+    that passed was refused the same way) or "blocked_again" (the same request, smaller,
+    was blocked too)."""
 
     cap: int | None
     source: CapSource
     rejected_bytes: int | None = None
     dropped: bool = False
-    change: Literal["learned", "lowered", "withdrawn", "assumed"] = "learned"
+    change: Literal["learned", "lowered", "withdrawn", "assumed", "suspected"] = "learned"
     signature: str | None = None
-    withdrawn_because: Literal["bigger_passed", "not_size"] | None = None
+    withdrawn_because: Literal["bigger_passed", "not_size", "blocked_again"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

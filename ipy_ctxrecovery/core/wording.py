@@ -288,7 +288,7 @@ def _(e: ev.CompactionPhase) -> Verbosity:
 
 @shown_at.register
 def _(e: ev.CapChanged) -> Verbosity:
-    if e.change == "withdrawn":
+    if e.change in ("withdrawn", "suspected"):
         return "normal"
     return "normal" if e.source in ("learned", "assumed") and e.cap is not None else "debug"
 
@@ -489,12 +489,18 @@ def _(e: ev.NoticeInjected) -> str:
 
 @describe.register
 def _(e: ev.CapChanged) -> str:
-    if e.source == "assumed" and e.cap is not None:
+    if e.source == "assumed" and e.cap is not None and e.change in ("learned", "assumed"):
         return assumed_cap_line(e.cap)
+    if e.change == "suspected" and e.cap is not None:
+        return (f"{INFO} A {format_size(e.rejected_bytes or 0)} request was "
+                f"{_REFUSED_VERB.get(e.signature or '', 'refused')}: fitting it under about "
+                f"{format_size(e.cap)} tells a size limit from a content rule")
     if e.change == "withdrawn":
-        why = ("a bigger request went through since" if e.withdrawn_because == "bigger_passed"
-               else "a request no bigger than one that passed was refused the same way, so it "
-               "is not about size")
+        why = {"bigger_passed": "a bigger request went through since",
+               "blocked_again": "the same request was blocked again once smaller, so it is "
+                                "its content, not its size"}.get(
+            e.withdrawn_because or "", "a request no bigger than one that passed was refused "
+                                       "the same way, so it is not about size")
         return (f"{INFO} Withdrew the payload limit learned from a "
                 f"{format_size(e.rejected_bytes or 0)} refusal: {why}"
                 + (f" (now {format_size(e.cap)}, {e.source})" if e.cap is not None else ""))

@@ -159,7 +159,7 @@ def adopt(caps: Caps, observation: Observation) -> list[Event]:
     if after is None or after == before:
         return []
     return [CapChanged(cap=after, source="learned", rejected_bytes=observation.size,
-                       signature=str(signature))]
+                       signature=str(signature), change="suspected")]
 
 
 def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | GaveUp]:
@@ -173,11 +173,26 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
             sends += 1
             result = yield Send(sends)
             if isinstance(result, Answered):
-                tentative.clear()             # a smaller body fitted from it passed: size
-                return Done(climbs, tuple(passed(caps, result.body)))
+                # A smaller body fitted from it passed: the suspects were about size.
+                confirmed = [CapChanged(cap=caps.effective(), source="learned",
+                                        rejected_bytes=size, signature=str(signature))
+                             for signature, size in tentative.items()]
+                tentative.clear()
+                return Done(climbs, (*passed(caps, result.body), *confirmed))
             assert isinstance(result, Refused), result
             failure, body = result.failure, result.body
             largest_ok = caps.largest_ok
+            signature = signature_of(failure)
+            if signature is Signature.BLOCK and signature in tentative:
+                # Blocked again once made smaller: the firewall's content rule, not its size
+                # limit. The limit adopted for this request goes; nothing is learned.
+                first = tentative.pop(signature)
+                caps.path.refused.pop(signature, None)
+                withdrawn = CapChanged(cap=caps.effective(), source=caps.source or "learned",
+                                       rejected_bytes=first, change="withdrawn",
+                                       signature=str(signature),
+                                       withdrawn_because="blocked_again")
+                return GaveUp(failure, policy.blocked_again(first, body), (withdrawn,))
             observation, learned = observe(caps, failure, body)
             answer = policy.respond(failure, observation, attempts, body=body,
                                     largest_ok=largest_ok, settings=settings,

@@ -84,6 +84,15 @@ def not_about_size(signature: Signature, body: int, largest_ok: int) -> str:
             f"size, so the history was left as it was{content}")
 
 
+def blocked_again(first: int, smaller: int) -> str:
+    """The sentence for a block page that came back when the same request was made smaller:
+    a content rule, not a size limit."""
+    return (f"The proxy's firewall blocked the request ({format_size(first)}), and blocked it "
+            f"again when it was made smaller ({format_size(smaller)}): it is not about size, so "
+            "the history was left as it was — something in the latest message may be what it "
+            "blocks (rephrase it, or ask the network team).")
+
+
 def as_payload(failure: Failure, observation: Observation) -> Failure:
     """A failure the evidence showed to be a size limit, as the ladder handles one."""
     if failure.payload_related:
