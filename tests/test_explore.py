@@ -338,3 +338,18 @@ def test_a_widget_on_a_plain_session() -> None:
     widget.window.value = "600"
     assert widget.plan is not None and widget.plan.settings.context_window == 600
     assert widget.plan.refused is not None                # the message alone is too big
+
+
+def test_the_next_message_is_a_control_and_a_bad_size_marks_the_plan(
+        ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    assert widget.plan is not None and widget.plan.next_message.startswith("assumed ")
+    widget.next_size.value = "12KB"
+    plan = widget.plan
+    assert plan is not None and plan.next_message == "12 KB, as given"
+    assert plan.messages[-1].bytes == 12 * 1024 and plan.messages[-1].fate is Fate.PINNED_REQUEST
+    widget.next_size.value = "twelve"
+    assert widget.error is not None and "next message" in widget.error
+    assert widget.plan is plan                 # the last good plan, marked by the error
+    widget.reset()
+    assert widget.next_size.value == "" and widget.error is None

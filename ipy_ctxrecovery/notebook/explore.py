@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
-from ..errors import CtxRecoveryError
+from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
 from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
 from ..settings import ENV_VARS, format_size, parse_size
@@ -178,6 +178,11 @@ class ExploreWidget:
         self.cap_budget = share("chat budget (cap)")
         self.preflight_fraction = share("jump past (of cap)")
         self.target_ratio = share("jump budget (window)")
+        # Not a setting: what the plan is for (a plan is always for a request still to send).
+        self.next_size = widgets.Text(
+            description="next message", placeholder="like the last one, e.g. 8KB",
+            tooltip="The size of the next message to plan for (e.g. 8KB, 2.5MB); empty: one "
+                    "the size of the last message you sent.", style=_style(), layout=_layout())
         self.fields: dict[str, widgets.Widget] = {
             "cap": self.cap, "window": self.window,
             "per_result_max_chars": self.per_result, "turn_budget_chars": self.per_turn,
@@ -213,7 +218,8 @@ class ExploreWidget:
                                                                   visibility="hidden"))
         self.output = widgets.Output(layout=widgets.Layout(max_width="100%", overflow="auto"))
         limits_column = _column([
-            _heading("Limits and tool results"), self.cap, self.window, self.per_result,
+            _heading("Limits and tool results"), self.next_size, self.cap, self.window,
+            self.per_result,
             self.per_turn, self.truncate_turns, self.summarize_turns, self.emergency_keep])
         compaction_column = _column([
             _heading("When compaction runs"), self.chat_budget, self.cap_budget,
@@ -227,7 +233,7 @@ class ExploreWidget:
                           self.reset_button], layout=wrap),
             self.progress, self.output,
         ], layout=widgets.Layout(max_width="900px", min_width="0"))
-        for control in self.fields.values():
+        for control in (*self.fields.values(), self.next_size):
             control.observe(self._changed, names="value")
         self.replay_button.on_click(lambda _b: self.start_replay())
         self.cancel_button.on_click(lambda _b: self._cancel.set())
@@ -267,6 +273,8 @@ class ExploreWidget:
             with contextlib.ExitStack() as stack:
                 for w in self.fields.values():
                     stack.enter_context(w.hold_trait_notifications())
+                stack.enter_context(self.next_size.hold_trait_notifications())
+                self.next_size.value = ""
                 self.cap.value = _size_text(s.max_payload)
                 self.window.value = str(s.context_window) if s.context_window else ""
                 self.emergency_keep.value = min(s.emergency_keep_messages, self.emergency_keep.max)
@@ -322,7 +330,11 @@ class ExploreWidget:
                             f"<code>{html.escape(name)}</code> ({len(self.session.history)} "
                             "messages)")
         try:
-            plan = self.session.what_if(**self.overrides())
+            typed = self.next_size.value.strip()
+            size = parse_size(typed, name="next message") if typed else None
+            if size == 0:
+                raise ConfigError("next message=0 is no message: give its size, e.g. 8KB.")
+            plan = self.session.what_if(size=size, **self.overrides())
         except CtxRecoveryError as e:
             self._say(str(e), error=True)
             return

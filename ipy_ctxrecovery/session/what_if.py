@@ -719,7 +719,7 @@ def next_message(history: History, text: str | None, size: int | None) -> tuple[
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise CtxRecoveryError(f"size={size!r} is not a whole number of bytes ≥ 1: give the "
                                    "next message's size, e.g. size=4096.")
-        return _filler(size), f"{format_size(size)} (size=)"
+        return _filler(size), f"{format_size(size)}, as given"
     if history and history[-1].role is not Role.ASSISTANT:
         # A turn under way (a tool result, a message not yet answered): its next request.
         return "", "the pending request (the history as it is)"
