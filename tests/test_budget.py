@@ -106,9 +106,9 @@ def test_preview_spec_shape_head_marker_tail(tmp_path: Path) -> None:
     first = content.count("\n", 0, h) + 1                 # the first line the head lacks
     last = len(lines) - 2 - content.count("\n", t)        # the last line the tail lacks
     assert lines[first - 1] in content[:h] and lines[last + 1] in content[t:]
-    marker = (f"\n[… {t - h} chars omitted: lines {first}–{last} of {len(lines)} — full "
+    marker = (f"\n… {t - h} chars omitted: lines {first}–{last} of {len(lines)} — full "
               f"output saved to {path}; read them with read_file(path, offset={first}, "
-              f"limit={last - first + 1})]\n")
+              f"limit={last - first + 1}) …\n")
     assert out == content[:h] + marker + content[t:]
     assert 3_000 < h <= 4_000 and 750 < len(content) - t <= 1_000
 

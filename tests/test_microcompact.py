@@ -77,8 +77,8 @@ def test_both_levels_fire_with_default_settings_on_a_realistic_history(tmp_path:
     # Whole rows: the head is the rows that fit 2,000 chars, the tail those that fit 500.
     end, start = CSV.rindex("\n", 0, 2_001), CSV.index("\n", len(CSV) - 501) + 1
     assert 1_500 < end <= 2_000 and 375 < len(CSV) - start <= 500
-    assert tools[3].text == (CSV[:end] + f"\n[... {start - end} chars omitted from old tool "
-                             f"result — full output saved to {store.path_for(CSV)} ...]\n"
+    assert tools[3].text == (CSV[:end] + f"\n… {start - end} chars omitted from old tool "
+                             f"result — full output saved to {store.path_for(CSV)} …\n"
                              + CSV[start:])
     assert tools[4] is hist[11]                     # under 3,000 chars: left alone
     assert tools[5] is hist[13]                     # age 1: too recent

@@ -48,8 +48,10 @@ from . import markers
 from .cuts import head_cut, tail_cut
 from .events import CompactionPhase, EventCallback
 from .history import (
+    TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
+    TAG_SYNTHETIC_RESULT,
     History,
     Message,
     Reasoning,
@@ -439,13 +441,25 @@ def _label(message: Message) -> markers.SummaryLabel:
     return markers.SummaryLabel(message.role.value, tag=message.tag)
 
 
+def _package_wrote(message: Message) -> bool:
+    """Whether ``message``'s whole text is one the package wrote: a notice, a synthetic
+    result, a one-liner standing for a tool result."""
+    if message.tag in (TAG_COMPACTION_NOTICE, TAG_PAYLOAD_NOTICE, TAG_SYNTHETIC_RESULT):
+        return True
+    r = message.tool_result
+    return message.role is Role.TOOL and r is not None and markers.is_one_liner(r.content)
+
+
 def _render(message: Message, index: int, total: int, limit: int) -> str:
     """One message of the summarizer's input: its label, its text (cut to fit ``limit``
     with the framing) and its end mark, the text on the same lines as both."""
-    parts = [message.text]
+    text = message.text
+    if _package_wrote(message):
+        text = markers.unbracket(text)      # it follows other text here (markers.py)
+    parts = [text]
     for b in message.blocks:
         if isinstance(b, ToolCall):
-            parts.append(f"[tool call {b.name} {b.arguments}]")
+            parts.append(markers.tool_call(b.name, b.arguments))
     body = "\n".join(p for p in parts if p)
     opening = markers.label(index, total, _label(message))
     closing = markers.end_mark(index)

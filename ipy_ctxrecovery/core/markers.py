@@ -11,17 +11,28 @@
 The summary's header and the notices are prompts (``core/prompts.py``).
 
 Every one of them passes ModSecurity with the OWASP Core Rule Set at paranoia level 1 (the
-firewall most companies put in front of web services), wherever it lands in a request:
+firewall most companies put in front of web services), and none of them completes a rule
+match that the text around it did not already make, wherever it lands in a request. The
+rules that read text across lines (``tests/test_markers.py`` lists them) dictate:
 
-- each starts with ``[`` and names no command, SQL function or HTTP method where those
-  rules look for one (``user (`` reads as SQL's ``user()``; a line starting ``Start`` or
-  ``Set`` as a Windows command);
-- a label opens its message **on the same line**, and an end mark closes it on its last
-  line, so the message's first word never starts a line and its last word never ends one
-  (rules 932100–932115 look at line starts, 921110 at line ends);
-- a cut marker sits on a line of its own only between whole lines (``cuts.Cut.line``);
-  beside a cut inside a line it is joined with a space, so no fragment of a word starts
-  or ends a line.
+- **no brackets or parentheses after the conversation's text.** A word ending in ``self``,
+  ``this``, ``top`` (``stop``, ``laptop``), ``window`` or ``document`` followed by ``[`` or
+  ``)`` and, anywhere later in the same string, by ``]`` reads as JavaScript (941370) —
+  and ``def close(self):`` is in every Python class. ``user``, ``database`` or ``schema``
+  followed by ``(`` reads as SQL (942190). So a cut marker, a label or an end mark that
+  follows the conversation's text is delimited by ``…`` and ``—``, never by brackets;
+  one-liners the package writes as a whole message (``[Old tool result cleared — …]``, a
+  notice) keep their brackets in the history, where nothing precedes them, and lose them
+  where the summarizer's input puts them after other text (:func:`unbracket`).
+- **no new line starts or line ends.** A line starting with a command name (``Start``,
+  ``Set``, ``Find``, ``Sort``, ``Timeout``, ``Type``… after a newline) reads as command
+  injection (932100–932115), and a line ending one word after an HTTP method name
+  (``lock acco``, ``put it``) as request smuggling (921110). A label opens its message on
+  the message's first line and an end mark closes it on its last; a cut marker sits on a
+  line of its own only between whole lines (``cuts.Cut.line``), and beside a cut inside
+  a line it is joined with a space.
+- no word in them is a command, SQL function or HTTP method where those rules look for
+  one, and none of them starts a line with anything but a letter or ``…``.
 
 The user's own text is never changed: only what surrounds it and where it is cut.
 """
@@ -50,6 +61,7 @@ __all__ = [
     "duplicate_pointer",
     "end_mark",
     "instructions",
+    "is_one_liner",
     "join_cut",
     "label",
     "long_message_marker",
@@ -57,6 +69,8 @@ __all__ = [
     "old_result_cleared",
     "omitted_note",
     "preamble",
+    "tool_call",
+    "unbracket",
     "unframe_line",
 ]
 
@@ -88,48 +102,53 @@ def budget_markers(omitted: int, path: Path | None,
     if path is not None:
         if lines is not None:
             first, last, total = lines
-            out.append(f"[… {n} chars omitted: lines {first}–{last} of {total} — full output "
+            out.append(f"… {n} chars omitted: lines {first}–{last} of {total} — full output "
                        f"saved to {path}; read them with read_file(path, offset={first}, "
-                       f"limit={last - first + 1})]")
-        out.append(f"[… {n} chars omitted — full output saved to {path}; "
-                   "read ranges with read_file(path, offset, limit)]")
-        out.append(f"[… {n} chars omitted — full output saved to {path}]")
-    out.append(f"[… {n} chars omitted]")
+                       f"limit={last - first + 1}) …")
+        out.append(f"… {n} chars omitted — full output saved to {path}; "
+                   "read ranges with read_file(path, offset, limit) …")
+        out.append(f"… {n} chars omitted — full output saved to {path} …")
+    out.append(cut_marker(omitted))
     return out
 
 
 BUDGET_RE = re.compile(
-    rf"{_JOIN}?\[… (?P<n>\d+) chars omitted(?:: lines \d+–\d+ of \d+)?"
+    rf"{_JOIN}?(?P<open>\[)?… (?P<n>\d+) chars omitted(?:: lines \d+–\d+ of \d+)?"
     r"(?: — full output saved to (?P<path>.+?)"
-    rf"(?:; read (?:ranges|them) with read_file\(path, offset(?:=\d+)?, limit(?:=\d+)?\))?)?\]{_JOIN}?")
+    r"(?:; read (?:ranges|them) with read_file\(path, offset(?:=\d+)?, limit(?:=\d+)?\))?)?"
+    rf"(?(open)\]| …){_JOIN}?")
+"""Also reads the bracketed form earlier versions wrote (``[… N chars omitted]``)."""
 
 
 def old_preview_marker(omitted: int, path: Path | None) -> str:
-    """``[... N chars omitted from old tool result — full output saved to PATH ...]``."""
+    """``… N chars omitted from old tool result — full output saved to PATH …``."""
     saved = f" — full output saved to {path}" if path is not None else ""
-    return f"[... {omitted} chars omitted from old tool result{saved} ...]"
+    return f"… {omitted} chars omitted from old tool result{saved} …"
 
 
 OLD_PREVIEW_RE = re.compile(
-    rf"{_JOIN}?\[\.\.\. (?P<n>\d+) chars omitted from old tool result"
-    rf"(?: — full output saved to (?P<path>.+?))? \.\.\.\]{_JOIN}?")
+    rf"{_JOIN}?(?P<open>\[\.\.\. )?(?(open)|… )(?P<n>\d+) chars omitted from old tool result"
+    rf"(?: — full output saved to (?P<path>.+?))?(?(open) \.\.\.\]| …){_JOIN}?")
+"""Also reads the bracketed form earlier versions wrote (``[... N chars omitted from old
+tool result ...]``)."""
 
 
 def long_message_marker(omitted: int, what: str) -> str:
-    """``[... 1,234 chars omitted from a long assistant message ...]``."""
-    return f"[... {omitted:,} chars omitted from {what} ...]"
+    """``… 1,234 chars omitted from a long assistant message …``."""
+    return f"… {omitted:,} chars omitted from {what} …"
 
 
-LONG_MESSAGE_RE = re.compile(rf"{_JOIN}?\[\.\.\. [\d,]+ chars omitted from (?!old tool result)"
-                             rf"[^\]\n]*? \.\.\.\]{_JOIN}?")
+LONG_MESSAGE_RE = re.compile(rf"{_JOIN}?… [\d,]+ chars omitted from (?!old tool result)"
+                             rf"[^…\n]*? …{_JOIN}?")
 
 
 def cut_marker(omitted: int) -> str:
-    """A message cut in the summarizer's input: ``[… N chars omitted …]``."""
-    return f"[… {omitted} chars omitted …]"
+    """The plainest cut marker (a message cut in the summarizer's input, a budget preview
+    with no room for more): ``… N chars omitted …``."""
+    return f"… {omitted} chars omitted …"
 
 
-CUT_RE = re.compile(r" ?\[… \d+ chars omitted …\] ?")
+CUT_RE = re.compile(r" ?… \d+ chars omitted … ?")
 
 
 # -- one-liners ------------------------------------------------------------------------------
@@ -154,13 +173,26 @@ def duplicate_pointer(chars: int, tool: str | None, call_id: str) -> str:
     return f"{POINTER_PREFIX}{chars} chars): identical to the later {name}result of call {call_id}]"
 
 
+def is_one_liner(text: str) -> bool:
+    """Whether ``text`` is a one-liner this module writes for a whole tool result."""
+    return text.startswith(POINTER_PREFIX) or ONE_LINE_RE.fullmatch(text) is not None
+
+
+def unbracket(text: str) -> str:
+    """A whole-message text the package wrote (a one-liner, a notice), without its outer
+    brackets: how it is quoted after other text, where a ``]`` could close a match the
+    text before it opened (module docstring). Only for the package's own texts."""
+    if text.startswith("[") and text.endswith("]"):
+        return text[1:-1]
+    return text
+
+
 # -- the summarizer's framing ----------------------------------------------------------------
 
 def preamble(count: int) -> str:
     """The summarizer input's opening instruction (plain prose, one paragraph)."""
     return (f"Summarize these {count} earlier messages of the conversation (oldest first). "
-            "Each message opens with a label in square brackets that says who wrote it, "
-            "and closes with an end mark.")
+            "Each opens with a label naming who wrote it and closes with an end mark.")
 
 
 PREAMBLE_RE = re.compile(r"^Summarize these (\d+) earlier messages\b", re.I)
@@ -178,37 +210,41 @@ class SummaryLabel:
 
 
 def label(index: int, total: int, who: SummaryLabel) -> str:
-    """``[message 3 of 12, from the user]``, ``[message 5 of 12, tool result of read_log]``…
+    """``Message 3 of 12, from the user:``, ``Message 5 of 12, a tool result of read_log:``…
 
-    A label names no SQL function (``user (`` is one to the firewall) and starts a line
-    with ``[``; the message's first line follows it on the same line.
+    It starts its line, and the message's first line follows it on the same line.
     """
     if who.summary:
         what = "the summary of earlier messages"
     elif who.role == "tool":
-        what = f"tool result of {who.tool or 'a tool'}" + (", an error" if who.error else "")
+        what = f"a tool result of {who.tool or 'a tool'}" + (", an error" if who.error else "")
     else:
         what = f"from the {who.role}"
     if who.tag and not who.summary:
         what += f", a {who.tag.replace('_', ' ')}"
-    return f"[message {index} of {total}, {what}]"
+    return f"Message {index} of {total}, {what}:"
 
 
 def end_mark(index: int) -> str:
-    """``[end of message 3]``: closes a message on its last line."""
-    return f"[end of message {index}]"
+    """``— end of message 3``: closes a message on its last line."""
+    return f"— end of message {index}"
 
 
-LABEL_RE = re.compile(r"^\[message (\d+) of (\d+), [^\]\n]*\] ?")
-END_RE = re.compile(r" ?\[end of message \d+\]$")
+def tool_call(name: str, arguments: str) -> str:
+    """A tool call an assistant message made, on a line of its own."""
+    return f"Tool call: {name} {arguments}"
+
+
+LABEL_RE = re.compile(r"^Message (\d+) of (\d+), [^:\n]*: ?")
+END_RE = re.compile(r" ?— end of message \d+$")
 
 
 def omitted_note(count: int, chars: int) -> str:
     """Older messages left out of the summarizer's input to bound its size."""
-    return f"[{count} older messages ({chars} chars) omitted from this input to bound its size]"
+    return f"… {count} older messages ({chars} chars) omitted from this input to bound its size …"
 
 
-OMITTED_NOTE_RE = re.compile(r"^\[\d+ older messages? \(\d+ chars\) omitted\b")
+OMITTED_NOTE_RE = re.compile(r"^… \d+ older messages? \(\d+ chars\) omitted\b")
 
 INSTRUCTIONS_PREFIX = "Additional instructions for this summary:"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core import markers
 from ..core.continuation import CONTINUATION_PROMPT
+from ..core.cuts import head_cut
 from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
@@ -476,6 +477,12 @@ def _conversation_lines(text: str) -> tuple[list[str], int]:
     return lines, n
 
 
+def _shorten(item: str) -> str:
+    """``item`` cut to ``SUMMARY_ITEM_CHARS`` at a word end, as a model shortens a fact (a
+    word cut in two before a line end can read as an attack to a firewall: core/cuts.py)."""
+    return item[:head_cut(item, SUMMARY_ITEM_CHARS - 2).at] + " …"
+
+
 def summarize(text: str) -> str:
     """Extractive summary: a ``[STRUCTURED SUMMARY — covering N earlier messages]`` header
     and sections of conversation lines copied from ``text`` (the compactor's instruction
@@ -499,7 +506,7 @@ def summarize(text: str) -> str:
             continue
         block = f"\n## {title}"
         for item in picked:
-            short = item if len(item) <= SUMMARY_ITEM_CHARS else item[:SUMMARY_ITEM_CHARS - 1] + "…"
+            short = item if len(item) <= SUMMARY_ITEM_CHARS else _shorten(item)
             if len(out) + len(block) + len(short) + 3 > bound:
                 break
             block += f"\n- {short}"
