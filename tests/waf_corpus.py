@@ -24,10 +24,55 @@ has a ``]``, so nothing in it says ``(self)``); :func:`code_turns` pastes classe
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 
-__all__ = ["ASSISTANT_OPENINGS", "ENDINGS", "OPENINGS", "class_code", "code_turns", "log",
-           "reply", "tool_result", "tool_turns"]
+__all__ = ["ASSISTANT_OPENINGS", "COMMAND_WORDS", "ENDINGS", "HAZARDS", "OPENINGS",
+           "class_code", "code_turns", "hazards", "log", "reply", "tool_result", "tool_turns"]
+
+# -- what the rules read (OWASP CRS 3.3.4, paranoia level 1, as Debian 12 ships it) --------
+
+COMMAND_WORDS = frozenset({
+    # Windows commands (932110/932115: any case) that are English words.
+    "start", "set", "find", "sort", "type", "timeout", "path", "print", "echo", "format",
+    "date", "replace", "more", "call", "copy", "tree", "label", "mode", "net", "debug",
+    "rename", "expand", "shift", "prompt", "recover", "verify", "diff", "ping", "sleep",
+    # Unix commands (932100/932105: lower case) that are English words.
+    "cat", "file", "head", "less", "tail", "top", "who", "kill", "env", "export",
+    "history", "id", "last", "time",
+})
+"""Words that start a line as a command name to the CRS (each is checked against the real
+rules by ``test_waf_crs.py``): after a newline, ``Set the pool size`` is Windows ``set``."""
+
+HAZARDS = {
+    # A line ending one word after an HTTP method name: request smuggling.
+    "921110": re.compile(r"(?:get|post|head|options|connect|put|delete|trace|track|patch|"
+                         r"propfind|propatch|mkcol|copy|move|lock|unlock)\s+(?:/|\w)\S*"
+                         r"(?:\s+http/\d|[\r\n])", re.I),
+    # A command name starting a line (or following ; { | & or a backtick).
+    "932100-932115": re.compile(r"[\n;{|&`][\s(,@'\"]*(\w+)"),
+    # A JavaScript global before a bracket (941370 matches once a ] follows, anywhere).
+    "941370": re.compile(r"(?:self|document|this|top|window)\s*(?:/\*|[\[)])"),
+    "941370-close": re.compile(r"\]|\*/"),
+    # SQL functions: user(, database(, schema( (942190, 942140).
+    "942190": re.compile(r"(?:user|database|schema|current_user|connection_id)\s*\(", re.I),
+    "942140": re.compile(r"(?:databas|db_nam)e\W*\(|schema\W*\(", re.I),
+}
+"""The parts of rules that read text around the package's framing, reduced to what a piece
+of framing could complete. ``hazards(text)`` counts them."""
+
+
+def hazards(text: str) -> dict[str, int]:
+    """How often each of :data:`HAZARDS` occurs in ``text`` (line starts: only command
+    words)."""
+    out = {}
+    for name, pattern in HAZARDS.items():
+        if name == "932100-932115":
+            out[name] = sum(1 for m in pattern.finditer(text) if m.group(1).lower() in
+                            COMMAND_WORDS)
+        else:
+            out[name] = len(pattern.findall(text))
+    return out
 
 OPENINGS = [
     "Set the pool size to something sensible for four workers; this is what we run now.",

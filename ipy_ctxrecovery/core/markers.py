@@ -148,7 +148,7 @@ def cut_marker(omitted: int) -> str:
     return f"… {omitted} chars omitted …"
 
 
-CUT_RE = re.compile(r" ?… \d+ chars omitted … ?")
+CUT_RE = re.compile(rf"{_JOIN}?… \d+ chars omitted …{_JOIN}?")
 
 
 # -- one-liners ------------------------------------------------------------------------------
