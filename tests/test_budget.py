@@ -21,11 +21,12 @@ from ipy_ctxrecovery.core.budget import (
     ResultStore,
     compaction_info,
     enforce_budget,
-    is_boundary,
     preview,
     shrink_tool_message,
 )
+from ipy_ctxrecovery.core.cuts import is_boundary
 from ipy_ctxrecovery.core.history import Message, Role, ToolCall
+from ipy_ctxrecovery.core.markers import BUDGET_RE
 from ipy_ctxrecovery.settings import Settings
 
 PROPS = settings(max_examples=300, deadline=None)
@@ -98,15 +99,18 @@ def test_preview_spec_shape_head_marker_tail(tmp_path: Path) -> None:
     content = "".join(f"line {i}\n" for i in range(5000))          # ~44k chars
     path = tmp_path / "abc.txt"
     out = preview(content, limit=20_000, head=4_000, tail=1_000, path=path)
-    omitted = len(content) - 5_000
+    # Whole lines: the head is the lines that fit 4,000 chars, the tail those that fit 1,000.
+    h = content.rindex("\n", 0, 4_001)
+    t = content.index("\n", len(content) - 1_001) + 1
     lines = content.split("\n")
-    first = content.count("\n", 0, 4_000)                  # the line the head cut into
-    last = len(lines) - 1 - content.count("\n", len(content) - 1_000)
-    assert lines[first] in content[:4_000 + 20] and lines[last] in content[-1_000 - 20:]
-    marker = (f"\n[… {omitted} chars omitted: lines {first}–{last} of {len(lines)} — full "
+    first = content.count("\n", 0, h) + 1                 # the first line the head lacks
+    last = len(lines) - 2 - content.count("\n", t)        # the last line the tail lacks
+    assert lines[first - 1] in content[:h] and lines[last + 1] in content[t:]
+    marker = (f"\n… {t - h} chars omitted: lines {first}–{last} of {len(lines)} — full "
               f"output saved to {path}; read them with read_file(path, offset={first}, "
-              f"limit={last - first + 1})]\n")
-    assert out == content[:4_000] + marker + content[-1_000:]
+              f"limit={last - first + 1}) …\n")
+    assert out == content[:h] + marker + content[t:]
+    assert 3_000 < h <= 4_000 and 750 < len(content) - t <= 1_000
 
 
 def test_preview_fits_short_content_unchanged() -> None:
@@ -119,8 +123,8 @@ def test_preview_scales_head_and_tail_to_a_small_limit(tmp_path: Path) -> None:
     out = preview(content, limit=1_000, head=4_000, tail=1_000, path=path)
     assert len(out) <= 1_000
     assert str(path) in out
-    head, _, tail = out.partition("\n[…")
-    assert len(head) > 3 * len(tail.split("]\n")[-1])            # proportion 4:1 kept
+    head, tail = _parts(out)
+    assert len(head) > 3 * len(tail)                              # proportion 4:1 kept
     assert out.endswith("x")
 
 
@@ -137,8 +141,7 @@ def test_preview_does_not_split_clusters() -> None:
     content = family * 3000
     for limit in range(40, 160):
         out = preview(content, limit=limit, head=37, tail=23, path=None)
-        head = out.split("\n[…")[0]
-        tail = out.split("omitted]\n")[-1]
+        head, tail = _parts(out)
         assert len(head) % len(family) == 0 and len(tail) % len(family) == 0
 
 
@@ -153,12 +156,18 @@ def test_preview_property(pieces: list[str], limit: int, head: int, tail: int) -
     out.encode("utf-8")
     if out == content:
         return
-    info_head = out.split("\n[…")[0] if "\n[…" in out else out
+    info_head, tail_text = _parts(out)
     assert content.startswith(info_head) and is_boundary(content, len(info_head))
-    if "omitted" in out and not out.endswith("]\n"):
-        tail_text = out.rsplit("]\n", 1)[-1]
-        assert content.endswith(tail_text)
-        assert is_boundary(content, len(content) - len(tail_text))
+    assert content.endswith(tail_text)
+    assert is_boundary(content, len(content) - len(tail_text))
+
+
+def _parts(out: str) -> tuple[str, str]:
+    """A preview's head and tail (the text around its marker; all of it when it has none)."""
+    found = list(BUDGET_RE.finditer(out))
+    if not found:
+        return out, ""
+    return out[:found[-1].start()], out[found[-1].end():]
 
 
 # -- enforce_budget -------------------------------------------------------------------------

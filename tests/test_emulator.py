@@ -984,15 +984,15 @@ def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing
     assert report.applied and inputs
     sent = inputs[0]
     assert sent.startswith("Summarize these 5 earlier messages")     # the framing is there…
-    assert "--- user ---" in sent and "chars omitted" in sent
+    assert "Message 2 of 5, from the user: please fix" in sent and "chars omitted" in sent
     raw = summarize(sent)
     assert raw.startswith("[STRUCTURED SUMMARY — covering 5 earlier messages]\n")
     items = [ln[2:].rstrip("…") for ln in raw.splitlines() if ln.startswith("- ")]
     assert items                                                      # …but never quoted
     for item in items:
-        assert not item.startswith(("Summarize these", "---", "[…", "Additional instructions",
+        assert not item.startswith(("Summarize these", "Message ", "…", "Additional instructions",
                                     "[STRUCTURED SUMMARY", "## "))
-        assert "omitted" not in item
+        assert "omitted" not in item and "end of message" not in item
         assert item in sent
     assert any("src/app.py" in item for item in items)
     assert "notes/plan.md" in raw              # the earlier summary's fact, not its heading
@@ -1000,10 +1000,11 @@ def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing
 
 
 def test_framing_lines_alone_give_only_the_header() -> None:
-    from ipy_ctxrecovery.core import compactor
+    from ipy_ctxrecovery.core import markers
 
-    text = ("Summarize these 3 earlier messages of the conversation (oldest first).\n\n"
-            "--- user ---\n\n--- assistant ---\n[… 120 chars omitted …]\n"
-            + compactor._OMITTED_NOTE.format(k=2, chars=300) + "\n"
-            "Additional instructions for this summary: keep it short") * 3
+    text = (markers.preamble(3) + "\n\n"
+            "Message 1 of 3, from the user: — end of message 1\n\n"
+            "Message 2 of 3, from the assistant: … 120 chars omitted … — end of message 2\n"
+            + markers.omitted_note(2, 300) + "\n"
+            + markers.instructions("keep it short")) * 3
     assert summarize(text) == "[STRUCTURED SUMMARY — covering 3 earlier messages]"

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from strategies import histories, valid_histories
 
 from ipy_ctxrecovery.core import history as hm
-from ipy_ctxrecovery.core.budget import ResultStore, is_boundary
+from ipy_ctxrecovery.core.budget import ResultStore
+from ipy_ctxrecovery.core.cuts import is_boundary
 from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -38,6 +39,7 @@ from ipy_ctxrecovery.core.ladder import (
     preflight_fit,
     truncate_text,
 )
+from ipy_ctxrecovery.core.markers import LONG_MESSAGE_RE
 from ipy_ctxrecovery.core.pairing import repair_pairing
 from ipy_ctxrecovery.core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
 from ipy_ctxrecovery.core.wording import decision_lines
@@ -536,11 +538,11 @@ def _cuts_are_whole(text: str, out: str) -> None:
     out.encode("utf-8")
     if out == text:
         return
-    head, sep, rest = out.partition("\n[... ")
-    if not sep:                                   # head only
+    marker = LONG_MESSAGE_RE.search(out)
+    if marker is None:                            # head only
         assert text.startswith(out) and is_boundary(text, len(out))
         return
-    tail = rest.split(" ...]\n", 1)[1]
+    head, tail = out[:marker.start()], out[marker.end():]
     assert text.startswith(head) and text.endswith(tail)
     assert is_boundary(text, len(head)) and is_boundary(text, len(text) - len(tail))
 

@@ -1417,8 +1417,8 @@ def test_chat_error_asks_about_the_last_failed_cell(chat: ChatMagics, ip: Any,
     result = ip.run_cell("%chat error why index 5?", store_history=True)
     assert result.success
     asked = chat.workspace.emulator.requests[-1].body["messages"][-1]["content"]
-    assert asked.startswith("This notebook cell failed.\n\n```python\nvalues = [1, 2]\n"
-                            "values[5]\n```\n\nTraceback:\n```\nTraceback (most recent call")
+    assert asked.startswith("This notebook cell failed.\n\n~~~python\nvalues = [1, 2]\n"
+                            "values[5]\n~~~\n\nTraceback:\n~~~\nTraceback (most recent call")
     assert "IndexError: list index out of range" in asked and asked.endswith("why index 5?")
     assert capsys.readouterr().out.startswith('Emulator reply: you said "This notebook cell')
 

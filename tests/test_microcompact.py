@@ -23,6 +23,7 @@ from ipy_ctxrecovery.core.budget import (
     enforce_budget,
 )
 from ipy_ctxrecovery.core.history import Message, Role, ToolCall
+from ipy_ctxrecovery.core.markers import OLD_PREVIEW_RE
 from ipy_ctxrecovery.core.microcompact import MicrocompactReport, microcompact
 from ipy_ctxrecovery.core.pairing import repair_pairing
 from ipy_ctxrecovery.settings import Settings
@@ -73,9 +74,12 @@ def test_both_levels_fire_with_default_settings_on_a_realistic_history(tmp_path:
                              f"{len(TRACEBACK)} chars, Python traceback — full content at {tb_p}]")
     assert tools[2].text.startswith("[Old tool result cleared — ") and ", diff — " in tools[2].text
     assert str(diff_p) in tools[2].text
-    omitted = len(CSV) - 2_500
-    assert tools[3].text == (CSV[:2_000] + f"\n[... {omitted} chars omitted from old tool result "
-                             f"— full output saved to {store.path_for(CSV)} ...]\n" + CSV[-500:])
+    # Whole rows: the head is the rows that fit 2,000 chars, the tail those that fit 500.
+    end, start = CSV.rindex("\n", 0, 2_001), CSV.index("\n", len(CSV) - 501) + 1
+    assert 1_500 < end <= 2_000 and 375 < len(CSV) - start <= 500
+    assert tools[3].text == (CSV[:end] + f"\n… {start - end} chars omitted from old tool "
+                             f"result — full output saved to {store.path_for(CSV)} …\n"
+                             + CSV[start:])
     assert tools[4] is hist[11]                     # under 3,000 chars: left alone
     assert tools[5] is hist[13]                     # age 1: too recent
     assert (report.truncated, report.summarized) == (1, 3)
@@ -200,8 +204,9 @@ def test_multibyte_cuts_keep_clusters(tmp_path: Path) -> None:
     content = "x" + family * 1_000            # cut points fall inside clusters
     out, _ = microcompact(tool_loop(content, "a", "b"), settings=S, store=store)
     text = out[3].text
-    head, _, rest = text.partition("\n[...")
-    tail = rest.split("...]\n", 1)[1]
+    marker = OLD_PREVIEW_RE.search(text)
+    assert marker is not None
+    head, tail = text[:marker.start()], text[marker.end():]
     assert (len(head) - 1) % len(family) == 0 and len(tail) % len(family) == 0
     text.encode("utf-8")
 

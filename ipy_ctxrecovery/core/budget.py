@@ -6,8 +6,9 @@ Also the primitives the other shrinking steps share (microcompact, the ladder):
   result is written once, atomically, at a path derived from its sha256, so a second run
   (or a second turn) writes nothing and names the same path (ANCHORS 8).
 - :func:`preview`: head + marker + tail whose length honours the limit asked for,
-  scaling head and tail down when the limit is small, never cutting inside a character
-  cluster (combining marks, ZWJ emoji sequences, flags, surrogate pairs; ANCHORS 10).
+  scaling head and tail down when the limit is small, cut at a line boundary when one is
+  near and never inside a character cluster (``cuts.py``; ANCHORS 10). Its marker is
+  written here and parsed back here, both from ``markers.py``.
 - :func:`compaction_info`: whether a tool message was already shrunk by this package and
   what the original was (size, lines, type, persisted path). It reads ``Message.meta``
   (checked against the current content, so a stale entry is ignored) and falls back to
@@ -20,14 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._files import SaveHealth, ensure_private_dir, write_private_atomic
+from . import markers
+from .cuts import Cut, head_cut, tail_cut
 from .history import History, Message, Role, ToolResult, char_size, latest_user_index
 
 __all__ = [
@@ -43,11 +44,8 @@ __all__ = [
     "compacted_message",
     "compaction_info",
     "count_lines",
-    "cut_head",
-    "cut_tail",
     "detect_kind",
     "enforce_budget",
-    "is_boundary",
     "preview",
     "shrink_tool_message",
 ]
@@ -61,10 +59,6 @@ still keeps at least this many characters of the result besides its marker."""
 
 HASH_PREFIX_CHARS = 32
 """Hex digits of sha256 in a persisted file's name (128 bits: collisions are not a concern)."""
-
-# Cluster-safe cuts: how far a cut may move to avoid splitting a character cluster.
-_MAX_CLUSTER_SHIFT = 32
-
 
 # -- persisted results -----------------------------------------------------------------------
 
@@ -173,126 +167,30 @@ def _encode(content: str) -> bytes:
         return content.encode("utf-8", errors="surrogatepass")
 
 
-# -- cluster-safe cuts -----------------------------------------------------------------------
-
-_ZWJ = "\u200d"
-
-
-def _is_regional(ch: str) -> bool:
-    return "\U0001f1e6" <= ch <= "\U0001f1ff"
-
-
-def _extends(ch: str) -> bool:
-    """True when ``ch`` continues the cluster before it (never starts one)."""
-    if ch in (_ZWJ, "\ufe0e", "\ufe0f"):
-        return True
-    if "\U0001f3fb" <= ch <= "\U0001f3ff" or "\U000e0020" <= ch <= "\U000e007f":
-        return True                                  # skin tones, emoji tag sequences
-    if "\udc00" <= ch <= "\udfff":
-        return True                                  # low surrogate of a pair
-    return unicodedata.category(ch) in ("Mn", "Mc", "Me")
-
-
-def is_boundary(text: str, i: int) -> bool:
-    """Whether cutting ``text`` between ``text[i-1]`` and ``text[i]`` keeps clusters whole."""
-    if i <= 0 or i >= len(text):
-        return True
-    before, ch = text[i - 1], text[i]
-    if _extends(ch) or before == _ZWJ or (before == "\r" and ch == "\n"):
-        return False
-    if unicodedata.category(before) == "Mn" and unicodedata.combining(before) == 9 \
-            and unicodedata.category(ch) == "Lo":
-        return False                                 # virama + consonant (e.g. क्ष)
-    if _is_regional(before) and _is_regional(ch):
-        run = 0
-        j = i - 1
-        while j >= 0 and _is_regional(text[j]):
-            run += 1
-            j -= 1
-        return run % 2 == 0                          # flags are pairs of indicators
-    return True
-
-
-def _safe_head(text: str, end: int) -> int:
-    """``end``, moved back to the nearest cluster boundary (at most ``_MAX_CLUSTER_SHIFT``)."""
-    k = end
-    while k > 0 and end - k < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
-        k -= 1
-    return k if is_boundary(text, k) else end
-
-
-def _safe_tail(text: str, start: int) -> int:
-    """``start``, moved on to the nearest cluster boundary (at most ``_MAX_CLUSTER_SHIFT``)."""
-    k = start
-    while k < len(text) and k - start < _MAX_CLUSTER_SHIFT and not is_boundary(text, k):
-        k += 1
-    return k if is_boundary(text, k) else start
-
-
-def cut_head(text: str, n: int) -> str:
-    """The first ``n`` chars of ``text`` or fewer, ending on a cluster boundary."""
-    return text[:_safe_head(text, max(0, min(n, len(text))))]
-
-
-def cut_tail(text: str, n: int) -> str:
-    """The last ``n`` chars of ``text`` or fewer, starting on a cluster boundary."""
-    return text[_safe_tail(text, max(0, len(text) - max(0, n))):]
-
-
-# -- markers ---------------------------------------------------------------------------------
-
-def _budget_markers(omitted: int, path: Path | None,
-                    lines: tuple[int, int, int] | None = None) -> list[str]:
-    """Marker texts from most to least informative; the first that fits the limit wins.
-
-    ``lines`` is (first omitted line, last omitted line, total lines), counted from 0 as
-    ``read_file``'s offset is, so the model can ask for exactly the part it did not see.
-    """
-    n = f"{omitted}"
-    out = []
-    if path is not None:
-        if lines is not None:
-            first, last, total = lines
-            out.append(f"\n[… {n} chars omitted: lines {first}–{last} of {total} — full output "
-                       f"saved to {path}; read them with read_file(path, offset={first}, "
-                       f"limit={last - first + 1})]\n")
-        out.append(f"\n[… {n} chars omitted — full output saved to {path}; "
-                   "read ranges with read_file(path, offset, limit)]\n")
-        out.append(f"\n[… {n} chars omitted — full output saved to {path}]\n")
-    out.append(f"\n[… {n} chars omitted]\n")
-    out.append(f"[… {n} chars omitted]")
-    return out
-
-
 def _widest_lines(content: str) -> tuple[int, int, int]:
     """Line counts at least as wide as any the marker of ``content`` can show."""
     line_total = content.count("\n") + 1
     return (line_total, 2 * line_total, line_total)
 
 
+_JOINERS = 2
+"""What :func:`markers.join_cut` adds around a marker (a newline or a space each side)."""
+
+
 def _marker_room(content: str, store: ResultStore) -> int:
     """Chars the most informative marker of a preview of ``content`` can take."""
-    return len(_budget_markers(len(content), store.path_for(content), _widest_lines(content))[0])
-
-
-_BUDGET_RE = re.compile(
-    r"\n?\[… (?P<n>\d+) chars omitted(?:: lines \d+–\d+ of \d+)?"
-    r"(?: — full output saved to (?P<path>.+?)"
-    r"(?:; read (?:ranges|them) with read_file\(path, offset(?:=\d+)?, limit(?:=\d+)?\))?)?\]\n?")
-OLD_PREVIEW_RE = re.compile(
-    r"\n?\[\.\.\. (?P<n>\d+) chars omitted from old tool result"
-    r"(?: — full output saved to (?P<path>.+?))? \.\.\.\]\n?")
-SUMMARY_RE = re.compile(
-    r"\[Old tool result cleared — (?P<lines>\d+) lines?, (?P<chars>\d+) chars, (?P<kind>[^\]—]+?)"
-    r"(?: — full content at (?P<path>.+))?\]")
+    widest = markers.budget_markers(len(content), store.path_for(content), _widest_lines(content))
+    return len(widest[0]) + _JOINERS
 
 
 def preview(content: str, *, limit: int, head: int, tail: int, path: Path | None) -> str:
     """Head+tail preview of ``content`` no longer than ``limit`` chars, naming ``path``.
 
     Content that already fits is returned as it is. Head and tail are scaled down
-    proportionally when they and the marker do not fit the limit; a cut never splits a
-    character cluster. If even the shortest marker does not fit, the head alone is kept.
+    proportionally when they and the marker do not fit the limit. The head ends and the
+    tail starts at a line boundary when one is near, else at a word boundary, never inside
+    a character cluster (``cuts.py``); the marker sits on its own line only between whole
+    lines. If even the shortest marker does not fit, the head alone is kept.
     """
     return _preview_parts(content, limit=limit, head=head, tail=tail, path=path)[0]
 
@@ -308,22 +206,27 @@ def _preview_parts(content: str, *, limit: int, head: int, tail: int,
     line_total = content.count("\n") + 1
     widest = _widest_lines(content)
     # Sized with the widest possible counts, so the real (smaller or equal) ones fit too.
-    for index, marker_at_width in enumerate(_budget_markers(total, path, widest)):
-        avail = limit - len(marker_at_width)
+    for index, marker_at_width in enumerate(markers.budget_markers(total, path, widest)):
+        avail = limit - len(marker_at_width) - _JOINERS
         if avail < 0:
             continue
         h, t = head, tail
         if h + t > avail:
             h = avail * head // (head + tail) if head + tail else 0
             t = avail - h
-        h_end = _safe_head(content, h)
-        t_start = max(_safe_tail(content, total - t) if t else total, h_end)
-        first = content.count("\n", 0, h_end)
-        last = line_total - 1 - content.count("\n", t_start)
-        marker = _budget_markers(t_start - h_end, path, (first, max(first, last), line_total))[index]
-        return content[:h_end] + marker + content[t_start:], h_end, total - t_start
-    h_end = _safe_head(content, limit)
-    return content[:h_end], h_end, 0
+        hc = head_cut(content, h)
+        tc = tail_cut(content, t, floor=hc.at) if t else Cut(total, False)
+        # Lines counted from 0, as read_file's offset is; a line the head or the tail shows
+        # whole is not an omitted one.
+        first = content.count("\n", 0, hc.at) + (1 if hc.line else 0)
+        last = line_total - 1 - content.count("\n", tc.at) - (1 if tc.line else 0)
+        marker = markers.budget_markers(tc.at - hc.at, path,
+                                        (first, max(first, last), line_total))[index]
+        short = markers.join_cut(content[:hc.at], marker, content[tc.at:],
+                                 head_line=hc.line, tail_line=tc.line)
+        return short, hc.at, total - tc.at
+    end = head_cut(content, limit).at
+    return content[:end], end, 0
 
 
 # -- what a shrunk result was ----------------------------------------------------------------
@@ -334,7 +237,9 @@ class CompactionInfo:
 
     ``level``: 1 = budget preview, 2 = old-result preview (microcompact), 3 = one-line
     summary. ``original_lines`` and ``kind`` are None when only a marker was found.
-    ``head``/``tail``: the original's text still shown (empty for a summary).
+    ``head``/``tail``: the original's text still shown (empty for a summary);
+    ``head_line``/``tail_line``: whether the marker stood on a line of its own on that side
+    (the cut there fell on a line boundary).
     """
 
     level: int
@@ -344,6 +249,8 @@ class CompactionInfo:
     path: Path | None
     head: str = ""
     tail: str = ""
+    head_line: bool = True
+    tail_line: bool = True
 
 
 LEVEL_PREVIEW = 1
@@ -366,25 +273,30 @@ def compaction_info(message: Message) -> CompactionInfo | None:
                 level=int(meta["level"]), original_chars=int(meta["original_chars"]),
                 original_lines=_opt_int(meta.get("original_lines")), kind=meta.get("kind"),
                 path=Path(path) if path else None, head=content[:h],
-                tail=content[len(content) - t:] if t else "")
+                tail=content[len(content) - t:] if t else "",
+                head_line=content[h:h + 1] != " ",
+                tail_line=not t or content[len(content) - t - 1:len(content) - t] != " ")
         except (KeyError, TypeError, ValueError):
             pass                                     # a damaged entry: fall back to markers
     # Every marker says "chars omitted" or starts "[Old tool result cleared": a plain
     # substring search rules most results out before the regexes scan them.
     if "chars omitted" not in content and not content.startswith("[Old tool result cleared"):
         return None
-    m = SUMMARY_RE.fullmatch(content)
+    m = markers.ONE_LINE_RE.fullmatch(content)
     if m:
         return CompactionInfo(LEVEL_SUMMARY, int(m["chars"]), int(m["lines"]),
                               m["kind"].strip(), Path(m["path"]) if m["path"] else None)
-    for level, pattern in ((LEVEL_OLD_PREVIEW, OLD_PREVIEW_RE), (LEVEL_PREVIEW, _BUDGET_RE)):
+    for level, pattern in ((LEVEL_OLD_PREVIEW, markers.OLD_PREVIEW_RE),
+                           (LEVEL_PREVIEW, markers.BUDGET_RE)):
         found = list(pattern.finditer(content))
         if found:
             last = found[-1]
             kept = len(content) - (last.end() - last.start())
             return CompactionInfo(level, kept + int(last["n"]), None, None,
                                   Path(last["path"]) if last["path"] else None,
-                                  content[:last.start()], content[last.end():])
+                                  content[:last.start()], content[last.end():],
+                                  head_line=not last.group().startswith(" "),
+                                  tail_line=not last.group().endswith(" "))
     return None
 
 

@@ -13,11 +13,15 @@ Three public steps, all pure (the only calls out are ``measure``, ``summarize`` 
   (ANCHORS weakness 7); an unusable summary leaves the history exactly as it was.
 
 Summarizer input bound (``settings.summarizer_input_max_chars``): every message is
-rendered as a short labelled section; a message longer than a quarter of the bound keeps
-its head (¾) and tail (¼) around a ``[… N chars omitted …]`` marker. If the sections still
-exceed the bound, an earlier summary (if any) is always kept, then the most recent
-sections that fit, and a note says how many older messages were omitted. The user's
-``instructions`` (a manual compact) are appended after the bounded part.
+rendered with a label opening its first line and an end mark closing its last
+(``[message 3 of 12, from the user] … [end of message 3]``, ``markers.py``), so no line
+starts or ends in it where the message's own lines did not, and a firewall reads no more
+into it than into the message itself. A message longer than a quarter of the bound keeps
+its head (¾) and tail (¼), cut at line boundaries when near (``cuts.py``), around a
+``[… N chars omitted …]`` marker. If the sections still exceed the bound, an earlier
+summary (if any) is always kept, then the most recent sections that fit, and a note says
+how many older messages were omitted. The user's ``instructions`` (a manual compact) are
+appended after the bounded part.
 
 Split rule: the summarized part is the fewest oldest messages that reach the target, in
 units never split apart (a tool call with its results; system messages and the payload
@@ -40,11 +44,14 @@ from typing import Literal
 
 from ..errors import redact
 from ..settings import Settings
-from .budget import cut_head, cut_tail
+from . import markers
+from .cuts import head_cut, tail_cut
 from .events import CompactionPhase, EventCallback
 from .history import (
+    TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
+    TAG_SYNTHETIC_RESULT,
     History,
     Message,
     Reasoning,
@@ -77,10 +84,9 @@ Measure = Callable[[History], int]
 _Phase = Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
 _Outcome = Literal["summary", "trim", "nothing"]
 
-# Markers and limits of the summarizer input; see the module docstring for the policy.
+# Limits of the summarizer input (its framing: ``markers.py``); the policy: module docstring.
 _MESSAGE_SHARE = 4          # one message may use at most 1/4 of the input bound
 _HEAD_SHARE = 0.75          # of a cut message, ¾ head and ¼ tail
-_OMITTED_NOTE = "[{k} older messages ({chars} chars) omitted from this input to bound its size]"
 _NOTE_ROOM = 120            # chars kept free for the omitted note
 
 
@@ -194,13 +200,13 @@ def trim(history: History) -> tuple[History, int]:
         m = stripped[i]
         result = m.tool_result
         if m.role is not Role.TOOL or m.tag is not None or result is None \
-                or not result.content or result.content.startswith(_POINTER_PREFIX):
+                or not result.content or result.content.startswith(markers.POINTER_PREFIX):
             continue            # pointers of 3+ copies are alike; they are not content
         later = latest_copy.get(result.content)
         if later is None:
             latest_copy[result.content] = result
             continue
-        pointer = _duplicate_pointer(later, len(result.content))
+        pointer = markers.duplicate_pointer(len(result.content), later.name, later.call_id)
         if len(pointer) < len(result.content) and \
                 len(pointer.encode("utf-8")) < len(result.content.encode("utf-8")):
             stripped[i] = m.with_blocks(
@@ -219,15 +225,6 @@ def trim(history: History) -> tuple[History, int]:
         out.append(m)
 
     return (history if not removed else tuple(out)), removed
-
-
-_POINTER_PREFIX = "[Duplicate tool result omitted ("
-
-
-def _duplicate_pointer(later: ToolResult, chars: int) -> str:
-    tool = f"{later.name} " if later.name else ""
-    return (f"{_POINTER_PREFIX}{chars} chars): identical to the later "
-            f"{tool}result of call {later.call_id}]")
 
 
 # -- compact --------------------------------------------------------------------------------
@@ -434,41 +431,62 @@ def _covered(message: Message) -> int:
 
 # -- the summarizer's input and output ------------------------------------------------------
 
-def _render(message: Message) -> str:
+def _label(message: Message) -> markers.SummaryLabel:
     if message.tag == TAG_SUMMARY:
-        label = "earlier summary"
-    elif message.role is Role.TOOL:
-        r = message.tool_result
-        who = (r.name or r.call_id) if r else "?"
-        label = f"tool result ({who}{', error' if r is not None and r.is_error else ''})"
-    else:
-        label = message.role.value + (f" ({message.tag})" if message.tag else "")
-    parts = [message.text]
+        return markers.SummaryLabel(message.role.value, summary=True)
+    r = message.tool_result
+    if message.role is Role.TOOL:
+        return markers.SummaryLabel("tool", tool=(r.name or r.call_id) if r else None,
+                                    error=r is not None and r.is_error, tag=message.tag)
+    return markers.SummaryLabel(message.role.value, tag=message.tag)
+
+
+def _package_wrote(message: Message) -> bool:
+    """Whether ``message``'s whole text is one the package wrote: a notice, a synthetic
+    result, a one-liner standing for a tool result."""
+    if message.tag in (TAG_COMPACTION_NOTICE, TAG_PAYLOAD_NOTICE, TAG_SYNTHETIC_RESULT):
+        return True
+    r = message.tool_result
+    return message.role is Role.TOOL and r is not None and markers.is_one_liner(r.content)
+
+
+def _render(message: Message, index: int, total: int, limit: int) -> str:
+    """One message of the summarizer's input: its label, its text (cut to fit ``limit``
+    with the framing) and its end mark, the text on the same lines as both."""
+    text = message.text
+    if _package_wrote(message):
+        text = markers.unbracket(text)      # it follows other text here (markers.py)
+    parts = [text]
     for b in message.blocks:
         if isinstance(b, ToolCall):
-            parts.append(f"[tool call {b.name} {b.arguments}]")
+            parts.append(markers.tool_call(b.name, b.arguments))
     body = "\n".join(p for p in parts if p)
-    return f"--- {label} ---\n{body}"
+    opening = markers.label(index, total, _label(message))
+    closing = markers.end_mark(index)
+    body = _cut_middle(body, max(1, limit - len(opening) - len(closing) - 2))
+    return f"{opening} {body} {closing}" if body else f"{opening} {closing}"
 
 
 def _cut_middle(text: str, limit: int) -> str:
-    """Head and tail of ``text`` within about ``limit`` chars, cut on cluster boundaries."""
+    """Head and tail of ``text`` within about ``limit`` chars, cut at line (else word)
+    boundaries, the marker between them joined as ``markers.join_cut`` does."""
     if len(text) <= limit:
         return text
     keep_head = int(limit * _HEAD_SHARE)
-    head, tail = cut_head(text, keep_head), cut_tail(text, limit - keep_head)
-    omitted = len(text) - len(head) - len(tail)
-    return f"{head}\n[… {omitted} chars omitted …]\n{tail}"
+    hc = head_cut(text, keep_head)
+    tc = tail_cut(text, limit - keep_head, floor=hc.at)
+    return markers.join_cut(text[:hc.at], markers.cut_marker(tc.at - hc.at), text[tc.at:],
+                            head_line=hc.line, tail_line=tc.line)
 
 
 def _summarizer_input(messages: Sequence[Message], settings: Settings,
                       instructions: str | None) -> str:
     """The bounded text sent to the summarizer (policy in the module docstring)."""
     bound = settings.summarizer_input_max_chars
-    preamble = (f"Summarize these {len(messages)} earlier messages of the conversation "
-                "(oldest first).\n\n")
+    preamble = markers.preamble(len(messages)) + "\n\n"
     per_message = max(1, bound // _MESSAGE_SHARE)
-    pieces = [_cut_middle(_render(m), per_message) for m in messages]
+    total = len(messages)
+    pieces = [_render(m, i, total, per_message) for i, m in enumerate(messages, start=1)]
     sep = "\n\n"
     room = bound - len(preamble)
 
@@ -487,13 +505,15 @@ def _summarizer_input(messages: Sequence[Message], settings: Settings,
             used += len(piece) + len(sep)
         kept.reverse()
         omitted = rest[:len(rest) - len(kept)]
-        note = _OMITTED_NOTE.format(k=len(omitted), chars=sum(len(p) for p in omitted))
+        note = markers.omitted_note(len(omitted), sum(len(p) for p in omitted))
         body = sep.join([*pinned, note, *kept])
         if len(body) > room:    # only with a tiny bound: keep the most recent text
-            body = body[len(body) - max(0, room):] if room > 0 else ""
-    text = (preamble + body)[:bound]
+            body = body[tail_cut(body, room).at:] if room > 0 else ""
+    text = preamble + body
+    if len(text) > bound:
+        text = text[:head_cut(text, bound).at]
     if instructions and instructions.strip():
-        text += f"\n\nAdditional instructions for this summary: {instructions.strip()}"
+        text += "\n\n" + markers.instructions(instructions.strip())
     return text
 
 

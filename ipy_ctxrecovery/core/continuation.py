@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import is_boundary
+from .cuts import is_boundary
 from .history import TAG_CONTINUATION, Message
 
 __all__ = [

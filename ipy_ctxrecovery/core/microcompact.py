@@ -7,8 +7,8 @@ Age is counted in model round trips (``history.ages``), so a long tool loop insi
 user request ages its own early results. With the settings' defaults:
 
 - age ≥ ``microcompact_truncate_turns`` (2) and an original of ≥ ``microcompact_min_chars``
-  (3,000): head 2,000 + tail 500 chars around
-  ``[... N chars omitted from old tool result — full output saved to PATH ...]``;
+  (3,000): head 2,000 + tail 500 chars (cut at line boundaries when near: ``cuts.py``)
+  around ``[... N chars omitted from old tool result — full output saved to PATH ...]``;
 - age ≥ ``microcompact_summarize_turns`` (4): one line,
   ``[Old tool result cleared — L lines, C chars, JSON — full content at PATH]``.
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..settings import Settings
+from . import markers
 from .budget import (
     LEVEL_OLD_PREVIEW,
     LEVEL_SUMMARY,
@@ -34,10 +35,9 @@ from .budget import (
     compacted_message,
     compaction_info,
     count_lines,
-    cut_head,
-    cut_tail,
     detect_kind,
 )
+from .cuts import head_cut, tail_cut
 from .history import History, Message, Role, ages
 
 __all__ = ["MicrocompactReport", "detect_kind", "microcompact"]
@@ -124,23 +124,29 @@ def _original(m: Message, info: CompactionInfo | None, store: ResultStore) -> st
 
 def _truncate(m: Message, info: CompactionInfo | None, original: str | None,
               settings: Settings, store: ResultStore) -> Message | None:
+    head_chars, tail_chars = settings.microcompact_head_chars, settings.microcompact_tail_chars
     if original is not None:
         path: Path | None = store.path_for(original)
-        head = cut_head(original, settings.microcompact_head_chars)
-        tail = cut_tail(original[len(head):], settings.microcompact_tail_chars)
+        hc = head_cut(original, head_chars)
+        tc = tail_cut(original, tail_chars, floor=hc.at)
+        head, tail = original[:hc.at], original[tc.at:]
+        head_line, tail_line = hc.line, tc.line
         total = len(original)
     else:
         # The original is gone from the store: what the earlier preview kept is all we have.
+        # Kept whole, a piece keeps the earlier cut (and how its marker was joined).
         assert info is not None
         path = info.path
-        head = cut_head(info.head, settings.microcompact_head_chars)
-        tail = cut_tail(info.tail, settings.microcompact_tail_chars)
+        hc, tc = head_cut(info.head, head_chars), tail_cut(info.tail, tail_chars)
+        head, tail = info.head[:hc.at], info.tail[tc.at:]
+        head_line = info.head_line if hc.at == len(info.head) else hc.line
+        tail_line = info.tail_line if tc.at == 0 else tc.line
         total = info.original_chars
     omitted = total - len(head) - len(tail)
     if omitted <= 0:
         return None
-    saved = f" — full output saved to {path}" if path is not None else ""
-    content = f"{head}\n[... {omitted} chars omitted from old tool result{saved} ...]\n{tail}"
+    content = markers.join_cut(head, markers.old_preview_marker(omitted, path), tail,
+                               head_line=head_line, tail_line=tail_line)
     return compacted_message(m, content, level=LEVEL_OLD_PREVIEW, original=original,
                              info=info, path=path, head_chars=len(head), tail_chars=len(tail))
 
@@ -158,8 +164,6 @@ def _summarize(m: Message, info: CompactionInfo | None, original: str | None,
         lines = info.original_lines if info.original_lines is not None \
             else count_lines(info.head) + count_lines(info.tail)
         kind = info.kind or detect_kind(info.head, truncated=True)
-    noun = "line" if lines == 1 else "lines"
-    where = f" — full content at {path}" if path is not None else ""
-    content = f"[Old tool result cleared — {lines} {noun}, {chars} chars, {kind}{where}]"
+    content = markers.old_result_cleared(lines, chars, kind, path)
     return compacted_message(m, content, level=LEVEL_SUMMARY, original=original, info=info,
                              path=path, head_chars=0, tail_chars=0)

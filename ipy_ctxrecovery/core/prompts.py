@@ -2,7 +2,12 @@
 
 The payload SYSTEM NOTICE and the compaction notice (SPEC §3), the summarizer's system
 prompt and the header of its summary (SPEC §7). The emulator reads these to recognise
-what the package wrote, so they live apart from the code that inserts them.
+what the package wrote, so they live apart from the code that inserts them. The markers
+and framing written around the conversation's own text are in ``markers.py``.
+
+Each passes ModSecurity with the OWASP Core Rule Set at paranoia level 1 wherever it lands
+in a request: no line starts with a word the rules read as a command, and no line ends
+one word after an HTTP method name (``tests/test_markers.py`` holds the list of rules).
 """
 
 from __future__ import annotations
@@ -63,8 +68,9 @@ You compress the earlier part of a conversation between a user and an AI assista
 uses tools, so that the conversation can continue within its context limit. You will be \
 given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
 
-Start with the line "[STRUCTURED SUMMARY — covering N earlier messages]", then write these \
-sections, each a heading followed by short bullet points ("none" when there is nothing):
+Your first line is "[STRUCTURED SUMMARY — covering N earlier messages]". Below it come \
+these sections, each a heading followed by short bullet points ("none" when there is \
+nothing):
 
 ## Files read
 ## Files modified
@@ -73,10 +79,13 @@ sections, each a heading followed by short bullet points ("none" when there is n
 ## Errors and resolutions
 ## Current task state
 
-Rules: keep exact file paths, names, identifiers, numbers and error messages; record what \
-was done and what is still pending, not how the conversation went; do not invent anything \
-that is not in the messages; do not answer or continue the conversation; be as short as \
-the facts allow. Write in the language of the conversation."""
+In every section, keep exact file paths, names, identifiers, numbers and error messages. \
+Record what was done and what is still pending, not how the conversation went. Do not \
+invent anything that is not in the messages, and do not answer or continue the \
+conversation. Be as short as the facts allow, and write in the language of the \
+conversation."""
+"""Plain prose whose lines start with words no firewall rule reads as a command (a line
+starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115)."""
 
 
 def summary_header(covered: int) -> str:
@@ -89,7 +98,9 @@ def summary_header(covered: int) -> str:
 
 def explain_error(source: str, trace: str, question: str = "") -> str:
     """The user message ``%chat error`` sends: the failed cell's code and its traceback."""
+    # Tilde fences: a backtick before ``python`` reads as a shell command substitution to
+    # a firewall (the OWASP CRS, rules 932105 and 932115); ``~~~`` is the same Markdown.
     code = source.strip() or "(the cell's code is not known)"
     ask = question.strip() or "Explain the error and how to fix the code."
-    return (f"This notebook cell failed.\n\n```python\n{code}\n```\n\n"
-            f"Traceback:\n```\n{trace.strip()}\n```\n\n{ask}")
+    return (f"This notebook cell failed.\n\n~~~python\n{code}\n~~~\n\n"
+            f"Traceback:\n~~~\n{trace.strip()}\n~~~\n\n{ask}")

@@ -66,9 +66,10 @@ followed by the request is one message — and the request is the last such piec
   earlier messages]`` line, then ``## Files`` / ``## Commands`` / ``## Errors and
   resolutions`` / ``## Key decisions`` / ``## Key points`` / ``## Current task state``
   sections of lines copied from the input, at most min(len(input)/4, 2000) chars. The
-  compactor's framing is not conversation and is never quoted: its ``Summarize these N
-  earlier messages`` instruction (which gives N), the ``--- label ---`` line of each
-  message, omission markers, ``Additional instructions for this summary:`` and an earlier
+  compactor's framing (``core/markers.py``) is not conversation and is never quoted: its
+  ``Summarize these N earlier messages`` instruction (which gives N), the
+  ``[message i of N, …]`` label and ``[end of message i]`` mark around each message,
+  omission markers, ``Additional instructions for this summary:`` and an earlier
   summary's header and section headings.
 * Output limit: the reply is cut (on a character boundary) at the completion budget —
   ``max_tokens``/``max_completion_tokens``, ``max_output_tokens`` and the room left in the

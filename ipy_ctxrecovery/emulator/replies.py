@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import markers
 from ..core.continuation import CONTINUATION_PROMPT
+from ..core.cuts import head_cut
 from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
@@ -478,17 +480,12 @@ _COMMAND_RE = re.compile(r"^\s*(?:\$|>>>|%|!)\s*\S|`[^`]+`")
 _ERROR_RE = re.compile(r"error|exception|traceback|failed|failure", re.I)
 _DECISION_RE = re.compile(r"\b(decid|chose|choose|agreed|plan|will|should|must)\w*", re.I)
 
-# The compactor's framing of the summarizer input (compactor._summarizer_input): an
-# instruction line naming the count, one "--- label ---" line per message, omission
-# markers and the user's extra instructions. None of it is conversation, so none of it is
-# quoted; the count and the labels give the header's N.
-_PREAMBLE_RE = re.compile(r"^Summarize these (\d+) earlier messages\b", re.I)
-_SECTION_RE = re.compile(r"^--- [^\n]* ---$")
+# The compactor's framing of the summarizer input (``core/markers.py``): an instruction
+# naming the count, a label opening and an end mark closing each message, cut markers, a
+# note on omitted messages and the user's extra instructions. None of it is conversation,
+# so none of it is quoted; the count (or the labels) gives the header's N.
 _FRAMING_RE = re.compile(
-    r"^(?:\[\d+ older messages? \(\d+ chars\) omitted\b"     # the omitted-messages note
-    r"|\[… \d+ chars omitted …\]$"                             # a cut message's marker
-    r"|Additional instructions for this summary:"                 # a manual compact's focus
-    r"|\[?\s*STRUCTURED SUMMARY\b"                                # an earlier summary's header
+    r"^(?:\[?\s*STRUCTURED SUMMARY\b"                             # an earlier summary's header
     r"|##\s+(?:Files|Commands|Key|Errors|Current task)\b)")       # an earlier summary's headings
 
 
@@ -499,22 +496,30 @@ def _conversation_lines(text: str) -> tuple[list[str], int]:
     announced = sections = 0
     for raw in text.splitlines():
         line = " ".join(raw.split())
-        preamble = _PREAMBLE_RE.match(line)
+        preamble = markers.PREAMBLE_RE.match(line)
         if preamble:
             announced = announced or int(preamble.group(1))
             continue
-        if _SECTION_RE.match(line):
-            sections += 1
+        if markers.OMITTED_NOTE_RE.match(line) or line.startswith(markers.INSTRUCTIONS_PREFIX):
             continue
-        if _FRAMING_RE.match(line):
-            continue
-        if line.startswith("- "):       # an earlier summary's bullet: quote the fact only
-            line = line[2:].strip()
-        if line and line not in seen:
-            seen.add(line)
-            lines.append(line)
+        pieces, opened = markers.unframe_line(line)
+        sections += opened
+        for piece in pieces:
+            if _FRAMING_RE.match(piece):
+                continue
+            if piece.startswith("- "):      # an earlier summary's bullet: quote the fact only
+                piece = piece[2:].strip()
+            if piece and piece not in seen:
+                seen.add(piece)
+                lines.append(piece)
     n = announced or sections or len(_MESSAGE_MARK_RE.findall(text)) or 1
     return lines, n
+
+
+def _shorten(item: str) -> str:
+    """``item`` cut to ``SUMMARY_ITEM_CHARS`` at a word end, as a model shortens a fact (a
+    word cut in two before a line end can read as an attack to a firewall: core/cuts.py)."""
+    return item[:head_cut(item, SUMMARY_ITEM_CHARS - 2).at] + " …"
 
 
 def summarize(text: str) -> str:
@@ -540,7 +545,7 @@ def summarize(text: str) -> str:
             continue
         block = f"\n## {title}"
         for item in picked:
-            short = item if len(item) <= SUMMARY_ITEM_CHARS else item[:SUMMARY_ITEM_CHARS - 1] + "…"
+            short = item if len(item) <= SUMMARY_ITEM_CHARS else _shorten(item)
             if len(out) + len(block) + len(short) + 3 > bound:
                 break
             block += f"\n- {short}"

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Union, get_args, get_origin
 
+from ..core.cuts import head_cut
+from ..core.markers import join_cut
 from ..errors import ConfigError, ToolError, redact
 from ..providers.base import ToolSpec
 
@@ -555,14 +557,20 @@ def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[
         body = data.decode("utf-8", errors="replace")
         end = offset + shown
         if len(body) > max_chars or cut:
+            # Whole lines only: the line cut short would be read again from ``end``, and a
+            # line ended mid-word can read as an attack to a firewall (``core/cuts.py``); the
+            # marker is bracket-free for the same reason (``core/markers.py``).
             body = body[:max_chars]
             end = offset + body.count("\n")
             if end == offset:  # one line longer than the bound: move on past it
                 end += 1
-                body += (f"\n[... line {offset} is longer than {max_chars} chars and was cut; "
-                         f"continue with offset={end} ...]")
+                at = head_cut(body, len(body) - 1)     # inside the line, at a word end
+                body = join_cut(body[:at.at], f"… line {offset} is longer than {max_chars} "
+                                f"chars and was cut; continue with offset={end} …", "",
+                                head_line=at.line, tail_line=True)
             else:
-                body += f"\n[... cut at {max_chars} chars; continue with offset={end} ...]"
+                body = (body[:body.rindex("\n")] +
+                        f"\n… cut at {max_chars} chars; continue with offset={end} …")
         if not data:
             return f"[{path}: no lines at offset {offset}; the file has {total} lines]"
         header = f"[{path}: lines {offset}-{max(end - 1, offset)} of {total}]\n"

@@ -30,8 +30,9 @@ from dataclasses import dataclass, replace
 from humanfriendly.text import pluralize
 
 from ...settings import Settings, format_size
-from .. import budget, pairing
+from .. import budget, markers, pairing
 from ..budget import DeferredStore, ResultStore
+from ..cuts import head_cut, tail_cut
 from ..exactfit import (
     MIN_PREVIEW_CHARS,
     Outline,
@@ -170,21 +171,21 @@ def _fit_candidates(h: Sequence[Message]) -> list[int]:
 def truncate_text(text: str, max_chars: int, *, what: str = "text") -> str:
     """Head+tail of ``text`` in at most ``max_chars`` chars, with a marker; whole characters.
 
-    Python strings cut on code points, so UTF-8 is never split (ANCHORS 10); the cuts also
-    keep character clusters whole (combining marks, ZWJ emoji, flags — budget.is_boundary).
+    The head ends and the tail starts at a line boundary when one is near, else at a word
+    boundary, never inside a character cluster (``cuts.py``; ANCHORS 10), so no fragment of
+    a word starts or ends a line.
     """
     if len(text) <= max_chars:
         return text
-    marker = f"\n[... {len(text):,} chars omitted from {what} ...]\n"
-    room = max_chars - len(marker)
+    room = max_chars - len(markers.long_message_marker(len(text), what)) - 2   # + joiners
     if room <= 0:
-        return budget.cut_head(text, max_chars)
+        return text[:head_cut(text, max_chars).at]
     keep_head = room * 4 // 5
-    head = budget.cut_head(text, keep_head)
-    tail = budget.cut_tail(text, room - keep_head)
-    omitted = len(text) - len(head) - len(tail)
-    marker = f"\n[... {omitted:,} chars omitted from {what} ...]\n"
-    return head + marker + tail
+    hc = head_cut(text, keep_head)
+    tc = tail_cut(text, room - keep_head, floor=hc.at)
+    marker = markers.long_message_marker(tc.at - hc.at, what)
+    return markers.join_cut(text[:hc.at], marker, text[tc.at:], head_line=hc.line,
+                            tail_line=tc.line)
 
 
 def _truncate_assistants(h: History, max_chars: int) -> tuple[History, int]:
