@@ -13,8 +13,8 @@ every kind and wire:
 - the learned cap never below the largest body that passed (what the upstream answered);
 - every user message in the transcript.
 
-The runs the current recovery core fails are ``xfail(strict=True)`` with what fails
-(issue 24's remaining work flips them); bench/middleboxes.py prints the whole-run figures.
+Behind ModSecurity the package's own requests (summaries, previews, the merged run) pass
+the Core Rule Set (``core/markers.py``); bench/middleboxes.py prints the whole-run figures.
 Locally a missing program skips its kind with one line; under ``CI=true`` it fails.
 """
 
@@ -24,7 +24,6 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import middlebox_chat as chat
 import pytest
@@ -39,30 +38,6 @@ TURNS = 40
 PER_LIMIT = 2           # rejections allowed per distinct limit (issue 24)
 
 _names = (f"box-{n:03d}" for n in itertools.count(1))
-
-
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 24: {reason}")
-
-
-# What the recovery core does today behind each kind that fails (both wires alike).
-# Every turn is answered and the cap holds at the largest body that passed; what fails is
-# the count of rejections: CRS blocks each of the package's own summary requests for its
-# text (932115, Windows command injection, on the summarizer prompt's line "Start with the
-# line \"[STRUCTURED SUMMARY…"), and each compaction sends one.
-XFAIL_MODSEC = _xfail(
-    "CRS blocks every summary request the package sends (932115 on its 'Start with the "
-    "line' instruction): 16 × 403 of ~26 KB besides the one 413, with 40/40 answered and "
-    "the cap held at 54.7 KB")
-XFAIL = {"modsec": XFAIL_MODSEC}
-XFAIL_CONTENT_EARLY = _xfail(
-    "the planted message is blocked, then resent smaller twice (three 403s for one "
-    "message, where one smaller retry proves content), and every summary request is "
-    "blocked as in the prose-only run (15 × 403); 39/40 answered, the cap holds")
-XFAIL_CONTENT_LATE = _xfail(
-    "the planted message is blocked once and its turn fails with one sentence, but every "
-    "summary request is blocked as in the prose-only run (15 × 403); 39/40 answered, the "
-    "cap holds")
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +102,8 @@ def rejections(run: Run) -> Counter[int]:
     return Counter(r.status for r in run.logged if r.status != 200)
 
 
-def _kinds() -> list[Any]:
-    return [pytest.param(kind, marks=XFAIL[kind]) if kind in XFAIL else kind for kind in KINDS]
-
-
 @pytest.mark.parametrize("wire", chat.WIRES)
-@pytest.mark.parametrize("kind", _kinds())
+@pytest.mark.parametrize("kind", KINDS)
 def test_forty_turns_behind_a_real_middlebox(kind: str, wire: str, box: Callable[[str], Middlebox],
                                              upstream: Emulator) -> None:
     texts = chat.script(TURNS)
@@ -149,8 +120,7 @@ def test_forty_turns_behind_a_real_middlebox(kind: str, wire: str, box: Callable
 
 @pytest.mark.parametrize("wire", chat.WIRES)
 @pytest.mark.parametrize("at", [
-    pytest.param(chat.PLANTED_EARLY, marks=XFAIL_CONTENT_EARLY, id="early"),
-    pytest.param(chat.PLANTED_LATE, marks=XFAIL_CONTENT_LATE, id="late")])
+    pytest.param(chat.PLANTED_EARLY, id="early"), pytest.param(chat.PLANTED_LATE, id="late")])
 def test_modsecurity_blocks_one_message_for_its_content(at: int, wire: str,
                                                         box: Callable[[str], Middlebox],
                                                         upstream: Emulator) -> None:

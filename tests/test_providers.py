@@ -29,6 +29,7 @@ from strategies import valid_histories
 
 from ipy_ctxrecovery.core.catalogue import ModelInfo
 from ipy_ctxrecovery.core.history import Message, Reasoning, Role, Text, ToolCall
+from ipy_ctxrecovery.core.markers import MERGED_TEXT_JOIN
 from ipy_ctxrecovery.errors import ChatError, ConfigError
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers import (
@@ -1123,8 +1124,8 @@ def test_measure_is_exact_when_same_role_runs_are_merged() -> None:
         "system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant", "tool",
         "assistant", "user"]
     # A run's texts go out as one string, each whole, a blank line between them.
-    assert body["messages"][0]["content"] == "a\n\nb ✓"
-    assert body["messages"][1]["content"] == "\n\n".join(m.text for m in runs[3:6])
+    assert body["messages"][0]["content"] == "a\n\n— b ✓"
+    assert body["messages"][1]["content"] == MERGED_TEXT_JOIN.join(m.text for m in runs[3:6])
     assert [c["id"] for c in body["messages"][2]["tool_calls"]] == ["call_0", "call_1"]
     assert body["messages"][6]["content"] == "one text in the run"
     assert body["messages"][9] == {"role": "assistant", "content": ""}
@@ -1146,13 +1147,13 @@ def test_a_merged_run_reads_as_its_messages_one_paragraph_each(texts: list[str],
     if not kept:
         assert content in ("", None)
         return
-    assert content == "\n\n".join(kept)
+    assert content == MERGED_TEXT_JOIN.join(kept)
     assert isinstance(content, str)
     # Each text is read whole and where it stood: the content starts with the first, ends
-    # with the last, and splits back into them wherever no text makes a blank line itself.
+    # with the last, and splits back into them wherever no text holds the join itself.
     assert content.startswith(kept[0]) and content.endswith(kept[-1])
-    if not any("\n\n" in t or t.startswith("\n") or t.endswith("\n") for t in kept):
-        assert content.split("\n\n") == kept
+    if not any(MERGED_TEXT_JOIN in t or t.endswith("\n") for t in kept):
+        assert content.split(MERGED_TEXT_JOIN) == kept
     provider, request = _offline("openai"), Request(run)
     assert provider.measure(request) == len(provider.encode(request))
 
@@ -1165,7 +1166,7 @@ def test_summary_notice_and_request_go_out_as_one_string() -> None:
     body = json.loads(_offline("openai").encode(Request((Message.system("Be terse."), summary,
                                                          notice, request))))
     assert body["messages"][1] == {"role": "user", "content":
-                                   f"{summary.text}\n\n{notice.text}\n\n{request.text}"}
+                                   f"{summary.text}\n\n— {notice.text}\n\n— {request.text}"}
     # No list content anywhere in the body: llama.cpp-based servers answer 500 to one.
     assert all(isinstance(m["content"], str) for m in body["messages"])
 

@@ -8,6 +8,9 @@
 - **The summarizer's framing** (SPEC §7): its opening instruction, each message's label and
   end mark, the note on omitted messages, a manual compact's extra instructions.
 
+- **The join of a merged run**: a summary, a notice and the request sent as one string
+  (the OpenAI adapter's merged user message): :data:`MERGED_TEXT_JOIN`.
+
 The summary's header and the notices are prompts (``core/prompts.py``).
 
 Every one of them passes ModSecurity with the OWASP Core Rule Set at paranoia level 1 (the
@@ -50,6 +53,7 @@ __all__ = [
     "INSTRUCTIONS_PREFIX",
     "LABEL_RE",
     "LONG_MESSAGE_RE",
+    "MERGED_TEXT_JOIN",
     "OLD_PREVIEW_RE",
     "OMITTED_NOTE_RE",
     "ONE_LINE_RE",
@@ -247,6 +251,12 @@ def omitted_note(count: int, chars: int) -> str:
 OMITTED_NOTE_RE = re.compile(r"^… \d+ older messages? \(\d+ chars\) omitted\b")
 
 INSTRUCTIONS_PREFIX = "Additional instructions for this summary:"
+
+MERGED_TEXT_JOIN = "\n\n— "
+"""Between the texts of a merged run sent as one string (a summary, a notice, the request):
+a blank line, so they read as separate paragraphs, and a dash, so the next text does not
+start a line (a request that begins "Sort…", "Format…" or "Replace…" on a line of its own
+reads as a command to the firewall's rules 932110/932115). The user's text is unchanged."""
 
 
 def instructions(text: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from ..core import markers
 from ..core.continuation import CONTINUATION_PROMPT
 from ..core.cuts import head_cut
+from ..core.markers import MERGED_TEXT_JOIN
 from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
 
 __all__ = [
@@ -290,11 +291,13 @@ def _piece_kind(piece: str) -> str:
 
 
 def paragraph_pieces(text: str) -> list[str]:
-    """A string content's pieces: a summary, notice or continuation prompt the package wrote
-    is a piece of its own, so is the text between them. The OpenAI adapter sends a merged
-    run of user messages (a summary, a notice, the request) as one string, its texts
-    joined by a blank line; the package writes no blank line inside a notice, and the
-    emulator's own summaries have none either."""
+    """A string content's pieces: the texts of a merged run (a summary, a notice, the
+    request) that the OpenAI adapter sends as one string, joined by ``MERGED_TEXT_JOIN``;
+    from another client, a summary, notice or continuation prompt the package wrote is a
+    blank-line paragraph of its own, and so is the text between them (the package writes
+    no blank line inside a notice, and the emulator's own summaries have none either)."""
+    if MERGED_TEXT_JOIN in text:
+        return text.split(MERGED_TEXT_JOIN)
     if "\n\n" not in text:
         return [text]
     pieces: list[str] = []

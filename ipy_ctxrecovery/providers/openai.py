@@ -16,7 +16,8 @@ summary, a notice and the request as three user messages, and the chat templates
 open models (served by vLLM, llama.cpp, TGI) reject anything but strict user/assistant
 alternation ("Conversation roles must alternate user/assistant/user/assistant/..."). A
 merged message's content is one plain string: its texts in order, each whole, joined by a
-blank line (:data:`TEXT_JOIN`; empty texts are left out). A string is what every server
+blank line and a dash (:data:`TEXT_JOIN`, ``core.markers.MERGED_TEXT_JOIN``: no text of
+the run starts a line, which a firewall reads as a command; empty texts are left out). A string is what every server
 accepts: a list of text parts makes the chat templates of llama.cpp-based servers fail
 (llama-cpp-python answers HTTP 500 "can only concatenate str (not "list") to str"). The
 blank line is the break the compactor itself puts between messages when it renders them
@@ -41,6 +42,7 @@ import openai
 
 from ..core.catalogue import ModelInfo
 from ..core.history import Message, Text, ToolCall, ToolResult, to_openai
+from ..core.markers import MERGED_TEXT_JOIN
 from ..errors import ConfigError, redact
 from ._common import (
     SDKAdapter,
@@ -88,7 +90,7 @@ NO_KEY_MESSAGE = (
 
 _MERGED_ROLES = frozenset({"system", "user", "assistant"})
 
-TEXT_JOIN = "\n\n"
+TEXT_JOIN = MERGED_TEXT_JOIN
 """What goes between the texts of the messages ``to_wire`` merges into one."""
 
 
