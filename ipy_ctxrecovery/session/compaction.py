@@ -62,7 +62,9 @@ class SessionCompactor:
                       f"{format_size(rejected)} the proxy/gateway already rejected")
             raise ChatError(Failure(FailureKind.PAYLOAD_TOO_LARGE, reason,
                                     request_bytes=size), reason)
-        recovery = flow.recover(caps, self.settings)
+        # A summary is worth less than a wait for an overloaded server: the SDK's own
+        # retries only, then the turn is fitted without it.
+        recovery = flow.recover(caps, self.settings.replace(transient_retries=0))
         try:
             effect: flow.Effect = next(recovery)
             while True:
