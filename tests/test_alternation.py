@@ -18,6 +18,7 @@ from ipy_ctxrecovery.core.history import (
     Message,
     Role,
 )
+from ipy_ctxrecovery.core.markers import MERGED_TEXT_JOIN
 from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
 from ipy_ctxrecovery.emulator import roles
 from ipy_ctxrecovery.providers import make_provider
@@ -121,8 +122,9 @@ def test_the_openai_wire_merges_summary_notice_and_request_and_keeps_the_history
     request = Request(history)
     body = json.loads(provider.encode(request))
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
-    # One string, as every server takes it: each text whole, a blank line between them.
-    assert body["messages"][1]["content"] == "\n\n".join(m.text for m in history[1:])
+    # One string, as every server takes it: each text whole, a blank line and a dash
+    # between them (no text starts a line, which a firewall reads as a command).
+    assert body["messages"][1]["content"] == MERGED_TEXT_JOIN.join(m.text for m in history[1:])
     assert provider.measure(request) == len(provider.encode(request))
     reply = provider.send(request)
     assert reply.message.text.startswith('Emulator reply: you said "what next?"')
