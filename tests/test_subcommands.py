@@ -1,5 +1,5 @@
 """``%chat SUBCOMMAND`` (``notebook/subcommands.py``) in a real IPython shell: the emulator's
-quirk flags, taken from their one declaration (``emulator/quirks.py``)."""
+quirk flags, taken from their one declaration (``emulator/quirks.py``); ``--help`` on each."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from ipy_ctxrecovery.emulator import quirks
 from ipy_ctxrecovery.notebook.magics import get_magics
+from ipy_ctxrecovery.notebook.subcommands import SUBCOMMANDS
 
 
 def test_chat_emulator_plays_the_quirks_of_llama_cpp_pythons_server(
@@ -44,3 +45,18 @@ def test_chat_emulator_help_names_each_quirk_flag(loaded_shell: Any,
     loaded_shell.run_line_magic("chat", "help emulator")
     shown = capsys.readouterr().out
     assert all(q.flag in shown for q in quirks.QUIRKS)
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_subcommand_answers_help_and_changes_nothing(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    chat = get_magics(loaded_shell)
+    assert chat is not None
+    capsys.readouterr()
+    before = (chat.workspace.current, dict(chat.workspace.sessions))
+    for name in SUBCOMMANDS:
+        loaded_shell.run_line_magic("chat", f"{name} {flag}")
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: %chat {name}"), (name, out[:200])
+        assert "unrecognized" not in out
+    assert (chat.workspace.current, dict(chat.workspace.sessions)) == before

@@ -93,6 +93,10 @@ def run_subcommand(magics: ChatMagics, line: str) -> Any:
         raise UsageError(f"%chat: unknown subcommand {name!r}; use one of "
                          f"{', '.join(SUBCOMMANDS)} (%chat help explains them).")
     handler, parser, _ = SUBCOMMANDS[name]
+    if any(w in ("-h", "--help") for w in rest[:rest.index("--") if "--" in rest else None]):
+        # IPython's parser has no -h: the help is asked for, and nothing else is done.
+        print(parser.format_help().rstrip())
+        return None
     try:
         args = parser.parse_args(rest)
     except UsageError as e:
