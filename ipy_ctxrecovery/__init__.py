@@ -30,6 +30,7 @@ _EXPORTS = {
     "chat_tool": "session.tools",
     "Emulator": "emulator",
     "describe": "core.wording",
+    "replay": "session.replay",
 }
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "describe",
     "load_ipython_extension",
     "parse_size",
+    "replay",
     "unload_ipython_extension",
 ]
 
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from .errors import ChatError, ConfigError, CtxRecoveryError
     from .failures import Failure, FailureKind
     from .session import ChatSession, Reply
+    from .session.replay import replay
     from .session.tools import chat_tool
     from .settings import Settings, parse_size
 

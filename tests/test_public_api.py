@@ -14,7 +14,9 @@ HEAVY = ("IPython", "ipywidgets", "openai", "anthropic")
 CORE = ("settings", "errors", "failures", "redaction", "core", "core.history", "core.events",
         "core.wording", "core.prompts", "core.catalogue", "core.budget", "core.pairing",
         "core.microcompact", "core.compactor", "core.ladder", "core.preflight",
-        "core.continuation", "core.classify", "core.exactfit", "core.retry")
+        "core.continuation", "core.classify", "core.exactfit", "core.retry",
+        "core.recovery.evidence", "core.recovery.policy", "core.recovery.flow", "core.markers",
+        "core.cuts")
 
 
 def test_all_is_pinned() -> None:
@@ -35,6 +37,7 @@ def test_all_is_pinned() -> None:
         "describe",
         "load_ipython_extension",
         "parse_size",
+        "replay",
         "unload_ipython_extension",
     ]
 
