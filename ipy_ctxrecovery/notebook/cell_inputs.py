@@ -51,6 +51,10 @@ class _CellValues(string.Formatter):
         if isinstance(key, int):
             raise UsageError(f"%%chat -i: {{{key}}} is a position, not a name; write "
                              "{{ and }} for literal braces.")
+        if isinstance(key, str) and not key.isidentifier():
+            raise UsageError(f"%%chat -i: {{{key}}} is not a name: braces take a variable, "
+                             "with attributes or indexes ({df.shape}, {In[3]}), not an "
+                             "expression; write {{ and }} for literal braces.")
         if key not in self.namespace:
             raise UsageError(f"%%chat -i: {{{key}}} is not defined in this kernel; define it, "
                              "or write {{ and }} for literal braces.")
@@ -70,8 +74,26 @@ def interpolate(text: str, namespace: Mapping[str, Any],
                          "are indexed by execution count); write {{ and }} for literal "
                          "braces.") from None
     except (ValueError, AttributeError, TypeError) as e:
-        raise UsageError(f"%%chat -i: cannot fill in the braces ({first_line(str(e), 120)}); "
-                         "write {{ and }} for literal braces.") from None
+        raise UsageError(f"%%chat -i: {_brace_problem(e)}; write {{{{ and }}}} for literal "
+                         "braces.") from None
+
+
+def _brace_problem(error: Exception) -> str:
+    """What is wrong with a ``{…}`` field, in the package's words (not ``str.format``'s)."""
+    said = str(error)
+    if isinstance(error, ValueError):
+        if "before end of string" in said or "unmatched '{'" in said or "Single '{'" in said:
+            return "a { is not closed by a }"
+        if "Single '}'" in said:
+            return "a } has no { before it"
+        conversion = re.search(r"Unknown conversion specifier (\S+)", said)
+        if conversion:
+            return f"!{conversion.group(1)} is not a conversion (use !r, !s or !a)"
+        if "format" in said.lower():
+            return f"a format after : does not suit its value ({first_line(said, 80)})"
+    if isinstance(error, AttributeError):
+        return f"an attribute is not there ({first_line(said, 80)})"
+    return f"a field cannot be filled in ({type(error).__name__}: {first_line(said, 80)})"
 
 
 def cell_error_text(error: BaseException, limit: int = 60) -> str:
