@@ -283,6 +283,8 @@ def _(e: ev.Preflight) -> Verbosity:
 def _(e: ev.CompactionPhase) -> Verbosity:
     if e.phase in ("start", "trim") or (e.phase == "applied" and e.outcome == "nothing"):
         return "debug"
+    if e.phase == "applied":
+        return "quiet"          # messages were replaced by a summary: context changed
     return "normal"
 
 
