@@ -80,3 +80,13 @@ def loaded_shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     if "ipy_ctxrecovery" in shell.extension_manager.loaded:
         shell.run_line_magic("unload_ext", "ipy_ctxrecovery")
     shell.config.pop("ChatMagics", None)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Any]:
+    """An emulator with no limits of its own (a window far above any test's bodies): what a
+    real middlebox or gateway sits in front of, one per test module."""
+    from ipy_ctxrecovery import Emulator
+
+    with Emulator(context_window=1_000_000) as emu:
+        yield emu

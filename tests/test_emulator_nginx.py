@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import anthropic
 import openai
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.nginx
 
 CLIENT_MAX_BODY = 16 * 1024
 TIMEOUT = 20.0
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Emulator]:
-    with Emulator(context_window=1_000_000) as emu:
-        yield emu
 
 
 @pytest.fixture(scope="module")

@@ -55,12 +55,6 @@ def litellm_available() -> None:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[Emulator]:
-    with Emulator(context_window=1_000_000) as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
 def gateway(litellm_available: None, upstream: Emulator,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A LiteLLM proxy on 127.0.0.1 whose one model is the emulator; yields (url, key)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import middlebox_chat as chat
@@ -38,12 +38,6 @@ TURNS = 40
 PER_LIMIT = 2           # rejections allowed per distinct limit (issue 24)
 
 _names = (f"box-{n:03d}" for n in itertools.count(1))
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Emulator]:
-    with Emulator(context_window=1_000_000) as emu:
-        yield emu
 
 
 @pytest.fixture(scope="module")

@@ -187,12 +187,6 @@ def modsec_installed() -> None:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[Emulator]:
-    with Emulator(context_window=1_000_000) as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
 def waf(modsec_installed: None, upstream: Emulator,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModSec]:
     box = start_modsec(upstream.url, workdir=tmp_path_factory.mktemp("modsec"))

@@ -103,7 +103,7 @@ class SessionCompactor:
         self._tell(outcome.events, log)
         if isinstance(outcome, flow.GaveUp):
             failure = outcome.failure
-            if failure.signature is Signature.BLOCK and "not about size" in outcome.reason:
+            if outcome.not_size and failure.signature is Signature.BLOCK:
                 # A WAF's content rule, not the proxy's size limit (the ModSecurity case).
                 reason = wording.summary_not_size(format_size(size), failure.label)
                 raise ChatError(dataclasses.replace(failure, reason=reason), reason) from error

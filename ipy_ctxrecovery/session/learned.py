@@ -1,11 +1,11 @@
 """What a session learns the hard way, in one object: :class:`LearnedLimits`; and what a
 network path teaches, shared by the sessions on it: :class:`PathRegistry`.
 
-A session learns payload caps (one rejection each), the real context window, the output
-limit, the token calibration, and two one-shot flags. :class:`LearnedLimits` holds them,
-learns from failures and successes, forgets what a new provider makes stale, and
-round-trips through ``learned.json`` under these rules (the same for a live ``update``
-and for ``resume``):
+A session holds the evidence of its network path about body sizes (recorded by the
+recovery flow, ``core.recovery``), and learns the real context window, the output limit,
+the token calibration, and two one-shot flags. :class:`LearnedLimits` holds them, forgets
+what a new provider makes stale, and round-trips through ``learned.json`` under these
+rules (the same for a live ``update`` and for ``resume``):
 
 - payload caps (largest ok, smallest rejected) belong to the **network path** (the
   client's base URL and the emulator behind it): sessions of one

@@ -152,7 +152,7 @@ class RequestSizer:
         if alone is not None and alone[0] is provider and alone[1] == request:
             size = alone[2]     # pre-flight asks twice a request (fits? room for the answer?)
         else:
-            size = self._measure(request)
+            size = self.measure_request(request)
             self._alone = (provider, request, size)
         return size, self.estimate(size)
 
@@ -228,13 +228,10 @@ class RequestSizer:
     def measure(self, history: History, spec: RequestSpec) -> int:
         """A history's exact body size (the provider's fast ``measure``, from memoized
         message sizes; else ``len(encode())``), for searches, reports and pre-flight."""
-        return self._measure(self.request(history, spec))
+        return self.measure_request(self.request(history, spec))
 
     def measure_request(self, request: Request) -> int:
         """A request's exact body size (see :meth:`measure`)."""
-        return self._measure(request)
-
-    def _measure(self, request: Request) -> int:
         provider = self.endpoint.provider
         # ``isinstance(provider, Measurable)`` is this check at ten times the cost.
         measure = getattr(provider, "measure", None)

@@ -136,6 +136,12 @@ class PathEvidence:
             self.refused[signature] = min(self.refused.get(signature, suspect), suspect)
         return suspect
 
+    def withdraw(self, signature: Signature) -> None:
+        """Forget the limit and the suspect of ``signature`` (its refusals were not about
+        size)."""
+        self.refused.pop(signature, None)
+        self.suspects.pop(signature, None)
+
     def unadopt(self, signature: Signature, size: int) -> None:
         """The request fitted under an adopted suspect ended with no evidence either way
         (nothing smaller could be sent): the limit is a suspect again."""

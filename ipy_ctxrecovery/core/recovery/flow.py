@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ...failures import Failure, FailureKind, Signature
 from ...settings import Settings
@@ -98,7 +99,6 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    climbs: int
     events: tuple[Event, ...] = ()
 
 
@@ -107,6 +107,7 @@ class GaveUp:
     failure: Failure
     reason: str
     events: tuple[Event, ...] = field(default=())
+    not_size: bool = False            # the refusal was not about size (content, a blip)
 
 
 def sdk_may_retry(caps: Caps, body: int) -> bool:
@@ -114,6 +115,19 @@ def sdk_may_retry(caps: Caps, body: int) -> bool:
     than one the path carried (a bigger one may be refused for its size, and then only the
     flow decides a resend: one refusal each, never a doomed body three times)."""
     return body <= caps.largest_ok
+
+
+Withdrawn = Literal["bigger_passed", "not_size", "blocked_again"]
+
+
+def _withdrawn(caps: Caps, refused: int, because: Withdrawn,
+               signature: Signature | None = None) -> CapChanged:
+    """The event for a limit taken back (``CapChanged.withdrawn_because``), with the cap now
+    in force."""
+    return CapChanged(cap=caps.effective(), source=caps.source or "learned",
+                      rejected_bytes=refused, change="withdrawn",
+                      signature=str(signature) if signature is not None else None,
+                      withdrawn_because=because)
 
 
 def observe(caps: Caps, failure: Failure, size: int) -> tuple[Observation, list[Event]]:
@@ -124,10 +138,8 @@ def observe(caps: Caps, failure: Failure, size: int) -> tuple[Observation, list[
     after = caps.effective()
     events: list[Event] = []
     if observation.withdrawn is not None:
-        events.append(CapChanged(cap=after, source=caps.source or "learned",
-                                 rejected_bytes=observation.withdrawn, change="withdrawn",
-                                 signature=str(observation.signature),
-                                 withdrawn_because="not_size"))
+        events.append(_withdrawn(caps, observation.withdrawn, "not_size",
+                                 observation.signature))
     elif observation.finding is Finding.LIMIT and after is not None and after != before:
         lowered = source == "learned" and before is not None
         events.append(CapChanged(cap=after, source="learned", rejected_bytes=size,
@@ -143,9 +155,7 @@ def passed(caps: Caps, body: int) -> list[Event]:
     withdrawn = caps.record_success(body)
     if withdrawn is None or before is None:
         return []
-    return [CapChanged(cap=caps.effective(), source=caps.source or "learned",
-                       rejected_bytes=withdrawn, change="withdrawn",
-                       withdrawn_because="bigger_passed")]
+    return [_withdrawn(caps, withdrawn, "bigger_passed")]
 
 
 def adopt(caps: Caps, observation: Observation) -> list[Event]:
@@ -167,7 +177,7 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
     refusal (``policy.respond``) until it is answered or recovery gives up."""
     attempts = policy.Attempts()
     tentative: dict[Signature, int] = {}      # suspects this request is fitted under
-    sends = climbs = 0
+    sends = 0
     try:
         while True:
             sends += 1
@@ -178,7 +188,7 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
                                         rejected_bytes=size, signature=str(signature))
                              for signature, size in tentative.items()]
                 tentative.clear()
-                return Done(climbs, (*passed(caps, result.body), *confirmed))
+                return Done((*passed(caps, result.body), *confirmed))
             assert isinstance(result, Refused), result
             failure, body = result.failure, result.body
             largest_ok = caps.largest_ok
@@ -187,19 +197,17 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
                 # Blocked again once made smaller: the firewall's content rule, not its size
                 # limit. The limit adopted for this request goes; nothing is learned.
                 first = tentative.pop(signature)
-                caps.path.refused.pop(signature, None)
-                withdrawn = CapChanged(cap=caps.effective(), source=caps.source or "learned",
-                                       rejected_bytes=first, change="withdrawn",
-                                       signature=str(signature),
-                                       withdrawn_because="blocked_again")
-                return GaveUp(failure, policy.blocked_again(first, body), (withdrawn,))
+                caps.path.withdraw(signature)
+                return GaveUp(failure, policy.blocked_again(first, body),
+                              (_withdrawn(caps, first, "blocked_again", signature),),
+                              not_size=True)
             observation, learned = observe(caps, failure, body)
             answer = policy.respond(failure, observation, attempts, body=body,
                                     largest_ok=largest_ok, settings=settings,
                                     remaining=result.remaining, now=result.now)
             attempts, failure = answer.attempts, answer.failure
             if answer.action is policy.Action.GIVE_UP:
-                return GaveUp(failure, answer.reason, tuple(learned))
+                return GaveUp(failure, answer.reason, tuple(learned), answer.not_size)
             if answer.action is policy.Action.CLIMB:
                 signature = observation.signature
                 if observation.finding is Finding.SUSPECT and signature is not None:
@@ -208,7 +216,6 @@ def recover(caps: Caps, settings: Settings) -> Generator[Effect, object, Done | 
                     tentative[signature] = observation.size
                 elif signature in tentative:
                     del tentative[signature]  # refused twice above what passed: a limit
-                climbs += 1
                 yield Climb(failure, body, tuple(learned))
                 continue
             if learned:

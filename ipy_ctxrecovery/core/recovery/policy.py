@@ -60,6 +60,8 @@ class Response:
     failure: Failure
     wait: float = 0.0
     reason: str = ""
+    not_size: bool = False
+    """GIVE_UP because the refusal was not about size (a content rule, a blip)."""
 
 
 _BLIP_SIGNATURES = frozenset({Signature.DROP, Signature.BARE_5XX, Signature.BAD_BODY})
@@ -143,13 +145,14 @@ def respond(failure: Failure, observation: Observation, attempts: Attempts, *,
         return Response(Action.CLIMB, attempts, as_payload(failure, observation))
     if finding is Finding.NOT_SIZE and signature is Signature.BLOCK:
         return Response(Action.GIVE_UP, attempts, failure,
-                        reason=not_about_size(signature, body, largest_ok))
+                        reason=not_about_size(signature, body, largest_ok), not_size=True)
     if kind is FailureKind.TRANSIENT or finding is Finding.NOT_SIZE:
         response = _transient(failure, attempts, body=body, settings=settings,
                               remaining=remaining, now=now)
         if response.action is Action.GIVE_UP and finding is Finding.NOT_SIZE \
                 and signature is not None and kind is not FailureKind.TRANSIENT:
-            return replace(response, reason=not_about_size(signature, body, largest_ok))
+            return replace(response, reason=not_about_size(signature, body, largest_ok),
+                           not_size=True)
         return response
     if failure.recoverable or kind is FailureKind.OUTPUT_LIMIT:
         return Response(Action.CLIMB, attempts, failure)
