@@ -728,8 +728,7 @@ def next_message(history: History, text: str | None, size: int | None) -> tuple[
     if last is None:
         return "", ""
     size = max(1, len(last.text.encode("utf-8")))
-    return _filler(size), (f"assumed {format_size(size)}, the size of the last one you sent "
-                           "(text= or size= plans another)")
+    return _filler(size), f"assumed {format_size(size)}, the size of the last one you sent"
 
 
 def _filler(size: int) -> str:
