@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,7 +57,11 @@ def test_the_widget_starts_from_the_sessions_settings_and_the_emulators_limits(
     session = chat.workspace.session()
     assert widget.session is session
     assert widget.limits == {"context_window": 64_000, "max_body": 16 * 1024}
-    assert (widget.cap.value, widget.window.value) == ("", "")
+    # The values in force, each with where it comes from.
+    assert (widget.cap.value, widget.window.value) == ("", "64000")
+    assert "none: none configured or learned" in widget.notes["cap"].value
+    assert "64000: the model&#x27;s own, set on the emulator" in widget.notes["window"].value
+    assert "default" in widget.notes["emergency_keep_messages"].value
     assert widget.emergency_keep.value == session.settings.emergency_keep_messages
     assert widget.per_result.value == Settings().per_result_max_chars
     assert widget.plan is not None and widget.plan.changes == {}
@@ -81,24 +86,42 @@ def test_a_change_recomputes_the_plan_through_traits_only(ip: Any, chat: ChatMag
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("per_result", -4, "must not be negative"),
-    ("cap", "lots", "is not a valid size"),
-    ("window", "wide", "is not a whole number"),
-    ("per_turn", 5, "exceeds turn_budget_chars=5"),
+    ("per_result", -4, "per-result budget: -4 is no budget; write a number of characters"),
+    ("cap", "abc", "payload cap: 'abc' is not a size; write it like 256KB, or leave it empty "
+                   "for none."),
+    ("cap", "1KB", "payload cap: 1 KB is outside what a proxy's body limit can be; write 4 KB"),
+    ("window", "wide", "context window: 'wide' is not a whole number of tokens; write it like "
+                       "128000, or leave it empty for the model's own."),
+    ("window", "100", "context window: 100 tokens is outside what any model has"),
+    ("per_turn", 5, "per-result budget: 20,000 is above the per-turn budget (5)"),
+    ("summarize_turns", 1, "one-line results after: 1 is below truncate results after (2)"),
+    ("next_size", "twelve", "next message: 'twelve' is not a size; write it like 8KB"),
 ])
-def test_out_of_range_input_is_one_sentence_in_the_widget(
+def test_a_refused_value_is_said_in_the_controls_words_and_marks_the_plan_stale(
         ip: Any, chat: ChatMagics, field: str, value: Any, words: str) -> None:
     widget = explore(ip)
     good = widget.plan
+    fresh = (widget.strip.value, widget.numbers.value)
+    assert not widget.stale and "stale" not in widget.strip.value + widget.text()
     getattr(widget, field).value = value
-    assert widget.error is not None and words in widget.error
+    assert widget.error is not None and widget.error.startswith(words)
+    assert "CHATCLI_" not in widget.error and "_" not in widget.error.split(":")[0]
     assert "\n" not in widget.error and "Traceback" not in widget.message.value
-    assert words in widget.message.value
-    assert widget.plan is good                              # the last good plan stays
-    assert f"✗ {widget.error}" in widget.text()
+    assert html.escape(words) in widget.message.value
+    assert widget.plan is good                              # the last good plan stays...
+    assert widget.stale                                     # ...marked, in view and text
+    assert "stale: the plan below is for the last valid values" in widget.strip.value
+    assert "opacity:0.45" in widget.strip.value and "opacity:0.45" in widget.numbers.value
+    assert "ctxr-stale" in widget.strip._dom_classes
+    assert fresh[0] in widget.strip.value                   # the old plan, dimmed
+    text = widget.text()
+    assert f"✗ {widget.error}\nstale: the plan below is for the last valid values" in text
     widget.apply()
     assert "nothing applied" in widget.message.value
     assert chat.workspace.session().settings == Settings.from_env()
+    widget.reset()                                          # a valid value: fresh again
+    assert not widget.stale and (widget.strip.value, widget.numbers.value) == fresh
+    assert "ctxr-stale" not in widget.strip._dom_classes and "stale" not in widget.text()
 
 
 def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
