@@ -344,8 +344,12 @@ class ExploreWidget:
         s = self.session.settings
         status = self.session.status()
         where = self._where(s)
+        # A configured cap as the user writes it; a learned or assumed one rounded (its
+        # note gives the bytes).
+        cap = _size_text(status.cap) if status.cap_source == "configured" \
+            else format_size(status.cap) if status.cap else ""
         shown: dict[str, Any] = {
-            "cap": _size_text(status.cap), "window": str(status.window),
+            "cap": cap, "window": str(status.window),
             "per_result_max_chars": s.per_result_max_chars,
             "turn_budget_chars": s.turn_budget_chars,
             "microcompact_truncate_turns": s.microcompact_truncate_turns,
@@ -355,8 +359,10 @@ class ExploreWidget:
             "preflight_cap_fraction": s.preflight_cap_fraction,
             "preflight_budget_ratio": s.preflight_budget_ratio,
         }
-        in_force = {name: where.get(_FIELD.get(name, name), "default") for name in shown}
-        in_force["cap"] = _cap_source(status.cap_source, s.max_payload, where.get("max_payload"))
+        in_force = {name: _configured(where[field]) if field in where else "default"
+                    for name, field in ((n, _FIELD.get(n, n)) for n in shown)}
+        in_force["cap"] = _cap_source(status.cap_source, status.cap, s.max_payload,
+                                      where.get("max_payload"))
         in_force["window"] = _window_source(status.window_source, where.get("context_window"))
         self._shown, self._in_force = shown, in_force
         self._quiet = True
@@ -801,15 +807,17 @@ def _configured(where: str | None) -> str:
     return "configured" if where in (None, "configured") else f"configured ({where})"
 
 
-def _cap_source(source: str | None, configured: int | None, where: str | None) -> str:
+def _cap_source(source: str | None, cap: int | None, configured: int | None,
+                where: str | None) -> str:
     """Where the cap in force comes from, in a few words."""
+    exact = f"{cap:,} bytes" if cap else ""
     if source == "learned":
         below = f", below the configured {format_size(configured)}" if configured else ""
-        return f"learned from a refusal on this network path{below}"
+        return f"learned from a refusal on this network path ({exact}{below})"
     if source == "configured":
         return _configured(where)
     if source == "assumed":
-        return "assumed for this session (none configured; a dropped connection suggested one)"
+        return f"assumed for this session ({exact}; none configured or learned)"
     return "none configured or learned"
 
 
