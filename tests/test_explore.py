@@ -414,7 +414,8 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     plan = widget.plan
     assert plan is not None and (plan.cap, plan.cap_source) == (12 * 1024, "configured")
     assert plan.changes == {"max_payload": (None, 12 * 1024)}
-    assert "moved from 15.7 KB (learned" in widget.notes["cap"].value
+    assert (f"moved from 15.7 KB; was learned from a refusal on this network path, {cap:,} "
+            "bytes") in widget.notes["cap"].value
     # A configured cap above the learned one: the learned one still applies, and says so.
     widget.cap.value = "64KB"
     plan = widget.plan
@@ -542,3 +543,64 @@ def test_only_the_planned_next_message_is_the_latest_request(
     pinned = [m.index for m in plan.messages if m.fate is Fate.PINNED_REQUEST]
     assert pinned == [len(session.history)]                # the next message, no answered one
     assert plan.messages[-1].role == "user" and session.history[-1].role.value == "assistant"
+
+
+# -- in a real kernel ------------------------------------------------------------------------
+
+KERNEL_TIMEOUT = 120
+
+
+def test_in_a_kernel_the_display_tells_the_learned_cap_a_refusal_and_undo(
+        data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ipykernel: the display's text/plain twin (what a saved notebook keeps) shows
+    the learned cap in force; a refused value, debounced on the kernel's own event loop,
+    marks the plan stale with the control's words; Apply then Undo apply."""
+    pytest.importorskip("ipykernel")
+    from jupyter_client.manager import start_new_kernel
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=KERNEL_TIMEOUT)
+
+    def run(code: str) -> tuple[str, list[dict[str, Any]]]:
+        messages: list[dict[str, Any]] = []
+        reply = client.execute_interactive(code, timeout=KERNEL_TIMEOUT,
+                                           output_hook=messages.append, allow_stdin=False)
+        assert reply["content"]["status"] == "ok", messages
+        out = "".join(m["content"].get("text", "") for m in messages
+                      if m["msg_type"] == "stream")
+        return out, [m["content"] for m in messages if m["msg_type"] == "execute_result"]
+
+    try:
+        run("%load_ext ipy_ctxrecovery\n%chat emulator --max-body 16KB --context-window 64000\n"
+            "%config ChatMagics.stream = False\n"
+            "for i in range(8):\n"
+            "    get_ipython().run_cell_magic('chat', '', f'Question {i} ' "
+            "+ 'lorem ipsum ' * 200 + ';')")
+        _, results = run("w = get_ipython().run_line_magic('chat', 'explore')\nw")
+        text = results[0]["data"]["text/plain"]
+        assert "application/vnd.jupyter.widget-view+json" in results[0]["data"]
+        assert text.startswith("explore session default: cap=15.7 KB, window=64000")
+        assert "cap 15.7 KB: learned from a refusal on this network path" in text
+        assert "cap=none" not in text
+        # A typed value waits for its debounce on the kernel's loop: between cells, it runs.
+        out, _ = run("w.cap.value = 'abc'; print(w._pending is not None, w._error)")
+        assert out.split() == ["True", "None"]             # not computed yet
+        run("import time; time.sleep(2 * w.debounce)")
+        out, _ = run("print(w._error); print(w.stale); print('ctxr-stale' in w.strip._dom_classes)")
+        assert out.splitlines() == [
+            "payload cap: 'abc' is not a size; write it like 256KB, or leave it empty for none.",
+            "True", "True"]
+        run("w.cap.value = '12KB'; w.apply_button.click()")
+        out, _ = run("print(w.message.value); print(w.undo_button.disabled)\n"
+                     "%chat config CHATCLI_MAX_PAYLOAD")
+        assert "applied to session default: set CHATCLI_MAX_PAYLOAD=12 KB" in out
+        assert "False" in out.splitlines() and "12 KB" in out.splitlines()[-1]
+        run("w.undo_button.click()")
+        out, _ = run("print(w.cap.value); print(w.undo_button.disabled)\n"
+                     "%chat config CHATCLI_MAX_PAYLOAD")
+        lines = out.splitlines()
+        assert lines[:2] == ["15.7 KB", "True"] and "no cap" in lines[-1]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)

@@ -400,7 +400,8 @@ class ExploreWidget:
                 text = f"{shown}: {self._in_force.get(name, 'default')}" \
                     if name in ("cap", "window") else self._in_force.get(name, "default")
             else:
-                text = f"moved from {shown} ({self._in_force.get(name, 'default')})"
+                was = self._in_force.get(name, "default")
+                text = f"moved from {shown}; was {'the default' if was == 'default' else was}"
                 if name == "cap" and plan is not None and plan.cap_source == "learned" \
                         and self._error is None and plan.cap is not None:
                     text += f"; the learned {format_size(plan.cap)} still applies below it"
@@ -813,11 +814,11 @@ def _cap_source(source: str | None, cap: int | None, configured: int | None,
     exact = f"{cap:,} bytes" if cap else ""
     if source == "learned":
         below = f", below the configured {format_size(configured)}" if configured else ""
-        return f"learned from a refusal on this network path ({exact}{below})"
+        return f"learned from a refusal on this network path, {exact}{below}"
     if source == "configured":
         return _configured(where)
     if source == "assumed":
-        return f"assumed for this session ({exact}; none configured or learned)"
+        return f"assumed for this session, {exact}: none configured or learned"
     return "none configured or learned"
 
 
