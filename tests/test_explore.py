@@ -403,7 +403,7 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     assert (plan.cap, plan.cap_source) == (cap, "learned")
     text = widget.text()
     assert text.startswith("explore session default: cap=15.7 KB, window=64000")
-    assert "in force: cap 15.7 KB: learned from a refusal on this network path" in text
+    assert "sources: cap 15.7 KB: learned from a refusal on this network path" in text
     # Apply with the learned cap untouched: nothing (it is not made a configured cap).
     widget.apply_button.click()
     assert "nothing to apply" in widget.message.value
@@ -414,7 +414,7 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     plan = widget.plan
     assert plan is not None and (plan.cap, plan.cap_source) == (12 * 1024, "configured")
     assert plan.changes == {"max_payload": (None, 12 * 1024)}
-    assert (f"moved from 15.7 KB; was learned from a refusal on this network path, {cap:,} "
+    assert (f"moved from 15.7 KB — learned from a refusal on this network path, {cap:,} "
             "bytes") in widget.notes["cap"].value
     # A configured cap above the learned one: the learned one still applies, and says so.
     widget.cap.value = "64KB"
@@ -450,7 +450,7 @@ def test_each_note_says_where_a_configured_value_comes_from(
     assert widget.plan.cap_source == "configured"
 
 
-def test_a_configured_window_and_a_value_past_a_sliders_end_are_shown_whole(
+def test_a_configured_window_and_a_value_off_a_sliders_range_are_shown_whole(
         ip: Any, chat: ChatMagics) -> None:
     ip.run_line_magic("chat", "config CHATCLI_CONTEXT_WINDOW=32000 "
                               "CHATCLI_EMERGENCY_KEEP_MESSAGES=100")
@@ -458,6 +458,11 @@ def test_a_configured_window_and_a_value_past_a_sliders_end_are_shown_whole(
     assert widget.window.value == "32000"
     assert "32000: configured (%chat config)" in widget.notes["window"].value
     assert widget.emergency_keep.value == 100 <= widget.emergency_keep.max
+    ip.run_line_magic("chat", "config cap_budget_fraction=0.33 preflight_budget_ratio=0.02")
+    widget.reset()
+    assert (widget.cap_budget.value, widget.cap_budget.step) == (0.33, 0.01)
+    assert widget.target_ratio.value == 0.02 >= widget.target_ratio.min
+    assert widget.plan is not None and widget.plan.changes == {} and widget.assignments() == {}
     assert widget.plan is not None and widget.plan.changes == {}
     assert widget.assignments() == {}
 

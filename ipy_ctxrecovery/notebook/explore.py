@@ -375,8 +375,8 @@ class ExploreWidget:
                     self.next_size.value = ""
                 for name, value in shown.items():
                     control = self.fields[name]
-                    if isinstance(control, widgets.IntSlider) and value > control.max:
-                        control.max = value        # a slider shows the value in force whole
+                    if isinstance(control, widgets.IntSlider | widgets.FloatSlider):
+                        _fit_slider(control, value)
                     control.value = value
         finally:
             self._quiet = False
@@ -401,7 +401,7 @@ class ExploreWidget:
                     if name in ("cap", "window") else self._in_force.get(name, "default")
             else:
                 was = self._in_force.get(name, "default")
-                text = f"moved from {shown}; was {'the default' if was == 'default' else was}"
+                text = f"moved from {shown} — {'the default' if was == 'default' else was}"
                 if name == "cap" and plan is not None and plan.cap_source == "learned" \
                         and self._error is None and plan.cap is not None:
                     text += f"; the learned {format_size(plan.cap)} still applies below it"
@@ -704,7 +704,7 @@ class ExploreWidget:
                  + ", ".join(f"{k}={_shown(k, v)}" for k, v in values.items())]
         said = [f"{name} {note}" for name, note in self._source_notes().items()]
         if said:
-            lines.append("in force: " + "; ".join(said))
+            lines.append("sources: " + "; ".join(said))
         if self.error:
             lines.append(f"✗ {self.error}")
             if self.plan is not None:
@@ -772,6 +772,18 @@ def _shown(name: str, value: Any) -> str:
     if value is None:
         return "none" if name == "cap" else "auto"
     return str(value)
+
+
+def _fit_slider(slider: widgets.IntSlider | widgets.FloatSlider, value: float) -> None:
+    """Widen ``slider`` to hold ``value`` as it is (a slider clamps to its ends, and a
+    browser snaps to its step): a value in force past an end or between steps is shown
+    whole, not turned into a change."""
+    slider.max = max(slider.max, value)
+    slider.min = min(slider.min, value)
+    if isinstance(slider, widgets.FloatSlider):
+        steps = (value - slider.min) / slider.step
+        if abs(steps - round(steps)) > 1e-6:
+            slider.step = 0.01 if abs(value * 100 - round(value * 100)) < 1e-6 else 0.001
 
 
 #: Control → the Settings field it sets (the others are named by theirs).
