@@ -124,6 +124,18 @@ def test_a_refused_value_is_said_in_the_controls_words_and_marks_the_plan_stale(
     assert "ctxr-stale" not in widget.strip._dom_classes and "stale" not in widget.text()
 
 
+def test_a_settings_sentence_names_the_controls_not_their_variables(
+        ip: Any, chat: ChatMagics) -> None:
+    """What the widget's own checks do not catch is said by the settings; the names in that
+    sentence become the controls' labels."""
+    widget = explore(ip)
+    said = widget._in_words_of_controls(
+        "CHATCLI_MAX_PAYLOAD=2 KB is outside what a proxy's body limit can be; "
+        "per_result_max_chars=5 exceeds turn_budget_chars=4.")
+    assert said == ("payload cap=2 KB is outside what a proxy's body limit can be; "
+                    "per-result budget=5 exceeds per-turn budget=4.")
+
+
 def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
     widget = explore(ip)
     widget.cap.value = "12KB"
@@ -416,6 +428,9 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     assert plan.changes == {"max_payload": (None, 12 * 1024)}
     assert (f"moved from 15.7 KB — learned from a refusal on this network path, {cap:,} "
             "bytes") in widget.notes["cap"].value
+    # The value in force written otherwise is no move.
+    widget.cap.value = f"{cap}B"
+    assert widget.plan is not None and widget.plan.changes == {} and not widget.moved("cap")
     # A configured cap above the learned one: the learned one still applies, and says so.
     widget.cap.value = "64KB"
     plan = widget.plan
@@ -456,6 +471,8 @@ def test_a_configured_window_and_a_value_off_a_sliders_range_are_shown_whole(
                               "CHATCLI_EMERGENCY_KEEP_MESSAGES=100")
     widget = explore(ip)
     assert widget.window.value == "32000"
+    widget.window.value = "32,000"                         # the same window, written otherwise
+    assert widget.plan is not None and widget.plan.changes == {} and not widget.moved("window")
     assert "32000: configured (%chat config)" in widget.notes["window"].value
     assert widget.emergency_keep.value == 100 <= widget.emergency_keep.max
     ip.run_line_magic("chat", "config cap_budget_fraction=0.33 preflight_budget_ratio=0.02")
