@@ -59,7 +59,7 @@ def test_the_widget_starts_from_the_sessions_settings_and_the_emulators_limits(
     assert widget.limits == {"context_window": 64_000, "max_body": 16 * 1024}
     # The values in force, each with where it comes from.
     assert (widget.cap.value, widget.window.value) == ("", "64000")
-    assert "none: none configured or learned" in widget.notes["cap"].value
+    assert widget.notes["cap"].value.endswith(">none configured or learned</div>")
     assert "64000: the model&#x27;s own, set on the emulator" in widget.notes["window"].value
     assert "default" in widget.notes["emergency_keep_messages"].value
     assert widget.emergency_keep.value == session.settings.emergency_keep_messages

@@ -268,6 +268,7 @@ class ExploreWidget:
                                                                   max_width="400px",
                                                                   visibility="hidden"))
         self.output = widgets.Output(layout=widgets.Layout(max_width="100%", overflow="auto"))
+
         def noted(*names: str) -> list[widgets.Widget]:
             return [w for name in names for w in (self.fields[name], self.notes[name])]
 
@@ -414,7 +415,8 @@ class ExploreWidget:
             shown = _note_value(name, self._shown.get(name))
             if not self.moved(name):
                 text = f"{shown}: {self._in_force.get(name, 'default')}" \
-                    if name in ("cap", "window") else self._in_force.get(name, "default")
+                    if name in ("cap", "window") and self._shown.get(name) \
+                    else self._in_force.get(name, "default")
             else:
                 was = self._in_force.get(name, "default")
                 text = f"moved from {shown} — {'the default' if was == 'default' else was}"
