@@ -489,7 +489,9 @@ class ExploreWidget:
                     return
                 assert report is not None
                 self.report, self.plot_png, self.plot_note = report, png, note
-                self.output.clear_output()
+                # The outputs trait, not clear_output(): that one captures the kernel's
+                # current message (nbclient then fails with a KeyError in its emulation).
+                self.output.outputs = ()
                 self.output.append_display_data(report)
                 if png is not None:
                     self.plot.value = png
@@ -605,10 +607,10 @@ class ExploreWidget:
     def _snapshot_html(self, note: str) -> str:
         e = html.escape
         parts = [
-            "<div class='ctxr-explore-snapshot' style='font-family:var(--jp-ui-font-family, "
-            "sans-serif);font-size:var(--jp-ui-font-size1, 13px);line-height:1.45;"
-            "max-width:900px;border-left:3px solid var(--jp-border-color2, #e0e0e0);"
-            "padding-left:8px'>",
+            '<div class="ctxr-explore-snapshot" style="font-family:var(--jp-ui-font-family, '
+            'sans-serif);font-size:var(--jp-ui-font-size1, 13px);line-height:1.45;'
+            'max-width:900px;border-left:3px solid var(--jp-border-color2, #e0e0e0);'
+            'padding-left:8px">',
             f"<div class='ctxr-explore-title'>{self.title.value}</div>",
             "<div class='ctxr-snapshot-note' style='color:var(--jp-ui-font-color2, #616161);"
             f"font-size:90%'>{e(note)}</div>",
@@ -626,9 +628,9 @@ class ExploreWidget:
             parts.append(f"<div class='ctxr-explore-replay'>{self.report.html()}")
             if self.plot_png is not None:
                 data = base64.b64encode(self.plot_png).decode("ascii")
-                parts.append("<img class='ctxr-replay-plot' alt='replay: history per turn' "
-                             "style='max-width:100%;height:auto' "
-                             f"src='data:image/png;base64,{data}'>")
+                parts.append('<img class="ctxr-replay-plot" alt="replay: history per turn" '
+                             'style="max-width:100%;height:auto" '
+                             f'src="data:image/png;base64,{data}">')
             elif self.plot_note:
                 parts.append(f"<div class='ctxr-replay-noplot'>{e(self.plot_note)}</div>")
             parts.append("</div>")
