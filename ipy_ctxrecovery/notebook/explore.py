@@ -254,6 +254,9 @@ class ExploreWidget:
         self.plot = widgets.Image(format="png", layout=widgets.Layout(
             display="none", max_width="100%", height="auto"))
         self.plot.add_class("ctxr-replay-plot")
+        self.save_hint = widgets.HTML(
+            "<div style='font-size:85%;color:var(--jp-ui-font-color2, #616161);margin:2px 0 0 "
+            f"4px'>{html.escape(w.EXPLORE_SAVE_HINT)}</div>")
         limits_column = _column([
             _heading("Limits and tool results"), self.next_size, self.cap, self.window,
             self.per_result,
@@ -268,7 +271,7 @@ class ExploreWidget:
             self.strip, self.legend, self.numbers, self.message,
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
                           self.reset_button], layout=wrap),
-            self.progress, self.output, self.plot,
+            self.progress, self.output, self.plot, self.save_hint,
         ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in (*self.fields.values(), self.next_size):
             control.observe(self._changed, names="value")
@@ -625,7 +628,8 @@ class ExploreWidget:
         if self._said and not self._error:
             parts.append(f"<div class='ctxr-explore-message'>{e(self._said)}</div>")
         if self.report is not None:
-            parts.append(f"<div class='ctxr-explore-replay'>{self.report.html()}")
+            parts.append("<div class='ctxr-explore-replay' style='margin:6px 0 0 0'>"
+                         f"{self.report.html()}")
             if self.plot_png is not None:
                 data = base64.b64encode(self.plot_png).decode("ascii")
                 parts.append('<img class="ctxr-replay-plot" alt="replay: history per turn" '
@@ -656,7 +660,8 @@ class ExploreWidget:
             f"</td><td style='color:var(--jp-ui-font-color2, #616161)'>"
             f"{'session: ' + e(was) if was else ''}</td></tr>"
             for label, value, was in rows)
-        return f"<table class='ctxr-explore-settings' style='margin:4px 0'>{cells}</table>"
+        return ("<table class='ctxr-explore-settings' style='margin:4px 0;font-size:inherit;"
+                f"border-collapse:collapse'>{cells}</table>")
 
     def close(self) -> None:
         """Stop a replay, show the snapshot in place of the live display, close the widgets."""
