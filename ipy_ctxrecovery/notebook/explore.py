@@ -252,7 +252,7 @@ class ExploreWidget:
         # a replay made one; not display data in the Output, which reaches the browser
         # as "[object Object]".
         self.plot = widgets.Image(format="png", layout=widgets.Layout(
-            display="none", max_width="100%", height="auto"))
+            display="none", max_width="100%", height="auto", align_self="flex-start"))
         self.plot.add_class("ctxr-replay-plot")
         self.save_hint = widgets.HTML(
             "<div style='font-size:85%;color:var(--jp-ui-font-color2, #616161);margin:2px 0 0 "
@@ -654,10 +654,12 @@ class ExploreWidget:
             field = _FIELDS.get(key, key)
             was = (_setting_text(field, changes[field][0]) if field in changes else None)
             rows.append((_label(control), _shown(key, values[key]), was))
+        # Left-aligned, unpadded: JupyterLab's output tables right-align their cells.
+        cell = "<td style='text-align:left;padding:0 12px 0 0"
         cells = "".join(
-            f"<tr><td style='padding:0 12px 0 0'>{e(label)}</td>"
-            f"<td style='padding:0 12px 0 0'>{'<b>' + e(value) + '</b>' if was else e(value)}"
-            f"</td><td style='color:var(--jp-ui-font-color2, #616161)'>"
+            f"<tr>{cell}'>{e(label)}</td>"
+            f"{cell}'>{'<b>' + e(value) + '</b>' if was else e(value)}</td>"
+            f"{cell};color:var(--jp-ui-font-color2, #616161)'>"
             f"{'session: ' + e(was) if was else ''}</td></tr>"
             for label, value, was in rows)
         return ("<table class='ctxr-explore-settings' style='margin:4px 0;font-size:inherit;"
