@@ -37,6 +37,7 @@ import contextlib
 import html
 import io
 import re
+import sys
 import threading
 import time
 import uuid
@@ -577,7 +578,12 @@ class ExploreWidget:
 
     def _next_cell(self, info: Any = None) -> None:
         """``pre_run_cell``: a later cell starts; the live display becomes the snapshot."""
-        self._freeze()
+        try:
+            self._freeze()
+        except Exception as e:   # IPython would print a traceback over the user's cell
+            self._unwatch()
+            print(f"⚠ the explorer's snapshot failed: {type(e).__name__}: {e}",
+                  file=sys.stderr)
 
     def _freeze(self) -> None:
         self._unwatch()
