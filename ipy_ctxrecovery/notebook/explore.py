@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
-from ..core import wording as w
+from ..core import wording
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
 from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
@@ -257,7 +257,7 @@ class ExploreWidget:
         self.plot.add_class("ctxr-replay-plot")
         self.save_hint = widgets.HTML(
             "<div style='font-size:85%;color:var(--jp-ui-font-color2, #616161);margin:2px 0 0 "
-            f"4px'>{html.escape(w.EXPLORE_SAVE_HINT)}</div>")
+            f"4px'>{html.escape(wording.EXPLORE_SAVE_HINT)}</div>")
         limits_column = _column([
             _heading("Limits and tool results"), self.next_size, self.cap, self.window,
             self.per_result,
@@ -605,7 +605,7 @@ class ExploreWidget:
         the settings as the controls have them, the plan, the fates with their legend, the
         last replay's table and plot."""
         self.flush()
-        note = w.explore_snapshot_note(self.snapshot_at or time.time(), closed=self.closed)
+        note = wording.explore_snapshot_note(self.snapshot_at or time.time(), closed=self.closed)
         text = [note, self.text()]
         if self._said and not self._error:
             text.insert(2, self._said)
