@@ -947,6 +947,20 @@ def cancel_texts() -> dict[str, str]:
                               "notebook's interrupt button (■).")}
 
 
+def cell_summary_ended(phase: str, outcome: str | None, seconds: float) -> str:
+    """The plain line that replaces a cell's Cancel button once its summary has ended:
+    ``phase`` is the compaction's last phase (``applied``, ``rejected``, ``cancelled``), or
+    ``ended`` when the turn ended some other way."""
+    took = f"{max(seconds, 0.0):.1f} s"
+    if phase == "applied" and outcome == "summary":
+        return f"summary of older messages: done in {took}"
+    if phase == "cancelled":
+        return f"summary of older messages: cancelled after {took} · history exactly as before"
+    if phase in ("applied", "rejected"):
+        return f"summary of older messages: not used ({took})"
+    return f"summary of older messages: stopped after {took}"
+
+
 def summary_not_size(size: str, label: str) -> str:
     """Why a summary request refused for its content is not used (the turn fits without
     it): what refused it, and that it says nothing about the proxy's size limit."""

@@ -207,6 +207,9 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     printer = EventPrinter(verbosity=magics.verbosity)
     unsubscribe = session.subscribe(
         lambda e: None if _is_result(e) and magics.verbosity != "debug" else printer(e))
+    canceller = magics.cell_cancel()       # Cancel here too while the summary runs
+    stop_cancel = session.subscribe(canceller) if canceller is not None else None
+    interrupted = False
     try:
         with magics.workspace.panel_turn(args.session):
             report = session.compact(instructions)
@@ -216,9 +219,13 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     except KeyboardInterrupt:
         from .display import ChatInterrupted
 
+        interrupted = True
         raise ChatInterrupted(f"the compaction was interrupted — the history is as it was "
                               f"({plural(len(session.history), 'message')}).") from None
     finally:
+        if canceller is not None and stop_cancel is not None:
+            canceller.close(interrupted=interrupted)
+            stop_cancel()
         unsubscribe()
     if report.applied:
         print(f"✓ compacted: {report.before_messages} → "
