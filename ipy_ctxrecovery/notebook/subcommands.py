@@ -28,6 +28,7 @@ from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
 from ..core.wording import (
+    compact_result,
     emulator_quirk,
     forgotten_limits,
     messages_held,
@@ -205,8 +206,15 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     instructions = " ".join(args.instructions) or None
     # The progress is shown as in a cell; the result once, here, with how to undo it.
     printer = EventPrinter(verbosity=magics.verbosity)
-    unsubscribe = session.subscribe(
-        lambda e: None if _is_result(e) and magics.verbosity != "debug" else printer(e))
+    targets: list[int] = []
+
+    def show(event: Any) -> None:
+        if isinstance(event, ev.CompactionPhase) and event.target_bytes is not None:
+            targets.append(event.target_bytes)
+        if not (_is_result(event) and magics.verbosity != "debug"):
+            printer(event)
+
+    unsubscribe = session.subscribe(show)
     canceller = magics.cell_cancel()       # Cancel here too while the summary runs
     stop_cancel = session.subscribe(canceller) if canceller is not None else None
     interrupted = False
@@ -227,14 +235,24 @@ def _compact(magics: ChatMagics, args: Any) -> None:
             canceller.close(interrupted=interrupted)
             stop_cancel()
         unsubscribe()
-    if report.applied:
-        print(f"✓ compacted: {report.before_messages} → "
-              f"{plural(report.after_messages, 'message')}, "
-              f"{format_size(report.before_bytes)} → {format_size(report.after_bytes)} "
-              "(%chat undo-compact restores)")
-    else:
-        why = report.rejected_reason or "nothing to compact"
-        print(f"history unchanged: {why}")
+    kept, pinned = _kept_whole(session.history)
+    print(compact_result(applied=report.applied, before_messages=report.before_messages,
+                         after_messages=report.after_messages,
+                         before_bytes=report.before_bytes, after_bytes=report.after_bytes,
+                         summarized=report.summarized_messages,
+                         target_bytes=targets[-1] if targets else None, kept=kept,
+                         pinned=pinned, reason=report.rejected_reason))
+
+
+def _kept_whole(messages: Any) -> tuple[int, int]:
+    """(the latest request and the messages after it, the pinned ones before it): what a
+    compaction never summarizes."""
+    latest = history.latest_user_index(messages)
+    if latest is None:
+        return 0, sum(1 for m in messages if m.role.value == "system")
+    pinned = sum(1 for m in messages[:latest]
+                 if m.role.value == "system" or m.tag == history.TAG_PAYLOAD_NOTICE)
+    return len(messages) - latest, pinned
 
 
 def _is_result(event: Any) -> bool:
