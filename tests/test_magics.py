@@ -821,6 +821,26 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     assert chat.workspace.emulator.requests[-1].status == 200
 
 
+def test_a_new_emulator_says_one_forgotten_cap_line_per_network_path(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --max-body 16KB")
+    for i in range(5):
+        assert cell(ip, "", f"part {i}: " + "x" * 5000).success
+    assert cell(ip, "-S work", "hello [[words 3]]").success
+    ws = chat.workspace
+    # The two sessions share the emulator's network path, and so the cap learned on it.
+    assert ws.sessions["work"].status().cap == ws.session().status().cap
+    assert ws.sessions["work"].status().cap_source == "learned"
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator --max-body 64KB")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "emulator restarted: rejects requests over 64 KB (HTTP 413)"
+    assert len(out) == 2, out
+    assert out[1].startswith("ℹ sessions default, work: learned payload cap ")
+    assert out[1].endswith("forgotten: the new emulator may have other limits")
+    assert ws.sessions["work"].status().cap is None and ws.session().status().cap is None
+
+
 def test_switching_model_or_adding_tools_keeps_the_session_object(chat: ChatMagics,
                                                                   ip: Any) -> None:
     from ipy_ctxrecovery import chat_tool

@@ -654,8 +654,8 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
     gone = [_limit_words(key, value) for key, value in before.items() if key not in limits]
     if gone:
         print(f"  no longer: {'; '.join(gone)} (give every limit you want on one line)")
-    for name, note in notes:
-        ws.tell(name, [note])
+    for who, note in notes:     # one line per network path, naming its sessions
+        print(f"ℹ {who}: {note}")
 
 
 #: How each emulator limit reads in a status line (plain words, not the flag names).
