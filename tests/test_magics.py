@@ -1482,6 +1482,39 @@ def test_models_name_the_variable_each_provider_needs_in_aligned_columns(
     assert len({len(line) for line in rows}) == 1
 
 
+def test_models_show_the_window_the_emulator_was_configured_with(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def emulator_row() -> tuple[str, list[str]]:
+        ip.run_line_magic("chat", "models")
+        out = capsys.readouterr().out.splitlines()
+        rows = [line for line in out if line.startswith("  ")]
+        # The columns stay aligned whatever follows the emulator's row.
+        assert len({line.index(" max output ") for line in rows}) == 1
+        return next(line for line in rows if line.startswith("  emulator")), out
+
+    row, out = emulator_row()
+    assert re.search(r"window +8,192  max output +[\d,]+$", row), row   # the catalogue's
+    ip.run_line_magic("chat", "emulator --context-window 4000")
+    row, out = emulator_row()
+    assert re.search(r"window +4,000  max output +[\d,]+  \(set with %chat emulator "
+                     r"--context-window\)$", row), row
+    assert not any(line.startswith("context window ") for line in out)
+    ip.run_line_magic("config", "ChatMagics.context_window = 3000")
+    row, out = emulator_row()
+    assert row.endswith("(set with %chat config or %config ChatMagics.context_window; the "
+                        "emulator itself holds 4,000)") and " window     3,000 " in row
+    assert out[-1] == ("context window 3,000 tokens set with %chat config or %config "
+                       "ChatMagics.context_window: used for every model instead of the "
+                       "window listed")
+    assert chat.workspace.session().window == 3000          # what the session uses too
+    chat.context_window = None
+    monkeypatch.setenv("CHATCLI_CONTEXT_WINDOW", "5000")
+    row, out = emulator_row()
+    assert "window     5,000 " in row and "(from CHATCLI_CONTEXT_WINDOW; the emulator " \
+        "itself holds 4,000)" in row
+
+
 def test_semicolon_right_after_the_magic_and_an_empty_cell(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     result = ip.run_cell("%%chat;\nquietly\n", store_history=True)

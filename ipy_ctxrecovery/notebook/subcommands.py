@@ -378,14 +378,44 @@ def _models(magics: ChatMagics, args: Any) -> None:
             else f"{provider}:{family}"
         rows[provider].append((name, window, output))
     width = max(len(name) for group in rows.values() for name, _, _ in group)
-    wide = max(len(f"{w:,}") for group in rows.values() for _, w, _ in group)
+    configured, emulator_note = _window_in_force(magics)
+    wide = max([len(f"{w:,}") for group in rows.values() for _, w, _ in group]
+               + ([len(f"{emulator_note[0]:,}")] if emulator_note is not None else []))
     out = max(len(f"{o:,}") for group in rows.values() for _, _, o in group)
     for provider, group in rows.items():
         if not group:
             continue
         print(f"{provider} — needs {_PROVIDER_NEEDS[provider]}")
         for name, window, output in group:
-            print(f"  {name:<{width}}  window {window:>{wide},}  max output {output:>{out},}")
+            note = ""
+            if provider == "emulator" and emulator_note is not None:
+                window, note = emulator_note[0], f"  ({emulator_note[1]})"
+            print(f"  {name:<{width}}  window {window:>{wide},}  max output {output:>{out},}"
+                  + note)
+    if configured is not None:
+        print(f"context window {plural(configured[0], 'token')} {configured[1]}: used for "
+              "every model instead of the window listed")
+
+
+def _window_in_force(magics: ChatMagics) -> tuple[tuple[int, str] | None,
+                                                   tuple[int, str] | None]:
+    """(a configured context window and its source, the emulator's window and its source
+    when it is not the catalogue's): what ``%chat models`` shows beside the catalogue."""
+    settings = magics.settings()
+    set_on_emulator = magics.workspace.emulator_limits.get("context_window")
+    configured = None
+    if settings.context_window is not None:
+        source = _sources(magics).get("context_window")
+        where = ("from CHATCLI_CONTEXT_WINDOW" if source == "environment"
+                 else "set with %chat config or %config ChatMagics.context_window")
+        configured = (settings.context_window, where)
+    if configured is not None:
+        held = (f"; the emulator itself holds {set_on_emulator:,}"
+                if set_on_emulator is not None and set_on_emulator != configured[0] else "")
+        return configured, (configured[0], configured[1] + held)
+    if set_on_emulator is not None:
+        return None, (set_on_emulator, "set with %chat emulator --context-window")
+    return None, None
 
 
 @_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
