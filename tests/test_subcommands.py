@@ -112,3 +112,39 @@ def test_a_compaction_keeping_the_count_says_what_it_summarized() -> None:
                           before_bytes=5734, after_bytes=2900, summarized=6,
                           target_bytes=2867, kept=2, pinned=0, reason=None)
     assert near == "✓ compacted: 8 → 3 messages, 5.6 KB → 2.8 KB (%chat undo-compact restores)"
+
+
+def test_compact_offers_cancel_in_its_own_output_while_the_summary_runs(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    from ipy_ctxrecovery.core import events as ev
+    from ipy_ctxrecovery.notebook.cell_cancel import CancelWidget
+
+    ip = loaded_shell
+    magics = get_magics(ip)
+    assert magics is not None
+    magics.live_display = "always"          # a front end's display areas
+    for i in range(3):
+        ip.run_cell_magic("chat", "", f"message {i} " + "lorem ipsum dolor " * 200 + ";")
+    shown: list[tuple[Any, dict[str, Any]]] = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, **kwargs: shown.append((obj, kwargs)))
+    during: list[int] = []
+    session = magics.workspace.session()
+    unsubscribe = session.subscribe(lambda e: during.append(len(shown))
+                                    if isinstance(e, ev.CompactionPhase) else None)
+    try:
+        ip.run_line_magic("chat", "compact")
+    finally:
+        unsubscribe()
+    assert "✓ compacted: 6 → 3 messages" in capsys.readouterr().out
+    (widget, first), (line, second) = shown
+    assert isinstance(widget, CancelWidget) and "update" not in first
+    assert second["display_id"] == first["display_id"] and second["update"]
+    assert line["text/plain"].startswith("summary of older messages: done in ")
+    # (this subscriber hears each phase before the Cancel does) shown from the summary on,
+    # until the compaction was applied
+    assert during == [0, 0, 0, 1]
+    magics.live_display = "auto"
