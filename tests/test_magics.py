@@ -821,6 +821,26 @@ def test_a_new_emulator_forgets_the_learned_cap_and_says_so(
     assert chat.workspace.emulator.requests[-1].status == 200
 
 
+def test_a_new_emulator_says_one_forgotten_cap_line_per_network_path(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("chat", "emulator --max-body 16KB")
+    for i in range(5):
+        assert cell(ip, "", f"part {i}: " + "x" * 5000).success
+    assert cell(ip, "-S work", "hello [[words 3]]").success
+    ws = chat.workspace
+    # The two sessions share the emulator's network path, and so the cap learned on it.
+    assert ws.sessions["work"].status().cap == ws.session().status().cap
+    assert ws.sessions["work"].status().cap_source == "learned"
+    capsys.readouterr()
+    ip.run_line_magic("chat", "emulator --max-body 64KB")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "emulator restarted: rejects requests over 64 KB (HTTP 413)"
+    assert len(out) == 2, out
+    assert out[1].startswith("ℹ sessions default, work: learned payload cap ")
+    assert out[1].endswith("forgotten: the new emulator may have other limits")
+    assert ws.sessions["work"].status().cap is None and ws.session().status().cap is None
+
+
 def test_switching_model_or_adding_tools_keeps_the_session_object(chat: ChatMagics,
                                                                   ip: Any) -> None:
     from ipy_ctxrecovery import chat_tool
@@ -1460,6 +1480,39 @@ def test_models_name_the_variable_each_provider_needs_in_aligned_columns(
     assert len({line.index(" window ") for line in rows}) == 1
     assert len({line.index(" max output ") for line in rows}) == 1
     assert len({len(line) for line in rows}) == 1
+
+
+def test_models_show_the_window_the_emulator_was_configured_with(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def emulator_row() -> tuple[str, list[str]]:
+        ip.run_line_magic("chat", "models")
+        out = capsys.readouterr().out.splitlines()
+        rows = [line for line in out if line.startswith("  ")]
+        # The columns stay aligned whatever follows the emulator's row.
+        assert len({line.index(" max output ") for line in rows}) == 1
+        return next(line for line in rows if line.startswith("  emulator")), out
+
+    row, out = emulator_row()
+    assert re.search(r"window +8,192  max output +[\d,]+$", row), row   # the catalogue's
+    ip.run_line_magic("chat", "emulator --context-window 4000")
+    row, out = emulator_row()
+    assert re.search(r"window +4,000  max output +[\d,]+  \(set with %chat emulator "
+                     r"--context-window\)$", row), row
+    assert not any(line.startswith("context window ") for line in out)
+    ip.run_line_magic("config", "ChatMagics.context_window = 3000")
+    row, out = emulator_row()
+    assert row.endswith("(set with %chat config or %config ChatMagics.context_window; the "
+                        "emulator itself holds 4,000)") and " window     3,000 " in row
+    assert out[-1] == ("context window 3,000 tokens set with %chat config or %config "
+                       "ChatMagics.context_window: used for every model instead of the "
+                       "window listed")
+    assert chat.workspace.session().window == 3000          # what the session uses too
+    chat.context_window = None
+    monkeypatch.setenv("CHATCLI_CONTEXT_WINDOW", "5000")
+    row, out = emulator_row()
+    assert "window     5,000 " in row and "(from CHATCLI_CONTEXT_WINDOW; the emulator " \
+        "itself holds 4,000)" in row
 
 
 def test_semicolon_right_after_the_magic_and_an_empty_cell(

@@ -963,6 +963,56 @@ def cancel_texts() -> dict[str, str]:
                               "notebook's interrupt button (■).")}
 
 
+_NEAR_TARGET = 1.05
+"""A compaction within 5% of its target reached it (a summary's size is not exact)."""
+
+
+def compact_result(*, applied: bool, before_messages: int, after_messages: int,
+                   before_bytes: int, after_bytes: int, summarized: int,
+                   target_bytes: int | None, kept: int, pinned: int,
+                   reason: str | None) -> str:
+    """``%chat compact``'s one line: what it did, and when it changed nothing or missed its
+    target (by more than 5%), why and what the user can do. ``kept``: the latest request and the messages
+    after it (never summarized); ``pinned``: system messages and notices before it."""
+    sizes = f"{format_size(before_bytes)} → {format_size(after_bytes)}"
+    held = plural(kept, "message") + (f" and {pinned} pinned" if pinned else "")
+    why_kept = (f"the latest request and what came after it ({held}) are kept whole, "
+                "beside the summary")
+    later = "the next %%chat makes them older and summarizable; %chat reset starts afresh"
+    if not applied:
+        if reason == "nothing older than the latest request to summarize":
+            return (f"nothing to compact: {plural(before_messages, 'message')}, all kept "
+                    f"(the latest request, what came after it, and pinned ones); {later}")
+        goal = f" (target {format_size(target_bytes)})" if target_bytes else ""
+        return (f"history unchanged: {reason or 'nothing to compact'} — still "
+                f"{plural(before_messages, 'message')}, {format_size(before_bytes)}{goal}; "
+                "%chat compact INSTRUCTIONS asks for another summary, %chat reset starts "
+                "afresh (the transcript keeps every message)")
+    counts = (f"{plural(summarized, 'message')} summarized into one, "
+              f"{before_messages} → {plural(after_messages, 'message')}"
+              if before_messages == after_messages
+              else f"{before_messages} → {plural(after_messages, 'message')}")
+    undo = "(%chat undo-compact restores)"
+    if target_bytes is not None and after_bytes > target_bytes * _NEAR_TARGET:
+        return (f"✓ compacted: {counts}, {sizes}, still over the {format_size(target_bytes)} "
+                f"target: {why_kept}; {later} {undo}")
+    return f"✓ compacted: {counts}, {sizes} {undo}"
+
+
+def cell_summary_ended(phase: str, outcome: str | None, seconds: float) -> str:
+    """The plain line that replaces a cell's Cancel button once its summary has ended:
+    ``phase`` is the compaction's last phase (``applied``, ``rejected``, ``cancelled``), or
+    ``ended`` when the turn ended some other way."""
+    took = f"{max(seconds, 0.0):.1f} s"
+    if phase == "applied" and outcome == "summary":
+        return f"summary of older messages: done in {took}"
+    if phase == "cancelled":
+        return f"summary of older messages: cancelled after {took} · history exactly as before"
+    if phase in ("applied", "rejected"):
+        return f"summary of older messages: not used ({took})"
+    return f"summary of older messages: stopped after {took}"
+
+
 def summary_not_size(size: str, label: str) -> str:
     """Why a summary request refused for its content is not used (the turn fits without
     it): what refused it, and that it says nothing about the proxy's size limit."""

@@ -35,6 +35,7 @@ from . import (
     explore,  # noqa: F401  (registers %chat explore)
     subcommands,
 )
+from .cell_cancel import CellCancel
 from .cell_inputs import (
     cell_error_text,
     check_model_word,
@@ -62,6 +63,7 @@ from .environment import (
     describe_endpoint,
     env_settings,
 )
+from .panel import kernel_id
 from .turn_card import CARD_MODES, TurnCard, TurnRecord, card_wanted
 from .workspace import DEFAULT_SESSION, Workspace
 
@@ -316,6 +318,11 @@ class ChatMagics(Magics):
         if not panel.shown:
             panel.show()
 
+    def cell_cancel(self) -> CellCancel | None:
+        """A Cancel for the running cell's output while a summary runs (subscribe it to the
+        session; close it when the turn ends), or None where there is no front end."""
+        return CellCancel(kernel_id=kernel_id()) if self.is_live() else None
+
     def show_card(self, record: TurnRecord) -> None:
         """Write the turn's static card under the cell (``turn_card``; notebook front ends)."""
         if self.is_live() and card_wanted(self.turn_card, record):
@@ -442,6 +449,9 @@ class ChatMagics(Magics):
         subscriptions = [session.subscribe(printer)]
         record = self._turn_record(args.session, session)
         subscriptions.append(session.subscribe(record.feed))
+        canceller = self.cell_cancel()
+        if canceller is not None:    # Cancel in this cell's output while a summary runs
+            subscriptions.append(session.subscribe(canceller))
         panel = self.workspace.panels.get(args.session)
         on_text = _tee(streamer, record.text_arrived, panel.text_arrived if panel else None)
         if panel is not None:
@@ -475,6 +485,8 @@ class ChatMagics(Magics):
             if not answered:
                 streamer.finish()
                 printer.release()
+            if canceller is not None:
+                canceller.close(interrupted=interrupted)
             for unsubscribe in subscriptions:
                 unsubscribe()
             if panel is not None:

@@ -44,6 +44,7 @@ from ..core import events as ev
 from ..core import wording as w
 from ..core.ladder.decide import Level
 from ..settings import Settings
+from .cell_cancel import INTERRUPT_JS
 from .turn_card import Step, TurnRecord
 
 __all__ = ["STAGES", "ContextPanel", "PanelWidget", "kernel_id"]
@@ -58,31 +59,7 @@ _LEVELS = (Level.LOWER_MAX_TOKENS, Level.EXACT_FIT, Level.AGGRESSIVE, Level.EMER
 _TEXT_INTERVAL = 0.25
 """Seconds between re-renders while an answer streams in."""
 
-_ESM = r"""
-function config() {
-  const el = document.getElementById("jupyter-config-data");
-  try { return el ? JSON.parse(el.textContent) : null; } catch (e) { return null; }
-}
-function cookie(name) {
-  const m = document.cookie.match("(^|;)\\s*" + name + "=([^;]*)");
-  return m ? decodeURIComponent(m[2]) : null;
-}
-async function interrupt(kernelId) {
-  const cfg = config();
-  if (!cfg || !kernelId) return false;
-  const base = (cfg.baseUrl || "/").replace(/\/?$/, "/");
-  const headers = {};
-  if (cfg.token) headers["Authorization"] = "token " + cfg.token;
-  const xsrf = cookie("_xsrf");
-  if (xsrf) headers["X-XSRFToken"] = xsrf;
-  const url = base + "api/kernels/" + encodeURIComponent(kernelId) + "/interrupt";
-  const r = await fetch(url, {method: "POST", headers, credentials: "same-origin"});
-  return r.ok;
-}
-function clock(ms) {
-  const s = Math.max(0, Math.floor(ms / 1000));
-  return Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0");
-}
+_ESM = INTERRUPT_JS + r"""
 export default {
   render({ model, el }) {
     const body = document.createElement("div");

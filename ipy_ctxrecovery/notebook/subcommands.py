@@ -28,6 +28,7 @@ from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
 from ..core.wording import (
+    compact_result,
     emulator_quirk,
     forgotten_limits,
     messages_held,
@@ -205,8 +206,18 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     instructions = " ".join(args.instructions) or None
     # The progress is shown as in a cell; the result once, here, with how to undo it.
     printer = EventPrinter(verbosity=magics.verbosity)
-    unsubscribe = session.subscribe(
-        lambda e: None if _is_result(e) and magics.verbosity != "debug" else printer(e))
+    targets: list[int] = []
+
+    def show(event: Any) -> None:
+        if isinstance(event, ev.CompactionPhase) and event.target_bytes is not None:
+            targets.append(event.target_bytes)
+        if not (_is_result(event) and magics.verbosity != "debug"):
+            printer(event)
+
+    unsubscribe = session.subscribe(show)
+    canceller = magics.cell_cancel()       # Cancel here too while the summary runs
+    stop_cancel = session.subscribe(canceller) if canceller is not None else None
+    interrupted = False
     try:
         with magics.workspace.panel_turn(args.session):
             report = session.compact(instructions)
@@ -216,18 +227,32 @@ def _compact(magics: ChatMagics, args: Any) -> None:
     except KeyboardInterrupt:
         from .display import ChatInterrupted
 
+        interrupted = True
         raise ChatInterrupted(f"the compaction was interrupted — the history is as it was "
                               f"({plural(len(session.history), 'message')}).") from None
     finally:
+        if canceller is not None and stop_cancel is not None:
+            canceller.close(interrupted=interrupted)
+            stop_cancel()
         unsubscribe()
-    if report.applied:
-        print(f"✓ compacted: {report.before_messages} → "
-              f"{plural(report.after_messages, 'message')}, "
-              f"{format_size(report.before_bytes)} → {format_size(report.after_bytes)} "
-              "(%chat undo-compact restores)")
-    else:
-        why = report.rejected_reason or "nothing to compact"
-        print(f"history unchanged: {why}")
+    kept, pinned = _kept_whole(session.history)
+    print(compact_result(applied=report.applied, before_messages=report.before_messages,
+                         after_messages=report.after_messages,
+                         before_bytes=report.before_bytes, after_bytes=report.after_bytes,
+                         summarized=report.summarized_messages,
+                         target_bytes=targets[-1] if targets else None, kept=kept,
+                         pinned=pinned, reason=report.rejected_reason))
+
+
+def _kept_whole(messages: Any) -> tuple[int, int]:
+    """(the latest request and the messages after it, the pinned ones before it): what a
+    compaction never summarizes."""
+    latest = history.latest_user_index(messages)
+    if latest is None:
+        return 0, sum(1 for m in messages if m.role.value == "system")
+    pinned = sum(1 for m in messages[:latest]
+                 if m.role.value == "system" or m.tag == history.TAG_PAYLOAD_NOTICE)
+    return len(messages) - latest, pinned
 
 
 def _is_result(event: Any) -> bool:
@@ -353,14 +378,44 @@ def _models(magics: ChatMagics, args: Any) -> None:
             else f"{provider}:{family}"
         rows[provider].append((name, window, output))
     width = max(len(name) for group in rows.values() for name, _, _ in group)
-    wide = max(len(f"{w:,}") for group in rows.values() for _, w, _ in group)
+    configured, emulator_note = _window_in_force(magics)
+    wide = max([len(f"{w:,}") for group in rows.values() for _, w, _ in group]
+               + ([len(f"{emulator_note[0]:,}")] if emulator_note is not None else []))
     out = max(len(f"{o:,}") for group in rows.values() for _, _, o in group)
     for provider, group in rows.items():
         if not group:
             continue
         print(f"{provider} — needs {_PROVIDER_NEEDS[provider]}")
         for name, window, output in group:
-            print(f"  {name:<{width}}  window {window:>{wide},}  max output {output:>{out},}")
+            note = ""
+            if provider == "emulator" and emulator_note is not None:
+                window, note = emulator_note[0], f"  ({emulator_note[1]})"
+            print(f"  {name:<{width}}  window {window:>{wide},}  max output {output:>{out},}"
+                  + note)
+    if configured is not None:
+        print(f"context window {plural(configured[0], 'token')} {configured[1]}: used for "
+              "every model instead of the window listed")
+
+
+def _window_in_force(magics: ChatMagics) -> tuple[tuple[int, str] | None,
+                                                   tuple[int, str] | None]:
+    """(a configured context window and its source, the emulator's window and its source
+    when it is not the catalogue's): what ``%chat models`` shows beside the catalogue."""
+    settings = magics.settings()
+    set_on_emulator = magics.workspace.emulator_limits.get("context_window")
+    configured = None
+    if settings.context_window is not None:
+        source = _sources(magics).get("context_window")
+        where = ("from CHATCLI_CONTEXT_WINDOW" if source == "environment"
+                 else "set with %chat config or %config ChatMagics.context_window")
+        configured = (settings.context_window, where)
+    if configured is not None:
+        held = (f"; the emulator itself holds {set_on_emulator:,}"
+                if set_on_emulator is not None and set_on_emulator != configured[0] else "")
+        return configured, (configured[0], configured[1] + held)
+    if set_on_emulator is not None:
+        return None, (set_on_emulator, "set with %chat emulator --context-window")
+    return None, None
 
 
 @_subcommand("tools", "Tools the model is offered (built-in ones too) and the ones registered "
@@ -629,8 +684,8 @@ def _emulator(magics: ChatMagics, args: Any) -> None:
     gone = [_limit_words(key, value) for key, value in before.items() if key not in limits]
     if gone:
         print(f"  no longer: {'; '.join(gone)} (give every limit you want on one line)")
-    for name, note in notes:
-        ws.tell(name, [note])
+    for who, note in notes:     # one line per network path, naming its sessions
+        print(f"ℹ {who}: {note}")
 
 
 #: How each emulator limit reads in a status line (plain words, not the flag names).

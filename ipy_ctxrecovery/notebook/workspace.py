@@ -98,19 +98,26 @@ class Workspace:
         """Replace the embedded emulator with one using ``limits``; sessions on it move over.
 
         Each session keeps its history and counters; a cap it learned from the old
-        emulator is forgotten (the new one may have other limits): ``(session, sentence)``
-        pairs saying so are appended to ``notes``.
+        emulator is forgotten (the new one may have other limits): ``(who, sentence)``
+        pairs saying so are appended to ``notes``, one per network path — the sessions
+        that shared the old path shared its cap, so they share the line (``who`` names
+        them: ``session a`` or ``sessions a, b``).
         """
         new = Emulator(**limits)
         new.start()
         old, self.emulator, self.emulator_limits = self.emulator, new, dict(limits)
+        told: dict[tuple[str, str], list[str]] = {}
         for name, session in list(self.sessions.items()):
             if is_emulator_model(session.model):
+                path = session.endpoint.path_key() or f"session {name}"   # None: not shared
                 with as_usage_error():
                     forgotten = session.update(emulator=new)
-                if notes is not None:
-                    notes.extend((name, note) for note in forgotten)
+                for note in forgotten:
+                    told.setdefault((path, note), []).append(name)
                 self.tell(name, ())  # the notes are printed after the restart line
+        if notes is not None:
+            notes.extend((("session " if len(names) == 1 else "sessions ") + ", ".join(names),
+                          note) for (_, note), names in told.items())
         if old is not None:
             old.close()
         return new
