@@ -9,8 +9,16 @@ import urllib.parse
 
 import pytest
 
-from tests.contrast import (TEXT_SAMPLES_JS, contrast_ratio, low_contrast, over, pair,
-                            parse_colour, ratio, relative_luminance)
+from tests.contrast import (
+    TEXT_SAMPLES_JS,
+    contrast_ratio,
+    low_contrast,
+    over,
+    pair,
+    parse_colour,
+    ratio,
+    relative_luminance,
+)
 from tests.needs import unavailable
 
 
