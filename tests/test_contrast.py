@@ -8,8 +8,7 @@ import os
 import urllib.parse
 
 import pytest
-
-from tests.contrast import (
+from contrast import (
     TEXT_SAMPLES_JS,
     contrast_ratio,
     low_contrast,
@@ -19,7 +18,7 @@ from tests.contrast import (
     ratio,
     relative_luminance,
 )
-from tests.needs import unavailable
+from needs import unavailable
 
 
 @pytest.mark.parametrize(("fg", "bg", "expected"), [
