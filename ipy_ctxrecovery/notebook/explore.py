@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
+from ..core import theme
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
 from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
@@ -350,7 +351,7 @@ class ExploreWidget:
 
     def _say(self, text: str, *, error: bool = False) -> None:
         self._error = text if error else None
-        colour = "#c62828" if error else "#2e7d32"
+        colour = theme.TEXT_ERROR if error else theme.TEXT_OK
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
 
