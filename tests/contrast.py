@@ -14,10 +14,13 @@ minimum ratio, one readable line each::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from needs import unavailable
 
 RGBA = tuple[float, float, float, float]
 """Red, green and blue in 0..255, alpha in 0..1."""
@@ -261,6 +264,34 @@ def theme_variables() -> dict[str, dict[str, str]]:
         out[theme] = {name: resolve(value) for name, value in raw.items()
                       if "color" in name or "background" in name}
     return out
+
+
+@functools.cache
+def _installed() -> dict[str, dict[str, str]] | None:
+    try:
+        return theme_variables()
+    except ImportError:
+        return None
+
+
+def installed_themes() -> dict[str, dict[str, str]]:
+    """:func:`theme_variables`, read once; the test skips (fails under ``CI=true``)
+    without JupyterLab."""
+    themes = _installed()
+    if themes is None:
+        unavailable("theme check: jupyterlab is not installed (pip install -e '.[browser]')")
+    return themes
+
+
+def vetted(text: str) -> list[str]:
+    """The colour ``var()`` uses in ``text`` that are none of ``core/theme.py``'s values
+    (whose contrast tests/test_theme.py checks in every theme)."""
+    from ipy_ctxrecovery.core import theme
+
+    known = {getattr(theme, name) for name in theme.__all__ if name != "var"}
+    return [f"var(--jp-{name}, {fallback})" for name, fallback in jp_vars(text)
+            if ("color" in name or "background" in name)
+            and f"var(--jp-{name}, {fallback})" not in known]
 
 
 def themed(value: str, variables: dict[str, str]) -> str:
