@@ -164,15 +164,16 @@ _PANEL_RULES = """
 .ctxr-steps { display: grid; grid-template-columns: 1.2em 9.5em minmax(0, 1fr); gap: 0 4px;
   margin: 4px 0 0 0; }
 .ctxr-step { display: contents; }
-.ctxr-step.pending > *, .ctxr-step.skipped > * { color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
+.ctxr-step.pending > *, .ctxr-step.skipped > * {
+  color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
 .ctxr-step.running > span { font-weight: bold; color: var(--jp-brand-color1, #1976d2); }
 .ctxr-step.failed > span, .ctxr-step.cancelled > span { color: var(--jp-error-color1, #d32f2f); }
 .ctxr-step > span:last-child { overflow-wrap: anywhere; min-width: 0; }
 .ctxr-levels { margin: 2px 0 0 1.6em; display: flex; flex-wrap: wrap; gap: 4px; }
-.ctxr-level { border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 8px; padding: 0 6px;
-  color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
-.ctxr-level.lit { color: var(--jp-ui-font-color0, #000); border-color: var(--jp-warn-color1, #f57c00);
-  background: var(--jp-layout-color2, #eee); }
+.ctxr-level { border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 8px;
+  padding: 0 6px; color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
+.ctxr-level.lit { color: var(--jp-ui-font-color0, #000);
+  border-color: var(--jp-warn-color1, #f57c00); background: var(--jp-layout-color2, #eee); }
 .ctxr-level.current { font-weight: bold; }
 .ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
 """
