@@ -24,6 +24,7 @@ import anywidget
 import traitlets
 
 from ..core import events as ev
+from ..core import theme
 from ..core import wording as w
 
 __all__ = ["INTERRUPT_JS", "CancelWidget", "CellCancel"]
@@ -92,16 +93,16 @@ export default {
 };
 """
 
-_CSS = """
-.ctxr-cell-cancel { display: flex; flex-wrap: wrap; align-items: center; gap: 6px;
-  font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; min-height: 24px; }
-.ctxr-cell-cancel .ctxr-spin { width: 10px; height: 10px;
-  border: 2px solid var(--jp-border-color1, #90a4ae); border-top-color: transparent;
-  border-radius: 50%; animation: ctxr-cell-rot 0.9s linear infinite; flex: none; }
-@keyframes ctxr-cell-rot { to { transform: rotate(360deg); } }
-.ctxr-cell-cancel .ctxr-elapsed { font-variant-numeric: tabular-nums; opacity: 0.75; }
-.ctxr-cell-cancel .ctxr-cancel { font-size: 12px; padding: 1px 10px; cursor: pointer; }
-.ctxr-cell-cancel .ctxr-hint { color: var(--jp-error-color1, #c62828); flex-basis: 100%; }
+_CSS = f"""
+.ctxr-cell-cancel {{ display: flex; flex-wrap: wrap; align-items: center; gap: 6px;
+  font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; min-height: 24px; }}
+.ctxr-cell-cancel .ctxr-spin {{ width: 10px; height: 10px;
+  border: 2px solid {theme.BORDER}; border-top-color: transparent;
+  border-radius: 50%; animation: ctxr-cell-rot 0.9s linear infinite; flex: none; }}
+@keyframes ctxr-cell-rot {{ to {{ transform: rotate(360deg); }} }}
+.ctxr-cell-cancel .ctxr-elapsed {{ font-variant-numeric: tabular-nums; color: {theme.TEXT_DIM}; }}
+.ctxr-cell-cancel .ctxr-cancel {{ font-size: 12px; padding: 1px 10px; cursor: pointer; }}
+.ctxr-cell-cancel .ctxr-hint {{ color: {theme.TEXT_ERROR}; flex-basis: 100%; }}
 """
 
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
-from ..core import wording
+from ..core import theme, wording
 from ..core.wording import plural
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
@@ -101,10 +101,10 @@ not name is at its default."""
 
 #: The line over a plan that no longer matches the controls (a value was refused).
 STALE = "stale: the plan below is for the last valid values"
-_STALE_LINE = ("<div class='ctxr-stale-line' style='color:var(--jp-warn-color0,#e65100);"
+_STALE_LINE = (f"<div class='ctxr-stale-line' style='color:{theme.TEXT_ERROR};"
                f"font-size:90%;margin:2px 0'>⚠ {STALE}</div>")
 _NOTE_STYLE = ("font-size:80%;line-height:1.2;margin:-2px 0 3px 154px;"
-               "color:var(--jp-ui-font-color2,#616161)")
+               f"color:{theme.TEXT_DIM}")
 
 Publish = Callable[..., Any]
 """``publish(bundle, display_id=…, update=…)``: show a raw mime bundle (default: IPython's
@@ -307,7 +307,7 @@ class ExploreWidget:
             display="none", max_width="100%", height="auto", align_self="flex-start"))
         self.plot.add_class("ctxr-replay-plot")
         self.save_hint = widgets.HTML(
-            "<div style='font-size:85%;color:var(--jp-ui-font-color2, #616161);margin:2px 0 0 "
+            f"<div style='font-size:85%;color:{theme.TEXT_DIM};margin:2px 0 0 "
             f"4px'>{html.escape(wording.EXPLORE_SAVE_HINT)}</div>")
 
 
@@ -622,8 +622,7 @@ class ExploreWidget:
 
     def _say(self, text: str, *, error: bool = False) -> None:
         self._said = text
-        colour = "var(--jp-error-color1,#c62828)" if error \
-            else "var(--jp-success-color1,#2e7d32)"
+        colour = theme.TEXT_ERROR if error else theme.TEXT_OK
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
         self._follow()
@@ -892,15 +891,15 @@ class ExploreWidget:
         parts = [
             '<div class="ctxr-explore-snapshot" style="font-family:var(--jp-ui-font-family, '
             'sans-serif);font-size:var(--jp-ui-font-size1, 13px);line-height:1.45;'
-            'max-width:900px;border-left:3px solid var(--jp-border-color2, #e0e0e0);'
+            f'max-width:900px;border-left:3px solid {theme.TRACK};'
             'padding-left:8px">',
             f"<div class='ctxr-explore-title'>{self.title.value}</div>",
-            "<div class='ctxr-snapshot-note' style='color:var(--jp-ui-font-color2, #616161);"
+            f"<div class='ctxr-snapshot-note' style='color:{theme.TEXT_DIM};"
             f"font-size:90%'>{e(note)}</div>",
             self._settings_html()]
         if self._error:
-            parts.append("<div class='ctxr-explore-error' style='color:var(--jp-error-color1, "
-                         f"#c62828)'>✗ {e(self._error)}</div>")
+            parts.append(f"<div class='ctxr-explore-error' style='color:{theme.TEXT_ERROR}'>"
+                         f"✗ {e(self._error)}</div>")
         if self._plan is not None:
             parts += [f"<div class='ctxr-explore-strip'>{self.strip.value}</div>",
                       self.legend.value,
@@ -939,7 +938,7 @@ class ExploreWidget:
         cells = "".join(
             f"<tr>{cell}'>{e(label)}</td>"
             f"{cell}'>{'<b>' + e(value) + '</b>' if was else e(value)}</td>"
-            f"{cell};color:var(--jp-ui-font-color2, #616161)'>"
+            f"{cell};color:{theme.TEXT_DIM}'>"
             f"{'session: ' + e(was) if was else ''}</td></tr>"
             for label, value, was in rows)
         return ("<table class='ctxr-explore-settings' style='margin:4px 0;font-size:inherit;"
