@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import humanfriendly
 
 from .errors import ConfigError
-from .redaction import MASK, credential_param
+from .redaction import MASK, MIN_CREDENTIAL, credential_param, path_credential
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
            "proxy_for", "public_url", "seconds_arg"]
@@ -103,14 +103,27 @@ _USERINFO = re.compile(r"//[^/?#\s]*@")
 _QUERY_ITEM = re.compile(r"([?&;])([^=&;#\s]*)=([^&;#\s]*)")
 
 
-def public_url(url: object) -> str:
-    """``url`` fit to be shown: its ``user:password@`` part and the values of credential
-    query parameters (``?key=``, ``&sig=``: :func:`~.redaction.credential_param`) masked."""
+def public_url(url: object, secrets: Iterable[str] = ()) -> str:
+    """``url`` fit to be shown: its ``user:password@`` part, the values of credential
+    query parameters (``?key=``, ``&sig=``: :func:`~.redaction.credential_param`) and path
+    segments that are credentials (a key in a known format, ``…/sk-proj-…/v1``, or one of
+    ``secrets``: the session's own key, which a gateway may take in the path) masked."""
     text = _USERINFO.sub(f"//{MASK}@", str(url))
     start = text.find("?")
-    if start < 0:
-        return text
-    return text[:start] + _QUERY_ITEM.sub(_masked_item, text[start:])
+    head, query = (text, "") if start < 0 else (text[:start], text[start:])
+    head = _masked_path(head, frozenset(s for s in secrets if s and len(s) >= MIN_CREDENTIAL))
+    return head + _QUERY_ITEM.sub(_masked_item, query) if query else head
+
+
+def _masked_path(head: str, secrets: frozenset[str]) -> str:
+    scheme, sep, rest = head.partition("://")
+    if not sep:
+        scheme, rest = "", head
+    host, slash, path = rest.partition("/")
+    if not slash:
+        return head
+    segments = [MASK if path_credential(seg, secrets) else seg for seg in path.split("/")]
+    return f"{scheme}{sep}{host}/" + "/".join(segments)
 
 
 def _masked_item(match: re.Match[str]) -> str:
