@@ -56,7 +56,7 @@ def parse_size(text: str, *, name: str = "size") -> int:
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}.")
         return int(number * MiB)
-    if not _SIZE_SHAPE.fullmatch(stripped):
+    if _SIZE_SHAPE.match(stripped) and not _SIZE_SHAPE.fullmatch(stripped):
         # humanfriendly reads the first number and the first unit and ignores the rest
         # ("5MBB", "5 MB MB", "5MB;rm" would all be 5 MB).
         raise ConfigError(f"{name}={raw!r} is not a valid size (a number and one unit, "

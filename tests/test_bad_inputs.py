@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeProvider
+from fakes import FakeProvider, killed
 from IPython.core.error import UsageError
 
 from ipy_ctxrecovery import ChatSession, Settings
@@ -251,6 +251,7 @@ def test_history_journal(bad: bytes) -> None:
     lines = journal.read_bytes().splitlines(keepends=True)
     assert len(lines) == 2          # the first turn wrote the snapshot
     journal.write_bytes(lines[0] + bad + b"\n" + b"".join(lines[1:]))
+    killed(s)
     resumed, said = _caught(lambda: ChatSession.resume("hjournal", provider=FakeProvider()))
     assert len(said) == 1, said
     one_sentence(said[0])
