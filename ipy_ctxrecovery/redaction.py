@@ -47,6 +47,7 @@ __all__ = [
     "credential_param",
     "mask_exact",
     "mask_secrets",
+    "path_credential",
     "url_credentials",
 ]
 
@@ -331,13 +332,27 @@ def _query_spans(text: str) -> Iterable[tuple[int, int]]:
                 yield at + pair.start(2), at + pair.end(2)
 
 
+def path_credential(segment: str, secrets: frozenset[str] = frozenset()) -> bool:
+    """Whether one segment of a URL's path is a credential: one of ``secrets`` (a
+    session's own key, whatever its shape), or a key in a well-known format
+    (``sk-proj-…``, ``AIza…``: :func:`mask_secrets` masks it), as written or
+    percent-decoded. A gateway may take its key in the path (``/key/sk-…/v1``)."""
+    if len(segment) < MIN_CREDENTIAL:
+        return False
+    for form in {segment, unquote(segment)}:
+        if form in secrets or mask_secrets(form) != form:
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=64)   # asked each time text is stored, for the same client
 def url_credentials(url: str) -> frozenset[str]:
     """The credentials ``url`` carries, in each form they may be echoed back: the user-info
     password (the user name when it has none: a token), ``user:password``, the
     ``Basic base64(user:password)`` value an HTTP client sends for it (httpx2's
     ``BasicAuth``, built from the URL's user info), and the values of credential query
-    parameters — each as written and percent-decoded. Values shorter than
+    parameters and path segments in a key's format (:func:`path_credential`) — each as
+    written and percent-decoded. Values shorter than
     :data:`MIN_CREDENTIAL` are left out."""
     try:
         parts = urlsplit(url)
@@ -352,6 +367,9 @@ def url_credentials(url: str) -> frozenset[str]:
         pair = f"{unquote(user)}:{unquote(password)}".encode()
         token = base64.b64encode(pair).decode("ascii")
         found.update((token, f"Basic {token}"))
+    for segment in parts.path.split("/"):
+        if path_credential(segment):
+            found.update((segment, unquote(segment)))
     for item in re.split(r"[&;]", parts.query):
         name, equals, raw = item.partition("=")
         if equals and credential_param(name):

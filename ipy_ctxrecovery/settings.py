@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import humanfriendly
 
 from .errors import ConfigError
-from .redaction import MASK, credential_param
+from .redaction import MASK, MIN_CREDENTIAL, credential_param, path_credential
 
 __all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
            "proxy_for", "public_url", "seconds_arg"]
@@ -28,6 +28,10 @@ MiB = 1024 * 1024
 KiB = 1024
 
 SIZE_FORMS = "a size such as 5MB, 512KB, 2.5MB, 1GB or 1024B (binary units; a bare number means MB; 0 means no cap)"
+
+
+_SIZE_SHAPE = re.compile(r"\d+(?:\.\d+)?\s*(?:[kmgt]i?b?|b|bytes?)", re.IGNORECASE)
+"""What a size looks like: a number and one unit (``5MB``, ``2.5 MiB``, ``512k``, ``1024B``)."""
 
 
 def parse_size(text: str, *, name: str = "size") -> int:
@@ -52,6 +56,11 @@ def parse_size(text: str, *, name: str = "size") -> int:
         if not math.isfinite(number) or number < 0:
             raise ConfigError(f"{name}={raw!r} is not a valid size; expected {SIZE_FORMS}.")
         return int(number * MiB)
+    if _SIZE_SHAPE.match(stripped) and not _SIZE_SHAPE.fullmatch(stripped):
+        # humanfriendly reads the first number and the first unit and ignores the rest
+        # ("5MBB", "5 MB MB", "5MB;rm" would all be 5 MB).
+        raise ConfigError(f"{name}={raw!r} is not a valid size (a number and one unit, "
+                          f"nothing after it); expected {SIZE_FORMS}.")
     try:
         value = humanfriendly.parse_size(stripped, binary=True)
     except humanfriendly.InvalidSize:
@@ -63,14 +72,19 @@ def parse_size(text: str, *, name: str = "size") -> int:
     return int(value)
 
 
+MAX_DELAY_SECONDS = 3600.0
+"""The longest delay a flag takes (``--latency``): an hour per answer is already no answer."""
+
+
 def seconds_arg(text: str) -> float:
-    """An argparse ``type`` for a delay flag (``--latency S``): a number of seconds ≥ 0."""
+    """An argparse ``type`` for a delay flag (``--latency S``): seconds from 0 to an hour."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0 or value == math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ≥ 0 (e.g. 0.5)")
+    if not 0 <= value <= MAX_DELAY_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from 0 to {MAX_DELAY_SECONDS:g} (e.g. 0.5)")
     return value
 
 
@@ -89,14 +103,27 @@ _USERINFO = re.compile(r"//[^/?#\s]*@")
 _QUERY_ITEM = re.compile(r"([?&;])([^=&;#\s]*)=([^&;#\s]*)")
 
 
-def public_url(url: object) -> str:
-    """``url`` fit to be shown: its ``user:password@`` part and the values of credential
-    query parameters (``?key=``, ``&sig=``: :func:`~.redaction.credential_param`) masked."""
+def public_url(url: object, secrets: Iterable[str] = ()) -> str:
+    """``url`` fit to be shown: its ``user:password@`` part, the values of credential
+    query parameters (``?key=``, ``&sig=``: :func:`~.redaction.credential_param`) and path
+    segments that are credentials (a key in a known format, ``…/sk-proj-…/v1``, or one of
+    ``secrets``: the session's own key, which a gateway may take in the path) masked."""
     text = _USERINFO.sub(f"//{MASK}@", str(url))
     start = text.find("?")
-    if start < 0:
-        return text
-    return text[:start] + _QUERY_ITEM.sub(_masked_item, text[start:])
+    head, query = (text, "") if start < 0 else (text[:start], text[start:])
+    head = _masked_path(head, frozenset(s for s in secrets if s and len(s) >= MIN_CREDENTIAL))
+    return head + _QUERY_ITEM.sub(_masked_item, query) if query else head
+
+
+def _masked_path(head: str, secrets: frozenset[str]) -> str:
+    scheme, sep, rest = head.partition("://")
+    if not sep:
+        scheme, rest = "", head
+    host, slash, path = rest.partition("/")
+    if not slash:
+        return head
+    segments = [MASK if path_credential(seg, secrets) else seg for seg in path.split("/")]
+    return f"{scheme}{sep}{host}/" + "/".join(segments)
 
 
 def _masked_item(match: re.Match[str]) -> str:
@@ -393,6 +420,11 @@ def field_for(key: str) -> str:
     return ENV_VARS.get(key.upper(), key.lower().replace("-", "_"))
 
 
+def _is_zero(raw: object) -> bool:
+    """``0``, ``0.0``, ``0KB``: a zero written as one (not a small number rounded down)."""
+    return re.fullmatch(r"\s*0+(?:\.0*)?\s*[a-z]*\s*", str(raw), re.IGNORECASE) is not None
+
+
 def _label(name: str) -> str:
     for env, field_name in ENV_VARS.items():
         if field_name == name:
@@ -425,8 +457,14 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
             value = int(raw)
         else:
             value = parse_size(str(raw), name=key)
-        if name == "max_payload" and value == 0:
-            return None
+        if name == "max_payload":
+            if value == 0 and _is_zero(raw):
+                return None
+            if value == 0:
+                # Said here, with the text typed: 0.0000001 rounds to 0, which would be no cap.
+                raise ConfigError(
+                    f"{key}={raw!r} rounds to 0 B, under {format_size(MIN_CAP)}, smaller than "
+                    "any proxy's body limit; give a cap such as 256KB or 5MB, or 0 for no cap.")
         return value
     text = str(raw).strip()
     if not text.isascii():

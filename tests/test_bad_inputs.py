@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeProvider
+from fakes import FakeProvider, killed
 from IPython.core.error import UsageError
 
 from ipy_ctxrecovery import ChatSession, Settings
@@ -39,7 +39,9 @@ _INT_VARS = ["CHATCLI_MAX_RECOVERY_ATTEMPTS", "CHATCLI_MAX_TOKEN_ESCALATIONS",
              "CHATCLI_EMERGENCY_KEEP_MESSAGES", "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS",
              "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS", "CHATCLI_CONTEXT_WINDOW"]
 _BAD_INTS = ["abc", "-1", "1.5", "nan", "inf", "1e3", "3 turns", "0x10"]
-_BAD_SIZES = ["abc", "-5MB", "5XB", "nan", "inf", "1e999", "five MB", "MB", "-0.5", "MB5"]
+_BAD_SIZES = ["abc", "-5MB", "5XB", "nan", "inf", "1e999", "five MB", "MB", "-0.5", "MB5",
+              # read as 5 MB or as no cap before issue 26
+              "5MBB", "5 MB MB", "5MB;rm", "0.0000001", "2KB"]
 ENV_ROWS = [(var, value) for var in _INT_VARS for value in _BAD_INTS] + \
     [("CHATCLI_MAX_PAYLOAD", value) for value in _BAD_SIZES] + \
     [("CHATCLI_EMERGENCY_KEEP_MESSAGES", "0"), ("CHATCLI_MAX_RECOVERY_ATTEMPTS", "0"),
@@ -100,6 +102,9 @@ MAGIC_ROWS = [
     "%chat export /nonexistent-dir/x.md",
     "%chat export notes.txt",
     "%chat emulator --max-body abc",
+    "%chat emulator --max-body 5MB;rm",
+    "%chat emulator --latency 1e9",
+    "%chat emulator --latency -1",
     "%chat history --width abc",
     "%chat undo-compact",
     "%%chat --max-tokens abc\nhello",
@@ -107,6 +112,7 @@ MAGIC_ROWS = [
     "%%chat azure:gpt-4o\nhello",
     "%%chat -f nope\nhello",
     "%%chat --tools nosuchtool\nhello",
+    "%%chat --tools ,,,\nhello",
     "%%chat openai:gpt-4o-mini\nhello",
     "%%chat emulator:klingon\nhello",
 ]
@@ -120,6 +126,19 @@ def test_magic(ip: Any, line: str) -> None:
     assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
     one_sentence(str(result.error_in_exec))
     assert magics.workspace.sessions["default"].history == before        # nothing lost
+
+
+@pytest.mark.parametrize("value", ["-1", "float('nan')", "1e9", "float('inf')"])
+def test_a_nonsense_stream_interval_is_refused_and_kept(ip: Any, value: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    magics = ip.magics_manager.registry["ChatMagics"]
+    before = magics.stream_interval
+    ip.run_cell(f"%config ChatMagics.stream_interval = {value}", store_history=True)
+    said = capsys.readouterr()
+    shown = (said.out + said.err).strip()
+    assert "stream_interval" in shown and "seconds from 0 to 3600" in shown, shown
+    assert "Traceback" not in shown
+    assert magics.stream_interval == before
 
 
 # -- session names and model strings --------------------------------------------------------------
@@ -232,6 +251,7 @@ def test_history_journal(bad: bytes) -> None:
     lines = journal.read_bytes().splitlines(keepends=True)
     assert len(lines) == 2          # the first turn wrote the snapshot
     journal.write_bytes(lines[0] + bad + b"\n" + b"".join(lines[1:]))
+    killed(s)
     resumed, said = _caught(lambda: ChatSession.resume("hjournal", provider=FakeProvider()))
     assert len(said) == 1, said
     one_sentence(said[0])

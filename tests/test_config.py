@@ -35,13 +35,26 @@ def test_parse_size_accepts_the_documented_forms(text: str, expected: int) -> No
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "   ", "abc", "-5MB", "-1", "5XB", "1,5MB", "nan", "inf", "MB"])
+@pytest.mark.parametrize("text", ["", "   ", "abc", "-5MB", "-1", "5XB", "1,5MB", "nan", "inf", "MB",
+                                  # humanfriendly alone reads each of these as 5 MB
+                                  "5MBB", "5 MB MB", "5MB;rm", "5MB 6", "5 MB extra"])
 def test_parse_size_rejects_garbage_with_config_error(text: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_size(text, name="CHATCLI_MAX_PAYLOAD")
     message = str(info.value)
     assert "CHATCLI_MAX_PAYLOAD" in message
     assert "5MB" in message and "512KB" in message  # the accepted forms
+
+
+@pytest.mark.parametrize("text", ["0.0000001", "512B", "1KB", "0.001", "0.3B"])
+def test_a_cap_under_the_smallest_proxy_limit_is_refused_not_read_as_none(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"CHATCLI_MAX_PAYLOAD=.*(under|outside).*0 for no cap"):
+        Settings.from_env({"CHATCLI_MAX_PAYLOAD": text})
+
+
+@pytest.mark.parametrize("text", ["0", "0.0", "0KB", " 0 "])
+def test_a_zero_written_as_one_is_no_cap(text: str) -> None:
+    assert Settings.from_env({"CHATCLI_MAX_PAYLOAD": text}).max_payload is None
 
 
 def test_defaults_are_the_specs() -> None:

@@ -31,7 +31,14 @@ BASIC_TOKEN = base64.b64encode(b"bob:hunter2pass").decode()
 CASES = {
     "userinfo": ("http://bob:hunter2pass@127.0.0.1:{port}/v1",
                  ["hunter2pass", "bob:", BASIC_TOKEN], "http://[REDACTED]@127.0.0.1:{port}/v1"),
+    # A key in a known format in the path (a gateway that takes it there).
+    "path-key": ("http://127.0.0.1:{port}/gw/sk-proj-Abc123def456ghi789jkl/v1",
+                 ["sk-proj-Abc123def456ghi789jkl"], "http://127.0.0.1:{port}/gw/[REDACTED]/v1"),
+    # The session's own key in the path, in no known format (OWN_KEY is OPENAI_API_KEY).
+    "path-own-key": ("http://127.0.0.1:{port}/team/gw7Team42Key0f9e/v1", ["gw7Team42Key0f9e"],
+                     "http://127.0.0.1:{port}/team/[REDACTED]/v1"),
 }
+OWN_KEY = "gw7Team42Key0f9e"
 # A query string in a base URL cannot work (the SDKs add the request path after it): said
 # at setup, its credentials masked.
 QUERY_CASES = {
@@ -49,7 +56,8 @@ def loaded_behind(template: str, shell: Any, monkeypatch: pytest.MonkeyPatch,
     """The extension loaded with OPENAI_BASE_URL = ``template`` (its ``{port}`` a local
     gateway that records the Authorization values it receives): yields the port and those."""
     with auth_echo() as (port, seen):
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used-0000000000")
+        monkeypatch.setenv("OPENAI_API_KEY", OWN_KEY if OWN_KEY in template
+                           else "sk-test-not-used-0000000000")
         monkeypatch.setenv("OPENAI_BASE_URL", template.format(port=port))
         shell.run_line_magic("load_ext", "ipy_ctxrecovery")
         yield port, seen

@@ -1362,7 +1362,8 @@ def test_a_number_flag_given_a_word_says_it_is_not_a_whole_number(
     for word in ("slow", "-1", "nan"):
         with pytest.raises(UsageError) as refused:
             ip.run_line_magic("chat", f"emulator --latency {word}")
-        assert (f"argument --latency: '{word}' is not a number of seconds ≥ 0 (e.g. 0.5)"
+        assert (f"argument --latency: '{word}' is not a number of seconds from 0 to 3600 "
+                f"(e.g. 0.5)"
                 in str(refused.value))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from diskfaults import full_disk, read_only
-from fakes import FakeProvider
+from fakes import FakeProvider, killed
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
 from ipy_ctxrecovery.core.budget import ResultStore
@@ -125,6 +125,7 @@ def test_cutting_the_journal_at_every_byte_of_its_last_line_loses_at_most_that_t
     full = journal.read_bytes()
     saved = {p: p.read_bytes() for p in s.directory.iterdir() if p.is_file()}
     start = full.rstrip(b"\n").rfind(b"\n") + 1
+    killed(s)
     for cut in range(start, len(full) + 1):
         for path, data in saved.items():
             path.write_bytes(data)
@@ -136,12 +137,13 @@ def test_cutting_the_journal_at_every_byte_of_its_last_line_loses_at_most_that_t
         # The next turn saves on top of whatever was restored, and reads back the same.
         resumed.send("next")
         assert Transcript("cuts").load_history() == resumed.history, cut
+        killed(resumed)
 
 
 _CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})
-    from fakes import FakeProvider
+    from fakes import FakeProvider, killed
     from ipy_ctxrecovery import ChatSession, Settings, _files
 
     kill_at = int(sys.argv[1])
@@ -173,7 +175,7 @@ def test_a_process_killed_at_any_write_loses_at_most_the_turn_in_flight(
     script.write_text(_CHILD.format(tests=str(Path(__file__).parent)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
-    killed = 0
+    kills = 0
     for kill_at in range(1, 40):
         for sub in (data_dir / "sessions").glob("*"):
             for f in sorted(sub.rglob("*"), reverse=True):
@@ -184,7 +186,7 @@ def test_a_process_killed_at_any_write_loses_at_most_the_turn_in_flight(
         if done.returncode == 0:
             break                                # past the last write: nothing to kill
         assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
-        killed += 1
+        kills += 1
         completed = len(done.stdout.split())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -196,13 +198,14 @@ def test_a_process_killed_at_any_write_loses_at_most_the_turn_in_flight(
         assert all(m.text for m in resumed.history), kill_at
         resumed.send("after the crash")
         assert Transcript("killed").load_history() == resumed.history
-    assert killed >= 10
+        killed(resumed)
+    assert kills >= 10
 
 
 _IN_FLIGHT = textwrap.dedent("""
     import os, signal, sys, threading, time
     sys.path.insert(0, {tests!r})
-    from fakes import FakeProvider
+    from fakes import FakeProvider, killed
     from ipy_ctxrecovery import ChatSession, Settings
 
     wait = float(sys.argv[1])
@@ -288,6 +291,7 @@ def test_send_on_a_full_disk_answers_warns_once_and_saves_when_space_returns(
         assert [m.text for m in s.history if m.role == "user"] == ["one", "two", "three"]
         s.send("four")
     assert len(saving_warnings(caught)) == 1
+    killed(s)
     resumed = ChatSession.resume("fullsend", provider=FakeProvider(window=10_000_000))
     assert resumed.history == s.history
     assert [m.text for m in resumed.transcript] == [m.text for m in s.transcript]
@@ -391,6 +395,7 @@ def test_one_bad_line_is_named_and_the_rest_of_the_session_opens(bad: bytes, why
     with open(t.path, "ab") as f:
         f.write(bad + b"\n")
     t.append(Message.user("third"))
+    t.release()
     with pytest.warns(RuntimeWarning) as caught:
         resumed = ChatSession.resume("badline", provider=FakeProvider())
     text = " ".join(str(w.message) for w in caught)
@@ -414,6 +419,7 @@ def test_rebuilding_a_damaged_history_never_brings_back_what_was_reset_away() ->
     s.reset()
     s.send("after the reset")
     (s.directory / "history.json").write_bytes(b"\x00garbage")
+    killed(s)
     with pytest.warns(RuntimeWarning, match="history.json could not be read"):
         resumed = ChatSession.resume("resetaway", provider=FakeProvider())
     texts = [m.text for m in resumed.history]

@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 import pytest
-from fakes import FakeProvider
+from fakes import FakeProvider, killed
 from IPython.core.error import UsageError
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
@@ -55,6 +55,7 @@ def test_resume_after_a_kill_restores_the_counters_status_shows(emulator: Any) -
     assert before["turns"] == 9 and before["compactions"] == 2 and before["recoveries"] == 1
     assert before["prompt_tokens"] > 0 and before["completion_tokens"] > 0
     # No close(): what a killed kernel left on disk (snapshot + journal lines).
+    killed(s)
     resumed = ChatSession.resume("counted", emulator=emu, settings=Settings())
     assert counters(resumed) == before
     assert "compactions: {compactions} · recoveries: {recoveries}".format(**before) \
@@ -97,6 +98,7 @@ def test_a_failed_turn_and_an_unrecorded_one_keep_their_counts_across_a_resume()
     s.send("not kept", record=False)
     before = counters(s)
     assert before["turns"] == 2 and before["prompt_tokens"] > 0
+    killed(s)
     resumed = ChatSession.resume("failing", provider=FakeProvider(window=10_000_000))
     assert counters(resumed) == before
     resumed.close()
@@ -113,11 +115,13 @@ def test_a_kill_mid_journal_line_loses_the_counts_of_that_turn_only() -> None:
     journal = s.directory / "history.journal"
     full = journal.read_bytes()
     start = full.rstrip(b"\n").rfind(b"\n") + 1
+    killed(s)
     for cut in [*range(start, len(full), 7), len(full)]:
         journal.write_bytes(full[:cut])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             resumed = ChatSession.resume("torn", provider=FakeProvider(window=10_000_000))
+        killed(resumed)
         assert (resumed.history, counters(resumed)) in (before, after), cut
     assert (resumed.history, counters(resumed)) == after
 
@@ -185,6 +189,7 @@ def test_a_manual_compactions_summary_tokens_are_counted_and_saved(
     assert (after["prompt_tokens"], after["completion_tokens"]) == totals(paid)
     assert after["prompt_tokens"] == before["prompt_tokens"] + summary.prompt_tokens
     # Saved with the compacted history: a kill right after keeps them.
+    killed(s)
     resumed = ChatSession.resume("paid", emulator=emu, settings=Settings())
     assert counters(resumed) == after
     resumed.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeProvider, cut_reply, failure, tool_call_reply
+from fakes import FakeProvider, cut_reply, failure, killed, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Reply, Settings
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
@@ -400,7 +400,8 @@ def test_interrupting_compaction_leaves_history_exactly_as_it_was() -> None:
 def test_opening_an_existing_name_keeps_the_snapshot_until_a_turn() -> None:
     s, _, _ = session("one", name="kept")
     s.send("first")
-    ChatSession(provider=FakeProvider(), name="kept", settings=SETTINGS)
+    s.close()                               # one writer: a second open waits for the close
+    killed(ChatSession(provider=FakeProvider(), name="kept", settings=SETTINGS))
     again = ChatSession.resume("kept", provider=FakeProvider(), settings=SETTINGS)
     assert [m.text for m in again.history] == ["first", "one"]
 
@@ -711,12 +712,14 @@ def test_learned_state_is_restored_on_the_same_model_and_path_only() -> None:
     other = ChatSession.resume("persisted", provider=_ProxiedFake(),
                                settings=Settings(context_window=7000))
     assert other.window == 7000 and other.caps.smallest_rejected == 30_000
+    killed(other)          # left as it is: close() would save its own learned state
     # Another base URL: neither caps nor window nor output limit; calibration stays.
     moved = ChatSession.resume("persisted", provider=_ProxiedFake(url="https://elsewhere/v1"),
                                settings=Settings(context_window=8000))
     assert moved.caps.effective() is None and moved.window == 8000
     assert moved.output_cap == 4096 and moved.estimator.bytes_per_token == bpt
     assert "not restored" in str(moved.status())
+    killed(moved)
     # Another model on the same path: the caps stay, calibration and window do not.
     model = ChatSession.resume("persisted", provider=_ProxiedFake(model="other"),
                                settings=Settings(context_window=8000))

@@ -148,3 +148,28 @@ def test_compact_offers_cancel_in_its_own_output_while_the_summary_runs(
     # until the compaction was applied
     assert during == [0, 0, 0, 1]
     magics.live_display = "auto"
+
+
+def test_resume_takes_the_name_chat_sessions_shows_and_a_refusal_keeps_the_conversation(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from ipy_ctxrecovery.notebook import get_magics
+
+    ws = get_magics().workspace
+    for text in ("first", "second"):
+        loaded_shell.run_cell_magic("chat", "", text)
+    session = ws.session()
+    before = session.history
+    capsys.readouterr()
+    loaded_shell.run_line_magic("chat", "sessions")
+    assert f"default ({session.name})" in capsys.readouterr().out
+    # What a user types: the name the listing shows. The conversation is reopened whole.
+    loaded_shell.run_line_magic("chat", "resume default")
+    assert "resumed default: 4 messages" in capsys.readouterr().out
+    assert ws.session().history == before
+    # A refused resume changes nothing: the session in use carries on, same object.
+    kept = ws.session()
+    result = loaded_shell.run_cell("%chat resume no-such-session")
+    assert "no saved session named 'no-such-session'" in str(result.error_in_exec)
+    assert ws.session() is kept and kept.history == before and ws.current == "default"
+    loaded_shell.run_cell_magic("chat", "", "third")
+    assert len(ws.session().history) == len(before) + 2

@@ -11,6 +11,7 @@ from typing import Any
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
 from ..providers.base_urls import query_problem
+from ..session.redactor import client_credentials
 from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
 
 __all__ = [
@@ -30,6 +31,8 @@ DEFAULT_OPENAI_MODEL = "openai:gpt-5.4-mini"
 DEFAULT_ANTHROPIC_MODEL = "anthropic:claude-sonnet-5-5"
 
 #: Where each provider's SDK sends requests unless its base-URL variable says otherwise.
+_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
 SDK_ENDPOINTS = {
     "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
     "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
@@ -76,8 +79,11 @@ def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> 
     """``url`` and the proxy the environment routes it through, credentials masked."""
     if url is None:
         return None
+    source = os.environ if env is None else env
+    # A gateway may take the key in the path: the environment's keys are masked there too.
+    keys = tuple(source.get(var, "") for var in _KEY_VARS)
     proxy, var = proxy_for(url, env) or (None, None)
-    return endpoint_text(public_url(url), proxy, proxy_var=var)
+    return endpoint_text(public_url(url, keys), proxy, proxy_var=var)
 
 
 def session_endpoint(session: Any, embedded: Any = None) -> str:
@@ -92,9 +98,11 @@ def session_endpoint(session: Any, embedded: Any = None) -> str:
         return f"{which} at {public_url(url)}"
     if url is None:
         return "set by your own client"
+    keys = tuple(client_credentials(client))
     if _own_http_client(client):
-        return endpoint_text(public_url(str(url)), own_http_client=True)
-    return describe_endpoint(str(url)) or str(url)
+        return endpoint_text(public_url(str(url), keys), own_http_client=True)
+    proxy, var = proxy_for(str(url)) or (None, None)
+    return endpoint_text(public_url(str(url), keys), proxy, proxy_var=var)
 
 
 def _own_http_client(client: Any) -> bool:

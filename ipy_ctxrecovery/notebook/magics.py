@@ -84,6 +84,10 @@ def _accepted(trait: Any) -> str:
     return "see %config ChatMagics for what it takes"
 
 
+MAX_STREAM_INTERVAL = 3600.0
+"""The longest ``stream_interval`` taken (an hour: the answer shows once, at its end)."""
+
+
 @magics_class
 class ChatMagics(Magics):
     """Chat with an LLM from notebook cells; long conversations survive their limits.
@@ -187,6 +191,15 @@ class ChatMagics(Magics):
         if value is not None and value < 1:
             raise TraitError(f"max_tokens {value} is too small; give a positive number, "
                              "or None for the model's default")
+        return value
+
+    @validate("stream_interval")
+    def _check_stream_interval(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if not 0 <= value <= MAX_STREAM_INTERVAL:
+            raise TraitError(f"stream_interval {value!r} is not a number of seconds from 0 to "
+                             f"{MAX_STREAM_INTERVAL:g}; give e.g. 0.1 (0: every piece as it "
+                             "arrives)")
         return value
 
     @validate("read_file_root")
@@ -662,6 +675,9 @@ def _lookup_tools(names: str | None) -> tuple[Any, ...]:
     from ..session import tools as tools_module
 
     registry = tools_module.registered_tools()
+    if not names.replace(",", "").strip():
+        raise UsageError(f"--tools {names!r} names no tool; give names separated by commas, "
+                         "e.g. --tools search,lookup.")
     chosen = []
     for name in (n.strip() for n in names.split(",")):
         if not name:

@@ -37,6 +37,7 @@ from ..core.wording import (
 )
 from ..emulator import quirks
 from ..session.redactor import Redactor
+from ..session.store import Transcript
 from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size, seconds_arg
 from .cell_inputs import whole_number
 from .display import EventPrinter
@@ -332,10 +333,24 @@ def _sessions(magics: ChatMagics, args: Any) -> None:
              _arg("name", metavar="NAME", help="The saved session's name."), session_flag=False)
 def _resume(magics: ChatMagics, args: Any) -> None:
     ws = magics.workspace
-    old = ws.sessions.pop(args.name, None)
+    old = ws.sessions.get(args.name)
+    # The name %chat sessions shows: "default" is saved under a generated name.
+    stored = old.name if old is not None else args.name
+    if not Transcript.exists(stored):
+        # Refused before anything is closed: the session in use carries on as it was.
+        raise UsageError(f"there is no saved session named {args.name!r}"
+                         + (" yet (nothing of it is saved before its first turn)"
+                            if old is not None else "")
+                         + "; %chat sessions lists the saved ones.")
     if old is not None:
+        ws.sessions.pop(args.name)
         old.close()                     # its files are what is reopened
-    session = ws.resume_session(args.name)
+    try:
+        session = ws.resume_session(stored)
+    except UsageError:
+        if old is not None:             # its own files: the conversation it held, back
+            ws.replace_session(args.name, ws.resume_session(old.name))
+        raise
     ws.replace_session(args.name, session)
     ws.current = args.name
     print(f"resumed {args.name}: "

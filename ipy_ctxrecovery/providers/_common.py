@@ -149,6 +149,12 @@ class BodyCapture:
             self._copy = None
 
 
+def _keys(client: Any) -> tuple[str, ...]:
+    """The client's key, to mask where a gateway takes it in the base URL's path."""
+    key = getattr(client, "api_key", None)
+    return (key,) if isinstance(key, str) else ()
+
+
 def json_size(value: Any) -> int:
     """UTF-8 length of ``value`` encoded as both SDKs' ``openapi_dumps`` does."""
     text = ENCODER.encode(value)
@@ -464,7 +470,7 @@ class SDKAdapter:
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(model={self.model!r}, "
-                f"base_url={public_url(getattr(self.client, 'base_url', '?'))!r})")
+                f"base_url={public_url(getattr(self.client, 'base_url', '?'), _keys(self.client))!r})")
 
     # -- hooks ------------------------------------------------------------------------
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:

@@ -10,7 +10,7 @@ no secret reaches a file.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +18,8 @@ from ..core.catalogue import ModelInfo
 from ..errors import redact
 from ..providers import base_url, emulator_identity, is_emulator_model
 from ..providers.base import Closable, Provider, Refreshable
+from ..redaction import MASK, path_credential
+from .redactor import client_credentials
 
 __all__ = ["Endpoint", "public_url"]
 
@@ -25,13 +27,18 @@ ProviderFactory = Callable[[str, Any, Any], Provider]
 """``factory(model, client, emulator)`` → a new provider (``providers.make_provider``)."""
 
 
-def public_url(url: str) -> str:
-    """``url`` without user info, query or fragment (where a secret could hide)."""
+def public_url(url: str, secrets: Iterable[str] = ()) -> str:
+    """``url`` without user info, query or fragment (where a secret could hide), and with
+    path segments that are credentials masked (a key in a known format, or one of
+    ``secrets``: :func:`~ipy_ctxrecovery.redaction.path_credential`)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    known = frozenset(s for s in secrets if s)
+    path = "/".join(MASK if path_credential(seg, known) else seg
+                    for seg in parts.path.rstrip("/").split("/"))
+    return urlunsplit((parts.scheme, host, path, "", ""))
 
 
 class Endpoint:
@@ -114,7 +121,8 @@ def path_key(provider: Provider) -> str | None:
     url = base_url(provider)
     if url is None:
         return None
-    key = public_url(url)
+    # A gateway may take the key in the path: never part of the key, so never in learned.json.
+    key = public_url(url, client_credentials(getattr(provider, "client", None)))
     emulator = getattr(provider, "emulator", None)
     if emulator is not None:
         identity = emulator_identity(emulator)

@@ -67,6 +67,7 @@ import re
 import socket
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,15 +170,31 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
-_HELD_HERE: set[Path] = set()
-"""Lock files this process holds. A POSIX lock belongs to the process and is released when
-*any* descriptor of its file is closed: they must never be opened to be probed."""
+_HELD_HERE: dict[Path, weakref.ref[Transcript]] = {}
+"""Lock files this process holds, and the Transcript holding each. A POSIX lock belongs to
+the process, so it cannot tell two writers in one process apart, and it is released when
+*any* descriptor of its file is closed: a file held here is never opened again, neither to
+be probed nor by a second writer (which would free the first one's lock when it closed)."""
+
+
+def _holder_here(path: Path) -> Transcript | None:
+    ref = _HELD_HERE.get(path)
+    holder = ref() if ref is not None else None
+    if holder is None:
+        _HELD_HERE.pop(path, None)
+    return holder
+
+
+def in_use_sentence(name: str, where: str) -> str:
+    """The one sentence a second writer of session ``name`` gets, wherever the first is."""
+    return (f"session {name!r} is open {where}; close it there, or start a conversation of "
+            f"your own under another name (%%chat -S {_other_name(name)}).")
 
 
 def held_elsewhere(name: str) -> str | None:
     """Who holds session ``name`` open for writing in another process, or None."""
     path = session_dir(name) / LOCK_FILE
-    if path in _HELD_HERE:
+    if _holder_here(path) is not None:
         return None
     try:
         fd = os.open(path, os.O_RDWR)
@@ -452,6 +469,7 @@ class Transcript:
         self._journal_lines = 0
         self._lock_fd: int | None = None
         self._lock_path = self.directory / LOCK_FILE
+        self._claimed = time.time()
         self.created = self.path.is_file()
 
     @staticmethod
@@ -482,7 +500,16 @@ class Transcript:
     def claim(self) -> None:
         """Hold the writer's lock on this session (no-op when held already, or when the
         directory does not exist). Raises SessionInUse when another process holds it."""
-        if self._lock_fd is not None or not self.directory.is_dir():
+        if self._lock_fd is not None:
+            return
+        holder = _holder_here(self._lock_path)
+        if holder is not None and holder is not self:
+            raise SessionInUse(in_use_sentence(
+                self.name, f"in this process already (another ChatSession, {holder.since})"))
+        # Held for this process's other writers even before its directory exists: two new
+        # sessions of one name would otherwise write one transcript.
+        _HELD_HERE[self._lock_path] = weakref.ref(self)
+        if not self.directory.is_dir():
             return
         try:
             fd = open_private(self.directory / LOCK_FILE, os.O_RDWR)
@@ -491,22 +518,27 @@ class Transcript:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = _holder(fd)
+            other = _holder(fd)
             os.close(fd)
-            raise SessionInUse(
-                f"session {self.name!r} is open in another process ({holder}); close it "
-                f"there, or start a conversation of your own under another name "
-                f"(%%chat -S {_other_name(self.name)}).") from None
+            del _HELD_HERE[self._lock_path]
+            raise SessionInUse(in_use_sentence(self.name, f"in another process ({other})")) \
+                from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.time()}).encode(), 0)
+                                  "since": self._claimed}).encode(), 0)
         self._lock_fd = fd
-        _HELD_HERE.add(self._lock_path)
+
+    @property
+    def since(self) -> str:
+        """When this writer took the session, in words ("since 14:02")."""
+        return "since " + time.strftime("%H:%M", time.localtime(self._claimed))
 
     def release(self) -> None:
-        """Let another process write this session (on close)."""
+        """Let another writer, here or in another process, write this session (on close).
+        Only the holder releases: closing a second handle never frees the first's lock."""
+        if _holder_here(self._lock_path) is self:
+            del _HELD_HERE[self._lock_path]
         if self._lock_fd is not None:
-            _HELD_HERE.discard(self._lock_path)
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)   # closing releases the lock
             self._lock_fd = None
