@@ -359,8 +359,12 @@ class ContextPanel:
     def view(self) -> dict[str, Any]:
         """Every label the panel shows, by place (the HTML and the text render this)."""
         record = self.record
+        # Between turns: the history, by the session's one measure (its status). While a
+        # turn runs: the request in flight, named so (it carries the new message).
         body, tokens, window = self.history_bytes, self.est_tokens, self.window
+        measured = "history"
         if self.running and record is not None and record.body_bytes is not None:
+            measured = "request"
             body = record.body_bytes
             tokens = record.est_tokens if record.est_tokens is not None \
                 else self._estimate(body)
@@ -371,6 +375,7 @@ class ContextPanel:
         return {
             "title": w.panel_title(self.name),
             "state": w.panel_state(running=self.running, as_of=self.as_of),
+            "measured": measured,
             "size": w.size_against_cap(body, cap, source),
             "size_fraction": body / cap if cap else None,
             "tokens": w.tokens_against_window(tokens, window, self.window_source),
@@ -580,7 +585,7 @@ def _html(view: dict[str, Any], *, live: bool) -> str:
     parts = [f"<div class='ctxr-panel' data-live='{'yes' if live else 'no'}'>",
              f"<div class='ctxr-head'><span class='ctxr-title'>{e(view['title'])}</span>"
              f"<span class='ctxr-state'>{e(view['state'])}</span></div>"]
-    for key, name in (("size", "request"), ("tokens", "tokens")):
+    for key, name in (("size", view["measured"]), ("tokens", "tokens")):
         fraction = view[f"{key}_fraction"]
         parts.append(f"<div class='ctxr-meter ctxr-{key}' data-fraction="
                      f"'{'' if fraction is None else f'{fraction:.4f}'}'>"
@@ -606,7 +611,7 @@ def _html(view: dict[str, Any], *, live: bool) -> str:
 
 def _text(view: dict[str, Any]) -> str:
     lines = [f"{view['title']} · {view['state']}",
-             f"request  {view['size']}",
+             f"{view['measured']:<8} {view['size']}",
              f"tokens   {view['tokens']}"]
     if view["steps"]:
         width = max(len(name) for _, _, name, _ in view["steps"])
