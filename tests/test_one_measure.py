@@ -74,13 +74,13 @@ def _views(ip: Any, magics: ChatMagics, recording: Recording,
     ip.run_line_magic("chat", "status")
     status = capsys.readouterr().out
     explorer = ip.run_line_magic("chat", "explore").text()
-    panel_size = _line(panel, "history")
-    panel_tokens = _line(panel, "tokens")
+    size_line, tokens_line = panel.splitlines()[1:3]       # the size bar, the token bar
+    history = [line for line in explorer.splitlines() if line.startswith("history:")]
     return {
         "card": _figures(card),
-        "panel": (_figures(panel_size + " " + panel_tokens)),
+        "panel": _figures(size_line + " " + tokens_line),
         "status": _figures(_line(status, "history:")),
-        "explorer": _figures(_line(explorer, "history:")),
+        "explorer": _figures(history[0]) if len(history) == 1 else None,
         "texts": {"card": card, "panel": panel, "status": status, "explorer": explorer},
     }
 

@@ -283,13 +283,14 @@ class ContextPanel:
             self._changed()
 
     # -- the turn ---------------------------------------------------------------------------
-    def begin_turn(self) -> None:
-        """A turn starts: the output becomes the live widgets and the tracker starts afresh."""
+    def begin_turn(self, *, cell: int | None = None) -> None:
+        """A turn starts: the output becomes the live widgets and the tracker starts afresh.
+        ``cell``: the notebook cell running it (its execution count)."""
         if self.running:
             return
         self.running = True
         self.record = TurnRecord(session=self.name, cap=self.cap, cap_source=self.cap_source,
-                                 window=self.window, estimate=self._estimate)
+                                 window=self.window, estimate=self._estimate, cell=cell)
         self._turn_started = self._wall()
         self._render()
         self._republish()
@@ -304,6 +305,8 @@ class ContextPanel:
             record.interrupted()
         self.running = False
         if record is not None:
+            if record.ended_at is None:
+                record.ended_at = self._wall()
             # What the turn kept counts (the session's status, when followed, says the same).
             if record.after is not None:
                 this_turn = _this_turn(record)
@@ -317,6 +320,13 @@ class ContextPanel:
         self.as_of = self._wall()
         self._render()
         self._republish()
+
+    def recall(self, record: TurnRecord) -> None:
+        """Show ``record``, a turn that ended before this panel was made (its tracker, as a
+        panel open during the turn shows it)."""
+        if not self.running and record.finished:
+            self.record = record
+            self._changed()
 
     def text_arrived(self, delta: str) -> None:
         """``on_text`` callback: count the answer's tokens as they stream."""
@@ -384,8 +394,9 @@ class ContextPanel:
             "levels": levels,
             "counts": w.panel_counts(self.recoveries, self.compactions,
                                      _this_turn(record) if self.running else None),
-            "last": (w.panel_last_turn(record.outcome) if record is not None
-                     and not self.running else None),
+            "last": (w.panel_last_turn(record.outcome, cell=record.cell,
+                                       ended_at=record.ended_at)
+                     if record is not None and not self.running else None),
         }
 
     def _activity(self, record: TurnRecord | None) -> tuple[str, str, bool]:
