@@ -126,6 +126,10 @@ def test_a_turn_without_the_built_in_tool_reads_the_same_as_the_status(
     status = magics.workspace.session("default").status()
     assert (finished["history_bytes"], finished["est_tokens"]) == \
         (status.history_bytes, status.est_tokens)
+    # An exchange not kept (--no-history) leaves the history as it was: so says the card.
+    ip.run_cell_magic("chat", "--no-history", "off the record: " + LOREM * 20)
+    views = _views(ip, magics, recording, capsys)
+    assert views["card"] == views["panel"] == views["status"] == views["explorer"]
 
 
 def test_between_turns_the_panel_names_the_history_while_a_turn_runs_the_request(

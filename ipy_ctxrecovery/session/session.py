@@ -489,7 +489,7 @@ class ChatSession:
             self._history = result.history
             self._keep_shrinks(log.shrinks)
             self._files.save_history(result.history, self._counters())
-        body, tokens = self.history_size(result.history)
+        body, tokens = self.history_size()     # the history kept (unchanged by record=False)
         self.bus.emit(TurnFinished(history_bytes=body, est_tokens=tokens,
                                    window=self.window, cap=self.caps.effective()), log)
         return Reply(text=result.answer.text, finish_reason=result.stop.value,
