@@ -109,3 +109,15 @@ def test_middleboxes_rejects_an_unknown_kind() -> None:
     done = subprocess.run([sys.executable, str(BENCH / "middleboxes.py"), "--kinds", "iis"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown kind" in done.stderr
+
+
+def test_panel_prints_the_first_and_second_panel_in_a_fresh_kernel() -> None:
+    pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    out = run("panel.py", "--repeat", "1")
+    assert "first %chat panel " in out and "second %chat panel " in out, out
+    assert "import openai alone (floor)" in out
+    assert "ratio panel first/2s: " in out
+    # The emulator speaks the OpenAI wire: the first panel imports that SDK, not Anthropic's.
+    imported = next(line for line in out.splitlines() if "imported by the first panel" in line)
+    assert "openai" in imported and "anthropic" not in imported, imported

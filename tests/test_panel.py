@@ -8,7 +8,9 @@ is the widget while a turn runs and a plain-HTML snapshot in between.
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +30,11 @@ from ipy_ctxrecovery.session import ChatSession
 from ipy_ctxrecovery.settings import Settings
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+WALL = 1_790_000_000.0
+"""The wall clock of panels whose last-turn line is checked (it says when the turn ended)."""
+ENDED = f" · ended {time.strftime('%H:%M:%S', time.localtime(WALL))}"
 
 
 class Clock:
@@ -97,7 +104,7 @@ def replay(panel: ContextPanel, stream: Stream, check: Any = None) -> None:
 
 def test_a_413_recovery_step_by_step(emulator: Any) -> None:
     session, stream = recovery_413(emulator)
-    panel = ContextPanel(title="default", clock=Clock())
+    panel = ContextPanel(title="default", clock=Clock(), wall=lambda: WALL)
     panel.update_status(_status_before(session, stream))
     panel.begin_turn()
     check_consistent(panel)
@@ -151,7 +158,7 @@ def test_a_413_recovery_step_by_step(emulator: Any) -> None:
             assert p.widget.label.startswith("answer arriving: ≈")
         elif isinstance(item, ev.TurnFinished):
             assert not p.running
-            assert view["last"] == "last turn: ✓ answered after 1 recovery step"
+            assert view["last"] == "last turn: ✓ answered after 1 recovery step" + ENDED
             assert view["counts"] == "so far: 1 recovery, 1 compaction"
             assert s["send"] == "done" and s["continuation"] == "skipped"
             assert view["state"].startswith("idle · as of ")
@@ -176,7 +183,7 @@ def _status_before(session: ChatSession, stream: Stream) -> Any:
 
 def test_a_routine_turn(emulator: Any) -> None:
     session, stream = routine(emulator)
-    panel = ContextPanel(title="default", clock=Clock())
+    panel = ContextPanel(title="default", clock=Clock(), wall=lambda: WALL)
     panel.attach(session)
     panel.begin_turn()
     replay(panel, stream)
@@ -184,7 +191,7 @@ def test_a_routine_turn(emulator: Any) -> None:
                                "budget": "skipped", "trim": "skipped", "summarize": "skipped",
                                "apply": "skipped", "send": "done", "recovery": "skipped",
                                "continuation": "skipped"}
-    assert panel.view()["last"] == "last turn: ✓ answered"
+    assert panel.view()["last"] == "last turn: ✓ answered" + ENDED
     assert panel.view()["levels"] == []
     session.close()
 
@@ -282,7 +289,7 @@ def test_shown_again_only_the_latest_display_follows_the_earlier_keeps_its_time(
 def test_cancel_during_a_summary_ends_the_turn_as_cancelled() -> None:
     history = tuple(Message.user(f"q{i} " + LOREM * 20) if i % 2 == 0
                     else Message.assistant(f"a{i} " + LOREM * 20) for i in range(9))
-    panel = ContextPanel(title="s", clock=Clock())
+    panel = ContextPanel(title="s", clock=Clock(), wall=lambda: WALL)
     panel.begin_turn()
     states: list[tuple[bool, str]] = []
 
@@ -306,9 +313,9 @@ def test_cancel_during_a_summary_ends_the_turn_as_cancelled() -> None:
     check_consistent(panel)
     assert statuses(panel)["summarize"] == "cancelled"
     assert details(panel)["summarize"].startswith("cancelled · history exactly as before "
-                                                  "(9 messages, ")
+                                                  "(it was compacting 9 messages, ")
     assert statuses(panel)["apply"] == "skipped"
-    assert panel.view()["last"] == "last turn: ✗ cancelled · history exactly as before"
+    assert panel.view()["last"] == "last turn: ✗ cancelled · history exactly as before" + ENDED
     assert not panel.widget.cancellable and panel.widget.label == ""
 
 
@@ -362,7 +369,7 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     emu = emulator(context_window=4096)
     session = ChatSession("emulator", emulator=emu, settings=Settings(max_payload=64 * KB),
                           system="be brief")
-    panel = ContextPanel(settings=session.settings)
+    panel = ContextPanel(settings=session.settings, wall=lambda: WALL)
     panel.attach(session)
     status = session.status()
     assert panel.history_bytes == status.history_bytes > 0
@@ -375,9 +382,9 @@ def test_attach_follows_a_real_session(emulator: Any) -> None:
     assert panel.view()["tokens"] == (f"≈{grown.est_tokens:,} of 4,096 tokens "
                                       "(set on the emulator)")
     assert panel.view()["counts"] == "so far: 0 recoveries, 0 compactions"
-    assert panel.view()["last"] == "last turn: ✓ answered"
+    assert panel.view()["last"] == "last turn: ✓ answered" + ENDED
     panel.attach(session)                              # the same conversation: kept
-    assert panel.view()["last"] == "last turn: ✓ answered"
+    assert panel.view()["last"] == "last turn: ✓ answered" + ENDED
     followed = panel.history_bytes
     panel.detach()
     session.send("again")
@@ -444,3 +451,78 @@ def test_panel_sidebar_says_how_to_pin_it(ip: Any, capsys: pytest.CaptureFixture
     assert "Create New View for Cell Output" in out and "right side area" in out
     magics = get_magics(ip)
     assert magics is not None and magics.workspace.panels["default"].shown is False  # terminal
+
+
+# -- which turn the panel describes, and the same panel whenever it is shown ----------------------
+
+class Recording(DisplayPublisher):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[dict[str, Any]] = []
+
+    def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *,
+                transient: Any = None, update: bool = False, **kwargs: Any) -> None:
+        self.calls.append({"data": data, "id": (transient or {}).get("display_id"),
+                           "update": update})
+
+
+def _run(ip: Any, source: str) -> int:
+    """Run ``source`` as a notebook cell; its execution count."""
+    result = ip.run_cell(source, store_history=True)
+    assert result.error_in_exec is None and result.error_before_exec is None, result
+    count: int = result.execution_count
+    return count
+
+
+def test_the_panel_under_the_first_cell_says_which_turn_it_describes(ip: Any) -> None:
+    magics = get_magics(ip)
+    assert magics is not None
+    magics.live_display, magics.show_panel = "always", True
+    recording = Recording(shell=ip)
+    saved, ip.display_pub = ip.display_pub, recording
+    try:
+        cells = [_run(ip, f"%%chat\nquestion {i}: " + LOREM) for i in range(3)]
+    finally:
+        ip.display_pub = saved
+    panel = magics.workspace.panels["default"]
+    shown = [c for c in recording.calls if c["id"] == panel.display_id]
+    assert not shown[0]["update"] and shown[-1]["update"]     # one display, kept up to date
+    last = shown[-1]["data"]["text/plain"].splitlines()[-1]
+    assert re.fullmatch(rf"last turn: ✓ answered · cell \[{cells[-1]}\], "
+                        r"ended \d\d:\d\d:\d\d", last), last
+    assert f"cell [{cells[0]}]" not in last
+    assert f"cell [{cells[-1]}]" in shown[-1]["data"]["text/html"]
+
+
+def _tracker_text(panel: ContextPanel) -> list[str]:
+    """The panel's text with what differs between two panels of the same turn made apart:
+    the session's name, the cell and the times."""
+    text = panel.text().replace(f"session {panel.name}", "session S")
+    text = re.sub(r"\d\d:\d\d:\d\d", "T", re.sub(r"cell \[\d+\]", "cell [N]", text))
+    return text.splitlines()
+
+
+def test_chat_panel_shows_the_last_turns_tracker_whether_or_not_a_panel_was_open(
+        ip: Any) -> None:
+    magics = get_magics(ip)
+    assert magics is not None
+    magics.live_display = "always"
+    # A panel open during the turn (session "default"), then shown again.
+    _run(ip, "%chat panel")
+    open_during = _run(ip, "%%chat\nthe same question: " + LOREM)
+    _run(ip, "%chat panel")
+    # The turn first, no panel anywhere (session "b"), then the panel.
+    after = _run(ip, "%%chat -S b\nthe same question: " + LOREM)
+    _run(ip, "%chat panel -S b")
+    first, second = magics.workspace.panels["default"], magics.workspace.panels["b"]
+    assert [s for s, _, _, _ in second.view()["steps"]] == list(STAGES)
+    assert statuses(second) == statuses(first)
+    assert statuses(second)["send"] == "done" and statuses(second)["preflight"] == "done"
+    assert _tracker_text(second) == _tracker_text(first)
+    assert f"cell [{open_during}]" in first.view()["last"]
+    assert f"cell [{after}]" in second.view()["last"]
+    # Another conversation under the name has no last turn to show.
+    _run(ip, "%%chat -S c --new\nhello")
+    magics.workspace.open_session("c", "emulator", new=True)     # as %%chat -S c --new does
+    _run(ip, "%chat panel -S c")
+    assert magics.workspace.panels["c"].view()["last"] is None

@@ -191,7 +191,8 @@ def test_a_cancelled_summary(emulator: Any) -> None:
     lines = TurnCard(rec).text().splitlines()
     assert lines[0] == "turn · session default · ✗ cancelled · history exactly as before"
     assert lines[1] == "  after   history exactly as before this turn"
-    assert lines[2].startswith("  ✗ compaction  cancelled · history exactly as before (9 messages, ")
+    assert lines[2].startswith("  ✗ compaction  cancelled · history exactly as before (it was "
+                               "compacting 9 messages, ")
 
 
 def test_an_answer_continued_past_max_tokens(emulator: Any) -> None:
@@ -290,3 +291,47 @@ def test_a_bad_turn_card_mode_is_refused(ip: Any) -> None:
     magics = get_magics(ip)
     with pytest.raises(Exception, match="turn_card"):
         magics.turn_card = "sometimes"   # type: ignore[union-attr]
+
+
+def test_a_cancelled_summary_counts_the_history_as_the_interrupt_line_does(
+        ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from ipy_ctxrecovery.notebook.display import ChatInterrupted
+
+    ip.run_line_magic("config", "ChatMagics.turn_card = 'always'")
+    ip.run_line_magic("config", "ChatMagics.max_payload = '24KB'")
+    for i in range(3):
+        ip.run_cell_magic("chat", "", f"part {i}: " + LOREM * 40)
+    magics = get_magics(ip)
+    assert magics is not None
+    session = magics.workspace.session()
+    history = session.history
+    summarizing: list[ev.Event] = []
+    unsubscribe = session.subscribe(
+        lambda e: summarizing.append(e) if isinstance(e, ev.CompactionPhase)
+        and e.phase == "summarize" else None)
+    real_send = session.provider.send
+
+    def send(*args: Any, **kwargs: Any) -> Any:
+        if summarizing:      # the summary request: the user pressed Cancel (an interrupt)
+            raise KeyboardInterrupt
+        return real_send(*args, **kwargs)
+
+    session.provider.send = send  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ChatInterrupted) as raised:
+            ip.run_cell_magic("chat", "", "and now a long one: " + LOREM * 120)
+    finally:
+        unsubscribe()
+        session.provider.send = real_send  # type: ignore[method-assign]
+    assert summarizing and session.history == history
+    line = raised.value._render_traceback_()[0]
+    said = f"({len(history)} messages)"
+    assert said in line, line
+    card = cards(ip)[-1].splitlines()
+    assert card[0].startswith("turn · session default · ✗ cancelled")
+    after = next(row for row in card if row.startswith("  after "))
+    assert after == f"  after   history exactly as before this turn {said}"
+    # The compaction's own count is what it was compacting — the history and the new
+    # message — and says so.
+    compaction = next(row for row in card if "compaction" in row)
+    assert f"it was compacting {len(history) + 1} messages, " in compaction, compaction

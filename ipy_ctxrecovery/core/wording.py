@@ -738,7 +738,9 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
     if last.phase == "rejected":
         return f"not applied ({last.reason}) · history kept as it was"
     if last.phase == "cancelled":
-        return f"cancelled · history exactly as before ({plural(n0, 'message')}, {b0})"
+        # What it was compacting: in a turn, the history and the new message.
+        return (f"cancelled · history exactly as before (it was compacting "
+                f"{plural(n0, 'message')}, {b0})")
     if last.outcome == "nothing":
         return f"already within the {target} target · nothing changed"
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
@@ -893,6 +895,13 @@ def messages_held(working: int, transcript: int) -> str:
     return f"{plural(working, 'message')} in the working history ({transcript} in the transcript)"
 
 
+def history_as_before(messages: int | None) -> str:
+    """A failed or cancelled turn's card: the working history it left, counted as the
+    interrupt's own line counts it (``"… (6 messages)"``)."""
+    count = f" ({plural(messages, 'message')})" if messages is not None else ""
+    return f"history exactly as before this turn{count}"
+
+
 def panel_title(session: str) -> str:
     return f"live panel · session {session}"
 
@@ -940,8 +949,14 @@ def panel_counts(recoveries: int, compactions: int,
     return line + (f" · this turn: {', '.join(parts)}" if parts else " · this turn: none yet")
 
 
-def panel_last_turn(outcome: str) -> str:
-    return f"last turn: {outcome}"
+def panel_last_turn(outcome: str, *, cell: int | None = None,
+                    ended_at: float | None = None) -> str:
+    """``"last turn: ✓ answered · cell [5], ended 14:03:20"``: how it ended, and which
+    turn it was (the cell that ran it, when one did, and when it ended)."""
+    which = ([f"cell [{cell}]"] if cell is not None else []) + (
+        [f"ended {time.strftime('%H:%M:%S', time.localtime(ended_at))}"]
+        if ended_at is not None else [])
+    return f"last turn: {outcome}" + (f" · {', '.join(which)}" if which else "")
 
 
 def activity_words(kind: str, *, streamed: int = 0) -> str:

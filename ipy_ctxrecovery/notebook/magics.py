@@ -468,7 +468,7 @@ class ChatMagics(Magics):
         panel = self.workspace.panels.get(args.session)
         on_text = _tee(streamer, record.text_arrived, panel.text_arrived if panel else None)
         if panel is not None:
-            panel.begin_turn()
+            panel.begin_turn(cell=record.cell)
         started = time.monotonic()
         answered = interrupted = False
         failure: errors.ChatError | None = None
@@ -487,8 +487,9 @@ class ChatMagics(Magics):
             # Ctrl-C, or the panel's Cancel: the history is as before; the card says so.
             interrupted = True
             record.interrupted()
+            record.kept_messages = len(session.history)    # the card counts the same
             kept = (f"the working history is as it was before this cell "
-                    f"({plural(len(session.history), 'message')})")
+                    f"({plural(record.kept_messages, 'message')})")
             said = "your message stays in the transcript" if not args.no_history else \
                 "nothing was recorded"
             streamer.break_line()
@@ -496,6 +497,7 @@ class ChatMagics(Magics):
         finally:
             # A failure or an interrupt leaves the partial streamed text as the user saw it.
             if not answered:
+                record.kept_messages = len(session.history)
                 streamer.finish()
                 printer.release()
             if canceller is not None:
@@ -505,6 +507,8 @@ class ChatMagics(Magics):
             if panel is not None:
                 panel.end_turn(interrupted=interrupted)
             record.finish(elapsed=time.monotonic() - started)
+            record.ended_at = time.time()
+            self.workspace.last_turns[args.session] = record
             if not answered:
                 self.show_card(record)  # under the partial answer, before the cell fails
         if failure is not None:
@@ -566,7 +570,12 @@ class ChatMagics(Magics):
         """A record of the coming turn, starting from the session's cap and window."""
         return TurnRecord(session=name, estimate=session.estimator.estimate,
                           cap=session.caps.effective(), cap_source=session.caps.source,
-                          window=session.window)
+                          window=session.window, cell=self._cell())
+
+    def _cell(self) -> int | None:
+        """The running cell's execution count (None outside a shell)."""
+        count = getattr(self.shell, "execution_count", None)
+        return count if isinstance(count, int) else None
 
     def _store_result(self, answer: Answer) -> None:
         hook = getattr(self.shell, "displayhook", None)

@@ -272,13 +272,14 @@ class ContextPanel:
             self._changed()
 
     # -- the turn ---------------------------------------------------------------------------
-    def begin_turn(self) -> None:
-        """A turn starts: the output becomes the live widgets and the tracker starts afresh."""
+    def begin_turn(self, *, cell: int | None = None) -> None:
+        """A turn starts: the output becomes the live widgets and the tracker starts afresh.
+        ``cell``: the notebook cell running it (its execution count)."""
         if self.running:
             return
         self.running = True
         self.record = TurnRecord(session=self.name, cap=self.cap, cap_source=self.cap_source,
-                                 window=self.window, estimate=self._estimate)
+                                 window=self.window, estimate=self._estimate, cell=cell)
         self._turn_started = self._wall()
         self._render()
         self._republish()
@@ -293,6 +294,8 @@ class ContextPanel:
             record.interrupted()
         self.running = False
         if record is not None:
+            if record.ended_at is None:
+                record.ended_at = self._wall()
             # What the turn kept counts (the session's status, when followed, says the same).
             if record.after is not None:
                 this_turn = _this_turn(record)
@@ -306,6 +309,13 @@ class ContextPanel:
         self.as_of = self._wall()
         self._render()
         self._republish()
+
+    def recall(self, record: TurnRecord) -> None:
+        """Show ``record``, a turn that ended before this panel was made (its tracker, as a
+        panel open during the turn shows it)."""
+        if not self.running and record.finished:
+            self.record = record
+            self._changed()
 
     def text_arrived(self, delta: str) -> None:
         """``on_text`` callback: count the answer's tokens as they stream."""
@@ -348,8 +358,12 @@ class ContextPanel:
     def view(self) -> dict[str, Any]:
         """Every label the panel shows, by place (the HTML and the text render this)."""
         record = self.record
+        # Between turns: the history, by the session's one measure (its status). While a
+        # turn runs: the request in flight, named so (it carries the new message).
         body, tokens, window = self.history_bytes, self.est_tokens, self.window
+        measured = "history"
         if self.running and record is not None and record.body_bytes is not None:
+            measured = "request"
             body = record.body_bytes
             tokens = record.est_tokens if record.est_tokens is not None \
                 else self._estimate(body)
@@ -360,6 +374,7 @@ class ContextPanel:
         return {
             "title": w.panel_title(self.name),
             "state": w.panel_state(running=self.running, as_of=self.as_of),
+            "measured": measured,
             "size": w.size_against_cap(body, cap, source),
             "size_fraction": body / cap if cap else None,
             "tokens": w.tokens_against_window(tokens, window, self.window_source),
@@ -368,8 +383,9 @@ class ContextPanel:
             "levels": levels,
             "counts": w.panel_counts(self.recoveries, self.compactions,
                                      _this_turn(record) if self.running else None),
-            "last": (w.panel_last_turn(record.outcome) if record is not None
-                     and not self.running else None),
+            "last": (w.panel_last_turn(record.outcome, cell=record.cell,
+                                       ended_at=record.ended_at)
+                     if record is not None and not self.running else None),
         }
 
     def _activity(self, record: TurnRecord | None) -> tuple[str, str, bool]:
@@ -569,7 +585,7 @@ def _html(view: dict[str, Any], *, live: bool) -> str:
     parts = [f"<div class='ctxr-panel' data-live='{'yes' if live else 'no'}'>",
              f"<div class='ctxr-head'><span class='ctxr-title'>{e(view['title'])}</span>"
              f"<span class='ctxr-state'>{e(view['state'])}</span></div>"]
-    for key, name in (("size", "request"), ("tokens", "tokens")):
+    for key, name in (("size", view["measured"]), ("tokens", "tokens")):
         fraction = view[f"{key}_fraction"]
         parts.append(f"<div class='ctxr-meter ctxr-{key}' data-fraction="
                      f"'{'' if fraction is None else f'{fraction:.4f}'}'>"
@@ -595,7 +611,7 @@ def _html(view: dict[str, Any], *, live: bool) -> str:
 
 def _text(view: dict[str, Any]) -> str:
     lines = [f"{view['title']} · {view['state']}",
-             f"request  {view['size']}",
+             f"{view['measured']:<8} {view['size']}",
              f"tokens   {view['tokens']}"]
     if view["steps"]:
         width = max(len(name) for _, _, name, _ in view["steps"])

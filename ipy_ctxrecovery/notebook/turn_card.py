@@ -137,6 +137,12 @@ class TurnRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     elapsed: float | None = None
+    kept_messages: int | None = None
+    """A failed or cancelled turn: the messages of the working history it left as it was."""
+    cell: int | None = None
+    """The notebook cell that ran the turn (its execution count), when one did."""
+    ended_at: float | None = None
+    """When the turn ended (seconds since the epoch): with ``cell``, which turn it was."""
     _streamed: int = 0
 
     # -- reading events ---------------------------------------------------------------------
@@ -324,7 +330,7 @@ class TurnCard:
         if record.after is not None:
             self.after = w.sizes_after(record.after, record.cap_source)
         elif record.failed is not None or record.cancelled:
-            self.after = "history exactly as before this turn"
+            self.after = w.history_as_before(record.kept_messages)
         else:
             self.after = None
         self.rows: tuple[tuple[str, str, str], ...] = tuple(

@@ -31,6 +31,7 @@ from ..session.store import (
 from ..session.tools import Tool
 from ..settings import Settings
 from .panel import ContextPanel
+from .turn_card import TurnRecord
 
 __all__ = ["DEFAULT_SESSION", "Defaults", "Workspace", "as_usage_error"]
 
@@ -68,6 +69,8 @@ class Workspace:
         self.defaults = defaults
         self.sessions: dict[str, ChatSession] = {}
         self.panels: dict[str, ContextPanel] = {}
+        self.last_turns: dict[str, TurnRecord] = {}
+        """Each session's last ``%%chat`` turn, for a panel shown after it."""
         self.emulator: Emulator | None = None
         self.emulator_limits: dict[str, Any] = {}
         self.paths = PathRegistry()
@@ -284,6 +287,8 @@ class Workspace:
         """
         old = self.sessions.get(name)
         self.sessions[name] = session
+        if old is not session:
+            self.last_turns.pop(name, None)     # another conversation's turn
         if close_old and old is not None and old is not session:
             old.close()
         panel = self.panels.get(name)
@@ -297,6 +302,9 @@ class Workspace:
         if panel is None:
             panel = ContextPanel(title=name, settings=self.defaults.settings())
             panel.attach(self.session(name))
+            last = self.last_turns.get(name)
+            if last is not None:
+                panel.recall(last)
             self.panels[name] = panel
         return panel
 

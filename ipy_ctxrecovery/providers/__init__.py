@@ -94,10 +94,8 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
     the given ``emulator`` is used, or one is started that ``provider.close()`` stops;
     other models ignore ``emulator``.
     ``settings.context_window`` overrides the catalogue's (or the emulator's) window.
+    Only the wire's own SDK is imported (each takes seconds to import the first time).
     """
-    from .anthropic import AnthropicProvider
-    from .openai import OpenAIProvider
-
     text = spec.strip() if isinstance(spec, str) else ""
     if not text or any(ch.isspace() for ch in text):
         raise _bad_spec(str(spec), "it is empty or contains spaces")
@@ -132,19 +130,17 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
         full = f"{wire}:{model_id}"
     info = lookup(model_id, context_window=window)
     if wire == "anthropic":
+        from .anthropic import AnthropicProvider
+
         return AnthropicProvider(model_id, client=client, info=info, spec=full,
                                  max_retries=max_retries)
+    from .openai import OpenAIProvider
+
     return OpenAIProvider(model_id, client=client, info=info, spec=full, max_retries=max_retries)
 
 
 def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
                        max_retries: int | None) -> Provider:
-    import anthropic
-    import openai
-
-    from .anthropic import AnthropicProvider
-    from .openai import OpenAIProvider
-
     on_close = None
     if emulator is None:
         from ..emulator import Emulator
@@ -160,15 +156,23 @@ def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
     # The emulator's per-instance token: without it, it answers 401 (another local
     # process cannot use it, nor consume its scripted faults).
     headers = dict(getattr(emulator, "token_headers", None) or {})
-    provider: OpenAIProvider | AnthropicProvider
+    provider: Provider
     try:
         if wire == "anthropic":
+            import anthropic
+
+            from .anthropic import AnthropicProvider
+
             a_client = anthropic.Anthropic(base_url=emulator.anthropic_base_url, api_key=key,
                                            default_headers=headers)
             provider = AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
                                          max_retries=max_retries, on_close=on_close,
                                          owns_client=True)
         else:
+            import openai
+
+            from .openai import OpenAIProvider
+
             o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key,
                                      default_headers=headers)
             provider = OpenAIProvider("emulator", client=o_client, info=info, spec=spec,

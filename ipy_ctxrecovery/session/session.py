@@ -389,12 +389,27 @@ class ChatSession:
         return RequestSpec(max_tokens=max_tokens if max_tokens is not None else self.max_tokens,
                            options=MappingProxyType(dict(options or {})), stream=stream)
 
+    def history_size(self, history: History | None = None) -> tuple[int, int]:
+        """(bytes, estimated tokens) of ``history`` (the working one by default) as this
+        session's next request would carry it: its default max_tokens and the tools it
+        offers outside any one cell's ``--no-read-file``, not streamed.
+
+        The one measure of a history: :meth:`status` (``%chat status``, the panel between
+        turns), the turn's end (``TurnFinished``: the card's "after") and ``what_if``'s
+        history line all take it from here, so they agree to the unit. A request's own
+        size (pre-flight's, a send's) is another quantity, said as "request"."""
+        history = self._history if history is None else history
+        request = dataclasses.replace(self._sizer.request(history, self._spec()),
+                                      tools=self._toolbox.default_specs())
+        body = self._sizer.measure_request(request)
+        return body, self.limits.tokens.estimate(body)
+
     def status(self) -> SessionStatus:
-        body = self._sizer.measure(self._history, self._spec())
+        body, tokens = self.history_size()
         limits = self.limits
         return SessionStatus(
             name=self.name, model=self.model, history_bytes=body,
-            est_tokens=limits.tokens.estimate(body), window=self.window,
+            est_tokens=tokens, window=self.window,
             window_guessed=not self._sizer.window_known,
             window_learned=limits.window is not None,
             window_source=self._sizer.window_source,
@@ -474,8 +489,8 @@ class ChatSession:
             self._history = result.history
             self._keep_shrinks(log.shrinks)
             self._files.save_history(result.history, self._counters())
-        body = self._sizer.measure(result.history, spec)
-        self.bus.emit(TurnFinished(history_bytes=body, est_tokens=self.estimator.estimate(body),
+        body, tokens = self.history_size()     # the history kept (unchanged by record=False)
+        self.bus.emit(TurnFinished(history_bytes=body, est_tokens=tokens,
                                    window=self.window, cap=self.caps.effective()), log)
         return Reply(text=result.answer.text, finish_reason=result.stop.value,
                      usage=Usage(log.prompt_tokens, log.completion_tokens),
@@ -513,7 +528,8 @@ class ChatSession:
                             self._spec(max_tokens, stream=stream, options=options),
                             endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
                             store=self._store, current=self.settings, settings=settings,
-                            overrides=overrides, name=f"session {self.name}", size=size)
+                            overrides=overrides, name=f"session {self.name}", size=size,
+                            history_size=self.history_size())
 
     def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
         if not shrinks:

@@ -64,6 +64,10 @@ class ToolBox:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in self._tools.values())
 
+    def default_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools offered outside any :meth:`offering` block (the session's own set)."""
+        return tuple(t.spec for t in {**self._builtin, **self._user}.values())
+
     @contextlib.contextmanager
     def offering(self, *, builtin: bool = True) -> Iterator[None]:
         """Within the block, offer the built-in tools only if ``builtin``."""

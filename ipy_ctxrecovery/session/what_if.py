@@ -238,6 +238,10 @@ class Plan:
     planned: History = ()
     next_message: str = ""
     """How the next message planned for was chosen (``next_message``)."""
+    history_size: tuple[int, int] | None = None
+    """(bytes, tokens) of the history as it is, without the next message: the session's
+    one measure (``ChatSession.history_size``, what ``%chat status`` says)."""
+    history_messages: int = 0
     climb: Callable[[], tuple[LadderWhatIf, ...]] | None = field(default=None, repr=False,
                                                                    compare=False)
 
@@ -269,8 +273,14 @@ class Plan:
         if self.changes:
             out.append("changed: " + ", ".join(f"{k} {_shown(k, a)} → {_shown(k, b)}"
                                                for k, (a, b) in self.changes.items()))
+        if self.history_size is not None:
+            size, tokens = self.history_size
+            out.append(f"history: {plural(self.history_messages, 'message')}, "
+                       f"{format_size(size)} ≈ {tokens:,} tokens (as %chat status says)")
         out.append(f"before: {plural(self.before_messages, 'message')}, "
-                   f"{format_size(self.before_bytes)} ≈ {self.before_tokens:,} tokens")
+                   f"{format_size(self.before_bytes)} ≈ {self.before_tokens:,} tokens"
+                   + (" (the next request: the history and the next message)"
+                      if self.history_size is not None and self.next_message else ""))
         if self.refused is not None:
             out.append(f"refused before sending: {self.refused}")
             return out
@@ -741,10 +751,12 @@ def _filler(size: int) -> str:
 def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: Endpoint,
          limits: LearnedLimits, tools: ToolBox, store: ResultStore, current: Settings,
          settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
-         name: str = "this session", size: int | None = None) -> Plan:
+         name: str = "this session", size: int | None = None,
+         history_size: tuple[int, int] | None = None) -> Plan:
     """The plan of the next request on ``history`` plus the next user message
     (:func:`next_message`: ``text``, ``size`` bytes, or one like the last) under
-    ``settings``/``overrides`` (see the module docstring)."""
+    ``settings``/``overrides`` (see the module docstring). ``history_size``: the
+    history's own measure, shown beside the request's (``Plan.history_size``)."""
     chosen = resolve_settings(current, settings, overrides)
     if not any(m.role is not Role.SYSTEM for m in history) and text is None and size is None:
         raise CtxRecoveryError(f"{name} has no history yet: send a message first, or give "
@@ -785,7 +797,8 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
     fates = {f: counts[f] for f in Fate if counts[f]}
     caps = record.limits.caps
     common: dict[str, Any] = dict(
-        next_message=how, settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
+        next_message=how, history_size=history_size, history_messages=len(history),
+        settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
         before_bytes=before, before_tokens=sizer.estimate(before), before_messages=len(full),
         cap=caps.effective(), cap_source=caps.source, window=sizer.window,
         window_known=sizer.window_known, fates=fates)
