@@ -115,6 +115,9 @@ def test_card_panel_status_and_explorer_agree_to_the_unit_with_a_learned_cap(
 def test_a_turn_without_the_built_in_tool_reads_the_same_as_the_status(
         chat: tuple[Any, ChatMagics, Recording], capsys: pytest.CaptureFixture[str]) -> None:
     ip, magics, recording = chat
+    # Code calling the magic (its answer is returned), not a %%chat cell of its own: the
+    # shell's last cell is this one, whatever an earlier test ran in the same shell.
+    ip.run_cell("pass", store_history=True)
     ip.run_line_magic("chat", "emulator --context-window 200000")
     for i in range(3):
         ip.run_cell_magic("chat", "", f"part {i}: " + LOREM * 20)
