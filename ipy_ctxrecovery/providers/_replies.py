@@ -54,8 +54,8 @@ def excerpt(text: str, *, page: bool = False, limit: int = EXCERPT_CHARS) -> str
     visible text (no tags, scripts or styles)."""
     if page:
         title = _TITLE.search(text)
-        shown = _TAG.sub(" ", _UNSHOWN.sub(" ", text))
-        text = html.unescape(f"{_TAG.sub(' ', title.group(1)) if title else ''} {shown}")
+        visible = _TAG.sub(" ", _UNSHOWN.sub(" ", text))
+        text = html.unescape(f"{_TAG.sub(' ', title.group(1)) if title else ''} {visible}")
     words = redact(" ".join(text.split())).split(" ")
     shown: list[str] = []
     for word in words:                  # whole words: a mask is never cut in two
