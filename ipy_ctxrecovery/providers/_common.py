@@ -644,14 +644,14 @@ class SDKAdapter:
             else:
                 assert kwargs is not None
                 result = self._create(client, kwargs)
+                if not request.stream and isinstance(result, str):
+                    # The SDK's method hands back the text of a body that is not JSON.
+                    raise not_json_body(result, size, self.api)
             if request.stream:
                 progress = StreamProgress()
                 with result as stream:
                     check_stream(stream, size, self.api, _keys(self.client))
                     return self._read_stream(stream, on_text, size, progress)
-            if isinstance(result, str):
-                # The SDK's own method hands back the text of a body that is not JSON.
-                raise not_json_body(result, size, self.api)
             return self._read_reply(result, size)
         except self._sdk_errors() as exc:
             error = chat_error(exc, size)
