@@ -15,9 +15,10 @@ import pytest
 from rawserver import serving
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.core.history import Role
+from ipy_ctxrecovery.core.history import Message, Role
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
+from ipy_ctxrecovery.providers import Request
 from ipy_ctxrecovery.providers._replies import EXCERPT_CHARS, excerpt
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
@@ -231,3 +232,24 @@ def test_excerpt_reads_a_page_as_its_words_masked_and_short() -> None:
                                           "terms to go online. ref [REDACTED]")
     assert excerpt("a  b\n\tc " * 40, limit=12) == "a b c a b c…"
     assert excerpt(f"Authorization: Bearer {SECRET}") == "Authorization: Bearer [REDACTED]"
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_client_with_strict_validation_gets_the_same_sentence(start: Any, wire: str) -> None:
+    # The SDK itself refuses the page (APIResponseValidationError). Its with_options copies
+    # drop the flag, so this is the provider on the client as given.
+    srv = start(http("200 OK", PORTAL, "text/html"), stall=0)
+    if wire == "openai":
+        provider: Any = OpenAIProvider("gpt-4o-mini", client=_Mine(
+            base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="sk-x", max_retries=0,
+            _strict_response_validation=True))
+    else:
+        provider = AnthropicProvider("claude-sonnet-4-5", client=_MineToo(
+            base_url=f"http://127.0.0.1:{srv.port}", api_key="sk-x", max_retries=0,
+            _strict_response_validation=True))
+    with pytest.raises(ChatError) as caught:
+        provider.send(Request((Message.user("hello"),), stream=False))
+    assert isinstance(caught.value.__cause__, openai.APIResponseValidationError
+                      if wire == "openai" else anthropic.APIResponseValidationError)
+    assert f"from http://127.0.0.1:{srv.port}{_path(wire)} with an HTML page (content type " \
+           'text/html): "Hotel Wi-Fi' in str(caught.value)

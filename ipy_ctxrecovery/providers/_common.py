@@ -32,7 +32,13 @@ from ..core.wording import empty_stream, stream_ended_early
 from ..errors import ChatError, ConfigError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import proxy_for, public_url
-from ._replies import check_stream, not_json_body, parse_failure, reply_json
+from ._replies import (
+    check_stream,
+    not_json_body,
+    parse_failure,
+    rejected_reply,
+    reply_json,
+)
 from ._wire import (
     BULK,
     ENCODER,
@@ -654,7 +660,8 @@ class SDKAdapter:
                     return self._read_stream(stream, on_text, size, progress)
             return self._read_reply(result, size)
         except self._sdk_errors() as exc:
-            error = chat_error(exc, size)
+            error = rejected_reply(exc, size, self.api, _keys(self.client)) \
+                or chat_error(exc, size)
             if progress is not None and not progress.said \
                     and isinstance(exc, (httpx2.TransportError, self._connection_error)):
                 error = cut_before_an_answer(error, self.api)

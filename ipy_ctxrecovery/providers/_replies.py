@@ -25,7 +25,7 @@ from ..failures import Failure, FailureKind
 from ..settings import public_url
 
 __all__ = ["check_stream", "excerpt", "no_answer", "not_json", "not_json_body", "parse_failure",
-           "reply_json"]
+           "rejected_reply", "reply_json"]
 
 EXCERPT_CHARS = 100
 """How much of a body that is not JSON the sentence quotes."""
@@ -98,6 +98,22 @@ def parse_failure(exc: BaseException, size: int, api: str) -> ChatError | None:
     if not isinstance(doc, str) or _looks_like_json(doc.encode("utf-8", errors="replace")[:64]):
         return None
     return not_json_body(doc, size, api)
+
+
+def rejected_reply(exc: BaseException, size: int, api: str,
+                   keys: Iterable[str] = ()) -> ChatError | None:
+    """For an SDK error on a 200 it would not read (a client built with
+    ``_strict_response_validation``: "Expected Content-Type … application/json"):
+    :func:`not_json` when the body is not JSON at all, else None."""
+    response = getattr(exc, "response", None)
+    if type(exc).__name__ != "APIResponseValidationError" \
+            or not isinstance(response, httpx2.Response) or response.status_code != 200:
+        return None     # an error event inside a 200 stream is the API's own error
+    try:
+        body = response.read()
+    except Exception:  # noqa: BLE001 - an unreadable body: the SDK's error is told instead
+        return None
+    return None if _looks_like_json(body) else not_json(response, size, api, keys=keys)
 
 
 def reply_json(response: Any, size: int, api: str, keys: Iterable[str] = ()) -> Any:
