@@ -787,3 +787,43 @@ def test_a_session_shared_by_threads_runs_one_turn_at_a_time(emulator: Any) -> N
     again = ChatSession.resume("shared", emulator=emulator(), settings=SETTINGS)
     assert [m.role.value for m in again.history] == [m.role.value for m in s.history]
     again.close()
+
+
+def test_compact_reset_and_undo_from_another_thread_wait_for_the_turn_in_flight(
+        emulator: Any) -> None:
+    import threading
+
+    s = ChatSession("emulator", name="shared-admin", emulator=emulator(), settings=SETTINGS)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def talk(t: int) -> None:
+        for i in range(10):
+            try:
+                s.send(f"thread {t} message {i} " + "words " * 40, stream=i % 2 == 1)
+            except BaseException as e:      # noqa: BLE001 - collected, asserted below
+                errors.append(e)
+
+    def manage() -> None:
+        while not done.is_set():
+            for step in (s.compact, s.undo_compact, s.reset, s.forget_limits):
+                try:
+                    step()
+                except CtxRecoveryError:    # nothing to compact or undo just now
+                    pass
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+
+    talkers = [threading.Thread(target=talk, args=(t,)) for t in range(3)]
+    admin = threading.Thread(target=manage)
+    for thread in (*talkers, admin):
+        thread.start()
+    for thread in talkers:
+        thread.join(180)
+    done.set()
+    admin.join(60)
+    assert not errors
+    said = sorted(f"thread {t} message {i} " + "words " * 40 for t in range(3) for i in range(10))
+    assert sorted(_user_lines(s.directory / "transcript.jsonl")) == said
+    assert problems(s.history) == []
+    s.close()
