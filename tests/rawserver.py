@@ -9,15 +9,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
 class RawServer:
     """A one-purpose HTTP server on 127.0.0.1: answers each connection with ``reply``
-    (bytes), then keeps the socket open without a word (``stall`` seconds)."""
+    (bytes, or a function of the request's head giving them), then keeps the socket open
+    without a word (``stall`` seconds)."""
 
-    def __init__(self, reply: bytes, stall: float = 30.0) -> None:
+    def __init__(self, reply: bytes | Callable[[bytes], bytes], stall: float = 30.0) -> None:
         self.reply, self.stall = reply, stall
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -47,8 +48,9 @@ class RawServer:
                                if line.lower().startswith(b"content-length:")), 0)
                 while len(body) < length:
                     body += conn.recv(65536)
-                if self.reply:
-                    conn.sendall(self.reply)
+                reply = self.reply(head) if callable(self.reply) else self.reply
+                if reply:
+                    conn.sendall(reply)
                 self._stop.wait(self.stall)
             except OSError:
                 return
@@ -63,7 +65,7 @@ def serving() -> Iterator[Any]:
     """``start(reply, stall=30.0)`` starts a server; all are closed on exit."""
     made: list[RawServer] = []
 
-    def start(reply: bytes, stall: float = 30.0) -> RawServer:
+    def start(reply: bytes | Callable[[bytes], bytes], stall: float = 30.0) -> RawServer:
         made.append(RawServer(reply, stall))
         return made[-1]
 

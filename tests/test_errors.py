@@ -881,3 +881,26 @@ def test_issue_9_cases() -> None:
     assert waf.kind is FailureKind.WAF_REJECTION
     vllm = classify(status=400, body=CASE_BY_ID["vllm_v030_prompt_contains_at_least"]["body"])
     assert (vllm.prompt_tokens, vllm.output_tokens, vllm.limit_tokens) == (4097, 4096, 8192)
+
+
+@pytest.mark.parametrize("body_bytes", [700, 2_000_000])
+def test_a_redirect_loop_is_named_not_taken_for_a_drop_whatever_the_size(body_bytes: int) -> None:
+    # httpx2 raises TooManyRedirects with the request it would have sent next; the SDKs
+    # wrap it in their APIConnectionError.
+    url = "https://user:pw@portal.example/login?sig=abc123&next=/v1"
+    loop = httpx2.TooManyRedirects("Exceeded maximum allowed redirects.",
+                                   request=httpx2.Request("POST", url))
+    wrapped = openai.APIConnectionError(request=httpx2.Request("POST", "https://api.x/v1"))
+    wrapped.__cause__ = loop
+    for error in (loop, wrapped):
+        failure = classify(error, request_bytes=body_bytes)
+        assert failure.kind is FailureKind.OTHER and failure.signature is None
+        assert failure.reason == (
+            "The request ran into a redirect loop: the server kept redirecting it until the "
+            "client gave up, last to https://[REDACTED]@portal.example/login?sig=[REDACTED]"
+            "&next=/v1; check the base URL — a proxy or a login page that redirects every "
+            "request is answering for the API.")
+    bare = classify(httpx2.TooManyRedirects("Exceeded maximum allowed redirects."))
+    assert bare.kind is FailureKind.OTHER
+    assert bare.reason.startswith("The request ran into a redirect loop: the server kept "
+                                  "redirecting it until the client gave up; check")

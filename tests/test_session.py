@@ -747,3 +747,83 @@ def test_a_provider_without_a_base_url_never_restores_caps() -> None:
     s.close()
     again = ChatSession.resume("no-url", provider=FakeProvider(), settings=SETTINGS)
     assert again.caps.effective() is None and again.estimator.samples == 1
+
+
+def _user_lines(path: Path) -> list[str]:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r["message"]["blocks"][0]["text"] for r in records
+            if r.get("type") == "message" and r["message"]["role"] == "user"]
+
+
+def test_a_session_shared_by_threads_runs_one_turn_at_a_time(emulator: Any) -> None:
+    # Issue 26: 4 threads on one session wrote a user message 2-4 times to the transcript.
+    import threading
+
+    s = ChatSession("emulator", name="shared", emulator=emulator(), settings=SETTINGS)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def talk(t: int) -> None:
+        start.wait()
+        for i in range(12):
+            try:
+                s.send(f"thread {t} message {i}", stream=i % 2 == 0)
+            except BaseException as e:      # noqa: BLE001 - collected, asserted below
+                errors.append(e)
+
+    threads = [threading.Thread(target=talk, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    said = sorted(f"thread {t} message {i}" for t in range(4) for i in range(12))
+    assert sorted(_user_lines(s.directory / "transcript.jsonl")) == said
+    assert sorted(m.text for m in s.transcript if m.role is Role.USER) == said
+    turns = [m.role.value for m in s.history if m.role is not Role.SYSTEM]
+    assert turns == ["user", "assistant"] * (len(turns) // 2) and len(turns) == 96
+    assert s.status().turns == 48
+    s.close()
+    again = ChatSession.resume("shared", emulator=emulator(), settings=SETTINGS)
+    assert [m.role.value for m in again.history] == [m.role.value for m in s.history]
+    again.close()
+
+
+def test_compact_reset_and_undo_from_another_thread_wait_for_the_turn_in_flight(
+        emulator: Any) -> None:
+    import threading
+
+    s = ChatSession("emulator", name="shared-admin", emulator=emulator(), settings=SETTINGS)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def talk(t: int) -> None:
+        for i in range(10):
+            try:
+                s.send(f"thread {t} message {i} " + "words " * 40, stream=i % 2 == 1)
+            except BaseException as e:      # noqa: BLE001 - collected, asserted below
+                errors.append(e)
+
+    def manage() -> None:
+        while not done.is_set():
+            for step in (s.compact, s.undo_compact, s.reset, s.forget_limits):
+                try:
+                    step()
+                except CtxRecoveryError:    # nothing to compact or undo just now
+                    pass
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+
+    talkers = [threading.Thread(target=talk, args=(t,)) for t in range(3)]
+    admin = threading.Thread(target=manage)
+    for thread in (*talkers, admin):
+        thread.start()
+    for thread in talkers:
+        thread.join(180)
+    done.set()
+    admin.join(60)
+    assert not errors
+    said = sorted(f"thread {t} message {i} " + "words " * 40 for t in range(3) for i in range(10))
+    assert sorted(_user_lines(s.directory / "transcript.jsonl")) == said
+    assert problems(s.history) == []
+    s.close()

@@ -186,3 +186,19 @@ def test_the_card_says_what_the_chat_budget_is_and_which_setting_sets_it() -> No
                          budget_of="window", budget_share=0.75)
     assert preflight_verdict(event) == ("over the chat budget, 48 KB (75% of the 16,384-token "
                                         "window: chat_budget_ratio) → compacting")
+
+
+def test_a_reply_that_is_not_json_says_what_came_and_what_to_check() -> None:
+    from ipy_ctxrecovery.core.wording import not_json_reply
+
+    page = not_json_reply("OpenAI", "text/html", "Log in", "http://p/login", redirected=True,
+                          page=True)
+    assert page.startswith('The OpenAI endpoint answered HTTP 200 after a redirect to '
+                           'http://p/login with an HTML page (content type text/html): '
+                           '"Log in" — ')
+    assert "captive portal" in page and "check the base URL" in page
+    # A content type not known (the SDK's method kept it) is not told; none sent is.
+    assert not_json_reply("Anthropic", None, "hi", None).startswith(
+        'The Anthropic endpoint answered HTTP 200 with a body that is not JSON: "hi" — ')
+    assert "with a body that is not an event stream (no content type) — " in not_json_reply(
+        "OpenAI", "", "", "http://h/v1", streamed=True)

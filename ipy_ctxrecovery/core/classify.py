@@ -67,7 +67,7 @@ from typing import Any
 
 from ..errors import redact
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind, Signature
-from ..settings import format_size
+from ..settings import format_size, public_url
 from . import patterns as P
 
 __all__ = ["LIKELY_PAYLOAD_MIN_BYTES", "classify", "fingerprint"]
@@ -585,6 +585,9 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
     def make(kind: FailureKind, reason: str, signature: Signature | None = None) -> Failure:
         return Failure(kind, redact(reason), request_bytes=request_bytes, signature=signature)
 
+    if "TooManyRedirects" in names:
+        return make(FailureKind.OTHER, _redirect_loop(ev))
+
     if names & P.TIMEOUT_NAMES:
         return make(FailureKind.TRANSIENT, f"The request timed out ({culprit}); worth retrying.")
     if names & P.CONNECT_NAMES and not names & {"RemoteProtocolError", "ReadError", "WriteError"}:
@@ -621,6 +624,22 @@ def _connection_failure(ev: _Evidence, request_bytes: int | None) -> Failure | N
     return make(FailureKind.TRANSIENT,
                 f"The connection dropped ({culprit}); taken for a network blip and retried.",
                 Signature.DROP)
+
+
+def _redirect_loop(ev: _Evidence) -> str:
+    """A redirect loop (httpx2's ``TooManyRedirects``), named with where it went last:
+    the request the client would have sent next (credentials masked)."""
+    loop = next(e for e in ev.chain if "TooManyRedirects" in {c.__name__ for c in type(e).__mro__})
+    try:
+        url = getattr(loop, "request", None)
+        url = getattr(url, "url", None)
+    except RuntimeError:                    # httpx2: an exception raised without a request
+        url = None
+    # The URL goes before a ';': a masked query value would swallow a ',' after it.
+    last = f", last to {public_url(url)}" if url is not None else ""
+    return ("The request ran into a redirect loop: the server kept redirecting it until "
+            f"the client gave up{last}; check the base URL — a proxy or a login page that "
+            "redirects every request is answering for the API.")
 
 
 def _root_cause(ev: _Evidence) -> str:

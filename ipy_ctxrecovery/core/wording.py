@@ -40,7 +40,9 @@ __all__ = [
     "first_line",
     "forgotten_limits",
     "max_tokens_above_limit_line",
+    "no_answer_in_reply",
     "no_cap_warning",
+    "not_json_reply",
     "plural",
     "shown_at",
     "status_text",
@@ -112,6 +114,33 @@ def stream_ended_early(api: str, detail: str) -> str:
     """A streamed reply that stopped before the API said why the model stopped."""
     return (f"The {api} reply stream ended early ({detail}); retry, and if it repeats "
             "check the server or any proxy in between.")
+
+
+def not_json_reply(api: str, content_type: str | None, excerpt: str, url: str | None, *,
+                   redirected: bool = False, streamed: bool = False,
+                   page: bool = False) -> str:
+    """An HTTP 200 whose body is not the JSON (or event stream) the API sends: an HTML
+    ``page``, a plain text. ``content_type``: None when not known. ``excerpt``: its first
+    words, masked and shortened; ``url``: where the answer came from (credentials masked),
+    ``redirected``: after a redirect."""
+    what = "an HTML page" if page else "a body that is not " + (
+        "an event stream" if streamed else "JSON")
+    ctype = "" if content_type is None else (
+        f" (content type {content_type})" if content_type else " (no content type)")
+    words = f': "{excerpt}"' if excerpt else ""
+    where = (f" after a redirect to {url}" if redirected else f" from {url}") if url else ""
+    return (f"The {api} endpoint answered HTTP 200{where} with {what}{ctype}{words} — "
+            "something other than the API is answering for it, most often a proxy or a "
+            "captive portal (a Wi-Fi or VPN login page); check the base URL and that this "
+            "network lets the request through.")
+
+
+def no_answer_in_reply(api: str, what: str) -> str:
+    """An HTTP 200 that is the API's shape but holds no answer at all: ``what`` is the
+    empty part (``an empty choices list``, ``an empty content list``)."""
+    return (f"The {api} server answered HTTP 200 with {what}, so there is no answer to "
+            "keep; retry, and if it repeats check the server or any gateway in between "
+            "(one that drops the model's output).")
 
 
 def empty_stream(api: str, *, cut: bool) -> str:

@@ -32,6 +32,13 @@ from ..core.wording import empty_stream, stream_ended_early
 from ..errors import ChatError, ConfigError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import proxy_for, public_url
+from ._replies import (
+    check_stream,
+    not_json_body,
+    parse_failure,
+    rejected_reply,
+    reply_json,
+)
 from ._wire import (
     BULK,
     ENCODER,
@@ -363,10 +370,10 @@ def chat_error(exc: BaseException, body_bytes: int | None) -> ChatError:
 def malformed_reply(exc: BaseException, body_bytes: int, api: str) -> ChatError:
     """A reply that was cut off or is not the JSON the API promises."""
     failure = classify(exc, request_bytes=body_bytes)
-    return ChatError(failure, (
-        f"The {api} reply was cut off or is not valid JSON ({type(exc).__name__}); "
-        "retry, and if it repeats check the server or any proxy in between."
-    ))
+    # The sentence is the failure's reason too: the session says the reason.
+    reason = (f"The {api} reply was cut off or is not valid JSON ({type(exc).__name__}); "
+              "retry, and if it repeats check the server or any proxy in between.")
+    return ChatError(replace(failure, reason=reason))
 
 
 class StreamProgress:
@@ -639,25 +646,32 @@ class SDKAdapter:
                 result = fast.send(client, body, raw=not request.stream)
                 del body
                 if not request.stream:
-                    result = json.loads(result)
+                    result = reply_json(result, size, self.api, _keys(self.client))
             else:
                 assert kwargs is not None
                 result = self._create(client, kwargs)
+                if not request.stream and isinstance(result, str):
+                    # The SDK's method hands back the text of a body that is not JSON.
+                    raise not_json_body(result, size, self.api)
             if request.stream:
                 progress = StreamProgress()
                 with result as stream:
+                    check_stream(stream, size, self.api, _keys(self.client))
                     return self._read_stream(stream, on_text, size, progress)
             return self._read_reply(result, size)
         except self._sdk_errors() as exc:
-            error = chat_error(exc, size)
+            error = rejected_reply(exc, size, self.api, _keys(self.client)) \
+                or chat_error(exc, size)
             if progress is not None and not progress.said \
                     and isinstance(exc, (httpx2.TransportError, self._connection_error)):
                 error = cut_before_an_answer(error, self.api)
             raise error from exc
         except (json.JSONDecodeError, RecursionError) as exc:
             # A 2xx reply (or an SSE event) that is not valid JSON: cut off, garbled, or
-            # nested deeper than the parser goes.
-            raise malformed_reply(exc, size, self.api) from exc
+            # nested deeper than the parser goes — or not JSON at all (the SDK's method
+            # parsed a page it was told is JSON).
+            raise (parse_failure(exc, size, self.api)
+                   or malformed_reply(exc, size, self.api)) from exc
 
     def close(self) -> None:
         """Release the capture client, and the SDK client and emulator if this provider made them."""

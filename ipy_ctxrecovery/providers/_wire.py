@@ -167,10 +167,12 @@ class FastCall:
     arguments: Mapping[str, Any]
 
     def send(self, client: Any, body: bytes, *, raw: bool = False) -> Any:
-        """The SDK's ``post`` of ``body``. ``raw``: the reply's bytes (a non-streaming
-        call), which the adapter parses itself, instead of the SDK's model built from them."""
+        """The SDK's ``post`` of ``body``. ``raw``: the reply's ``httpx2.Response``, read
+        (a non-streaming call), which the adapter parses itself — its content type and
+        body told when it is not JSON — instead of the SDK's model built from it."""
         if raw:
-            return client.post(self.path, content=body, **{**self.arguments, "cast_to": bytes})
+            return client.post(self.path, content=body,
+                               **{**self.arguments, "cast_to": httpx2.Response})
         return client.post(self.path, content=body, **self.arguments)
 
 

@@ -50,6 +50,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
 
@@ -387,10 +388,11 @@ def _reply_block(block: Any) -> Block | None:
 def _read_message(message: Any, size: int, api: str) -> Response:
     """A whole reply: the SDK's ``Message`` or the JSON it is built from."""
     content = field(message, "content")
-    if content is None:
-        raise incomplete_reply(size, api, "the reply has no content")
-    blocks = [b for b in (_reply_block(x) for x in content) if b is not None]
     raw = field(message, "stop_reason")
+    if not content and raw != "refusal":
+        raise no_answer(size, api, "no content in it" if content is None
+                        else "an empty content list")
+    blocks = [b for b in (_reply_block(x) for x in content or ()) if b is not None]
     return Response(Message(Role.ASSISTANT, tuple(blocks)), _stop(raw),
                     _usage(field(message, "usage")), size, raw)
 
@@ -463,6 +465,8 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
                           final.completion_tokens)
     if stop is None:
         raise incomplete_reply(size, api, "no stop_reason arrived", empty=not progress.said)
+    if not blocks and stop != "refusal":
+        raise no_answer(size, api, "an event stream without a content block")
     result = [b for b in (blocks[i].block() for i in sorted(blocks)) if b is not None]
     return Response(Message(Role.ASSISTANT, tuple(result)), _stop(stop), usage, size, stop,
                     streamed=True)

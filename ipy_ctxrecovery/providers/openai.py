@@ -53,6 +53,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
 
@@ -443,7 +444,8 @@ def _read_completion(completion: Any, size: int, api: str) -> Response:
     """A whole reply: the SDK's ``ChatCompletion`` or the JSON it is built from."""
     choices = field(completion, "choices")
     if not choices:
-        raise incomplete_reply(size, api, "the reply has no choices")
+        raise no_answer(size, api, "no choices in it" if choices is None
+                        else "an empty choices list")
     choice = choices[0]
     msg = field(choice, "message")
     if msg is None:                      # "message": null from a compatible server
@@ -476,11 +478,13 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
     calls: dict[int, _CallParts] = {}
     finish: str | None = None
     usage = Usage()
+    chose = False                       # any chunk had a choice
     for chunk in stream:
         if getattr(chunk, "usage", None) is not None:
             usage = _usage(chunk.usage)
             progress.said = True
         for choice in chunk.choices or ():
+            chose = True
             if getattr(choice, "index", 0) not in (0, None):
                 continue
             delta = choice.delta
@@ -502,6 +506,8 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
             if choice.finish_reason:
                 finish = choice.finish_reason
                 progress.said = True
+    if finish is None and progress.said and not chose:
+        raise no_answer(size, api, "an event stream in which no chunk has a choice")
     if finish is None:
         raise incomplete_reply(size, api, "no finish_reason arrived", empty=not progress.said)
     tool_calls = [ToolCall(p.id, p.name, "".join(p.arguments) or "{}")

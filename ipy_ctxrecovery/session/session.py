@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..core import budget, compactor
 from ..core.catalogue import ModelInfo
@@ -74,6 +76,23 @@ _UNDO_DEPTH = 20
 """How many shrinking turns ``undo_compact`` can step back through."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_at_a_time(method: Callable[Concatenate[ChatSession, _P], _R]
+                   ) -> Callable[Concatenate[ChatSession, _P], _R]:
+    """``method`` run under the session's own lock: a session shared by threads runs its
+    turns (and the other changes to its history and files) one after another, so each
+    message is said, and written, once. Reentrant: a tool or callback of a turn may call
+    the session on the turn's own thread."""
+    @functools.wraps(method)
+    def serialized(self: ChatSession, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._turn_lock:
+            return method(self, *args, **kwargs)
+    return serialized
+
+
 def _make_provider(model: str, client: Any, emulator: Any, settings: Settings) -> Provider:
     from .. import providers
 
@@ -91,6 +110,7 @@ class ChatSession:
                  sleep: Callable[[float], None] = time.sleep,
                  files_root: str | os.PathLike[str] | None = None,
                  builtin_tools: bool = True, paths: PathRegistry | None = None) -> None:
+        self._turn_lock = threading.RLock()     # ``_one_at_a_time``
         self.settings = settings if settings is not None else Settings.from_env()
         self.max_tokens = max_tokens
         self.system = system
@@ -227,6 +247,7 @@ class ChatSession:
         if self.limits.changed_since_saved(state, exact=exact):
             self._files.save_learned(json.dumps(state, ensure_ascii=False))
 
+    @_one_at_a_time
     def update(self, *, settings: Settings | None = None,
                tools: Iterable[Tool | Callable[..., Any]] | None = None,
                model: str | None = None, provider: Provider | None = None,
@@ -441,6 +462,7 @@ class ChatSession:
             self._record(Message.system(self.system))
 
     # -- the turn -------------------------------------------------------------------------
+    @_one_at_a_time
     def send(self, text: str, *, max_tokens: int | None = None, stream: bool = True,
              on_text: TextCallback | None = None, record: bool = True,
              options: Mapping[str, Any] | None = None) -> Reply:
@@ -539,6 +561,7 @@ class ChatSession:
         del self._undo[:-_UNDO_DEPTH]
 
     # -- history management -----------------------------------------------------------------
+    @_one_at_a_time
     def compact(self, instructions: str | None = None) -> compactor.CompactionReport:
         """Compact the working history now (the SPEC's ``/compact``)."""
         log = TurnLog()
@@ -561,6 +584,7 @@ class ChatSession:
         self._save_learned()
         return report
 
+    @_one_at_a_time
     def undo_compact(self) -> None:
         """Restore the history from before the last turn's shrinks (later messages are kept)."""
         if not self._undo:
@@ -578,6 +602,7 @@ class ChatSession:
         self._history = history
         self._files.save_history(self._history)
 
+    @_one_at_a_time
     def forget_limits(self) -> tuple[int | None, int | None]:
         """Forget the payload cap learned on this session's network path (shared: every
         session on the path forgets it) and a context window learned from an overflow, e.g.
@@ -587,6 +612,7 @@ class ChatSession:
         self._save_learned(exact=True)
         return forgotten
 
+    @_one_at_a_time
     def reset(self) -> None:
         """Start the working history afresh (the transcript keeps everything).
 
@@ -600,6 +626,7 @@ class ChatSession:
         self._files.mark("reset")
         self._files.save_history(self._history)
 
+    @_one_at_a_time
     def close(self) -> None:
         """Save the history snapshot, let another process open the session, and release the
         provider's client when the session built it."""
