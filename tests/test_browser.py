@@ -16,6 +16,7 @@ missing; under ``CI=true`` it fails instead (``.ci/run`` installs them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -104,13 +105,30 @@ def _notebook(cells: list[tuple[str, str]]) -> dict[str, Any]:
                       for i, (kind, source) in enumerate(cells)]}
 
 
-@pytest.fixture(scope="module")
-def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """JupyterLab on 127.0.0.1 with a temp root, config, settings and a random token."""
-    base = tmp_path_factory.mktemp("lab")
+#: The plugin settings every server starts with: no windowing (every cell in the DOM), no
+#: news prompt, widget state not saved (the default; our outputs must stand on their own).
+SETTINGS: dict[str, dict[str, Any]] = {
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
+                                                    "checkForUpdates": False},
+    "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": False},
+}
+#: The theme's setting: JupyterLab 4 and Notebook 7 both read it from JUPYTERLAB_SETTINGS_DIR
+#: (Notebook 7's server is a LabServerApp with the same user settings dir).
+THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
+#: What each front end runs as and where it opens a notebook.
+FRONT_ENDS = {"lab": ("lab", "/lab/tree/"), "notebook": ("notebook", "/notebooks/")}
+
+
+@contextlib.contextmanager
+def serve(base: Path, notebooks: dict[str, list[tuple[str, str]]], *, front_end: str = "lab",
+          theme: str = "light") -> Iterator[dict[str, Any]]:
+    """JupyterLab 4 or Notebook 7 on 127.0.0.1 with a temp root, config, settings (the
+    theme among them) and a random token; stopped by its PID."""
     root = base / "root"
     root.mkdir()
-    (root / "panel.ipynb").write_text(json.dumps(_notebook(CELLS)))
+    for name, cells in notebooks.items():
+        (root / name).write_text(json.dumps(_notebook(cells)))
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ)
     env.update({
@@ -124,53 +142,59 @@ def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD",
                 "CHATCLI_CONTEXT_WINDOW"):
         env.pop(var, None)
-    # No windowing (every cell in the DOM), no news prompt, widget state not saved (the
-    # default; the panel's snapshot must stand on its own).
     settings = base / "settings"
-    for plugin, values in {
-            "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
-            "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
-                                                            "checkForUpdates": False},
-            "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": False}}.items():
+    for plugin, values in {**SETTINGS, "@jupyterlab/apputils-extension/themes":
+                           {"theme": THEMES[theme]}}.items():
         folder, name = plugin.rsplit("/", 1)
         (settings / folder).mkdir(parents=True, exist_ok=True)
         (settings / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
-    log = (base / "lab.log").open("wb")
+    app, prefix = FRONT_ENDS[front_end]
+    log = (base / "server.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+        [sys.executable, "-m", "jupyter", app, "--no-browser", "--ServerApp.ip=127.0.0.1",
          *(["--allow-root"] if os.geteuid() == 0 else []),
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         *(["--LabApp.news_url=", "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           if front_end == "lab" else [])],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
-                break
-        except OSError as e:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("JupyterLab did not start: "
-                                   + (base / "lab.log").read_text(errors="replace")[-2000:]
-                                   ) from e
-            time.sleep(0.25)
     try:
-        yield {"url": url, "token": token, "root": root, "log": base / "lab.log",
-               "profile": base / "chromium"}
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
+                    break
+            except OSError as e:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"jupyter {app} did not start: "
+                                       + (base / "server.log").read_text(errors="replace")
+                                       [-2000:]) from e
+                time.sleep(0.25)
+        yield {"url": url, "token": token, "root": root, "log": base / "server.log",
+               "profile": base / "chromium", "front_end": front_end, "theme": theme,
+               "prefix": prefix}
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(timeout=15)
         log.close()
 
 
 @pytest.fixture(scope="module")
-def driver(lab: dict[str, Any]) -> Iterator[Any]:
+def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """JupyterLab 4, light theme, with the recovery notebook (``panel.ipynb``)."""
+    with serve(tmp_path_factory.mktemp("lab"), {"panel.ipynb": CELLS}) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def chromium(profile: Path) -> Iterator[Any]:
+    """Headless Chromium driven by Selenium, with its own profile; quit at the end."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -179,7 +203,7 @@ def driver(lab: dict[str, Any]) -> Iterator[Any]:
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--window-size=1100,1000",
-                 f"--user-data-dir={lab['profile']}"):
+                 f"--user-data-dir={profile}"):
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     browser.set_script_timeout(30)
@@ -187,6 +211,12 @@ def driver(lab: dict[str, Any]) -> Iterator[Any]:
         yield browser
     finally:
         browser.quit()
+
+
+@pytest.fixture(scope="module")
+def driver(lab: dict[str, Any]) -> Iterator[Any]:
+    with chromium(lab["profile"]) as browser:
+        yield browser
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -203,18 +233,76 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = STEP_TIME
         time.sleep(every)
 
 
-def open_notebook(driver: Any, lab: dict[str, Any]) -> None:
-    driver.get(f"{lab['url']}/lab/tree/panel.ipynb?token={lab['token']}")
+def open_notebook(driver: Any, lab: dict[str, Any], name: str = "panel.ipynb") -> None:
+    """Open ``name`` in the server's front end; wait for its cells, its kernel idle (as the
+    server reports it: JupyterLab and Notebook 7 show it in different places) and the theme
+    the server was given."""
+    driver.get(f"{lab['url']}{lab['prefix']}{name}?token={lab['token']}")
     wait_for(lambda: driver.execute_script(
-        "const bar = document.querySelector('#jp-main-statusbar');"
-        "return document.querySelectorAll('.jp-Notebook .jp-Cell').length > 0 && bar && "
-        "/\\|\\s*Idle/.test(bar.innerText);"), "the notebook and an idle kernel")
+        "return document.querySelectorAll('.jp-Notebook .jp-Cell').length > 0")
+        and _kernel_state(lab, name) == "idle", "the notebook and an idle kernel")
+    light = "false" if lab.get("theme") == "dark" else "true"
+    wait_for(lambda: driver.execute_script(
+        "return document.body.dataset.jpThemeLight") == light, f"the {lab.get('theme')} theme")
     if driver.find_elements("css selector", ".jp-SideBar.jp-mod-left .lm-mod-current"):
         from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
 
         # The file browser closed: the notebook gets the width a person would give it.
         ActionChains(driver).key_down(Keys.CONTROL).send_keys("b").key_up(Keys.CONTROL).perform()
+    time.sleep(1.0)   # the kernel's connection settles (a cell sent earlier can be dropped)
+
+
+def _kernel_state(lab: dict[str, Any], name: str) -> str | None:
+    for session in _sessions(lab):
+        if session.get("path", "").endswith(name):
+            return str(session["kernel"].get("execution_state"))
+    return None
+
+
+def _sessions(lab: dict[str, Any]) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{lab['url']}/api/sessions?token={lab['token']}") as r:
+        return list(json.loads(r.read()))
+
+
+def save_and_shut_down(driver: Any, lab: dict[str, Any], name: str,
+                       saved: Callable[[list[list[dict[str, Any]]]], bool]) -> list[
+                           list[dict[str, Any]]]:
+    """Save the notebook (Ctrl+S) until its file's outputs satisfy ``saved``, then shut its
+    kernel down (the session deleted), so that it opens again with a new kernel and no widget
+    state. Returns the saved outputs, cell by cell."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    path = lab["root"] / name
+
+    def outputs() -> list[list[dict[str, Any]]] | None:
+        try:
+            nb = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        found = [c.get("outputs", []) for c in nb["cells"]]
+        return found if saved(found) else None
+
+    def save() -> list[list[dict[str, Any]]] | None:
+        ActionChains(driver).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+        return _try(lambda: wait_for(outputs, "the notebook to be saved", timeout=5))
+
+    result = wait_for(save, "the notebook saved", timeout=STEP_TIMEOUT, every=1)
+    driver.execute_script("window.onbeforeunload = null;")
+    for session in _sessions(lab):   # a new kernel when the notebook opens again
+        request = urllib.request.Request(
+            f"{lab['url']}/api/sessions/{session['id']}?token={lab['token']}", method="DELETE")
+        urllib.request.urlopen(request).close()
+    return list(result)
+
+
+def _try(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None where it times out (a save the page did not take yet)."""
+    try:
+        return fn()
+    except AssertionError:
+        return None
 
 
 def run_cell(driver: Any, index: int) -> None:
@@ -492,3 +580,281 @@ def _saved_outputs(path: Path) -> list[list[dict[str, Any]]] | None:
         return None
     outputs = [c.get("outputs", []) for c in nb["cells"]]
     return outputs if len(outputs) > 5 and outputs[5] else None
+
+
+# -- the explorer, in both front ends and both themes ----------------------------------------
+
+EXPLORE_NB = "explore.ipynb"
+EXPLORE_CELLS = [
+    ("code", "%load_ext ipy_ctxrecovery\n"
+             "%chat emulator --max-body 32KB --context-window 200000"),
+    ("code", "%chat panel"),
+    ("code", PRIME.format(n=3, lorem=LOREM)),
+    ("code", "%%chat\nCompare the three parts with this one: " + LOREM * 40),  # a 413: a card
+    ("code", "%chat config"),
+    ("code", "%chat explore"),
+    ("code", "%chat config"),           # after Apply and its undo: as before
+]
+PANEL_CELL, CARD_CELL, CONFIG_BEFORE, EXPLORE_CELL, CONFIG_AFTER = 1, 3, 4, 5, 6
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+#: Each explorer control, the value a person types or drags it to, and the line of the plan
+#: that must appear ("changed: FIELD …"; None: the plan's "next message:" line changes).
+CONTROLS: list[tuple[str, str, str, str | None]] = [
+    ("next message", "text", "20KB", None),
+    ("payload cap", "text", "16KB", "changed: max_payload"),
+    ("context window", "text", "100000", "changed: context_window"),
+    ("per-result budget", "text", "5000", "changed: per_result_max_chars"),
+    ("per-turn budget", "text", "50000", "changed: turn_budget_chars"),
+    ("truncate results after", "slider", "1", "changed: microcompact_truncate_turns"),
+    ("one-line results after", "slider", "6", "changed: microcompact_summarize_turns"),
+    ("emergency keep", "slider", "4", "changed: emergency_keep_messages"),
+    ("chat budget (window)", "slider", "0.5", "changed: chat_budget_ratio"),
+    ("chat budget (cap)", "slider", "0.5", "changed: cap_budget_fraction"),
+    ("jump past (of cap)", "slider", "0.6", "changed: preflight_cap_fraction"),
+    ("jump budget (window)", "slider", "0.3", "changed: preflight_budget_ratio"),
+]
+
+
+@pytest.fixture(scope="module", params=[("lab", "light"), ("lab", "dark"),
+                                        ("notebook", "light"), ("notebook", "dark")],
+                ids=["lab-light", "lab-dark", "notebook7-light", "notebook7-dark"])
+def front(request: pytest.FixtureRequest, browser_ready: None,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A server (JupyterLab 4 or Notebook 7, light or dark) and Chromium on the explore
+    notebook, run up to its ``%chat explore`` cell. The tests below share it, in order:
+    they move the controls, replay, check contrast, apply and undo, then save and reload."""
+    front_end, theme = request.param
+    with serve(tmp_path_factory.mktemp(f"{front_end}-{theme}"), {EXPLORE_NB: EXPLORE_CELLS},
+               front_end=front_end, theme=theme) as server, \
+            chromium(server["profile"]) as browser:
+        server["driver"] = browser
+        server["suffix"] = ("" if front_end == "lab" else "-nb7") \
+            + ("-dark" if theme == "dark" else "")
+        with failure_shot(server, "setup"):
+            open_notebook(browser, server, EXPLORE_NB)
+            for index in range(EXPLORE_CELL + 1):
+                run_and_wait(browser, index)
+            explorer(browser)
+        yield server
+
+
+@contextlib.contextmanager
+def failure_shot(front: dict[str, Any], name: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        shot = front["profile"].parent / f"failure-{name}.png"
+        front["driver"].save_screenshot(str(shot))
+        print(f"screenshot of the failure: {shot}; the server's log: {front['log']}")
+        raise
+
+
+def explorer(driver: Any) -> Any:
+    """The live explorer's root (the outermost widget box in its cell's output)."""
+    cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[EXPLORE_CELL]
+    return wait_for(lambda: cell.find_elements("css selector", ".widget-vbox"),
+                    "the explore widget")[0]
+
+
+def plan_text(driver: Any) -> str:
+    """What the explorer says (title, plan, fates, legend, message): its HTML views' text."""
+    return str(driver.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('.widget-html'))"
+        "  .map(e => e.innerText).join('\\n');", explorer(driver)))
+
+
+def plan_line(text: str, start: str) -> str:
+    return next((line for line in text.splitlines() if line.startswith(start)), "")
+
+
+CONTROL_JS = """
+const [root, label] = arguments;
+for (const box of root.querySelectorAll('.widget-inline-hbox')) {
+  const l = box.querySelector('.widget-label');
+  if (l && l.textContent.trim().startsWith(label)) return box;
+}
+return null;
+"""
+
+
+def control(driver: Any, label: str) -> Any:
+    return wait_for(lambda: driver.execute_script(CONTROL_JS, explorer(driver), label),
+                    f"the explorer's {label!r} control", timeout=10)
+
+
+def move(driver: Any, label: str, kind: str, value: str) -> None:
+    """Type ``value`` into a field, or into a slider's readout (what dragging its handle to
+    that value does), and press Enter, as a person would."""
+    from selenium.webdriver.common.keys import Keys
+
+    box = control(driver, label)
+    target = box.find_element("css selector", "input" if kind == "text" else ".widget-readout")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", target)
+    target.click()
+    driver.execute_script(
+        "const e = arguments[0];"
+        "if (e.select) { e.select(); return; }"
+        "const r = document.createRange(); r.selectNodeContents(e);"
+        "const s = window.getSelection(); s.removeAllRanges(); s.addRange(r);", target)
+    target.send_keys(value)
+    target.send_keys(Keys.ENTER)
+
+
+def button(driver: Any, start: str) -> Any:
+    return wait_for(lambda: [b for b in explorer(driver).find_elements("css selector", "button")
+                             if b.text.strip().startswith(start) and b.is_displayed()],
+                    f"the {start!r} button", timeout=15)[0]
+
+
+def click(driver: Any, element: Any) -> None:
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
+def test_explorer_controls_change_the_plan(front: dict[str, Any]) -> None:
+    """Every control, moved in the browser, changes the plan the explorer shows."""
+    driver = front["driver"]
+    with failure_shot(front, "controls"):
+        start = plan_text(driver)
+        assert "changed:" not in start, start      # the session's own settings to begin with
+        assert plan_line(start, "next message:"), start
+        for label, kind, value, expect in CONTROLS:
+            before = plan_text(driver)
+            move(driver, label, kind, value)
+            if expect is None:
+                wait_for(lambda: plan_line(plan_text(driver), "next message:")
+                         != plan_line(before, "next message:"), f"{label} to change the plan")
+            else:
+                wait_for(lambda e=expect: e in plan_text(driver), f"{label} to change the plan"
+                         f" ({expect}); it shows: {plan_text(driver)}")
+        moved = plan_text(driver)
+        assert all(e in moved for *_, e in CONTROLS if e), moved   # all the moves at once
+        shoot(driver, explorer(driver), f"explore{front['suffix']}.png")
+        click(driver, button(driver, "Reset"))
+        wait_for(lambda: "changed:" not in plan_text(driver), "Reset to clear the changes")
+        assert plan_line(plan_text(driver), "next message:") == plan_line(start,
+                                                                          "next message:")
+
+
+def test_explorer_replay_shows_the_plot(front: dict[str, Any]) -> None:
+    """Replay with these settings: the table and the plot, an image of nonzero size."""
+    driver = front["driver"]
+    with failure_shot(front, "replay"):
+        click(driver, button(driver, "Replay"))
+        cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[EXPLORE_CELL]
+        wait_for(lambda: "replayed" in plan_text(driver), "the replay to finish",
+                 timeout=180, every=0.5)
+        assert "[object Object]" not in cell.text
+        plot = wait_for(lambda: cell.find_elements("css selector", "img.ctxr-replay-plot"),
+                        "the replay's plot (img.ctxr-replay-plot)", timeout=15)[0]
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+        size = wait_for(lambda: driver.execute_script(
+            "const i = arguments[0]; const r = i.getBoundingClientRect();"
+            "return i.complete && i.naturalWidth > 0 && r.width > 0 && r.height > 0"
+            "  && [i.naturalWidth, r.width, r.height];", plot), "the plot to load and show")
+        assert all(n > 0 for n in size), size
+        shoot(driver, explorer(driver), f"explore-replay{front['suffix']}.png")
+
+
+def test_our_outputs_read_at_contrast(front: dict[str, Any]) -> None:
+    """Every text element of the panel, the turn card and the live explorer reads at 4.5:1
+    or more against its effective background (the dark theme is the one that was broken)."""
+    driver = front["driver"]
+    with failure_shot(front, "contrast"):
+        check_contrast(driver, live=True)
+
+
+def test_explorer_apply_then_undo(front: dict[str, Any]) -> None:
+    """Apply a cap to the session, then "Undo apply": the explorer's fields and the
+    session's settings (``%chat config`` in a later cell) are as they were."""
+    driver = front["driver"]
+    with failure_shot(front, "apply"):
+        cap = control(driver, "payload cap").find_element("css selector", "input")
+        original, first = cap.get_attribute("value"), plan_line(plan_text(driver), "cap ")
+        assert first, plan_text(driver)
+        move(driver, "payload cap", "text", "16KB")
+        wait_for(lambda: "changed: max_payload" in plan_text(driver), "the cap to be planned")
+        click(driver, button(driver, "Apply"))
+        wait_for(lambda: "changed:" not in plan_text(driver)
+                 and plan_line(plan_text(driver), "cap ") != first,
+                 "Apply: the session has the cap (the plan changes nothing more)")
+        assert "16 KB" in plan_line(plan_text(driver), "cap "), plan_text(driver)
+        undo = wait_for(lambda: [b for b in explorer(driver).find_elements(
+            "css selector", "button.ctxr-undo") if b.is_displayed()], "the Undo apply button",
+            timeout=15)[0]
+        assert "Undo apply" in undo.text
+        click(driver, undo)
+        wait_for(lambda: plan_line(plan_text(driver), "cap ") == first,
+                 f"Undo apply to bring back {first!r}")
+        wait_for(lambda: cap.get_attribute("value") == original,
+                 f"the cap field to read {original!r} again")
+        assert "changed:" not in plan_text(driver)
+        run_and_wait(driver, CONFIG_AFTER)
+        assert outputs_text(driver, CONFIG_AFTER) == outputs_text(driver, CONFIG_BEFORE)
+
+
+def test_saved_notebook_reopens_readable(front: dict[str, Any]) -> None:
+    """Save, shut the kernel down, reopen with no widget state: the panel's snapshot, the
+    turn card and the explorer's snapshot read as they did; no "Error displaying widget"."""
+    driver = front["driver"]
+    with failure_shot(front, "reload"):
+        if not cell_done(driver, CONFIG_AFTER):
+            run_and_wait(driver, CONFIG_AFTER)     # the next cell ran: the explorer snapshots
+        snapshot = wait_for(lambda: driver.find_elements(
+            "css selector", ".jp-Notebook .jp-Cell:nth-child(%d) div.ctxr-explore-snapshot"
+            % (EXPLORE_CELL + 1)), "the explorer's snapshot once the next cell ran",
+            timeout=30)
+        assert snapshot
+        saved = save_and_shut_down(driver, front, EXPLORE_NB,
+                                   lambda outputs: bool(outputs[CONFIG_AFTER]))
+        for index in (PANEL_CELL, EXPLORE_CELL):
+            assert all(WIDGET not in o.get("data", {}) for o in saved[index]), saved[index]
+            assert any("text/html" in o.get("data", {}) and "text/plain" in o.get("data", {})
+                       for o in saved[index]), saved[index]
+        assert any("ctxr-explore-snapshot" in "".join(o.get("data", {}).get("text/html", ""))
+                   for o in saved[EXPLORE_CELL])
+        open_notebook(driver, front, EXPLORE_NB)
+        page = driver.find_element("css selector", ".jp-Notebook").text
+        assert "Error displaying widget" not in page and "model not found" not in page
+        panel = outputs_text(driver, PANEL_CELL)
+        assert "live panel · session default" in panel and "idle · as of" in panel, panel
+        assert "✓ answered after 1 recovery step" in outputs_text(driver, CARD_CELL)
+        cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[EXPLORE_CELL]
+        snap = wait_for(lambda: cell.find_elements("css selector", "div.ctxr-explore-snapshot"),
+                        "the explorer's snapshot after reloading")[0]
+        text = " ".join(snap.text.split())
+        for words in ("default", "before:", "after:", "kept", "pinned", "replayed"):
+            assert words in text, (words, text)
+        plot = snap.find_element("css selector", "img.ctxr-replay-plot")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+        assert wait_for(lambda: driver.execute_script(
+            "const i = arguments[0]; const r = i.getBoundingClientRect();"
+            "return i.complete && i.naturalWidth > 0 && r.width > 0 && r.height > 0;", plot),
+            "the saved plot to show")
+        suffix = front["suffix"]
+        shoot(driver, snap, f"explore-snapshot{suffix}.png")
+        if suffix:   # lab-light's panel and card: test_panel_and_turn_cards_in_jupyterlab
+            cells = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")
+            shoot(driver, cells[PANEL_CELL].find_element("css selector", ".ctxr-panel"),
+                  f"panel-idle{suffix}.png")
+            shoot(driver, cells[CARD_CELL].find_element("css selector", ".ctxr-card"),
+                  f"turn-card{suffix}.png")
+        check_contrast(driver, live=False)
+
+
+def check_contrast(driver: Any, *, live: bool) -> None:
+    """Every text element in our outputs (the panel, the turn cards, the explorer, live or
+    as its snapshot) at 4.5:1 or more against its effective background."""
+    from contrast import MIN_RATIO, TEXT_COLOURS_JS, contrast_ratio
+
+    roots = driver.find_elements("css selector", ".ctxr-panel, .ctxr-card, "
+                                 "div.ctxr-explore-snapshot")
+    if live:
+        roots.append(explorer(driver))
+    assert len(roots) >= 3, "the panel, a turn card and the explorer are on the page"
+    found = [sample for root in roots for sample in driver.execute_script(TEXT_COLOURS_JS, root)]
+    assert len(found) > 20, found      # the check saw the text it is about
+    low = [(s["text"], s["fg"], s["bg"], round(contrast_ratio(s["fg"], s["bg"]), 2))
+           for s in found if contrast_ratio(s["fg"], s["bg"]) < MIN_RATIO]
+    assert not low, low
