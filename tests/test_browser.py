@@ -1,17 +1,31 @@
-"""The live panel and the turn cards as a person sees them: real JupyterLab in headless
-Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by Selenium).
+"""The live panel, the turn cards and ``%chat explore`` as a person sees them: real
+JupyterLab 4 and Notebook 7 in headless Chromium (Debian's ``chromium`` +
+``chromium-driver``, driven by Selenium), in the light and the dark theme.
 
-A notebook runs a session against the emulator behind a 32 KB body limit with 2 s of
-latency (a slow summary). The DOM must show the step tracker lighting the summary step
-during the 413 recovery, the request bar going over the learned cap and coming back, the
-counts while it runs, and the Cancel button cancelling a slow summary with the history
-unchanged. Then the notebook is saved and reopened with a new kernel: the turn cards read
-as they did, and the panel's place shows its snapshot, never a widget error. Screenshots
-go to a temporary directory; to refresh the ones the README shows, run it with
-``IPY_CTXRECOVERY_SCREENSHOTS=docs`` (a test run leaves the working tree as it was).
+``test_panel_and_turn_cards_in_jupyterlab`` (JupyterLab, light): a notebook runs a session
+against the emulator behind a 32 KB body limit with 2 s of latency (a slow summary). The
+DOM must show the step tracker lighting the summary step during the 413 recovery, the
+request bar going over the learned cap and coming back, the counts while it runs, and the
+Cancel button cancelling a slow summary with the history unchanged. Then the notebook is
+saved and reopened with a new kernel: the turn cards read as they did, and the panel's
+place shows its snapshot, never a widget error.
 
-Locally the test skips with one line when Chromium, its driver, Selenium or JupyterLab is
-missing; under ``CI=true`` it fails instead (``.ci/run`` installs them).
+The explorer tests run once per front end and theme (the ``front`` fixture: JupyterLab 4 or
+Notebook 7, the theme set through ``JUPYTERLAB_SETTINGS_DIR``), on one notebook, in order:
+each control moved changes the plan; Replay shows its table and its plot as an image of
+nonzero size; every text element of our outputs reads at 4.5:1 or more against its
+effective background (``tests/contrast.py``); Apply, then "Undo apply", gives the session
+back its settings (``%chat config`` in a later cell reads as before); saved, the kernel
+shut down and reopened with no widget state, the panel's snapshot, the turn card and the
+explorer's snapshot read (its plot too), none "Error displaying widget".
+
+Screenshots go to a temporary directory (``IPY_CTXRECOVERY_SCREENSHOTS`` names another),
+one set per front end and theme (``-nb7``, ``-dark`` in the name); to refresh the ones the
+README shows, run it with ``IPY_CTXRECOVERY_SCREENSHOTS=docs`` (a test run leaves the working
+tree as it was).
+
+Locally the tests skip with one line when Chromium, its driver, Selenium, JupyterLab or
+Notebook 7 is missing; under ``CI=true`` they fail instead (``.ci/run`` installs them).
 """
 
 from __future__ import annotations
@@ -71,7 +85,7 @@ def _missing() -> str | None:
     for path in (CHROMIUM, CHROMEDRIVER):
         if not os.access(path, os.X_OK):
             return f"{path} is missing (apt-get install chromium chromium-driver)"
-    for module in ("selenium", "jupyterlab"):
+    for module in ("selenium", "jupyterlab", "notebook"):
         try:
             __import__(module)
         except ImportError:
