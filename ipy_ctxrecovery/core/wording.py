@@ -906,6 +906,16 @@ def panel_state(*, running: bool, as_of: float | None) -> str:
     return f"idle · as of {time.strftime('%H:%M:%S', time.localtime(as_of))}"
 
 
+def explore_snapshot_note(as_of: float, *, closed: bool) -> str:
+    """The line over the explorer's snapshot (what a saved notebook shows): that it is one,
+    as of when, and how to move the controls again."""
+    at = time.strftime('%H:%M:%S', time.localtime(as_of))
+    if closed:
+        return f"snapshot of the explorer as of {at} · it was closed"
+    return (f"snapshot of the explorer as of {at} · a later cell ran; display the explorer "
+            "again (or %chat explore) to move its controls")
+
+
 def panel_counts(recoveries: int, compactions: int,
                  this_turn: tuple[int, int, bool] | None = None) -> str:
     """``"so far: 1 recovery, 2 compactions · this turn: 1 compaction running"``;

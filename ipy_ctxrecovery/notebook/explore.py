@@ -16,22 +16,37 @@ The widget tree is built once; values change through traits. Its rows wrap (flex
 columns with a minimum and a maximum width), so it reads in a narrow notebook column
 as in a wide one. Widget state has no lock,
 so the worker thread hands its values to the kernel's event loop. ``text()`` is the
-plain-text fallback (terminals, saved notebooks), always in ``_repr_mimebundle_``.
+plain-text fallback (terminals), always in ``_repr_mimebundle_``; the replay's plot is an
+Image widget (``ctxr-replay-plot``), or one line when it cannot be drawn (no matplotlib).
+
+**Live until the next cell, a snapshot after.** Under a kernel the explorer is shown under
+a display id of its own. When a later cell starts (IPython's ``pre_run_cell``, unhooked
+then) or the explorer is closed, that output is replaced by :meth:`ExploreWidget.snapshot`:
+plain HTML (``<div class="ctxr-explore-snapshot">``, the plot embedded as a data URI) with
+a text twin, stamped with its time — so a saved notebook reopened with no kernel and no
+widget state shows the explorer's last state, never "Error displaying widget". The latest
+display's snapshot follows the explorer (values set from code, a replay that finishes);
+displaying the explorer again gives a new live display.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import html
 import io
+import re
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
+from ..core import wording as w
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
 from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
@@ -42,7 +57,7 @@ if TYPE_CHECKING:
     from ..session import ChatSession
     from .magics import ChatMagics
 
-__all__ = ["FATE_CHARS", "ExploreWidget"]
+__all__ = ["FATE_CHARS", "ExploreWidget", "text_legend"]
 
 #: One character per fate for the plain-text strip.
 FATE_CHARS: Mapping[Fate, str] = {
@@ -56,6 +71,10 @@ DEBOUNCE_SECONDS = 0.25
 Apply = Callable[[Mapping[str, str]], str]
 """``apply({"CHATCLI_MAX_PAYLOAD": "256KB", ...})`` → the line to show (raises a
 UsageError or ConfigError with one sentence)."""
+
+Publish = Callable[..., Any]
+"""``publish(bundle, display_id=…, update=…)``: show a raw mime bundle (default: IPython's
+``display(bundle, raw=True, …)``)."""
 
 
 def _code(name: str) -> str:
@@ -137,7 +156,8 @@ class ExploreWidget:
 
     def __init__(self, session: ChatSession, *, apply: Apply | None = None,
                  limits: Mapping[str, Any] | None = None,
-                 debounce: float = DEBOUNCE_SECONDS, name: str | None = None) -> None:
+                 debounce: float = DEBOUNCE_SECONDS, name: str | None = None,
+                 live: bool | None = None, publish: Publish | None = None) -> None:
         self.session = session
         # What the user calls it (the kernel's default session is stored under a generated name).
         self.name = name or session.name
@@ -152,6 +172,17 @@ class ExploreWidget:
         self._quiet = False
         self._cancel = threading.Event()
         self._worker: threading.Thread | None = None
+        # -- display: live widgets under one display id, then a snapshot (see _ipython_display_)
+        self._live = live
+        self._publish = publish or _display
+        self.display_id: str | None = None
+        self.snapshot_at: float | None = None   # when the display became a snapshot
+        self.closed = False
+        self._shell: Any = None                  # where the pre_run_cell hook is registered
+        self._hook = self._next_cell             # the same bound method to unregister
+        self._said = ""
+        self.plot_png: bytes | None = None       # the last replay's plot
+        self.plot_note: str | None = None        # why it has none (no matplotlib)
 
         # -- controls: (widget, what_if name) ----------------------------------------------
         def share(description: str) -> widgets.FloatSlider:
@@ -217,6 +248,12 @@ class ExploreWidget:
                                                                   max_width="400px",
                                                                   visibility="hidden"))
         self.output = widgets.Output(layout=widgets.Layout(max_width="100%", overflow="auto"))
+        # The replay plot: an Image widget (PNG bytes sent as a binary buffer), hidden until
+        # a replay made one; not display data in the Output, which reaches the browser
+        # as "[object Object]".
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(
+            display="none", max_width="100%", height="auto"))
+        self.plot.add_class("ctxr-replay-plot")
         limits_column = _column([
             _heading("Limits and tool results"), self.next_size, self.cap, self.window,
             self.per_result,
@@ -231,7 +268,7 @@ class ExploreWidget:
             self.strip, self.legend, self.numbers, self.message,
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
                           self.reset_button], layout=wrap),
-            self.progress, self.output,
+            self.progress, self.output, self.plot,
         ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in (*self.fields.values(), self.next_size):
             control.observe(self._changed, names="value")
@@ -350,9 +387,11 @@ class ExploreWidget:
 
     def _say(self, text: str, *, error: bool = False) -> None:
         self._error = text if error else None
+        self._said = text
         colour = "#c62828" if error else "#2e7d32"
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
+        self._follow()
 
     # -- apply -----------------------------------------------------------------------------
     def assignments(self) -> dict[str, str]:
@@ -432,9 +471,12 @@ class ExploreWidget:
 
         report: ReplayReport | None = None
         problem: str | None = None
+        png: bytes | None = None
+        note: str | None = None
         try:
             report = replay(self.session, settings=settings, limits=self.limits,
                             on_progress=progress, cancel=self._cancel)
+            png, note = _plot_png(report)     # here: drawing takes a while
         except CtxRecoveryError as e:
             problem = str(e)
         except Exception as e:  # a bug: shown in the widget, never lost in a thread
@@ -446,10 +488,17 @@ class ExploreWidget:
                     self._say(problem, error=True)
                     return
                 assert report is not None
-                self.report = report
-                self.output.clear_output()
+                self.report, self.plot_png, self.plot_note = report, png, note
+                # The outputs trait, not clear_output(): that one captures the kernel's
+                # current message (nbclient then fails with a KeyError in its emulation).
+                self.output.outputs = ()
                 self.output.append_display_data(report)
-                self.output.append_display_data(report.plot())
+                if png is not None:
+                    self.plot.value = png
+                    self.plot.layout.display = ""
+                else:
+                    self.plot.layout.display = "none"
+                    self.output.append_display_data(_Line(note or "no plot"))
                 run = report.runs[0] if report.runs else None
                 if run is not None:
                     self._say(f"replayed {run.answered}/{run.total_turns} turns: "
@@ -460,6 +509,7 @@ class ExploreWidget:
                 self.replay_button.disabled = False
                 self.cancel_button.disabled = True
                 self.progress.layout.visibility = "hidden"
+                self._follow()
         hand_over(finish)
 
     # -- display ---------------------------------------------------------------------------
@@ -473,20 +523,202 @@ class ExploreWidget:
         if self.plan is not None:
             lines += self.plan.summary_lines()
             lines.append("fates: " + text_strip(self.plan))
+            lines.append("legend: " + text_legend())
         if self.report is not None:
             lines += ["", self.report.text()]
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        if self.closed:
+            return self.snapshot()
         data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
         data["text/plain"] = self.text()
         return data
 
+    def _ipython_display_(self) -> None:
+        """Shown under a display id of its own: the live widgets until the next cell runs
+        (IPython's ``pre_run_cell``) or the explorer is closed, then a snapshot of its last
+        state — plain HTML and text, no widget, so a saved notebook reopened without a
+        kernel or widget state shows it. The latest display's snapshot follows the
+        explorer (a value set from code, a replay that finishes); displaying it again
+        makes a new live display, and earlier ones keep the snapshot they had."""
+        if self.closed or not self._is_live():
+            self._publish(self._repr_mimebundle_(), display_id=None, update=False)
+            return
+        self.display_id = f"ctxr-explore-{uuid.uuid4().hex}"
+        self.snapshot_at = None
+        self._publish(self._repr_mimebundle_(), display_id=self.display_id, update=False)
+        self._watch()
+
+    def _is_live(self) -> bool:
+        """Display updates reach a front end (a kernel), so a display can be replaced."""
+        if self._live is not None:
+            return self._live
+        from IPython import get_ipython
+
+        return getattr(get_ipython(), "kernel", None) is not None
+
+    def _watch(self) -> None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if self._shell is None and shell is not None:
+            shell.events.register("pre_run_cell", self._hook)
+            self._shell = shell
+
+    def _unwatch(self) -> None:
+        if self._shell is not None:
+            with contextlib.suppress(ValueError):
+                self._shell.events.unregister("pre_run_cell", self._hook)
+            self._shell = None
+
+    def _next_cell(self, info: Any = None) -> None:
+        """``pre_run_cell``: a later cell starts; the live display becomes the snapshot."""
+        self._freeze()
+
+    def _freeze(self) -> None:
+        self._unwatch()
+        if self.display_id is None:
+            return
+        self.flush()                                # a change waiting for its debounce
+        self.snapshot_at = time.time()
+        self._publish(self.snapshot(), display_id=self.display_id, update=True)
+
+    def _follow(self) -> None:
+        """The state changed while the latest display is a snapshot: show the new one."""
+        if self.display_id is None or self.snapshot_at is None or self.closed:
+            return
+        self.snapshot_at = time.time()
+        self._publish(self.snapshot(), display_id=self.display_id, update=True)
+
+    def snapshot(self) -> dict[str, str]:
+        """The explorer's state as plain HTML and text (what replaces the live widgets):
+        the settings as the controls have them, the plan, the fates with their legend, the
+        last replay's table and plot."""
+        self.flush()
+        note = w.explore_snapshot_note(self.snapshot_at or time.time(), closed=self.closed)
+        text = [note, self.text()]
+        if self._said and not self._error:
+            text.insert(2, self._said)
+        if self.report is not None and self.plot_note:
+            text.append(self.plot_note)
+        return {"text/plain": "\n".join(text), "text/html": self._snapshot_html(note)}
+
+    def _snapshot_html(self, note: str) -> str:
+        e = html.escape
+        parts = [
+            '<div class="ctxr-explore-snapshot" style="font-family:var(--jp-ui-font-family, '
+            'sans-serif);font-size:var(--jp-ui-font-size1, 13px);line-height:1.45;'
+            'max-width:900px;border-left:3px solid var(--jp-border-color2, #e0e0e0);'
+            'padding-left:8px">',
+            f"<div class='ctxr-explore-title'>{self.title.value}</div>",
+            "<div class='ctxr-snapshot-note' style='color:var(--jp-ui-font-color2, #616161);"
+            f"font-size:90%'>{e(note)}</div>",
+            self._settings_html()]
+        if self._error:
+            parts.append("<div class='ctxr-explore-error' style='color:var(--jp-error-color1, "
+                         f"#c62828)'>✗ {e(self._error)}</div>")
+        if self._plan is not None:
+            parts += [f"<div class='ctxr-explore-strip'>{self.strip.value}</div>",
+                      self.legend.value,
+                      f"<div class='ctxr-explore-plan'>{self.numbers.value}</div>"]
+        if self._said and not self._error:
+            parts.append(f"<div class='ctxr-explore-message'>{e(self._said)}</div>")
+        if self.report is not None:
+            parts.append(f"<div class='ctxr-explore-replay'>{self.report.html()}")
+            if self.plot_png is not None:
+                data = base64.b64encode(self.plot_png).decode("ascii")
+                parts.append('<img class="ctxr-replay-plot" alt="replay: history per turn" '
+                             'style="max-width:100%;height:auto" '
+                             f'src="data:image/png;base64,{data}">')
+            elif self.plot_note:
+                parts.append(f"<div class='ctxr-replay-noplot'>{e(self.plot_note)}</div>")
+            parts.append("</div>")
+        parts.append("</div>")
+        return "".join(parts)
+
+    def _settings_html(self) -> str:
+        """The controls as they were moved, one row each; a value other than the session's
+        says the session's."""
+        e = html.escape
+        changes = self._plan.changes if self._plan is not None else {}
+        values = self.overrides()
+        typed = self.next_size.value.strip()
+        rows: list[tuple[str, str, str | None]] = [
+            (_label(self.next_size), typed or "like the last one", None)]
+        for key, control in self.fields.items():
+            field = _FIELDS.get(key, key)
+            was = (_setting_text(field, changes[field][0]) if field in changes else None)
+            rows.append((_label(control), _shown(key, values[key]), was))
+        cells = "".join(
+            f"<tr><td style='padding:0 12px 0 0'>{e(label)}</td>"
+            f"<td style='padding:0 12px 0 0'>{'<b>' + e(value) + '</b>' if was else e(value)}"
+            f"</td><td style='color:var(--jp-ui-font-color2, #616161)'>"
+            f"{'session: ' + e(was) if was else ''}</td></tr>"
+            for label, value, was in rows)
+        return f"<table class='ctxr-explore-settings' style='margin:4px 0'>{cells}</table>"
+
     def close(self) -> None:
+        """Stop a replay, show the snapshot in place of the live display, close the widgets."""
         self._cancel.set()
-        if self._pending is not None:
-            self._pending.cancel()
+        self.closed = True
+        self._freeze()          # unhooks; a change waiting for its debounce is computed first
         self.widget.close()
+
+
+_FIELDS = {"cap": "max_payload", "window": "context_window"}
+"""A control's key → the setting ``Plan.changes`` names."""
+
+
+class _Line:
+    """One line of display data (a plot the replay could not draw)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.text,
+                "text/html": f"<div class='ctxr-replay-noplot'>{html.escape(self.text)}</div>"}
+
+
+def _display(bundle: Mapping[str, Any], *, display_id: str | None, update: bool) -> None:
+    from IPython.display import display
+
+    kwargs: dict[str, Any] = {"display_id": display_id} if display_id else {}
+    if update:
+        kwargs["update"] = True
+    display(dict(bundle), raw=True, **kwargs)
+
+
+def _plot_png(report: ReplayReport) -> tuple[bytes | None, str | None]:
+    """The replay's plot as PNG, or (None, the one line that says why there is none)."""
+    try:
+        return report.plot().png(), None
+    except CtxRecoveryError as e:
+        return None, f"no plot: {e}"
+    except Exception as e:   # a drawing bug: one line, never a traceback in the widget
+        return None, f"no plot: {type(e).__name__}: {e}"
+
+
+def _label(control: widgets.Widget) -> str:
+    """A control's description as text (some carry a tooltip span)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", control.description))
+
+
+def _setting_text(field: str, value: Any) -> str:
+    if field == "max_payload":
+        return _size_text(value) or "none"
+    if field == "context_window":
+        return f"{value}" if value else "auto"
+    return str(value)
+
+
+def text_legend() -> str:
+    """What each character of :func:`text_strip` means, on one line (from ``FATE_CHARS``)."""
+    seen: dict[str, str] = {}
+    for fate, char in FATE_CHARS.items():
+        seen.setdefault(char, "pinned" if fate.value.startswith("pinned") else FATE_WORDS[fate])
+    return ", ".join(f"{char} {word}" for char, word in seen.items())
 
 
 def text_strip(plan: Plan, width: int = _TEXT_STRIP) -> str:
@@ -547,5 +779,6 @@ def _explore(magics: ChatMagics, args: Any) -> ExploreWidget:
             run_subcommand(magics, line)
         return out.getvalue().strip()
 
-    return ExploreWidget(session, apply=apply, limits=limits, name=args.session)
+    return ExploreWidget(session, apply=apply, limits=limits, name=args.session,
+                         live=magics.is_live())
 
