@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,7 +57,11 @@ def test_the_widget_starts_from_the_sessions_settings_and_the_emulators_limits(
     session = chat.workspace.session()
     assert widget.session is session
     assert widget.limits == {"context_window": 64_000, "max_body": 16 * 1024}
-    assert (widget.cap.value, widget.window.value) == ("", "")
+    # The values in force, each with where it comes from.
+    assert (widget.cap.value, widget.window.value) == ("", "64000")
+    assert "none: none configured or learned" in widget.notes["cap"].value
+    assert "64000: the model&#x27;s own, set on the emulator" in widget.notes["window"].value
+    assert "default" in widget.notes["emergency_keep_messages"].value
     assert widget.emergency_keep.value == session.settings.emergency_keep_messages
     assert widget.per_result.value == Settings().per_result_max_chars
     assert widget.plan is not None and widget.plan.changes == {}
@@ -81,24 +86,42 @@ def test_a_change_recomputes_the_plan_through_traits_only(ip: Any, chat: ChatMag
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("per_result", -4, "must not be negative"),
-    ("cap", "lots", "is not a valid size"),
-    ("window", "wide", "is not a whole number"),
-    ("per_turn", 5, "exceeds turn_budget_chars=5"),
+    ("per_result", -4, "per-result budget: -4 is no budget; write a number of characters"),
+    ("cap", "abc", "payload cap: 'abc' is not a size; write it like 256KB, or leave it empty "
+                   "for none."),
+    ("cap", "1KB", "payload cap: 1 KB is outside what a proxy's body limit can be; write 4 KB"),
+    ("window", "wide", "context window: 'wide' is not a whole number of tokens; write it like "
+                       "128000, or leave it empty for the model's own."),
+    ("window", "100", "context window: 100 tokens is outside what any model has"),
+    ("per_turn", 5, "per-result budget: 20,000 is above the per-turn budget (5)"),
+    ("summarize_turns", 1, "one-line results after: 1 is below truncate results after (2)"),
+    ("next_size", "twelve", "next message: 'twelve' is not a size; write it like 8KB"),
 ])
-def test_out_of_range_input_is_one_sentence_in_the_widget(
+def test_a_refused_value_is_said_in_the_controls_words_and_marks_the_plan_stale(
         ip: Any, chat: ChatMagics, field: str, value: Any, words: str) -> None:
     widget = explore(ip)
     good = widget.plan
+    fresh = (widget.strip.value, widget.numbers.value)
+    assert not widget.stale and "stale" not in widget.strip.value + widget.text()
     getattr(widget, field).value = value
-    assert widget.error is not None and words in widget.error
+    assert widget.error is not None and widget.error.startswith(words)
+    assert "CHATCLI_" not in widget.error and "_" not in widget.error.split(":")[0]
     assert "\n" not in widget.error and "Traceback" not in widget.message.value
-    assert words in widget.message.value
-    assert widget.plan is good                              # the last good plan stays
-    assert f"✗ {widget.error}" in widget.text()
+    assert html.escape(words) in widget.message.value
+    assert widget.plan is good                              # the last good plan stays...
+    assert widget.stale                                     # ...marked, in view and text
+    assert "stale: the plan below is for the last valid values" in widget.strip.value
+    assert "opacity:0.45" in widget.strip.value and "opacity:0.45" in widget.numbers.value
+    assert "ctxr-stale" in widget.strip._dom_classes
+    assert fresh[0] in widget.strip.value                   # the old plan, dimmed
+    text = widget.text()
+    assert f"✗ {widget.error}\nstale: the plan below is for the last valid values" in text
     widget.apply()
     assert "nothing applied" in widget.message.value
     assert chat.workspace.session().settings == Settings.from_env()
+    widget.reset()                                          # a valid value: fresh again
+    assert not widget.stale and (widget.strip.value, widget.numbers.value) == fresh
+    assert "ctxr-stale" not in widget.strip._dom_classes and "stale" not in widget.text()
 
 
 def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
@@ -355,3 +378,231 @@ def test_the_next_message_is_a_control_and_a_bad_size_marks_the_plan(
     assert widget.plan is plan                 # the last good plan, marked by the error
     widget.reset()
     assert widget.next_size.value == "" and widget.error is None
+
+
+# -- the values in force and where they come from ----------------------------------------------
+
+@pytest.fixture
+def learned(ip: Any, chat: ChatMagics, capsys: pytest.CaptureFixture[str]) -> ChatMagics:
+    """The chat of ``chat`` grown past the emulator's 16 KB: a cap learned from its 413."""
+    for i in range(4, 8):
+        ip.run_cell_magic("chat", "--no-stream", f"Question {i} " + "lorem ipsum " * 200 + ";")
+    capsys.readouterr()
+    assert chat.workspace.session().caps.source == "learned"
+    return chat
+
+
+def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
+        ip: Any, learned: ChatMagics) -> None:
+    session = learned.workspace.session()
+    cap = session.caps.effective()
+    assert cap is not None and session.settings.max_payload is None
+    widget = explore(ip)
+    assert widget.cap.value == format_size(cap) == "15.7 KB"    # not "none"
+    assert "learned from a refusal on this network path" in widget.notes["cap"].value
+    plan = widget.plan
+    assert plan is not None and plan.changes == {} and widget.assignments() == {}
+    assert (plan.cap, plan.cap_source) == (cap, "learned")
+    text = widget.text()
+    assert text.startswith("explore session default: cap=15.7 KB, window=64000")
+    assert "in force: cap 15.7 KB: learned from a refusal on this network path" in text
+    # Apply with the learned cap untouched: nothing (it is not made a configured cap).
+    widget.apply_button.click()
+    assert "nothing to apply" in widget.message.value
+    assert learned.max_payload is None and session.settings.max_payload is None
+    assert widget.undo_button.disabled
+    # Moved, it plans with the moved value, compared with the one in force.
+    widget.cap.value = "12KB"
+    plan = widget.plan
+    assert plan is not None and (plan.cap, plan.cap_source) == (12 * 1024, "configured")
+    assert plan.changes == {"max_payload": (None, 12 * 1024)}
+    assert (f"moved from 15.7 KB; was learned from a refusal on this network path, {cap:,} "
+            "bytes") in widget.notes["cap"].value
+    # A configured cap above the learned one: the learned one still applies, and says so.
+    widget.cap.value = "64KB"
+    plan = widget.plan
+    assert plan is not None and (plan.cap, plan.cap_source) == (cap, "learned")
+    assert "the learned 15.7 KB still applies below it" in widget.notes["cap"].value
+    assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "64 KB"}
+
+
+@pytest.mark.parametrize("how", ["%chat config", "environment", "ipython_config"])
+def test_each_note_says_where_a_configured_value_comes_from(
+        ip: Any, chat: ChatMagics, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    if how == "%chat config":
+        ip.run_line_magic("chat", "config CHATCLI_MAX_PAYLOAD=48KB CHATCLI_EMERGENCY_KEEP_MESSAGES=7")
+        said = "configured (%chat config)"
+    elif how == "environment":
+        monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "48KB")
+        monkeypatch.setenv("CHATCLI_EMERGENCY_KEEP_MESSAGES", "7")
+        ip.run_cell_magic("chat", "-S envs --no-stream", "hi")   # read by a new session
+        said = "configured (CHATCLI_MAX_PAYLOAD)"
+    else:
+        ip.run_line_magic("config", "ChatMagics.max_payload = '48KB'")
+        ip.run_line_magic("config", "ChatMagics.settings_overrides = "
+                                    "{'emergency_keep_messages': '7'}")
+        said = "configured (ipython_config / %config)"
+    widget = ip.run_line_magic("chat", "explore" + (" -S envs" if how == "environment" else ""))
+    assert widget.cap.value == "48 KB" and widget.emergency_keep.value == 7
+    assert f"48 KB: {said}" in widget.notes["cap"].value
+    assert said.replace("CHATCLI_MAX_PAYLOAD", "CHATCLI_EMERGENCY_KEEP_MESSAGES") \
+        in widget.notes["emergency_keep_messages"].value
+    assert widget.notes["per_result_max_chars"].value.endswith(">default</div>")
+    assert widget.plan is not None and widget.plan.changes == {}
+    assert widget.plan.cap_source == "configured"
+
+
+def test_a_configured_window_and_a_value_past_a_sliders_end_are_shown_whole(
+        ip: Any, chat: ChatMagics) -> None:
+    ip.run_line_magic("chat", "config CHATCLI_CONTEXT_WINDOW=32000 "
+                              "CHATCLI_EMERGENCY_KEEP_MESSAGES=100")
+    widget = explore(ip)
+    assert widget.window.value == "32000"
+    assert "32000: configured (%chat config)" in widget.notes["window"].value
+    assert widget.emergency_keep.value == 100 <= widget.emergency_keep.max
+    assert widget.plan is not None and widget.plan.changes == {}
+    assert widget.assignments() == {}
+
+
+# -- undo ------------------------------------------------------------------------------------
+
+def test_apply_can_be_undone_one_apply_at_a_time(ip: Any, chat: ChatMagics) -> None:
+    session = chat.workspace.session()
+    widget = explore(ip)
+    undo = widget.undo_button
+    assert undo.description == "Undo apply" and "ctxr-undo" in undo._dom_classes
+    assert undo.disabled                                   # nothing applied yet
+    widget.cap.value = "12KB"
+    widget.truncate_turns.value = 1
+    widget.apply_button.click()
+    assert session.settings.max_payload == 12 * 1024
+    assert "applied to session default: set CHATCLI_MAX_PAYLOAD=12 KB" in widget.message.value
+    assert not undo.disabled and "CHATCLI_MAX_PAYLOAD=0" in undo.tooltip
+    # The controls show the applied values, as configured.
+    assert widget.cap.value == "12 KB" and "configured (%chat config)" in widget.notes["cap"].value
+    widget.chat_budget.value = 0.5
+    widget.apply_button.click()                            # a second Apply
+    assert session.settings.chat_budget_ratio == 0.5
+    widget.summarize_turns.value = 9                       # moved, not applied
+    undo.click()                                           # undoes the second Apply only
+    assert session.settings.chat_budget_ratio == 0.75
+    assert (session.settings.max_payload, session.settings.microcompact_truncate_turns) \
+        == (12 * 1024, 1)
+    assert (widget.chat_budget.value, widget.cap.value, widget.summarize_turns.value) \
+        == (0.75, "12 KB", 4)                              # the controls follow
+    assert "undid Apply on session default: set chat_budget_ratio=0.75" in widget.message.value
+    assert not undo.disabled
+    undo.click()                                           # then the first
+    assert session.settings == Settings.from_env()
+    assert (widget.cap.value, widget.truncate_turns.value) == ("", 2)
+    assert widget.plan is not None and widget.plan.changes == {}
+    assert undo.disabled
+    undo.click()                                           # nothing left: nothing happens
+    assert session.settings == Settings.from_env()
+
+
+def test_reset_after_apply_goes_back_to_the_settings_in_force(ip: Any, chat: ChatMagics) -> None:
+    widget = explore(ip)
+    widget.cap.value = "24KB"
+    widget.apply()
+    widget.cap.value = "8KB"
+    widget.emergency_keep.value = 3
+    widget.reset_button.click()
+    assert (widget.cap.value, widget.emergency_keep.value) == ("24 KB", 10)
+    assert widget.plan is not None and widget.plan.changes == {}
+    assert not widget.undo_button.disabled                 # Reset is not Undo
+
+
+# -- names and fates -------------------------------------------------------------------------
+
+def test_the_session_is_named_as_the_user_calls_it(ip: Any, chat: ChatMagics) -> None:
+    session = chat.workspace.session()
+    assert session.name.startswith("session-") and chat.workspace.current == "default"
+    widget = explore(ip)
+    assert widget.name == "default" and "<code>default</code>" in widget.title.value
+    widget.replay_button.click()
+    report = widget.report
+    assert report is not None and report.source == "default"
+    assert report.text().startswith("replay of session default")
+    outputs = str(widget.output.outputs)
+    assert "replay of session default" in outputs and session.name not in outputs
+    text = widget.text()
+    assert text.startswith("explore session default:") and session.name not in text
+    widget.cap.value = "20KB"
+    widget.apply()
+    assert "applied to session default:" in widget.message.value
+    assert session.name not in widget.message.value
+
+
+@pytest.mark.parametrize("next_size", ["", "3KB"])
+def test_only_the_planned_next_message_is_the_latest_request(
+        ip: Any, chat: ChatMagics, next_size: str) -> None:
+    session = chat.workspace.session()
+    widget = explore(ip)
+    widget.next_size.value = next_size
+    plan = widget.plan
+    assert plan is not None and len(plan.messages) == len(session.history) + 1
+    pinned = [m.index for m in plan.messages if m.fate is Fate.PINNED_REQUEST]
+    assert pinned == [len(session.history)]                # the next message, no answered one
+    assert plan.messages[-1].role == "user" and session.history[-1].role.value == "assistant"
+
+
+# -- in a real kernel ------------------------------------------------------------------------
+
+KERNEL_TIMEOUT = 120
+
+
+def test_in_a_kernel_the_display_tells_the_learned_cap_a_refusal_and_undo(
+        data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ipykernel: the display's text/plain twin (what a saved notebook keeps) shows
+    the learned cap in force; a refused value, debounced on the kernel's own event loop,
+    marks the plan stale with the control's words; Apply then Undo apply."""
+    pytest.importorskip("ipykernel")
+    from jupyter_client.manager import start_new_kernel
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=KERNEL_TIMEOUT)
+
+    def run(code: str) -> tuple[str, list[dict[str, Any]]]:
+        messages: list[dict[str, Any]] = []
+        reply = client.execute_interactive(code, timeout=KERNEL_TIMEOUT,
+                                           output_hook=messages.append, allow_stdin=False)
+        assert reply["content"]["status"] == "ok", messages
+        out = "".join(m["content"].get("text", "") for m in messages
+                      if m["msg_type"] == "stream")
+        return out, [m["content"] for m in messages if m["msg_type"] == "execute_result"]
+
+    try:
+        run("%load_ext ipy_ctxrecovery\n%chat emulator --max-body 16KB --context-window 64000\n"
+            "%config ChatMagics.stream = False\n"
+            "for i in range(8):\n"
+            "    get_ipython().run_cell_magic('chat', '', f'Question {i} ' "
+            "+ 'lorem ipsum ' * 200 + ';')")
+        _, results = run("w = get_ipython().run_line_magic('chat', 'explore')\nw")
+        text = results[0]["data"]["text/plain"]
+        assert "application/vnd.jupyter.widget-view+json" in results[0]["data"]
+        assert text.startswith("explore session default: cap=15.7 KB, window=64000")
+        assert "cap 15.7 KB: learned from a refusal on this network path" in text
+        assert "cap=none" not in text
+        # A typed value waits for its debounce on the kernel's loop: between cells, it runs.
+        out, _ = run("w.cap.value = 'abc'; print(w._pending is not None, w._error)")
+        assert out.split() == ["True", "None"]             # not computed yet
+        run("import time; time.sleep(2 * w.debounce)")
+        out, _ = run("print(w._error); print(w.stale); print('ctxr-stale' in w.strip._dom_classes)")
+        assert out.splitlines() == [
+            "payload cap: 'abc' is not a size; write it like 256KB, or leave it empty for none.",
+            "True", "True"]
+        run("w.cap.value = '12KB'; w.apply_button.click()")
+        out, _ = run("print(w.message.value); print(w.undo_button.disabled)\n"
+                     "%chat config CHATCLI_MAX_PAYLOAD")
+        assert "applied to session default: set CHATCLI_MAX_PAYLOAD=12 KB" in out
+        assert "False" in out.splitlines() and "12 KB" in out.splitlines()[-1]
+        run("w.undo_button.click()")
+        out, _ = run("print(w.cap.value); print(w.undo_button.disabled)\n"
+                     "%chat config CHATCLI_MAX_PAYLOAD")
+        lines = out.splitlines()
+        assert lines[:2] == ["15.7 KB", "True"] and "no cap" in lines[-1]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import html
 import io
 import re
@@ -47,11 +48,21 @@ import ipywidgets as widgets
 from IPython.core.error import UsageError
 
 from ..core import wording as w
+from ..core.wording import plural
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
 from ..session.what_if import FATE_COLOURS, FATE_WORDS, Fate, Plan, fate_strip_html
-from ..settings import ENV_VARS, format_size, parse_size
-from .subcommands import _session, _subcommand
+from ..settings import (
+    ENV_VARS,
+    MAX_CAP,
+    MAX_WINDOW,
+    MIN_CAP,
+    MIN_WINDOW,
+    Settings,
+    format_size,
+    parse_size,
+)
+from .subcommands import _session, _sources, _subcommand
 
 if TYPE_CHECKING:
     from ..session import ChatSession
@@ -75,6 +86,18 @@ UsageError or ConfigError with one sentence)."""
 Publish = Callable[..., Any]
 """``publish(bundle, display_id=…, update=…)``: show a raw mime bundle (default: IPython's
 ``display(bundle, raw=True, …)``)."""
+
+Sources = Callable[[], Mapping[str, str]]
+"""``sources()`` → Settings field → where its configured value comes from, in a few words
+(``%chat config``, ``CHATCLI_MAX_PAYLOAD``, ``ipython_config / %config``); a field it does
+not name is at its default."""
+
+#: The line over a plan that no longer matches the controls (a value was refused).
+STALE = "stale: the plan below is for the last valid values"
+_STALE_LINE = ("<div class='ctxr-stale-line' style='color:var(--jp-warn-color0,#e65100);"
+               f"font-size:90%;margin:2px 0'>⚠ {STALE}</div>")
+_NOTE_STYLE = ("font-size:80%;line-height:1.2;margin:-2px 0 3px 154px;"
+               "color:var(--jp-ui-font-color2,#616161)")
 
 
 def _code(name: str) -> str:
@@ -157,11 +180,17 @@ class ExploreWidget:
     def __init__(self, session: ChatSession, *, apply: Apply | None = None,
                  limits: Mapping[str, Any] | None = None,
                  debounce: float = DEBOUNCE_SECONDS, name: str | None = None,
-                 live: bool | None = None, publish: Publish | None = None) -> None:
+                 live: bool | None = None, publish: Publish | None = None,
+                 sources: Sources | None = None) -> None:
         self.session = session
         # What the user calls it (the kernel's default session is stored under a generated name).
         self.name = name or session.name
         self._apply = apply
+        self._sources = sources
+        self._shown: dict[str, Any] = {}       # control -> the value in force put in it
+        self._in_force: dict[str, str] = {}    # control -> where that value comes from
+        self._undo: list[dict[str, str]] = []  # per Apply: KEY -> the value before it
+        self._fresh: tuple[str, str] = ("", "")   # the strip and numbers of the plan shown
         self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
         self.debounce = debounce
         self._plan: Plan | None = None
@@ -226,6 +255,13 @@ class ExploreWidget:
         }
         for name, control in self.fields.items():
             control.tooltip = _TIPS[name]
+        #: The words a control is named with (its label), for the sentences about it.
+        self.labels: dict[str, str] = {name: w.description for name, w in self.fields.items()}
+        self.labels["next_message"] = self.next_size.description
+        #: Under each control: the value in force and where it comes from (or that it moved).
+        self.notes: dict[str, widgets.HTML] = {name: widgets.HTML() for name in self.fields}
+        for note in self.notes.values():
+            note.add_class("ctxr-source")
         for control in (self.cap, self.window):
             # A Text view shows its tooltip only without a description: on its label, then.
             control.description_allow_html = True
@@ -242,7 +278,11 @@ class ExploreWidget:
         self.cancel_button = _button("Cancel", "stop", disabled=True)
         self.apply_button = _button("Apply to session", "check", button_style="primary",
                                     disabled=apply is None)
-        self.reset_button = _button("Reset", "undo")
+        self.reset_button = _button("Reset", "undo",
+                                    tooltip="Back to the session's settings in force.")
+        self.undo_button = _button("Undo apply", "history", disabled=True,
+                                   tooltip="Nothing applied yet.")
+        self.undo_button.add_class("ctxr-undo")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="replay",
                                             layout=widgets.Layout(width="auto",
                                                                   max_width="400px",
@@ -254,20 +294,26 @@ class ExploreWidget:
         self.plot = widgets.Image(format="png", layout=widgets.Layout(
             display="none", max_width="100%", height="auto"))
         self.plot.add_class("ctxr-replay-plot")
+
+        def noted(*names: str) -> list[widgets.Widget]:
+            return [w for name in names for w in (self.fields[name], self.notes[name])]
+
         limits_column = _column([
-            _heading("Limits and tool results"), self.next_size, self.cap, self.window,
-            self.per_result,
-            self.per_turn, self.truncate_turns, self.summarize_turns, self.emergency_keep])
+            _heading("Limits and tool results"), self.next_size,
+            *noted("cap", "window", "per_result_max_chars", "turn_budget_chars",
+                   "microcompact_truncate_turns", "microcompact_summarize_turns",
+                   "emergency_keep_messages")])
         compaction_column = _column([
-            _heading("When compaction runs"), self.chat_budget, self.cap_budget,
-            self.preflight_fraction, self.target_ratio, self.help])
+            _heading("When compaction runs"),
+            *noted("chat_budget_ratio", "cap_budget_fraction", "preflight_cap_fraction",
+                   "preflight_budget_ratio"), self.help])
         wrap = widgets.Layout(flex_flow="row wrap", min_width="0")
         self.widget = widgets.VBox([
             self.title,
             widgets.HBox([limits_column, compaction_column], layout=wrap),
             self.strip, self.legend, self.numbers, self.message,
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
-                          self.reset_button], layout=wrap),
+                          self.undo_button, self.reset_button], layout=wrap),
             self.progress, self.output, self.plot,
         ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in (*self.fields.values(), self.next_size):
@@ -276,12 +322,14 @@ class ExploreWidget:
         self.cancel_button.on_click(lambda _b: self._cancel.set())
         self.apply_button.on_click(lambda _b: self.apply())
         self.reset_button.on_click(lambda _b: self.reset())
+        self.undo_button.on_click(lambda _b: self.undo())
         self.reset()
 
     # -- values ---------------------------------------------------------------------------------
     @property
     def plan(self) -> Plan | None:
-        """The plan for the controls' values (the last good one while a value is wrong)."""
+        """The plan for the controls' values (the last good one while a value is wrong:
+        then :attr:`stale`)."""
         self.flush()
         return self._plan
 
@@ -291,43 +339,111 @@ class ExploreWidget:
         self.flush()
         return self._error
 
+    @property
+    def stale(self) -> bool:
+        """A value was refused: the plan shown is for the last valid values (marked so)."""
+        return self.error is not None and self._plan is not None
+
+    def moved(self, name: str) -> bool:
+        """Whether control ``name`` holds another value than the one in force it was given."""
+        value = self.fields[name].value
+        if isinstance(value, str):
+            return value.strip() != str(self._shown.get(name, "")).strip()
+        if isinstance(value, float):
+            return round(value, 6) != self._shown.get(name)
+        return bool(value != self._shown.get(name))
+
     def overrides(self) -> dict[str, Any]:
-        """The settings the controls ask for, as ``what_if`` takes them."""
+        """The settings the controls ask for, as ``what_if`` takes them. The cap and the
+        window show the value in force (learned, the model's...): untouched, they ask for
+        nothing (the configured value stays); moved, they are the configured value."""
         values: dict[str, Any] = {
             # A browser sends a slider's 0.85 back as 0.8500000000000001.
             name: round(w.value, 6) if isinstance(w, widgets.FloatSlider) else w.value
             for name, w in self.fields.items()}
-        values["cap"] = values["cap"].strip() or None
-        window = values["window"].strip()
-        values["window"] = None if window.lower() in ("", "auto", "none") else window
+        for name in ("cap", "window"):
+            if not self.moved(name):
+                del values[name]
+        if "cap" in values:
+            values["cap"] = values["cap"].strip() or None
+        if "window" in values:
+            window = values["window"].strip()
+            values["window"] = None if window.lower() in ("", "auto", "none") else window
         return values
 
     def reset(self) -> None:
-        """Controls back to the session's own settings; the plan recomputed once."""
+        """Controls back to the session's settings in force; the plan recomputed once."""
+        self._load(next_message=True)
+        self.refresh()
+
+    def _load(self, *, next_message: bool = False) -> None:
+        """Each control set to the value the next request would use, its note to where
+        that value comes from (no plan is computed)."""
         s = self.session.settings
+        status = self.session.status()
+        where = self._where(s)
+        # A configured cap as the user writes it; a learned or assumed one rounded (its
+        # note gives the bytes).
+        cap = _size_text(status.cap) if status.cap_source == "configured" \
+            else format_size(status.cap) if status.cap else ""
+        shown: dict[str, Any] = {
+            "cap": cap, "window": str(status.window),
+            "per_result_max_chars": s.per_result_max_chars,
+            "turn_budget_chars": s.turn_budget_chars,
+            "microcompact_truncate_turns": s.microcompact_truncate_turns,
+            "microcompact_summarize_turns": s.microcompact_summarize_turns,
+            "emergency_keep_messages": s.emergency_keep_messages,
+            "chat_budget_ratio": s.chat_budget_ratio, "cap_budget_fraction": s.cap_budget_fraction,
+            "preflight_cap_fraction": s.preflight_cap_fraction,
+            "preflight_budget_ratio": s.preflight_budget_ratio,
+        }
+        in_force = {name: _configured(where[field]) if field in where else "default"
+                    for name, field in ((n, _FIELD.get(n, n)) for n in shown)}
+        in_force["cap"] = _cap_source(status.cap_source, status.cap, s.max_payload,
+                                      where.get("max_payload"))
+        in_force["window"] = _window_source(status.window_source, where.get("context_window"))
+        self._shown, self._in_force = shown, in_force
         self._quiet = True
         try:
             with contextlib.ExitStack() as stack:
                 for w in self.fields.values():
                     stack.enter_context(w.hold_trait_notifications())
                 stack.enter_context(self.next_size.hold_trait_notifications())
-                self.next_size.value = ""
-                self.cap.value = _size_text(s.max_payload)
-                self.window.value = str(s.context_window) if s.context_window else ""
-                self.emergency_keep.value = min(s.emergency_keep_messages, self.emergency_keep.max)
-                self.truncate_turns.value = min(s.microcompact_truncate_turns,
-                                                self.truncate_turns.max)
-                self.summarize_turns.value = min(s.microcompact_summarize_turns,
-                                                 self.summarize_turns.max)
-                self.per_result.value = s.per_result_max_chars
-                self.per_turn.value = s.turn_budget_chars
-                self.chat_budget.value = s.chat_budget_ratio
-                self.cap_budget.value = s.cap_budget_fraction
-                self.preflight_fraction.value = s.preflight_cap_fraction
-                self.target_ratio.value = s.preflight_budget_ratio
+                if next_message:
+                    self.next_size.value = ""
+                for name, value in shown.items():
+                    control = self.fields[name]
+                    if isinstance(control, widgets.IntSlider) and value > control.max:
+                        control.max = value        # a slider shows the value in force whole
+                    control.value = value
         finally:
             self._quiet = False
-        self.refresh()
+        self._show_notes()
+
+    def _where(self, settings: Settings) -> dict[str, str]:
+        """Settings field → where its configured value comes from (``Sources``); without
+        one (a session outside ``%chat``), "configured" for a value off its default."""
+        if self._sources is not None:
+            return dict(self._sources())
+        default = Settings()
+        return {f.name: "configured" for f in dataclasses.fields(Settings)
+                if getattr(settings, f.name) != getattr(default, f.name)}
+
+    def _show_notes(self) -> None:
+        """Each control's note: where its value comes from, or, moved, what it was."""
+        plan = self._plan
+        for name, note in self.notes.items():
+            shown = _note_value(name, self._shown.get(name))
+            if not self.moved(name):
+                text = f"{shown}: {self._in_force.get(name, 'default')}" \
+                    if name in ("cap", "window") else self._in_force.get(name, "default")
+            else:
+                was = self._in_force.get(name, "default")
+                text = f"moved from {shown}; was {'the default' if was == 'default' else was}"
+                if name == "cap" and plan is not None and plan.cap_source == "learned" \
+                        and self._error is None and plan.cap is not None:
+                    text += f"; the learned {format_size(plan.cap)} still applies below it"
+            note.value = f"<div style='{_NOTE_STYLE}'>{html.escape(text)}</div>"
 
     def _changed(self, change: Any) -> None:
         if self._quiet:
@@ -349,7 +465,7 @@ class ExploreWidget:
         try:
             self.refresh()
         except Exception as e:
-            self._say(f"what-if failed: {type(e).__name__}: {e}", error=True)
+            self._refused(f"what-if failed: {type(e).__name__}: {e}")
 
     def flush(self) -> None:
         """Recompute now if a change is waiting for its debounce (before anything reads
@@ -360,20 +476,17 @@ class ExploreWidget:
 
     def refresh(self) -> None:
         """Recompute the plan for the controls' values and show it (or the one sentence
-        that says what is wrong)."""
+        that says what is wrong, the plan shown marked stale)."""
         self._pending = None
         name = self.name
         self.title.value = (f"<b>Explore compaction settings</b> — session "
                             f"<code>{html.escape(name)}</code> ({len(self.session.history)} "
                             "messages)")
         try:
-            typed = self.next_size.value.strip()
-            size = parse_size(typed, name="next message") if typed else None
-            if size == 0:
-                raise ConfigError("next message=0 is no message: give its size, e.g. 8KB.")
+            size = self._check()
             plan = self.session.what_if(size=size, **self.overrides())
         except CtxRecoveryError as e:
-            self._say(str(e), error=True)
+            self._refused(self._in_words_of_controls(str(e)))
             return
         self.computed += 1
         self._plan = plan
@@ -383,35 +496,122 @@ class ExploreWidget:
         self.numbers.value = ("<div style='line-height:1.4'>"
                               + "".join(f"<div>{html.escape(line)}</div>" for line in facts)
                               + "</div>")
+        self._fresh = (self.strip.value, self.numbers.value)
+        self._mark_stale(False)
+        self._show_notes()
         self._say("")
 
+    def _refused(self, sentence: str) -> None:
+        """A value the plan cannot take: the sentence, and the plan shown marked stale."""
+        self._error = sentence
+        self._mark_stale(self._plan is not None)
+        self._show_notes()
+        self._say(sentence, error=True)
+
+    def _mark_stale(self, stale: bool) -> None:
+        strip, numbers = self._fresh
+        for view in (self.strip, self.numbers):
+            (view.add_class if stale else view.remove_class)("ctxr-stale")
+        if not stale:
+            self.strip.value, self.numbers.value = strip, numbers
+            return
+        dim = "<div style='opacity:0.45' title='" + html.escape(STALE, quote=True) + "'>"
+        self.strip.value = f"{_STALE_LINE}{dim}{strip}</div>"
+        self.numbers.value = f"{dim}{numbers}</div>"
+
+    def _check(self) -> int | None:
+        """The controls' values checked one by one, a refusal said in the control's words
+        (its label); returns the next message's size (None: like the last one)."""
+        labels = self.labels
+
+        def refuse(name: str, sentence: str) -> ConfigError:
+            return ConfigError(f"{labels[name]}: {sentence}")
+
+        typed = self.next_size.value.strip()
+        size = None
+        if typed:
+            try:
+                size = parse_size(typed)
+            except ConfigError:
+                raise refuse("next_message", f"{typed!r} is not a size; write it like 8KB, "
+                             "or leave it empty for one like the last you sent.") from None
+            if size == 0:
+                raise refuse("next_message", "0 is no message; give its size, e.g. 8KB, or "
+                             "leave it empty for one like the last you sent.")
+        if self.moved("cap") and self.cap.value.strip():
+            text = self.cap.value.strip()
+            try:
+                cap = parse_size(text)
+            except ConfigError:
+                raise refuse("cap", f"{text!r} is not a size; write it like 256KB, or leave "
+                             "it empty for none.") from None
+            if cap and not MIN_CAP <= cap <= MAX_CAP:
+                raise refuse("cap", f"{format_size(cap)} is outside what a proxy's body "
+                             f"limit can be; write {format_size(MIN_CAP)} to "
+                             f"{format_size(MAX_CAP)}, or leave it empty for none.")
+        text = self.window.value.strip()
+        if self.moved("window") and text.lower() not in ("", "auto", "none", "0"):
+            try:
+                window = int(text.replace(",", "").replace("_", ""))
+            except ValueError:
+                raise refuse("window", f"{text!r} is not a whole number of tokens; write "
+                             "it like 128000, or leave it empty for the model's own.") from None
+            if not MIN_WINDOW <= window <= MAX_WINDOW:
+                raise refuse("window", f"{window:,} tokens is outside what any model has; "
+                             f"write {MIN_WINDOW:,} to {MAX_WINDOW:,}, or leave it empty for "
+                             "the model's own.")
+        for name in ("per_result_max_chars", "turn_budget_chars"):
+            value = self.fields[name].value
+            if value < 1:
+                raise refuse(name, f"{value:,} is no budget; write a number of characters "
+                             "of at least 1, e.g. 20000.")
+        per_result, per_turn = self.per_result.value, self.per_turn.value
+        if per_result > per_turn:
+            raise refuse("per_result_max_chars",
+                         f"{per_result:,} is above the {labels['turn_budget_chars']} "
+                         f"({per_turn:,}); lower it to {per_turn:,} or less, or raise the "
+                         f"{labels['turn_budget_chars']}.")
+        truncate, summarize = self.truncate_turns.value, self.summarize_turns.value
+        if summarize < truncate:
+            raise refuse("microcompact_summarize_turns",
+                         f"{summarize} is below {labels['microcompact_truncate_turns']} "
+                         f"({truncate}); a result is truncated before it becomes one line, "
+                         f"so set it to {truncate} or more.")
+        return size
+
+    def _in_words_of_controls(self, sentence: str) -> str:
+        """A sentence from the settings (``CHATCLI_MAX_PAYLOAD=…``, ``per_result_max_chars``)
+        with each setting named by its control's label instead."""
+        names: list[tuple[str, str]] = []
+        for name, label in self.labels.items():
+            field = _FIELD.get(name, name)
+            env = next((e for e, f in ENV_VARS.items() if f == field), None)
+            names += [(n, label) for n in (env, field) if n]
+        for word, label in sorted(names, key=lambda p: -len(p[0])):
+            sentence = sentence.replace(word, label)
+        return sentence
+
     def _say(self, text: str, *, error: bool = False) -> None:
-        self._error = text if error else None
         self._said = text
-        colour = "#c62828" if error else "#2e7d32"
+        colour = "var(--jp-error-color1,#c62828)" if error \
+            else "var(--jp-success-color1,#2e7d32)"
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
         self._follow()
 
-    # -- apply -----------------------------------------------------------------------------
+    # -- apply and undo ----------------------------------------------------------------------
     def assignments(self) -> dict[str, str]:
-        """The changed settings as ``%chat config`` KEY=VALUE pairs."""
+        """The changed settings as ``%chat config`` KEY=VALUE pairs (against the settings in
+        force: a learned cap or the model's window shown and left alone is no change)."""
         self.flush()
         if self.plan is None:
             return {}
-        out: dict[str, str] = {}
-        for field, (_old, new) in self.plan.changes.items():
-            key = next((env for env, f in ENV_VARS.items() if f == field), field)
-            if field == "max_payload":
-                out[key] = _size_text(new) if new else "0"
-            elif field == "context_window":
-                out[key] = str(new) if new else "auto"
-            else:
-                out[key] = str(new)
-        return out
+        return {_key(field): _config_text(field, new)
+                for field, (_old, new) in self.plan.changes.items()}
 
     def apply(self) -> None:
-        """Apply the changed settings through ``%chat config`` (its validation and path)."""
+        """Apply the changed settings through ``%chat config`` (its validation and path);
+        what they were before is kept for :meth:`undo` (a stack: each Apply undoes in turn)."""
         if self._apply is None:
             return
         self.flush()
@@ -420,8 +620,11 @@ class ExploreWidget:
             return
         values = self.assignments()
         if not values:
-            self._say("nothing to apply: these are the session's settings")
+            self._say("nothing to apply: these are the session's settings in force")
             return
+        settings = self.session.settings
+        before = {key: _config_text(field_, getattr(settings, field_))
+                  for key, field_ in ((k, _field_of(k)) for k in values)}
         self.apply_button.disabled = True
         try:
             line = self._apply(values)
@@ -430,8 +633,35 @@ class ExploreWidget:
             return
         finally:
             self.apply_button.disabled = False
+        self._undo.append(before)
+        self._show_undo()
+        self._load()
         self.refresh()
-        self._say(line or "applied")
+        self._say(f"applied to session {self.name}: {line or 'done'}")
+
+    def undo(self) -> None:
+        """Put back the settings from before the last Apply, through ``%chat config``; the
+        controls and the plan follow (an earlier Apply can be undone next)."""
+        if self._apply is None or not self._undo:
+            return
+        before = self._undo[-1]
+        try:
+            line = self._apply(before)
+        except (UsageError, CtxRecoveryError) as e:
+            self._say(f"cannot undo: {e}", error=True)
+            return
+        self._undo.pop()
+        self._show_undo()
+        self._load()
+        self.refresh()
+        self._say(f"undid Apply on session {self.name}: {line or 'done'}")
+
+    def _show_undo(self) -> None:
+        self.undo_button.disabled = not self._undo
+        self.undo_button.tooltip = (
+            "Put back " + ", ".join(f"{k}={v}" for k, v in self._undo[-1].items())
+            + f" (as before the last Apply; {plural(len(self._undo), 'Apply', 'Applies')} "
+            "to undo)" if self._undo else "Nothing applied yet.")
 
     # -- replay ----------------------------------------------------------------------------
     def start_replay(self) -> None:
@@ -488,23 +718,25 @@ class ExploreWidget:
                     self._say(problem, error=True)
                     return
                 assert report is not None
-                self.report, self.plot_png, self.plot_note = report, png, note
+                # Named as the user calls the session, not by its stored name.
+                named = dataclasses.replace(report, source=self.name)
+                self.report, self.plot_png, self.plot_note = named, png, note
                 # The outputs trait, not clear_output(): that one captures the kernel's
                 # current message (nbclient then fails with a KeyError in its emulation).
                 self.output.outputs = ()
-                self.output.append_display_data(report)
+                self.output.append_display_data(named)
                 if png is not None:
                     self.plot.value = png
                     self.plot.layout.display = ""
                 else:
                     self.plot.layout.display = "none"
                     self.output.append_display_data(_Line(note or "no plot"))
-                run = report.runs[0] if report.runs else None
+                run = named.runs[0] if named.runs else None
                 if run is not None:
                     self._say(f"replayed {run.answered}/{run.total_turns} turns: "
                               f"{run.requests} requests, {sum(run.rejections.values())} "
                               f"rejected, {run.summaries} LLM summaries"
-                              + (" (cancelled)" if report.cancelled else ""))
+                              + (" (cancelled)" if named.cancelled else ""))
             finally:
                 self.replay_button.disabled = False
                 self.cancel_button.disabled = True
@@ -516,10 +748,18 @@ class ExploreWidget:
     def text(self) -> str:
         """The plain-text fallback: the settings, the plan's facts and a strip of fates."""
         self.flush()
+        values = {name: w.value for name, w in self.fields.items()}
+        values["cap"] = values["cap"].strip() or None
+        values["window"] = values["window"].strip() or None
         lines = [f"explore session {self.name}: "
-                 + ", ".join(f"{k}={_shown(k, v)}" for k, v in self.overrides().items())]
+                 + ", ".join(f"{k}={_shown(k, v)}" for k, v in values.items())]
+        said = [f"{name} {note}" for name, note in self._source_notes().items()]
+        if said:
+            lines.append("in force: " + "; ".join(said))
         if self.error:
             lines.append(f"✗ {self.error}")
+            if self.plan is not None:
+                lines.append(STALE)
         if self.plan is not None:
             lines += self.plan.summary_lines()
             lines.append("fates: " + text_strip(self.plan))
@@ -527,6 +767,17 @@ class ExploreWidget:
         if self.report is not None:
             lines += ["", self.report.text()]
         return "\n".join(lines)
+
+    def _source_notes(self) -> dict[str, str]:
+        """Control → its note for the text form: the cap's and the window's always, the
+        others' when not the default."""
+        out = {}
+        for name, note in self.notes.items():
+            text = note.value
+            text = html.unescape(text[text.find(">") + 1:text.rfind("</div>")])
+            if name in ("cap", "window") or text != "default":
+                out[name] = text
+        return out
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         if self.closed:
@@ -756,6 +1007,92 @@ def _shown(name: str, value: Any) -> str:
     return str(value)
 
 
+#: Control → the Settings field it sets (the others are named by theirs).
+_FIELD: Mapping[str, str] = {"cap": "max_payload", "window": "context_window"}
+
+
+def _field_of(key: str) -> str:
+    return ENV_VARS.get(key, key)
+
+
+def _key(field: str) -> str:
+    """The ``%chat config`` key of a Settings field: its variable if it has one."""
+    return next((env for env, f in ENV_VARS.items() if f == field), field)
+
+
+def _config_text(field: str, value: Any) -> str:
+    """A Settings value as ``%chat config`` takes it (what Apply and Undo set)."""
+    if field == "max_payload":
+        return _size_text(value) if value else "0"
+    if field == "context_window":
+        return str(value) if value else "auto"
+    return str(value)
+
+
+def _note_value(name: str, value: Any) -> str:
+    if name == "cap":
+        return str(value) if value else "none"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if name != "window" else str(value)
+    return str(value)
+
+
+def _configured(where: str | None) -> str:
+    return "configured" if where in (None, "configured") else f"configured ({where})"
+
+
+def _cap_source(source: str | None, cap: int | None, configured: int | None,
+                where: str | None) -> str:
+    """Where the cap in force comes from, in a few words."""
+    exact = f"{cap:,} bytes" if cap else ""
+    if source == "learned":
+        below = f", below the configured {format_size(configured)}" if configured else ""
+        return f"learned from a refusal on this network path, {exact}{below}"
+    if source == "configured":
+        return _configured(where)
+    if source == "assumed":
+        return f"assumed for this session, {exact}: none configured or learned"
+    return "none configured or learned"
+
+
+def _window_source(source: str | None, where: str | None) -> str:
+    """Where the window in force comes from, in a few words (``RequestSizer.window_source``)."""
+    if source == "configured":
+        return _configured(where)
+    if source == "set on the emulator":
+        return "the model's own, set on the emulator"
+    if source == "model catalogue":
+        return "the model's own, from the model catalogue"
+    if source == "reported by the server":
+        return "the model's own, reported by the server"
+    if source == "learned from the provider":
+        return "learned from an overflow the provider reported"
+    if source == "guessed":
+        return "guessed: the model catalogue does not know this model"
+    return source or "the model's own"
+
+
+def config_sources(magics: ChatMagics) -> dict[str, str]:
+    """Settings field → where ``%chat config``'s settings say its value comes from, for
+    the explorer's notes: ``%chat config``, ``ipython_config / %config`` (the value is the
+    shell's configuration's), or the ``CHATCLI_*`` variable; default fields are left out."""
+    shell_config = getattr(getattr(magics, "shell", None), "config", None)
+    section = shell_config.get("ChatMagics", {}) if shell_config is not None else {}
+    file_overrides = section.get("settings_overrides", {}) if section else {}
+    out = {}
+    for field, source in _sources(magics).items():
+        if source == "environment":
+            out[field] = _key(field)
+        elif source == "%chat config":
+            if field in ("max_payload", "context_window"):
+                from_file = field in section and section[field] == getattr(magics, field)
+            else:
+                from_file = field in file_overrides \
+                    and file_overrides[field] == magics.settings_overrides.get(field)
+            out[field] = "ipython_config / %config" if from_file else "%chat config"
+    return out
+
+
 # -- %chat explore --------------------------------------------------------------------------
 
 @_subcommand("explore", "Try compaction settings on a session: what the next request would "
@@ -780,5 +1117,5 @@ def _explore(magics: ChatMagics, args: Any) -> ExploreWidget:
         return out.getvalue().strip()
 
     return ExploreWidget(session, apply=apply, limits=limits, name=args.session,
-                         live=magics.is_live())
+                         live=magics.is_live(), sources=lambda: config_sources(magics))
 
