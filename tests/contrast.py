@@ -14,9 +14,13 @@ minimum ratio, one readable line each::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
+
+from needs import unavailable
 
 RGBA = tuple[float, float, float, float]
 """Red, green and blue in 0..255, alpha in 0..1."""
@@ -30,8 +34,9 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?%?"
 def parse_colour(text: str) -> RGBA:
     """A CSS colour as ``getComputedStyle`` gives it: ``rgb(…)``, ``rgba(…)``,
     ``color(srgb r g b / a)`` (Chromium's form for ``color-mix``), ``#rgb``/``#rrggbb``
-    (with optional alpha) or ``transparent``."""
-    s = text.strip().lower()
+    (with optional alpha), ``transparent``, or the two names JupyterLab's theme files use
+    (``white``, ``black``)."""
+    s = {"white": "#fff", "black": "#000"}.get(text.strip().lower(), text.strip().lower())
     if s == "transparent":
         return (0.0, 0.0, 0.0, 0.0)
     if s.startswith("#"):
@@ -41,8 +46,8 @@ def parse_colour(text: str) -> RGBA:
         if len(digits) not in (6, 8) or not re.fullmatch(r"[0-9a-f]+", digits):
             raise ValueError(f"not a hex colour: {text!r}")
         values = [int(digits[i:i + 2], 16) for i in range(0, len(digits), 2)]
-        alpha = values[3] / 255 if len(values) == 4 else 1.0
-        return (float(values[0]), float(values[1]), float(values[2]), alpha)
+        opacity = values[3] / 255 if len(values) == 4 else 1.0
+        return (float(values[0]), float(values[1]), float(values[2]), opacity)
     match = re.fullmatch(r"(rgba?|color)\((.*)\)", s)
     if not match:
         raise ValueError(f"not a colour this parser reads: {text!r}")
@@ -175,3 +180,167 @@ return out;
 """
 """JS for ``execute_script(TEXT_SAMPLES_JS, selector)``: a list of samples (``text``,
 ``color``, ``backgrounds`` top first, ``opacity``, ``where``) for ``pair``/``low_contrast``."""
+
+
+# -- colours in our HTML and CSS, and JupyterLab's own theme variables ------------------------
+
+_LITERAL = re.compile(r"#[0-9a-fA-F]{3,8}\b|\b(?:rgba?|hsla?)\(")
+
+
+def _strip_vars(text: str) -> str:
+    """``text`` with every ``var(...)`` (nested parentheses included) removed."""
+    out: list[str] = []
+    i = 0
+    while True:
+        start = text.find("var(", i)
+        if start < 0:
+            return "".join(out) + text[i:]
+        out.append(text[i:start])
+        depth, j = 0, start + 3
+        while j < len(text):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        i = j
+
+
+def bare_colours(text: str, allowed: Iterable[str] = ()) -> list[str]:
+    """The colour literals in ``text`` (``#hex``, ``rgb(``...) that are not a ``var()``
+    fallback, leaving out those in ``allowed`` (data colours, compared case-insensitively)."""
+    keep = {a.lower() for a in allowed}
+    return [m.group(0) for m in _LITERAL.finditer(_strip_vars(text))
+            if m.group(0).lower() not in keep]
+
+
+def jp_vars(text: str) -> list[tuple[str, str]]:
+    """Each ``var(--jp-NAME, FALLBACK)`` in ``text`` as ``(NAME, FALLBACK)``, in order."""
+    found = []
+    for match in re.finditer(r"var\(--jp-([a-z0-9-]+)\s*,\s*", text):
+        depth, j = 1, match.end()
+        while j < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        found.append((match.group(1), text[match.end():j - 1].strip()))
+    return found
+
+
+THEMES = {"light": "theme-light-extension", "dark": "theme-dark-extension",
+          "high contrast": "theme-dark-high-contrast-extension"}
+"""JupyterLab 4's bundled themes, by the folder of their CSS under ``jupyterlab/themes``."""
+
+
+def theme_variables() -> dict[str, dict[str, str]]:
+    """The installed JupyterLab themes' ``--jp-*`` colour variables, resolved to a colour
+    string each (``{"dark": {"error-color1": "#f44336", ...}, ...}``). ``--md-*`` palette
+    references are resolved from the fallbacks the theme files give them; raises
+    ImportError without JupyterLab."""
+    import jupyterlab  # only here: the pure ratio tests run without it
+
+    folder = Path(jupyterlab.__file__).parent / "themes" / "@jupyterlab"
+    texts = {theme: (folder / name / "index.css").read_text(encoding="utf-8")
+             for theme, name in THEMES.items()}
+    palette = dict(re.findall(r"var\(--(md-[a-z0-9-]+),\s*(#[0-9a-fA-F]{3,8})\)",
+                              "".join(texts.values())))
+    out: dict[str, dict[str, str]] = {}
+    for theme, text in texts.items():
+        raw = dict(re.findall(r"--jp-([a-z0-9-]+):\s*([^;}]+)", text))
+
+        def resolve(value: str, depth: int = 0, raw: dict[str, str] = raw,
+                    theme: str = theme) -> str:
+            value = value.strip()
+            match = re.fullmatch(r"var\(--(jp|md)-([a-z0-9-]+)\s*(?:,\s*(.+))?\)", value)
+            if not match or depth > 10:
+                return value
+            kind, name, fallback = match.groups()
+            if kind == "jp" and name in raw:
+                return resolve(raw[name], depth + 1)
+            if kind == "md" and f"md-{name}" in palette:
+                return palette[f"md-{name}"]
+            if fallback:
+                return resolve(fallback, depth + 1)
+            raise KeyError(f"{value} is not defined in the {theme} theme")
+
+        out[theme] = {name: resolve(value) for name, value in raw.items()
+                      if "color" in name or "background" in name}
+    return out
+
+
+@functools.cache
+def _installed() -> dict[str, dict[str, str]] | None:
+    try:
+        return theme_variables()
+    except ImportError:
+        return None
+
+
+def installed_themes() -> dict[str, dict[str, str]]:
+    """:func:`theme_variables`, read once; the test skips (fails under ``CI=true``)
+    without JupyterLab."""
+    themes = _installed()
+    if themes is None:
+        unavailable("theme check: jupyterlab is not installed (pip install -e '.[browser]')")
+    return themes
+
+
+def vetted(text: str) -> list[str]:
+    """The colour ``var()`` uses in ``text`` that are none of ``core/theme.py``'s values
+    (whose contrast tests/test_theme.py checks in every theme)."""
+    from ipy_ctxrecovery.core import theme
+
+    known = {getattr(theme, name) for name in theme.__all__ if name != "var"}
+    return [f"var(--jp-{name}, {fallback})" for name, fallback in jp_vars(text)
+            if ("color" in name or "background" in name)
+            and f"var(--jp-{name}, {fallback})" not in known]
+
+
+def themed(value: str, variables: dict[str, str]) -> str:
+    """``value`` (a colour or a ``var(--jp-…, fallback)``) as one theme paints it."""
+    found = jp_vars(value)
+    if not found:
+        return value
+    name, fallback = found[0]
+    return variables.get(name, fallback)
+
+
+def delta_e(a: RGBA | str, b: RGBA | str) -> float:
+    """CIE76 colour difference (Euclidean in CIELAB, D65): about 2.3 is just noticeable,
+    over 20 reads as another colour at a glance."""
+
+    def lab(colour: RGBA | str) -> tuple[float, float, float]:
+        rgba = parse_colour(colour) if isinstance(colour, str) else colour
+
+        def linear(c8: float) -> float:
+            c = c8 / 255
+            return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+        r, g, b = (linear(c) for c in rgba[:3])
+        x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+        y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+        z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+        def f(t: float) -> float:
+            return t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116
+
+        return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+    return sum((p - q) ** 2 for p, q in zip(lab(a), lab(b), strict=True)) ** 0.5
+
+
+def theme_problems(text: str, themes: dict[str, dict[str, str]],
+                   allowed: Iterable[str] = ()) -> list[str]:
+    """What in ``text`` (HTML or CSS of ours) does not follow the theme: a colour literal
+    outside a ``var()`` fallback (``allowed`` data colours aside), a ``--jp-*`` variable
+    one of ``themes`` (:func:`theme_variables`) does not define, or a fallback that is not
+    the light theme's value."""
+    problems = [f"hard-coded colour {c}" for c in bare_colours(text, allowed)]
+    for name, fallback in jp_vars(text):
+        if "color" not in name and "background" not in name:
+            continue  # a font, a size: not a colour
+        missing = [theme for theme, variables in themes.items() if name not in variables]
+        if missing:
+            problems.append(f"--jp-{name} is not defined in the {', '.join(missing)} theme")
+        elif parse_colour(fallback) != parse_colour(themes["light"][name]):
+            problems.append(f"--jp-{name} falls back to {fallback}, not the light theme's "
+                            f"{themes['light'][name]}")
+    return problems

@@ -48,6 +48,7 @@ def test_ratio_ignores_order_and_luminance_spans_0_to_1() -> None:
     ("rgba(255, 255, 255, 0.54)", (255, 255, 255, 0.54)),
     ("rgba(0, 0, 0, 0)", (0, 0, 0, 0.0)),
     ("transparent", (0, 0, 0, 0.0)),
+    ("white", (255, 255, 255, 1.0)),
     ("#e0e0e0", (224, 224, 224, 1.0)),
     ("#abc", (170, 187, 204, 1.0)),
     ("#00000080", (0, 0, 0, 128 / 255)),
@@ -59,7 +60,7 @@ def test_parses_the_forms_computed_styles_use(text: str, expected: tuple[float, 
     assert parse_colour(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["red", "#12", "hsl(0, 50%, 50%)", "color(display-p3 1 0 0)"])
+@pytest.mark.parametrize("text", ["papayawhip", "#12", "hsl(0, 50%, 50%)", "color(display-p3 1 0 0)"])
 def test_refuses_what_it_cannot_read(text: str) -> None:
     with pytest.raises(ValueError):
         parse_colour(text)

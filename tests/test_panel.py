@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from contrast import installed_themes, theme_problems, vetted
 from IPython.core.displaypub import DisplayPublisher
 from IPython.testing import globalipapp
 from turn_streams import KB, LOREM, Stream, recovery_413, routine
 
-from ipy_ctxrecovery.core import compactor
+from ipy_ctxrecovery.core import compactor, theme
 from ipy_ctxrecovery.core import events as ev
 from ipy_ctxrecovery.core.history import Message
 from ipy_ctxrecovery.core.wording import CARD_GLYPHS
@@ -201,6 +202,29 @@ def test_no_cap_is_said_on_the_bar_not_drawn_near_empty() -> None:
     assert view["tokens"] == "≈7,000 of 8,192 tokens"
     panel.handle(ev.CapChanged(cap=24 * KB, source="learned", rejected_bytes=32 * KB))
     assert panel.view()["size"] == "30 KB of 24 KB cap (learned), over it"
+
+
+def test_the_colours_come_from_the_theme_in_the_widget_and_the_snapshot(emulator: Any) -> None:
+    """Issue 25: white on light orange for the lit chip and a glaring track in the dark
+    theme, from hard-coded colours. Every colour is a vetted theme variable
+    (tests/test_theme.py measures them in each theme), in the live widget's stylesheet and
+    in the snapshot a saved notebook keeps."""
+    themes = installed_themes()
+    session, stream = recovery_413(emulator)
+    panel = ContextPanel(title="default", clock=Clock())
+    panel.update_status(_status_before(session, stream))
+    panel.begin_turn()
+    replay(panel, stream)
+    snapshot = panel._repr_mimebundle_()["text/html"]
+    assert "ctxr-level lit" in snapshot
+    for text in (panel.widget._css, snapshot):
+        assert theme_problems(text, themes) == []
+        assert vetted(text) == []
+    lit = panel.widget._css.split(".ctxr-level.lit {")[1].split("}")[0]
+    assert f"color: {theme.TEXT_STRONG}" in lit and f"background: {theme.SURFACE}" in lit
+    unlit = panel.widget._css.split(".ctxr-level {")[1].split("}")[0]
+    assert "opacity" not in unlit and f"color: {theme.TEXT_DIM}" in unlit
+    assert f"background: {theme.TRACK}" in panel.widget._css.split(".ctxr-track {")[1]
 
 
 def test_between_turns_a_snapshot_during_a_turn_the_widget() -> None:

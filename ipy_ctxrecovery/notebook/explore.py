@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
+from ..core import theme
 from ..core import wording as w
 from ..core.wording import plural
 from ..errors import ConfigError, CtxRecoveryError
@@ -593,8 +594,7 @@ class ExploreWidget:
 
     def _say(self, text: str, *, error: bool = False) -> None:
         self._said = text
-        colour = "var(--jp-error-color1,#c62828)" if error \
-            else "var(--jp-success-color1,#2e7d32)"
+        colour = theme.TEXT_ERROR if error else theme.TEXT_OK
         self.message.value = (f"<span style='color:{colour}'>{html.escape(text)}</span>"
                               if text else "")
         self._follow()

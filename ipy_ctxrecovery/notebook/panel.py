@@ -133,14 +133,14 @@ export default {
 _ACTIVITY_CSS = """
 .ctxr-activity { display: flex; flex-wrap: wrap; align-items: center; gap: 6px;
   font-size: 12px; margin: 2px 0 0 0; min-height: 24px; }
-.ctxr-spin { width: 10px; height: 10px; border: 2px solid #90a4ae;
+.ctxr-spin { width: 10px; height: 10px; border: 2px solid var(--jp-ui-font-color2, rgba(0,0,0,.54));
   border-top-color: transparent; border-radius: 50%;
   animation: ctxr-rot 0.9s linear infinite; flex: none; }
 @keyframes ctxr-rot { to { transform: rotate(360deg); } }
 .ctxr-activity-label { overflow-wrap: anywhere; }
 .ctxr-elapsed { font-variant-numeric: tabular-nums; opacity: 0.75; }
 .ctxr-cancel { font-size: 12px; padding: 1px 10px; cursor: pointer; }
-.ctxr-hint { color: #c62828; flex-basis: 100%; }
+.ctxr-hint { color: var(--jp-error-color1, #d32f2f); flex-basis: 100%; }
 """
 
 _PANEL_RULES = """
@@ -152,22 +152,27 @@ _PANEL_RULES = """
 .ctxr-state { opacity: 0.75; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .ctxr-meter { display: grid; grid-template-columns: 4.5em minmax(3em, 10em) minmax(0, 1fr);
   gap: 0 8px; align-items: center; }
-.ctxr-track { height: 8px; border-radius: 4px; background: #e0e0e0; overflow: hidden; }
+.ctxr-track { height: 8px; border-radius: 4px; background: var(--jp-border-color2, #e0e0e0);
+  overflow: hidden; }
 .ctxr-fill { height: 100%; }
-.ctxr-fill.ok { background: #43a047; } .ctxr-fill.warn { background: #fb8c00; }
-.ctxr-fill.over { background: #e53935; }
-.ctxr-track.none { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); }
+.ctxr-fill.ok { background: var(--jp-success-color1, #388e3c); }
+.ctxr-fill.warn { background: var(--jp-warn-color1, #f57c00); }
+.ctxr-fill.over { background: var(--jp-error-color1, #d32f2f); }
+.ctxr-track.none { background: repeating-linear-gradient(45deg,
+  var(--jp-layout-color2, #eee) 0 4px, var(--jp-layout-color3, #bdbdbd) 4px 8px); }
 .ctxr-label { overflow-wrap: anywhere; min-width: 0; }
 .ctxr-steps { display: grid; grid-template-columns: 1.2em 9.5em minmax(0, 1fr); gap: 0 4px;
   margin: 4px 0 0 0; }
 .ctxr-step { display: contents; }
-.ctxr-step.pending > *, .ctxr-step.skipped > * { opacity: 0.45; }
-.ctxr-step.running > span { font-weight: bold; color: #1565c0; }
-.ctxr-step.failed > span, .ctxr-step.cancelled > span { color: #c62828; }
+.ctxr-step.pending > *, .ctxr-step.skipped > * { color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
+.ctxr-step.running > span { font-weight: bold; color: var(--jp-brand-color1, #1976d2); }
+.ctxr-step.failed > span, .ctxr-step.cancelled > span { color: var(--jp-error-color1, #d32f2f); }
 .ctxr-step > span:last-child { overflow-wrap: anywhere; min-width: 0; }
 .ctxr-levels { margin: 2px 0 0 1.6em; display: flex; flex-wrap: wrap; gap: 4px; }
-.ctxr-level { border: 1px solid #bdbdbd; border-radius: 8px; padding: 0 6px; opacity: 0.5; }
-.ctxr-level.lit { opacity: 1; border-color: #fb8c00; background: #fff3e0; }
+.ctxr-level { border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 8px; padding: 0 6px;
+  color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
+.ctxr-level.lit { color: var(--jp-ui-font-color0, #000); border-color: var(--jp-warn-color1, #f57c00);
+  background: var(--jp-layout-color2, #eee); }
 .ctxr-level.current { font-weight: bold; }
 .ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
 """

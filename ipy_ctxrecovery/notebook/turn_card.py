@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core import events as ev
+from ..core import theme
 from ..core import wording as w
 from ..failures import Failure
 
@@ -342,7 +343,7 @@ class TurnCard:
 
     def html(self) -> str:
         e = html.escape
-        color = "#2e7d32" if self.ok else "#c62828"
+        color = theme.BORDER_OK if self.ok else theme.BORDER_ERROR
         sizes = "".join(
             f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
             for label, text in (("before", self.before), ("after", self.after)) if text)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..core import compactor, ladder
+from ..core import compactor, ladder, theme
 from ..core.budget import ResultStore, compaction_info
 from ..core.events import LadderStep, Preflight
 from ..core.history import (
@@ -119,16 +119,18 @@ FATE_WORDS: Mapping[Fate, str] = {
     Fate.DROPPED: "dropped",
 }
 FATE_COLOURS: Mapping[Fate, str] = {
-    Fate.KEPT: "#b0bec5",
-    Fate.PINNED_SYSTEM: "#1565c0",
-    Fate.PINNED_NOTICE: "#1565c0",
-    Fate.PINNED_REQUEST: "#0d47a1",
-    Fate.PREVIEWED: "#f9a825",
+    # Data colours, the same in every theme: mid-luminance shades, each at least 3:1
+    # against a white and a near-black page, told apart by hue (tests/test_what_if.py).
+    Fate.KEPT: "#78909c",
+    Fate.PINNED_SYSTEM: "#1e88e5",
+    Fate.PINNED_NOTICE: "#1e88e5",
+    Fate.PINNED_REQUEST: "#1565c0",
+    Fate.PREVIEWED: "#b38600",
     Fate.ONE_LINED: "#ef6c00",
-    Fate.BUDGET_PREVIEW: "#8e24aa",
-    Fate.TRIMMED: "#6d4c41",
+    Fate.BUDGET_PREVIEW: "#ab47bc",
+    Fate.TRIMMED: "#8d6e63",
     Fate.SUMMARIZED: "#2e7d32",
-    Fate.DROPPED: "#c62828",
+    Fate.DROPPED: "#e53935",
 }
 _GONE = frozenset({Fate.SUMMARIZED, Fate.DROPPED})
 _FIRST_WORDS = 8
@@ -365,7 +367,7 @@ class Plan:
         for row in self.rows(limit=300):
             if isinstance(row, tuple):
                 first, last = row
-                rows.append(f"<tr><td></td><td colspan=5 style='color:#607d8b'>… "
+                rows.append(f"<tr><td></td><td colspan=5 style='color:{theme.TEXT_DIM}'>… "
                             f"{plural(last - first + 1, 'message')} kept (#{first}–#{last})"
                             "</td></tr>")
                 continue
