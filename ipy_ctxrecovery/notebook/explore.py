@@ -893,7 +893,11 @@ class ExploreWidget:
         says the session's."""
         e = html.escape
         changes = self._plan.changes if self._plan is not None else {}
-        values = self.overrides()
+        # The fields as shown (the cap and window: the value in force, untouched or not),
+        # not overrides(), which leaves out an untouched cap or window.
+        values: dict[str, Any] = {name: w.value for name, w in self.fields.items()}
+        values["cap"] = values["cap"].strip() or None
+        values["window"] = values["window"].strip() or None
         typed = self.next_size.value.strip()
         rows: list[tuple[str, str, str | None]] = [
             (_label(self.next_size), typed or "like the last one", None)]
