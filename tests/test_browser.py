@@ -416,9 +416,22 @@ def states(driver: Any) -> list[dict[str, Any]]:
 
 
 def shoot(driver: Any, element: Any, name: str) -> None:
+    """A screenshot of ``element``, whole: the window grows for one taller than it (else the
+    status bar covers its foot)."""
     SHOTS.mkdir(exist_ok=True)
-    driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
-    element.screenshot(str(SHOTS / name))
+    size = driver.get_window_size()
+    height = driver.execute_script("return arguments[0].getBoundingClientRect().height",
+                                   element)
+    taller = height + 250 > size["height"]
+    if taller:
+        driver.set_window_size(size["width"], int(height) + 400)
+        time.sleep(0.5)
+    try:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
+        element.screenshot(str(SHOTS / name))
+    finally:
+        if taller:
+            driver.set_window_size(size["width"], size["height"])
 
 
 # -- the test ---------------------------------------------------------------------------------
