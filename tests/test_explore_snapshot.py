@@ -339,3 +339,19 @@ def test_the_explore_tutorials_html_export_shows_the_snapshot(tmp_path: Path) ->
     assert "folded into the summary" in snapshot
     assert "snapshot of the explorer as of" in snapshot
     assert "legend: · kept" in out.data["text/plain"]
+
+
+def test_a_snapshot_that_fails_is_one_line_not_a_traceback(
+        loaded_shell: Any, session: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    widget, shown = shown_explorer(session)
+
+    def broken() -> dict[str, str]:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(widget, "snapshot", broken)
+    loaded_shell.run_cell("x = 1")
+    out = capsys.readouterr()
+    said = (out.out + out.err).strip().splitlines()
+    assert said == ["⚠ the explorer's snapshot failed: RuntimeError: disk on fire"]
+    assert not hooked(loaded_shell, widget) and len(shown.calls) == 1

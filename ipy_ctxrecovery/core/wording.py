@@ -906,6 +906,12 @@ def panel_state(*, running: bool, as_of: float | None) -> str:
     return f"idle · as of {time.strftime('%H:%M:%S', time.localtime(as_of))}"
 
 
+EXPLORE_SAVE_HINT = ("A saved notebook shows this explorer as a snapshot of its last state once "
+                     "a later cell has run or it is closed (.close()); saved while it is live, "
+                     "it reads as a widget error without its kernel.")
+"""Under the live explorer: what a saved notebook shows of it."""
+
+
 def explore_snapshot_note(as_of: float, *, closed: bool) -> str:
     """The line over the explorer's snapshot (what a saved notebook shows): that it is one,
     as of when, and how to move the controls again."""

@@ -38,6 +38,7 @@ import dataclasses
 import html
 import io
 import re
+import sys
 import threading
 import time
 import uuid
@@ -47,8 +48,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
-from ..core import theme
-from ..core import wording as w
+from ..core import theme, wording
 from ..core.wording import plural
 from ..errors import ConfigError, CtxRecoveryError
 from ..session.replay import LIMITS, ReplayReport, replay
@@ -293,12 +293,15 @@ class ExploreWidget:
         # a replay made one; not display data in the Output, which reaches the browser
         # as "[object Object]".
         self.plot = widgets.Image(format="png", layout=widgets.Layout(
-            display="none", max_width="100%", height="auto"))
+            display="none", max_width="100%", height="auto", align_self="flex-start"))
         self.plot.add_class("ctxr-replay-plot")
 
         def noted(*names: str) -> list[widgets.Widget]:
             return [w for name in names for w in (self.fields[name], self.notes[name])]
 
+        self.save_hint = widgets.HTML(
+            "<div style='font-size:85%;color:var(--jp-ui-font-color2, #616161);margin:2px 0 0 "
+            f"4px'>{html.escape(wording.EXPLORE_SAVE_HINT)}</div>")
         limits_column = _column([
             _heading("Limits and tool results"), self.next_size,
             *noted("cap", "window", "per_result_max_chars", "turn_budget_chars",
@@ -315,7 +318,7 @@ class ExploreWidget:
             self.strip, self.legend, self.numbers, self.message,
             widgets.HBox([self.replay_button, self.cancel_button, self.apply_button,
                           self.undo_button, self.reset_button], layout=wrap),
-            self.progress, self.output, self.plot,
+            self.progress, self.output, self.plot, self.save_hint,
         ], layout=widgets.Layout(max_width="900px", min_width="0"))
         for control in (*self.fields.values(), self.next_size):
             control.observe(self._changed, names="value")
@@ -825,7 +828,12 @@ class ExploreWidget:
 
     def _next_cell(self, info: Any = None) -> None:
         """``pre_run_cell``: a later cell starts; the live display becomes the snapshot."""
-        self._freeze()
+        try:
+            self._freeze()
+        except Exception as e:   # IPython would print a traceback over the user's cell
+            self._unwatch()
+            print(f"⚠ the explorer's snapshot failed: {type(e).__name__}: {e}",
+                  file=sys.stderr)
 
     def _freeze(self) -> None:
         self._unwatch()
@@ -847,7 +855,7 @@ class ExploreWidget:
         the settings as the controls have them, the plan, the fates with their legend, the
         last replay's table and plot."""
         self.flush()
-        note = w.explore_snapshot_note(self.snapshot_at or time.time(), closed=self.closed)
+        note = wording.explore_snapshot_note(self.snapshot_at or time.time(), closed=self.closed)
         text = [note, self.text()]
         if self._said and not self._error:
             text.insert(2, self._said)
@@ -876,7 +884,8 @@ class ExploreWidget:
         if self._said and not self._error:
             parts.append(f"<div class='ctxr-explore-message'>{e(self._said)}</div>")
         if self.report is not None:
-            parts.append(f"<div class='ctxr-explore-replay'>{self.report.html()}")
+            parts.append("<div class='ctxr-explore-replay' style='margin:6px 0 0 0'>"
+                         f"{self.report.html()}")
             if self.plot_png is not None:
                 data = base64.b64encode(self.plot_png).decode("ascii")
                 parts.append('<img class="ctxr-replay-plot" alt="replay: history per turn" '
@@ -905,13 +914,16 @@ class ExploreWidget:
             field = _FIELDS.get(key, key)
             was = (_setting_text(field, changes[field][0]) if field in changes else None)
             rows.append((_label(control), _shown(key, values[key]), was))
+        # Left-aligned, unpadded: JupyterLab's output tables right-align their cells.
+        cell = "<td style='text-align:left;padding:0 12px 0 0"
         cells = "".join(
-            f"<tr><td style='padding:0 12px 0 0'>{e(label)}</td>"
-            f"<td style='padding:0 12px 0 0'>{'<b>' + e(value) + '</b>' if was else e(value)}"
-            f"</td><td style='color:var(--jp-ui-font-color2, #616161)'>"
+            f"<tr>{cell}'>{e(label)}</td>"
+            f"{cell}'>{'<b>' + e(value) + '</b>' if was else e(value)}</td>"
+            f"{cell};color:var(--jp-ui-font-color2, #616161)'>"
             f"{'session: ' + e(was) if was else ''}</td></tr>"
             for label, value, was in rows)
-        return f"<table class='ctxr-explore-settings' style='margin:4px 0'>{cells}</table>"
+        return ("<table class='ctxr-explore-settings' style='margin:4px 0;font-size:inherit;"
+                f"border-collapse:collapse'>{cells}</table>")
 
     def close(self) -> None:
         """Stop a replay, show the snapshot in place of the live display, close the widgets."""
