@@ -59,7 +59,7 @@ def test_the_widget_starts_from_the_sessions_settings_and_the_emulators_limits(
     assert widget.limits == {"context_window": 64_000, "max_body": 16 * 1024}
     # The values in force, each with where it comes from.
     assert (widget.cap.value, widget.window.value) == ("", "64000")
-    assert "none: none configured or learned" in widget.notes["cap"].value
+    assert widget.notes["cap"].value.endswith(">none configured or learned</div>")
     assert "64000: the model&#x27;s own, set on the emulator" in widget.notes["window"].value
     assert "default" in widget.notes["emergency_keep_messages"].value
     assert widget.emergency_keep.value == session.settings.emergency_keep_messages
@@ -122,6 +122,18 @@ def test_a_refused_value_is_said_in_the_controls_words_and_marks_the_plan_stale(
     widget.reset()                                          # a valid value: fresh again
     assert not widget.stale and (widget.strip.value, widget.numbers.value) == fresh
     assert "ctxr-stale" not in widget.strip._dom_classes and "stale" not in widget.text()
+
+
+def test_a_settings_sentence_names_the_controls_not_their_variables(
+        ip: Any, chat: ChatMagics) -> None:
+    """What the widget's own checks do not catch is said by the settings; the names in that
+    sentence become the controls' labels."""
+    widget = explore(ip)
+    said = widget._in_words_of_controls(
+        "CHATCLI_MAX_PAYLOAD=2 KB is outside what a proxy's body limit can be; "
+        "per_result_max_chars=5 exceeds turn_budget_chars=4.")
+    assert said == ("payload cap=2 KB is outside what a proxy's body limit can be; "
+                    "per-result budget=5 exceeds per-turn budget=4.")
 
 
 def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:
@@ -405,7 +417,7 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     assert (plan.cap, plan.cap_source) == (cap, "learned")
     text = widget.text()
     assert text.startswith("explore session default: cap=15.7 KB, window=64000")
-    assert "in force: cap 15.7 KB: learned from a refusal on this network path" in text
+    assert "sources: cap 15.7 KB: learned from a refusal on this network path" in text
     # Apply with the learned cap untouched: nothing (it is not made a configured cap).
     widget.apply_button.click()
     assert "nothing to apply" in widget.message.value
@@ -416,8 +428,11 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     plan = widget.plan
     assert plan is not None and (plan.cap, plan.cap_source) == (12 * 1024, "configured")
     assert plan.changes == {"max_payload": (None, 12 * 1024)}
-    assert (f"moved from 15.7 KB; was learned from a refusal on this network path, {cap:,} "
+    assert (f"moved from 15.7 KB — learned from a refusal on this network path, {cap:,} "
             "bytes") in widget.notes["cap"].value
+    # The value in force written otherwise is no move.
+    widget.cap.value = f"{cap}B"
+    assert widget.plan is not None and widget.plan.changes == {} and not widget.moved("cap")
     # A configured cap above the learned one: the learned one still applies, and says so.
     widget.cap.value = "64KB"
     plan = widget.plan
@@ -452,14 +467,21 @@ def test_each_note_says_where_a_configured_value_comes_from(
     assert widget.plan.cap_source == "configured"
 
 
-def test_a_configured_window_and_a_value_past_a_sliders_end_are_shown_whole(
+def test_a_configured_window_and_a_value_off_a_sliders_range_are_shown_whole(
         ip: Any, chat: ChatMagics) -> None:
     ip.run_line_magic("chat", "config CHATCLI_CONTEXT_WINDOW=32000 "
                               "CHATCLI_EMERGENCY_KEEP_MESSAGES=100")
     widget = explore(ip)
     assert widget.window.value == "32000"
+    widget.window.value = "32,000"                         # the same window, written otherwise
+    assert widget.plan is not None and widget.plan.changes == {} and not widget.moved("window")
     assert "32000: configured (%chat config)" in widget.notes["window"].value
     assert widget.emergency_keep.value == 100 <= widget.emergency_keep.max
+    ip.run_line_magic("chat", "config cap_budget_fraction=0.33 preflight_budget_ratio=0.02")
+    widget.reset()
+    assert (widget.cap_budget.value, widget.cap_budget.step) == (0.33, 0.01)
+    assert widget.target_ratio.value == 0.02 >= widget.target_ratio.min
+    assert widget.plan is not None and widget.plan.changes == {} and widget.assignments() == {}
     assert widget.plan is not None and widget.plan.changes == {}
     assert widget.assignments() == {}
 

@@ -6,11 +6,21 @@ coloured by fate, before/after sizes, the pre-flight line), recomputed when a va
 changes (debounced on the kernel's event loop). The controls come in two groups: limits and
 tool results, and when compaction runs (the chat budget's shares of the window and the cap,
 the pre-flight rule for a jump past a share of the cap), with a tooltip on each and a
-note saying which fires when. Buttons: **Replay with these settings**
-(``replay`` on the session's transcript, in a worker thread, with a progress bar and a
-cancel), **Apply to session** (the same validation and path as ``%chat config``),
-**Reset** (back to the session's settings). A value that is wrong shows one sentence in
-the widget, never a traceback.
+note saying which fires when. Each control starts at the value the next request would use
+— the cap in force (configured, learned from a refusal on the network path, assumed), the
+window in force (configured, the model's own set on the emulator or from the catalogue,
+learned) — with a note under it saying where that value comes from (``Sources``: ``%chat
+config``, a ``CHATCLI_*`` variable, ``ipython_config``; or the default); a cap or window
+left alone asks for nothing, so showing a learned cap is no change. Buttons: **Replay with
+these settings** (``replay`` on the session's transcript, in a worker thread, with a
+progress bar and a cancel), **Apply to session** (the same validation and path as ``%chat
+config``), **Undo apply** (``ctxr-undo``: the values from before the last Apply, through
+``%chat config`` again; a stack, one Apply undone per click), **Reset** (back to the
+session's settings in force). A value that is wrong shows one sentence in the widget,
+naming the control by its label, never a traceback; the plan on screen is then dimmed
+under a line saying it is stale (``STALE``) until the value is fixed. The session is named
+as the user calls it (``name``: ``default``), in the title, the text, Apply's line and the
+replay.
 
 The widget tree is built once; values change through traits. Its rows wrap (flex-wrap,
 columns with a minimum and a maximum width), so it reads in a narrow notebook column
@@ -192,6 +202,7 @@ class ExploreWidget:
         self._in_force: dict[str, str] = {}    # control -> where that value comes from
         self._undo: list[dict[str, str]] = []  # per Apply: KEY -> the value before it
         self._fresh: tuple[str, str] = ("", "")   # the strip and numbers of the plan shown
+        self._force_values: dict[str, int | None] = {}   # the cap and window in force
         self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
         self.debounce = debounce
         self._plan: Plan | None = None
@@ -349,10 +360,14 @@ class ExploreWidget:
         return self.error is not None and self._plan is not None
 
     def moved(self, name: str) -> bool:
-        """Whether control ``name`` holds another value than the one in force it was given."""
+        """Whether control ``name`` holds another value than the one in force it was given
+        (the cap or the window written otherwise, ``16KB`` for ``16 KB``, is not moved)."""
         value = self.fields[name].value
         if isinstance(value, str):
-            return value.strip() != str(self._shown.get(name, "")).strip()
+            text = value.strip()
+            if text == str(self._shown.get(name, "")).strip():
+                return False
+            return _typed_value(name, text) != self._force_values.get(name, _UNREAD)
         if isinstance(value, float):
             return round(value, 6) != self._shown.get(name)
         return bool(value != self._shown.get(name))
@@ -407,6 +422,7 @@ class ExploreWidget:
                                       where.get("max_payload"))
         in_force["window"] = _window_source(status.window_source, where.get("context_window"))
         self._shown, self._in_force = shown, in_force
+        self._force_values = {"cap": status.cap, "window": status.window}
         self._quiet = True
         try:
             with contextlib.ExitStack() as stack:
@@ -417,8 +433,8 @@ class ExploreWidget:
                     self.next_size.value = ""
                 for name, value in shown.items():
                     control = self.fields[name]
-                    if isinstance(control, widgets.IntSlider) and value > control.max:
-                        control.max = value        # a slider shows the value in force whole
+                    if isinstance(control, widgets.IntSlider | widgets.FloatSlider):
+                        _fit_slider(control, value)
                     control.value = value
         finally:
             self._quiet = False
@@ -440,10 +456,11 @@ class ExploreWidget:
             shown = _note_value(name, self._shown.get(name))
             if not self.moved(name):
                 text = f"{shown}: {self._in_force.get(name, 'default')}" \
-                    if name in ("cap", "window") else self._in_force.get(name, "default")
+                    if name in ("cap", "window") and self._shown.get(name) \
+                    else self._in_force.get(name, "default")
             else:
                 was = self._in_force.get(name, "default")
-                text = f"moved from {shown}; was {'the default' if was == 'default' else was}"
+                text = f"moved from {shown} — {'the default' if was == 'default' else was}"
                 if name == "cap" and plan is not None and plan.cap_source == "learned" \
                         and self._error is None and plan.cap is not None:
                     text += f"; the learned {format_size(plan.cap)} still applies below it"
@@ -758,7 +775,7 @@ class ExploreWidget:
                  + ", ".join(f"{k}={_shown(k, v)}" for k, v in values.items())]
         said = [f"{name} {note}" for name, note in self._source_notes().items()]
         if said:
-            lines.append("in force: " + "; ".join(said))
+            lines.append("sources: " + "; ".join(said))
         if self.error:
             lines.append(f"✗ {self.error}")
             if self.plan is not None:
@@ -1021,6 +1038,35 @@ def _shown(name: str, value: Any) -> str:
     if value is None:
         return "none" if name == "cap" else "auto"
     return str(value)
+
+
+def _fit_slider(slider: widgets.IntSlider | widgets.FloatSlider, value: float) -> None:
+    """Widen ``slider`` to hold ``value`` as it is (a slider clamps to its ends, and a
+    browser snaps to its step): a value in force past an end or between steps is shown
+    whole, not turned into a change."""
+    slider.max = max(slider.max, value)
+    slider.min = min(slider.min, value)
+    if isinstance(slider, widgets.FloatSlider):
+        steps = (value - slider.min) / slider.step
+        if abs(steps - round(steps)) > 1e-6:
+            slider.step = 0.01 if abs(value * 100 - round(value * 100)) < 1e-6 else 0.001
+
+
+_UNREAD = object()
+"""What a cap or a window that cannot be read compares as (unequal to any value)."""
+
+
+def _typed_value(name: str, text: str) -> Any:
+    """The cap (bytes, None for none) or the window (tokens) ``text`` says; ``_UNREAD``
+    when it says neither."""
+    try:
+        if name == "cap":
+            return parse_size(text) or None if text else None
+        if text.lower() in ("", "auto", "none", "0"):
+            return _UNREAD          # the model's own: compared by what the plan finds
+        return int(text.replace(",", "").replace("_", ""))
+    except (ConfigError, ValueError):
+        return _UNREAD
 
 
 #: Control → the Settings field it sets (the others are named by theirs).
