@@ -9,13 +9,15 @@ from typing import Any
 
 import ipywidgets as widgets
 import pytest
+from contrast import installed_themes, theme_problems, vetted
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core import theme
 from ipy_ctxrecovery.notebook.explore import ExploreWidget, text_strip
 from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
-from ipy_ctxrecovery.session.what_if import Fate
+from ipy_ctxrecovery.session.what_if import FATE_COLOURS, Fate
 from ipy_ctxrecovery.settings import format_size
 
 
@@ -134,6 +136,25 @@ def test_a_settings_sentence_names_the_controls_not_their_variables(
         "per_result_max_chars=5 exceeds turn_budget_chars=4.")
     assert said == ("payload cap=2 KB is outside what a proxy's body limit can be; "
                     "per-result budget=5 exceeds per-turn budget=4.")
+
+
+def test_messages_and_legend_take_their_colours_from_the_theme(
+        ip: Any, chat: ChatMagics) -> None:
+    themes = installed_themes()
+    widget = explore(ip)
+    widget.cap.value = "lots"
+    refused = widget.message.value
+    assert f"color:{theme.TEXT_ERROR}" in refused
+    widget.cap.value = "256KB"
+    widget.flush()
+    widget.apply()
+    taken = widget.message.value
+    assert f"color:{theme.TEXT_OK}" in taken
+    for page in (refused, taken, widget.legend.value, widget.strip.value):
+        assert theme_problems(page, themes, allowed=FATE_COLOURS.values()) == []
+        assert vetted(page) == []
+    assert all(c in widget.legend.value for c in set(FATE_COLOURS.values()) - {
+        FATE_COLOURS[Fate.PINNED_REQUEST]})             # one swatch for all of "pinned"
 
 
 def test_apply_goes_through_chat_config(ip: Any, chat: ChatMagics) -> None:

@@ -220,11 +220,16 @@ def test_the_colours_come_from_the_theme_in_the_widget_and_the_snapshot(emulator
     for text in (panel.widget._css, snapshot):
         assert theme_problems(text, themes) == []
         assert vetted(text) == []
-    lit = panel.widget._css.split(".ctxr-level.lit {")[1].split("}")[0]
-    assert f"color: {theme.TEXT_STRONG}" in lit and f"background: {theme.SURFACE}" in lit
-    unlit = panel.widget._css.split(".ctxr-level {")[1].split("}")[0]
-    assert "opacity" not in unlit and f"color: {theme.TEXT_DIM}" in unlit
-    assert f"background: {theme.TRACK}" in panel.widget._css.split(".ctxr-track {")[1]
+    css = panel.widget._css
+
+    def rules(selector: str) -> str:                  # every rule for it, in order
+        return " ".join(part.split("}")[0] for part in css.split(selector + " {")[1:])
+
+    lit, unlit, track = rules(".ctxr-level.lit"), rules(".ctxr-level"), rules(".ctxr-track")
+    assert lit.endswith(f"color: {theme.TEXT_STRONG}; border-color: {theme.BORDER_WARN};\n"
+                        f"  background: {theme.SURFACE}; ")
+    assert "opacity" not in unlit and unlit.endswith(f"color: {theme.TEXT_DIM}; ")
+    assert track.endswith(f"background: {theme.TRACK}; ")
 
 
 def test_between_turns_a_snapshot_during_a_turn_the_widget() -> None:

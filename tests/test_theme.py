@@ -1,27 +1,33 @@
-"""core/theme.py: every colour is a variable the installed JupyterLab themes define, falls
-back to the light theme's value, and text colours read at 4.5:1 on the notebook's
-background in the light, dark and high-contrast themes (and, with no theme, on white).
+"""core/theme.py: every colour is a variable the installed JupyterLab themes define, and
+text colours read at 4.5:1 on the notebook's background in the light, dark and
+high-contrast themes, and, through their fallbacks, in a front end with no JupyterLab
+variables (black on white; VS Code's dark and light defaults).
 
 The page colours come from JupyterLab's own theme CSS (``jupyterlab/themes``), so a theme
-that changes a colour fails here before a person sees it; the browser test measures the
-rendered page."""
+that changes a colour fails here before a person sees it; ``paint`` computes
+``var()``/``color-mix()`` as CSS does. The browser test measures the rendered page; the
+last test here renders the fallbacks in Chromium."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import urllib.parse
 
 import pytest
 from contrast import (
+    RGBA,
+    TEXT_SAMPLES_JS,
     WCAG_AA,
     contrast_ratio,
     installed_themes,
-    jp_vars,
+    low_contrast,
     over,
+    paint,
     parse_colour,
     relative_luminance,
     theme_problems,
-    themed,
 )
+from needs import unavailable
 
 from ipy_ctxrecovery.core import theme
 
@@ -29,64 +35,121 @@ TEXT = {"TEXT_STRONG": theme.TEXT_STRONG, "TEXT_DIM": theme.TEXT_DIM,
         "TEXT_ERROR": theme.TEXT_ERROR, "TEXT_OK": theme.TEXT_OK,
         "TEXT_RUNNING": theme.TEXT_RUNNING}
 
+PLAIN_PAGES = {"black on white": ("#000", "#fff"),
+               "VS Code dark": ("#cccccc", "#1e1e1e"),
+               "VS Code light": ("#3b3b3b", "#ffffff")}
+"""Front ends with no ``--jp-*`` variables: (text colour, background)."""
+
 
 @pytest.fixture(scope="module")
-def themes() -> dict[str, dict[str, str]]:
-    return installed_themes()
+def pages() -> dict[str, tuple[dict[str, str], RGBA, RGBA]]:
+    """Every page a colour must read on: (its variables, text colour, background)."""
+    out = {}
+    for name, variables in installed_themes().items():
+        bg = parse_colour(variables["layout-color0"])   # what .jp-Notebook paints
+        out[name] = (variables, over(parse_colour(variables["ui-font-color1"]), bg), bg)
+    for name, (fg, bg) in PLAIN_PAGES.items():
+        out[name] = ({}, parse_colour(fg), parse_colour(bg))
+    return out
 
 
-def _painted(value: str, variables: dict[str, str], page: str) -> Any:
-    """``value`` in one theme, composed over ``page`` (text colours can be translucent)."""
-    return over(parse_colour(themed(value, variables)), parse_colour(page))
+PAGE_NAMES = ["light", "dark", "high contrast", *PLAIN_PAGES]
 
 
-def test_every_colour_is_a_theme_variable_with_the_light_value_as_fallback(
-        themes: dict[str, dict[str, str]]) -> None:
-    values = [getattr(theme, name) for name in theme.__all__ if name != "var"]
+def test_every_colour_is_a_variable_the_themes_define() -> None:
+    values = [getattr(theme, name) for name in theme.__all__
+              if name not in ("var", "mix", "tint")]
     assert all(v.startswith("var(--jp-") for v in values)
-    assert theme_problems(" ".join(values), themes) == []
+    assert theme_problems(" ".join(values), installed_themes()) == []
 
 
-def test_the_check_catches_a_literal_a_wrong_fallback_and_an_unknown_variable(
-        themes: dict[str, dict[str, str]]) -> None:
+def test_the_check_catches_a_literal_and_an_unknown_variable() -> None:
     problems = theme_problems("color:#c62828;" + theme.var("error-color0", "#c62828")
-                              + theme.var("no-such-color", "#000"), themes)
+                              + theme.var("no-such-color", "#000"), installed_themes())
     assert problems == ["hard-coded colour #c62828",
-                        "--jp-error-color0 falls back to #c62828, not the light theme's #b71c1c",
                         "--jp-no-such-color is not defined in the light, dark, high contrast "
                         "theme"]
 
 
-@pytest.mark.parametrize("theme_name", ["light", "dark", "high contrast"])
+@pytest.mark.parametrize("page", PAGE_NAMES)
 @pytest.mark.parametrize("token", sorted(TEXT))
-def test_text_reads_on_the_notebook_page(themes: dict[str, dict[str, str]], theme_name: str,
-                                         token: str) -> None:
-    variables = themes[theme_name]
-    page = parse_colour(variables["layout-color0"])   # what .jp-Notebook paints
-    fg = _painted(TEXT[token], variables, variables["layout-color0"])
-    assert contrast_ratio(fg, page) >= WCAG_AA, (token, theme_name)
+def test_text_reads_on_the_page(pages: dict[str, tuple[dict[str, str], RGBA, RGBA]],
+                                page: str, token: str) -> None:
+    variables, text, bg = pages[page]
+    fg = over(paint(TEXT[token], variables, text), bg)
+    assert contrast_ratio(fg, bg) >= WCAG_AA, (token, page, fg)
 
 
-@pytest.mark.parametrize("theme_name", ["light", "dark", "high contrast"])
-def test_a_lit_chip_reads_on_its_surface(themes: dict[str, dict[str, str]],
-                                         theme_name: str) -> None:
-    variables = themes[theme_name]
-    surface = _painted(theme.SURFACE, variables, variables["layout-color0"])
-    fg = over(parse_colour(themed(theme.TEXT_STRONG, variables)), surface)
+@pytest.mark.parametrize("page", PAGE_NAMES)
+def test_a_lit_chip_reads_on_its_surface_and_stands_off_the_page(
+        pages: dict[str, tuple[dict[str, str], RGBA, RGBA]], page: str) -> None:
+    variables, text, bg = pages[page]
+    surface = over(paint(theme.SURFACE, variables, text), bg)
+    fg = over(paint(theme.TEXT_STRONG, variables, text), surface)
     assert contrast_ratio(fg, surface) >= WCAG_AA
-    # The chip stands off the page (it was the same light orange in every theme).
-    assert surface != parse_colour(variables["layout-color0"])
+    assert contrast_ratio(surface, bg) > 1.1      # it was one light orange in every theme
 
 
-@pytest.mark.parametrize("token", sorted(TEXT))
-def test_with_no_theme_the_fallbacks_read_on_white(token: str) -> None:
-    [(_name, fallback)] = jp_vars(TEXT[token])
-    fg = over(parse_colour(fallback), parse_colour("#fff"))
-    assert contrast_ratio(fg, "#fff") >= WCAG_AA
+@pytest.mark.parametrize("page", ["dark", "high contrast", "VS Code dark"])
+def test_an_empty_track_does_not_glare_on_a_dark_page(
+        pages: dict[str, tuple[dict[str, str], RGBA, RGBA]], page: str) -> None:
+    """Issue 25: a light grey (#e0e0e0) track on the dark theme's page."""
+    variables, text, bg = pages[page]
+    track = over(paint(theme.TRACK, variables, text), bg)
+    if page == "high contrast":    # its own choice: --jp-border-color2 is light there
+        assert track == parse_colour(variables["border-color2"])
+    else:
+        assert relative_luminance(track) < relative_luminance("#808080")
+    assert contrast_ratio(track, bg) > 1.2        # still seen as a track
 
 
-def test_an_empty_track_is_dark_on_a_dark_page(themes: dict[str, dict[str, str]]) -> None:
-    """The glare of issue 25: a light grey track on the dark theme's page."""
-    mid = relative_luminance("#808080")
-    assert relative_luminance(themed(theme.TRACK, themes["dark"])) < mid
-    assert relative_luminance(themed(theme.TRACK, themes["light"])) > mid
+def test_paint_computes_color_mix_as_css_does() -> None:
+    assert paint("color-mix(in srgb, #ff0000 50%, currentColor)", {}, "#0000ff") == (
+        127.5, 0, 127.5, 1)
+    assert paint(theme.tint(50), {}, "#ffffff") == (255, 255, 255, 0.5)
+    assert paint("var(--jp-x, currentColor)", {"x": "#010203"}, "#fff") == (1, 2, 3, 1)
+    assert paint("var(--jp-x, currentColor)", {}, "#fff") == (255, 255, 255, 1)
+
+
+PAGE = """<!doctype html><html><body style="margin:0;background:{bg};color:{fg};
+font-family:sans-serif">{panel}</body></html>"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", list(PLAIN_PAGES))
+def test_the_panel_snapshot_reads_in_chromium_without_jupyterlab(page: str) -> None:
+    """The fallbacks as a browser computes them: the panel's snapshot mid-recovery on a
+    page with no JupyterLab CSS, in a light and a dark editor theme."""
+    chromium, chromedriver = "/usr/bin/chromium", "/usr/bin/chromedriver"
+    if not (os.access(chromium, os.X_OK) and os.access(chromedriver, os.X_OK)):
+        unavailable("theme fallbacks: chromium or chromedriver is missing")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        unavailable("theme fallbacks: selenium is not installed")
+    from ipy_ctxrecovery.notebook.panel import _PANEL_CSS
+
+    levels = "".join(f"<span class='ctxr-level {state}'>{name}</span>" for name, state in (
+        ("shorter answer", ""), ("summarize to fit", "lit current")))
+    steps = "".join(f"<div class='ctxr-step {status}'><span>•</span><span>{status}</span>"
+                    f"<span>detail of {status}</span></div>"
+                    for status in ("done", "skipped", "pending", "running", "failed"))
+    panel = (f"{_PANEL_CSS}<div class='ctxr-panel'><div class='ctxr-steps'>{steps}</div>"
+             f"<div class='ctxr-levels'>{levels}</div></div>")
+    fg, bg = PLAIN_PAGES[page]
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    try:
+        driver.get("data:text/html," + urllib.parse.quote(
+            PAGE.format(bg=bg, fg=fg, panel=panel)))
+        samples = driver.execute_script(TEXT_SAMPLES_JS, ".ctxr-panel")
+    finally:
+        driver.quit()
+    assert len(samples) == 2 + 5 * 3
+    assert low_contrast(samples) == []
+    colours = {s["text"]: parse_colour(s["color"]) for s in samples}
+    assert colours["failed"] != colours["done"] != colours["running"]   # still told apart

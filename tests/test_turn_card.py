@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from contrast import installed_themes, theme_problems, vetted
 from IPython.core.displaypub import DisplayPublisher
 from IPython.testing import globalipapp
 from turn_streams import KB, LOREM, Stream, events_only, record, recovery_413, routine
 
-from ipy_ctxrecovery.core import compactor
+from ipy_ctxrecovery.core import compactor, theme
 from ipy_ctxrecovery.core import events as ev
 from ipy_ctxrecovery.core.history import Message
 from ipy_ctxrecovery.core.wording import CARD_GLYPHS
@@ -114,6 +115,22 @@ def test_the_html_says_the_same_and_is_static(emulator: Any) -> None:
     rec.feed(ev.Failed(failure_kind=FailureKind.OTHER, sentence="<b>late</b>"))
     assert bundle == card._repr_mimebundle_()           # written once: later events change nothing
     assert "&lt;b&gt;late" in TurnCard(rec).html()       # and text is escaped
+    session.close()
+
+
+def test_the_card_takes_its_colours_from_the_theme(emulator: Any) -> None:
+    """A saved card is plain HTML: its inline colours are theme variables with fallbacks,
+    green for a turn that ended well, red for one that did not (issue 25)."""
+    themes = installed_themes()
+    session, stream = recovery_413(emulator)
+    ok = card_of(stream).html()
+    rec = replay(stream)
+    rec.feed(ev.Failed(failure_kind=FailureKind.OTHER, sentence="late"))
+    failed = TurnCard(rec).html()
+    for page in (ok, failed):
+        assert theme_problems(page, themes) == [] and vetted(page) == []
+    assert f"border-left:3px solid {theme.BORDER_OK}" in ok
+    assert f"border-left:3px solid {theme.BORDER_ERROR}" in failed
     session.close()
 
 

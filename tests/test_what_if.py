@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from contrast import contrast_ratio, delta_e, installed_themes, theme_problems, vetted
 from fakes import FakeProvider
 
 from ipy_ctxrecovery import ChatSession, ConfigError, CtxRecoveryError, Message, Settings
@@ -19,7 +20,7 @@ from ipy_ctxrecovery.core.prompts import compaction_notice
 from ipy_ctxrecovery.providers.base import Request
 from ipy_ctxrecovery.session.store import Transcript
 from ipy_ctxrecovery.session.tools import chat_tool
-from ipy_ctxrecovery.session.what_if import TRACK, Fate, Plan
+from ipy_ctxrecovery.session.what_if import FATE_COLOURS, FATE_WORDS, TRACK, Fate, Plan
 from ipy_ctxrecovery.settings import format_size
 
 
@@ -417,3 +418,31 @@ def test_a_long_history_collapses_in_the_strip_and_the_table() -> None:
     page = plan.html()
     assert page.count("title='#") <= 1_500 and "title='#0–#" in page
     assert len(plan.messages) == 4_001 and len(plan.text().splitlines()) < 40
+
+
+def test_fate_colours_are_told_apart_and_show_on_a_light_and_a_dark_page() -> None:
+    """Data colours, the same in every theme: each at least 3:1 (WCAG's non-text minimum)
+    against a white and the dark theme's #111 page, and fates the legend names apart at
+    least a CIE76 distance of 20 from each other."""
+    for fate, colour in FATE_COLOURS.items():
+        assert contrast_ratio(colour, "#fff") >= 3.0, fate
+        assert contrast_ratio(colour, "#111") >= 3.0, fate
+    named = {}
+    for fate, colour in FATE_COLOURS.items():
+        named.setdefault(FATE_WORDS[fate].split(" (")[0], set()).add(colour)
+    words = sorted(named)
+    for i, a in enumerate(words):
+        for b in words[i + 1:]:
+            for x in named[a]:
+                for y in named[b]:
+                    assert delta_e(x, y) >= 20, (a, b, x, y)
+
+
+def test_the_plan_page_has_no_colour_but_the_theme_and_the_fates(emulator: Any) -> None:
+    session = logged_session(emulator(context_window=128_000))
+    plan = session.what_if(text="next", microcompact_truncate_turns=1,
+                           microcompact_summarize_turns=3)
+    page = plan.html()
+    assert "messages kept (#" in page                    # the dim line is on the page
+    assert theme_problems(page, installed_themes(), allowed=FATE_COLOURS.values()) == []
+    assert vetted(page) == []

@@ -41,6 +41,7 @@ import ipywidgets as widgets
 import traitlets
 
 from ..core import events as ev
+from ..core import theme
 from ..core import wording as w
 from ..core.ladder.decide import Level
 from ..settings import Settings
@@ -133,14 +134,14 @@ export default {
 _ACTIVITY_CSS = """
 .ctxr-activity { display: flex; flex-wrap: wrap; align-items: center; gap: 6px;
   font-size: 12px; margin: 2px 0 0 0; min-height: 24px; }
-.ctxr-spin { width: 10px; height: 10px; border: 2px solid var(--jp-ui-font-color2, rgba(0,0,0,.54));
+.ctxr-spin { width: 10px; height: 10px; border: 2px solid;
   border-top-color: transparent; border-radius: 50%;
   animation: ctxr-rot 0.9s linear infinite; flex: none; }
 @keyframes ctxr-rot { to { transform: rotate(360deg); } }
 .ctxr-activity-label { overflow-wrap: anywhere; }
 .ctxr-elapsed { font-variant-numeric: tabular-nums; opacity: 0.75; }
 .ctxr-cancel { font-size: 12px; padding: 1px 10px; cursor: pointer; }
-.ctxr-hint { color: var(--jp-error-color1, #d32f2f); flex-basis: 100%; }
+.ctxr-hint { flex-basis: 100%; }
 """
 
 _PANEL_RULES = """
@@ -152,31 +153,37 @@ _PANEL_RULES = """
 .ctxr-state { opacity: 0.75; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .ctxr-meter { display: grid; grid-template-columns: 4.5em minmax(3em, 10em) minmax(0, 1fr);
   gap: 0 8px; align-items: center; }
-.ctxr-track { height: 8px; border-radius: 4px; background: var(--jp-border-color2, #e0e0e0);
-  overflow: hidden; }
+.ctxr-track { height: 8px; border-radius: 4px; overflow: hidden; }
 .ctxr-fill { height: 100%; }
-.ctxr-fill.ok { background: var(--jp-success-color1, #388e3c); }
-.ctxr-fill.warn { background: var(--jp-warn-color1, #f57c00); }
-.ctxr-fill.over { background: var(--jp-error-color1, #d32f2f); }
-.ctxr-track.none { background: repeating-linear-gradient(45deg,
-  var(--jp-layout-color2, #eee) 0 4px, var(--jp-layout-color3, #bdbdbd) 4px 8px); }
 .ctxr-label { overflow-wrap: anywhere; min-width: 0; }
 .ctxr-steps { display: grid; grid-template-columns: 1.2em 9.5em minmax(0, 1fr); gap: 0 4px;
   margin: 4px 0 0 0; }
 .ctxr-step { display: contents; }
-.ctxr-step.pending > *, .ctxr-step.skipped > * { color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
-.ctxr-step.running > span { font-weight: bold; color: var(--jp-brand-color1, #1976d2); }
-.ctxr-step.failed > span, .ctxr-step.cancelled > span { color: var(--jp-error-color1, #d32f2f); }
+.ctxr-step.running > span { font-weight: bold; }
 .ctxr-step > span:last-child { overflow-wrap: anywhere; min-width: 0; }
 .ctxr-levels { margin: 2px 0 0 1.6em; display: flex; flex-wrap: wrap; gap: 4px; }
-.ctxr-level { border: 1px solid var(--jp-border-color1, #bdbdbd); border-radius: 8px; padding: 0 6px;
-  color: var(--jp-ui-font-color2, rgba(0,0,0,.54)); }
-.ctxr-level.lit { color: var(--jp-ui-font-color0, #000); border-color: var(--jp-warn-color1, #f57c00);
-  background: var(--jp-layout-color2, #eee); }
+.ctxr-level { border: 1px solid; border-radius: 8px; padding: 0 6px; }
 .ctxr-level.current { font-weight: bold; }
 .ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
 """
-_PANEL_CSS = f"<style>{_PANEL_RULES}</style>"
+_COLOUR_RULES = f"""
+.ctxr-spin {{ border-color: {theme.TEXT_DIM}; border-top-color: transparent; }}
+.ctxr-hint {{ color: {theme.TEXT_ERROR}; }}
+.ctxr-track {{ background: {theme.TRACK}; }}
+.ctxr-track.none {{ background: repeating-linear-gradient(45deg,
+  {theme.SURFACE} 0 4px, {theme.TRACK_STRIPE} 4px 8px); }}
+.ctxr-fill.ok {{ background: {theme.FILL_OK}; }}
+.ctxr-fill.warn {{ background: {theme.FILL_WARN}; }}
+.ctxr-fill.over {{ background: {theme.FILL_ERROR}; }}
+.ctxr-step.pending > *, .ctxr-step.skipped > * {{ color: {theme.TEXT_DIM}; }}
+.ctxr-step.running > span {{ color: {theme.TEXT_RUNNING}; }}
+.ctxr-step.failed > span, .ctxr-step.cancelled > span {{ color: {theme.TEXT_ERROR}; }}
+.ctxr-level {{ border-color: {theme.BORDER}; color: {theme.TEXT_DIM}; }}
+.ctxr-level.lit {{ color: {theme.TEXT_STRONG}; border-color: {theme.BORDER_WARN};
+  background: {theme.SURFACE}; }}
+"""
+"""Every colour, from the JupyterLab theme (``core/theme.py``), after the rules above."""
+_PANEL_CSS = f"<style>{_PANEL_RULES}{_COLOUR_RULES}</style>"
 """The rules inline, for the snapshot (plain HTML, no widget to carry them)."""
 
 
@@ -201,7 +208,7 @@ class PanelWidget(anywidget.AnyWidget):
     server's REST API. One widget, so one message carries each change whole."""
 
     _esm = _ESM
-    _css = _ACTIVITY_CSS + _PANEL_RULES
+    _css = _ACTIVITY_CSS + _PANEL_RULES + _COLOUR_RULES
     html = traitlets.Unicode("").tag(sync=True)
     label = traitlets.Unicode("").tag(sync=True)
     started = traitlets.Float(0.0).tag(sync=True)
