@@ -10,6 +10,11 @@ minimum ratio, one readable line each::
 
     samples = driver.execute_script(TEXT_SAMPLES_JS, ".ctxr-panel")
     assert not low_contrast(samples), low_contrast(samples)
+
+The rest reads colours without a browser: ``theme_variables`` the installed JupyterLab
+themes' ``--jp-*`` colours, ``paint`` a ``var()``/``color-mix()`` value as CSS computes it,
+``theme_problems`` and ``vetted`` what in our HTML or CSS is not a checked theme colour,
+``delta_e`` how far apart two data colours are.
 """
 
 from __future__ import annotations
@@ -335,15 +340,6 @@ def paint(value: str, variables: dict[str, str], current: RGBA | str) -> RGBA:
         rgb = [(c1[i] * c1[3] * p1 + c2[i] * c2[3] * p2) / alpha for i in range(3)]
         return (rgb[0], rgb[1], rgb[2], alpha)
     return parse_colour(value)
-
-
-def themed(value: str, variables: dict[str, str]) -> str:
-    """``value`` (a colour or a ``var(--jp-…, fallback)``) as one theme writes it."""
-    found = jp_vars(value)
-    if not found:
-        return value
-    name, fallback = found[0]
-    return variables.get(name, fallback)
 
 
 def delta_e(a: RGBA | str, b: RGBA | str) -> float:
