@@ -200,9 +200,10 @@ def serve(base: Path, notebooks: dict[str, list[tuple[str, str]]], *, front_end:
         log.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def lab(browser_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """JupyterLab 4, light theme, with the recovery notebook (``panel.ipynb``)."""
+    """JupyterLab 4, light theme, with the recovery notebook (``panel.ipynb``); one test
+    uses it, so it stops when that test ends, before the explorer's servers start."""
     with serve(tmp_path_factory.mktemp("lab"), {"panel.ipynb": CELLS}) as server:
         yield server
 
@@ -228,7 +229,7 @@ def chromium(profile: Path) -> Iterator[Any]:
         browser.quit()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def driver(lab: dict[str, Any]) -> Iterator[Any]:
     with chromium(lab["profile"]) as browser:
         yield browser
@@ -853,9 +854,17 @@ def test_explorer_apply_then_undo(front: dict[str, Any]) -> None:
 
 def test_saved_notebook_reopens_readable(front: dict[str, Any]) -> None:
     """Save, shut the kernel down, reopen with no widget state: the panel's snapshot, the
-    turn card and the explorer's snapshot read as they did; no "Error displaying widget"."""
+    turn card and the explorer's snapshot (its replay and plot too) read as they did; no
+    "Error displaying widget"."""
     driver = front["driver"]
     with failure_shot(front, "reload"):
+        cell = driver.find_elements("css selector", ".jp-Notebook .jp-Cell")[EXPLORE_CELL]
+        if not cell_done(driver, CONFIG_AFTER) and "replayed" not in plan_text(driver):
+            click(driver, button(driver, "Replay"))   # run alone (-k): the replay to keep
+            wait_for(lambda: "replayed" in plan_text(driver), "the replay to finish",
+                     timeout=180, every=0.5)
+            wait_for(lambda: cell.find_elements("css selector", "img.ctxr-replay-plot"),
+                     "the replay's plot")
         if not cell_done(driver, CONFIG_AFTER):
             run_and_wait(driver, CONFIG_AFTER)     # the next cell ran: the explorer snapshots
         _try(lambda: wait_for(lambda: driver.find_elements("css selector", ".jp-Notebook "
