@@ -660,7 +660,7 @@ CONTROLS: list[tuple[str, str, str, str | None]] = [
     ("per-turn budget", "text", "50000", "turn_budget_chars"),
     ("truncate results after", "slider", "1", "microcompact_truncate_turns"),
     ("one-line results after", "slider", "6", "microcompact_summarize_turns"),
-    ("emergency keep", "handle", "←←←←←←", "emergency_keep_messages"),   # 10 → 4
+    ("emergency keep", "slider", "4", "emergency_keep_messages"),
     ("chat budget (window)", "slider", "0.5", "chat_budget_ratio"),
     ("chat budget (cap)", "slider", "0.5", "cap_budget_fraction"),
     ("jump past (of cap)", "slider", "0.6", "preflight_cap_fraction"),
@@ -737,18 +737,10 @@ def control(driver: Any, label: str) -> Any:
 
 def move(driver: Any, label: str, kind: str, value: str) -> None:
     """Type ``value`` into a field, or into a slider's readout (what dragging its handle to
-    that value does), and press Enter, as a person would; for a ``handle``, press an arrow
-    key on the slider's handle once per ← or → in ``value``."""
+    that value does), and press Enter, as a person would."""
     from selenium.webdriver.common.keys import Keys
 
     box = control(driver, label)
-    if kind == "handle":
-        handle = box.find_element("css selector", ".noUi-handle")
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
-        handle.click()
-        for arrow in value:
-            handle.send_keys(Keys.ARROW_LEFT if arrow == "←" else Keys.ARROW_RIGHT)
-        return
     target = box.find_element("css selector", "input" if kind == "text" else ".widget-readout")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", target)
     target.click()
