@@ -533,10 +533,14 @@ def test_apply_can_be_undone_one_apply_at_a_time(ip: Any, chat: ChatMagics) -> N
         == (12 * 1024, 1)
     assert (widget.chat_budget.value, widget.cap.value, widget.summarize_turns.value) \
         == (0.75, "12 KB", 4)                              # the controls follow
-    assert "undid Apply on session default: set chat_budget_ratio=0.75" in widget.message.value
+    # Unset before that Apply: unset again (the default in force), not set to the default.
+    assert ("undid Apply on session default: set chat_budget_ratio back to its default (0.75)"
+            in widget.message.value)
+    assert "chat_budget_ratio" not in chat.settings_overrides
     assert not undo.disabled
     undo.click()                                           # then the first
     assert session.settings == Settings.from_env()
+    assert chat.settings_overrides == {} and chat.max_payload is None
     assert (widget.cap.value, widget.truncate_turns.value) == ("", 2)
     assert widget.plan is not None and widget.plan.changes == {}
     assert undo.disabled

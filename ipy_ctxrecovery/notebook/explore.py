@@ -106,6 +106,10 @@ _STALE_LINE = (f"<div class='ctxr-stale-line' style='color:{theme.TEXT_ERROR};"
 _NOTE_STYLE = ("font-size:80%;line-height:1.2;margin:-2px 0 3px 154px;"
                f"color:{theme.TEXT_DIM}")
 
+Checkpoint = Callable[[], Callable[[], frozenset[str]]]
+"""``checkpoint()`` before an Apply → ``restore()``, which puts the configuration back as it
+was (a setting that was unset is unset again) and returns the fields configured then."""
+
 Publish = Callable[..., Any]
 """``publish(bundle, display_id=…, update=…)``: show a raw mime bundle (default: IPython's
 ``display(bundle, raw=True, …)``)."""
@@ -192,15 +196,20 @@ class ExploreWidget:
                  limits: Mapping[str, Any] | None = None,
                  debounce: float = DEBOUNCE_SECONDS, name: str | None = None,
                  sources: Sources | None = None,
-                 live: bool | None = None, publish: Publish | None = None) -> None:
+                 live: bool | None = None, publish: Publish | None = None,
+                 checkpoint: Checkpoint | None = None) -> None:
         self.session = session
         # What the user calls it (the kernel's default session is stored under a generated name).
         self.name = name or session.name
         self._apply = apply
+        self._checkpoint = checkpoint
         self._sources = sources
         self._shown: dict[str, Any] = {}       # control -> the value in force put in it
         self._in_force: dict[str, str] = {}    # control -> where that value comes from
-        self._undo: list[dict[str, str]] = []  # per Apply: KEY -> the value before it
+        # Per Apply: KEY -> the value before it, and what puts the configuration back exactly
+        # (a setting that was unset is unset again, not set to its default's value).
+        self._undo: list[dict[str, str]] = []
+        self._restores: list[Callable[[], frozenset[str]] | None] = []
         self._fresh: tuple[str, str] = ("", "")   # the strip and numbers of the plan shown
         self._force_values: dict[str, int | None] = {}   # the cap and window in force
         self.limits = {k: v for k, v in (limits or {}).items() if k in LIMITS}
@@ -653,6 +662,7 @@ class ExploreWidget:
         settings = self.session.settings
         before = {key: _config_text(field_, getattr(settings, field_))
                   for key, field_ in ((k, _field_of(k)) for k in values)}
+        restore = self._checkpoint() if self._checkpoint is not None else None
         self.apply_button.disabled = True
         try:
             line = self._apply(values)
@@ -662,6 +672,7 @@ class ExploreWidget:
         finally:
             self.apply_button.disabled = False
         self._undo.append(before)
+        self._restores.append(restore)
         self._show_undo()
         self._load()
         self.refresh()
@@ -672,13 +683,20 @@ class ExploreWidget:
         controls and the plan follow (an earlier Apply can be undone next)."""
         if self._apply is None or not self._undo:
             return
-        before = self._undo[-1]
+        before, restore = self._undo[-1], self._restores[-1]
         try:
-            line = self._apply(before)
+            if restore is None:
+                line = self._apply(before)
+            else:
+                configured = restore()
+                line = "set " + ", ".join(
+                    f"{k}={v}" if _field_of(k) in configured else f"{k} back to its default ({v})"
+                    for k, v in before.items())
         except (UsageError, CtxRecoveryError) as e:
             self._say(f"cannot undo: {e}", error=True)
             return
         self._undo.pop()
+        self._restores.pop()
         self._show_undo()
         self._load()
         self.refresh()
@@ -1180,6 +1198,20 @@ def _explore(magics: ChatMagics, args: Any) -> ExploreWidget:
             run_subcommand(magics, line)
         return out.getvalue().strip()
 
+    def checkpoint() -> Callable[[], frozenset[str]]:
+        kept = (dict(magics.settings_overrides), magics.max_payload, magics.context_window)
+
+        def restore() -> frozenset[str]:
+            overrides, max_payload, window = kept
+            with magics.hold_trait_notifications():
+                magics.settings_overrides = overrides
+                magics.max_payload = max_payload
+                magics.context_window = window
+            traits = {"max_payload": max_payload, "context_window": window}
+            return frozenset(overrides) | {k for k, v in traits.items() if v is not None}
+        return restore
+
     return ExploreWidget(session, apply=apply, limits=limits, name=args.session,
-                         sources=lambda: config_sources(magics), live=magics.is_live())
+                         sources=lambda: config_sources(magics), live=magics.is_live(),
+                         checkpoint=checkpoint)
 
