@@ -491,6 +491,8 @@ class Transcript:
         # saved as the counter "said" with the history, so a load sees what it lacks.
         self._said_count: int | None = None
         self._said_saved: int | None = None        # ... as the history on disk says
+        self._meta: bytes | None = None             # session.json and learned.json as last
+        self._learned: str | None = None            # written, for a directory made again
         self._lock_fd: int | None = None
         self._lock_path = self.directory / LOCK_FILE
         self._claimed = time.time()
@@ -520,6 +522,7 @@ class Transcript:
         """Make the session's files exist (its first record is about to be written) and
         hold the writer's lock."""
         if self.created:
+            self._still_there()
             self.claim()
             return
         try:
@@ -535,6 +538,38 @@ class Transcript:
             self.created = True
         except OSError as e:
             self.health.failed("its directory", e)
+
+    def _still_there(self) -> None:
+        """Before a write: a directory deleted while the session is in use (by hand, a
+        clean-up job) is made again — private, with its lock, its metadata and learned
+        state, and a whole history snapshot at the next save — with one warning, so what is
+        said from now on is saved. The transcript starts again from the next record."""
+        if not self.created or self.directory.is_dir():
+            return
+        try:
+            for level in (data_root(), data_root() / "sessions", self.directory,
+                          self.results_dir):
+                ensure_private_dir(level)
+        except OSError as e:
+            self.health.failed("its directory", e)
+            return
+        if self._lock_fd is not None:      # its lock file went with the directory
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+        with contextlib.suppress(SessionInUse):
+            self.claim()
+        self._persisted = None
+        self._journal_lines = 0
+        self._said_count, self._said_saved = 0, None
+        warnings.warn(f"{self.directory} was deleted while session {self.name!r} was in use; "
+                      "it was made again, and what is said from now on is saved there (the "
+                      "working history in full, the transcript from here on).",
+                      RuntimeWarning, stacklevel=4)
+        for path, data in ((self.meta_path, self._meta), (self.learned_path, self._learned)):
+            if data is not None:
+                with contextlib.suppress(OSError):
+                    write_private_atomic(path, data)
 
     def claim(self) -> None:
         """Hold the writer's lock on this session (no-op when held already, or when the
@@ -722,6 +757,7 @@ class Transcript:
         whole snapshot (see the module doc)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
         new_counters = dict(counters) if counters is not None else self.counters
         line = self._journal_line(history, new_counters)
         self._written.clear()
@@ -776,6 +812,7 @@ class Transcript:
         empty the journal (close, compaction)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
         new_counters = dict(counters) if counters is not None else self.counters
         if (history is self._persisted and self._journal_lines == 0 and self.has_history()
                 and new_counters == self.counters and self._said_count == self._said_saved):
@@ -943,8 +980,10 @@ class Transcript:
             return                  # nothing said yet: nothing saved
         if self.redactor is not None:
             meta = self.redactor.value(dict(meta))  # the system prompt
+        self._still_there()
+        self._meta = _dumps(dict(meta))
         try:
-            write_private_atomic(self.meta_path, _dumps(dict(meta)))
+            write_private_atomic(self.meta_path, self._meta)
         except OSError as e:
             self.health.failed(self.meta_path.name, e)
             return
@@ -979,6 +1018,8 @@ class Transcript:
     def save_learned(self, text: str) -> None:
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
+        self._learned = text
         try:
             write_private_atomic(self.learned_path, text)
         except OSError as e:
