@@ -247,6 +247,13 @@ class SaveHealth:
         if self.failures > 1:
             return
         reason = error.strerror or str(error) or type(error).__name__
+        if isinstance(error, IsADirectoryError | NotAFile):
+            warnings.warn(
+                f"cannot save {what} in {self.directory} ({reason}); the conversation goes "
+                "on in memory, but nothing is being saved while this lasts — move what is "
+                f"at {what} aside (it is not this session's file).", RuntimeWarning,
+                stacklevel=4)
+            return
         warnings.warn(
             f"cannot save this session's files in {self.directory} ({reason}, while "
             f"writing {what}); the conversation goes on in memory, but nothing is being "

@@ -95,3 +95,54 @@ def read_only(monkeypatch: pytest.MonkeyPatch, root: Path) -> Iterator[None]:
         m.setattr(os, "truncate", guard(real_truncate))
         m.setattr(os, "chmod", guard(real_chmod))
         yield
+
+
+# -- files that are not files -----------------------------------------------------------------
+
+def finishes(fn: Any, seconds: float = 20.0, *, fifo: Path | None = None) -> Any:
+    """``fn()`` run in a thread: its value, or the test fails (never hangs) when it has not
+    returned within ``seconds``; an exception it raised is raised here. ``fifo``: a FIFO the
+    call may be stuck opening or reading — opened for writing and closed after a timeout, so
+    the stuck thread ends too."""
+    import threading
+
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = fn()
+        except BaseException as e:          # handed to the test's thread
+            done["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        if fifo is not None:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"still running after {seconds:g} s (hung on a file that is not a file?)")
+    if "error" in done:
+        raise done["error"]
+    return done.get("value")
+
+
+def not_a_file(path: Path, kind: str) -> None:
+    """Put a ``kind`` in place of ``path``: "fifo", "dir", "zero" (a symlink to /dev/zero),
+    "dangling" (a symlink to nowhere)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "nowhere")
+    else:
+        raise ValueError(kind)
+
+
+KIND_WORDS = {"fifo": "a FIFO", "dir": "a directory", "zero": "a symbolic link",
+              "dangling": "a symbolic link"}
