@@ -435,3 +435,23 @@ def test_a_bad_file_never_raises_from_transcript_reads(tmp_path: Path) -> None:
     assert [m.text for m in messages] == ["ok"] and len(said) == 1
     assert isinstance(json.dumps([m.to_dict() for m in messages]), str)
     assert not isinstance(said, CtxRecoveryError)
+
+
+def test_a_transcript_that_is_not_a_file_in_the_magics(ip: Any,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from diskfaults import not_a_file
+
+    s = _session_with_files("broken")
+    not_a_file(s._files.path, "dir")
+    magics = ip.magics_manager.registry["ChatMagics"]
+    before = magics.workspace.sessions["default"].history
+    capsys.readouterr()
+    ip.run_cell("%chat sessions", store_history=True)
+    listed = capsys.readouterr().out
+    assert "⚠ cannot be opened: transcript.jsonl is a directory, not a file" in listed, listed
+    result = ip.run_cell("%chat resume broken", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    one_sentence(str(result.error_in_exec))
+    assert "transcript.jsonl is a directory, not a file" in str(result.error_in_exec)
+    assert "no saved session" not in str(result.error_in_exec)
+    assert magics.workspace.sessions["default"].history == before        # nothing lost

@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import read_regular
 from ..core.events import CompactionPhase, Event, LadderStep
 from ..core.history import Message, Role, ToolCall, latest_user_index
 from ..emulator import Emulator
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..settings import Settings, format_size, parse_size
-from .._files import read_regular
 from .store import ENV_DIR, SMALL_MAX, TRANSCRIPT_MAX, Transcript, session_dir, validate_name
 from .tools import Tool, make_read_file
 from .what_if import resolve_settings
