@@ -657,3 +657,13 @@ def test_a_damaged_session_json_with_a_client_opens_on_the_model_learned_json_na
         ChatSession.resume("withclient", client=emu.openai_client(max_retries=0))
     assert "session.json is missing or damaged" in str(caught.value)
     assert "model='openai:…'" in str(caught.value)
+
+
+def test_a_fifo_in_place_of_the_lock_never_hangs_the_list_of_sessions() -> None:
+    from ipy_ctxrecovery.session.store import LOCK_FILE, saved_sessions
+
+    s = _thirteen("fifolock")
+    lock = s.directory / LOCK_FILE
+    not_a_file(lock, "fifo")
+    [row] = finishes(saved_sessions, fifo=lock)
+    assert row.name == "fifolock" and row.messages == 13 and row.open_elsewhere is None

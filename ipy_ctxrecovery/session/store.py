@@ -65,6 +65,7 @@ import operator
 import os
 import re
 import socket
+import stat
 import time
 import warnings
 import weakref
@@ -207,10 +208,13 @@ def held_elsewhere(name: str) -> str | None:
     if _holder_here(path) is not None:
         return None
     try:
-        fd = os.open(path, os.O_RDWR)
+        # Never blocking on, or following, what is not a file there (a FIFO, a symlink).
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return _holder(fd)
@@ -241,12 +245,12 @@ def saved_sessions() -> list[SavedSession]:
     for name in list_sessions():
         files = Transcript(name)
         try:
-            stat = files.path.lstat()
+            info = files.path.lstat()
         except OSError:
             continue
         kind = not_a_file(files.path)
         if kind is not None:
-            found.append(SavedSession(name, 0, 0, stat.st_mtime, "", None,
+            found.append(SavedSession(name, 0, 0, info.st_mtime, "", None,
                                       f"{files.path.name} is {kind}, not a file"))
             continue
         messages = 0
@@ -261,7 +265,7 @@ def saved_sessions() -> list[SavedSession]:
                 if not first and isinstance(data, dict) and data.get("role") == "user":
                     with contextlib.suppress(ValueError):
                         first = " ".join(message_from_dict(data).text.split())[:60]
-        found.append(SavedSession(name, messages, stat.st_size, stat.st_mtime, first,
+        found.append(SavedSession(name, messages, info.st_size, info.st_mtime, first,
                                   held_elsewhere(name)))
     return sorted(found, key=lambda s: s.last_used, reverse=True)
 
