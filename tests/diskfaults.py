@@ -146,3 +146,45 @@ def not_a_file(path: Path, kind: str) -> None:
 
 KIND_WORDS = {"fifo": "a FIFO", "dir": "a directory", "zero": "a symbolic link",
               "dangling": "a symbolic link"}
+
+
+def resume_in_child(name: str, *, seconds: float = 60, memory: int = 2 << 30) -> dict[str, Any]:
+    """``ChatSession.resume(name, provider=FakeProvider())`` in a child process with a bounded
+    address space (``memory``), killed after ``seconds``: for files whose reading may grow
+    without bound (a symlink to /dev/zero), so a regression fails the test and not the
+    machine. Returns ``{"history": [texts] or None, "warnings": [...], "error": str or None}``."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    import ipy_ctxrecovery
+
+    package_root = str(Path(ipy_ctxrecovery.__file__).resolve().parent.parent)
+    script = textwrap.dedent(f"""
+        import json, resource, sys, warnings
+        resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
+        sys.path[:0] = [{package_root!r}, {str(Path(__file__).resolve().parent)!r}]
+        from fakes import FakeProvider
+        from ipy_ctxrecovery import ChatSession
+        out = {{"history": None, "warnings": [], "error": None}}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                s = ChatSession.resume({name!r}, provider=FakeProvider(window=10_000_000))
+                out["history"] = [m.text for m in s.history]
+            except BaseException as e:
+                out["error"] = type(e).__name__ + ": " + str(e)[:300]
+        out["warnings"] = [str(w.message)[:1000] for w in seen]
+        print(json.dumps(out))
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=seconds, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"resume still running after {seconds:g} s")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        pytest.fail(f"resume's process ended with {done.returncode}: {done.stderr[-500:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result

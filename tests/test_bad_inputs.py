@@ -328,7 +328,7 @@ NOT_A_FILE_ROWS = [(file, kind) for file in ("history.json", "history.journal", 
 
 @pytest.mark.parametrize("file, kind", NOT_A_FILE_ROWS)
 def test_a_state_file_that_is_not_a_file(file: str, kind: str) -> None:
-    from diskfaults import KIND_WORDS, finishes, not_a_file
+    from diskfaults import KIND_WORDS, finishes, not_a_file, resume_in_child
 
     s = _session_with_files("notafile")
     path = s.directory / file
@@ -338,6 +338,11 @@ def test_a_state_file_that_is_not_a_file(file: str, kind: str) -> None:
         with pytest.raises(ConfigError) as caught:
             finishes(lambda: ChatSession.resume("notafile", provider=FakeProvider()), fifo=fifo)
         said = [str(caught.value)]
+    elif kind == "zero":    # reading it grows memory without bound: in a bounded child
+        child = resume_in_child("notafile")
+        assert child["error"] is None, child
+        said = child["warnings"]
+        assert child["history"] == [m.text for m in s.history]
     else:
         resumed, said = finishes(lambda: _caught(
             lambda: ChatSession.resume("notafile", provider=FakeProvider())), fifo=fifo)
