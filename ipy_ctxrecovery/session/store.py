@@ -53,6 +53,17 @@ and the next successful history write is a whole snapshot. Reads never raise for
 file either: each unreadable line or file gives one sentence naming the file and line,
 and the rest of the session opens.
 
+Only regular files are read, each up to a bound (:data:`TRANSCRIPT_MAX`,
+:data:`HISTORY_MAX`, :data:`SMALL_MAX`; ``_files.read_regular``): a FIFO, a directory, a
+symlink or a device in a file's place is named ("it is a FIFO, not a file") and never
+waited on or followed. A transcript that is not a file is a damaged session, not a missing
+one (:meth:`Transcript.damage`). Each history save also records ``"said"``, the number of
+message records the transcript holds (in the snapshot, and in a journal line when it
+changed): a load that finds more turns said after it than the one in flight (a deleted
+snapshot, an emptied or cut journal, a generation edited by hand) rebuilds the working
+history from the transcript, with one warning. A directory deleted while its session is
+open is made again at the next write (:meth:`Transcript._still_there`), with one warning.
+
 Nothing here is global: each :class:`Transcript` belongs to one session object.
 """
 
@@ -158,7 +169,7 @@ def session_dir(name: str) -> Path:
 
 def list_sessions() -> list[str]:
     """Names of the sessions that have a transcript on disk, sorted (with the ones whose
-    transcript is not a file: :meth:`Transcript.exists` names what it is)."""
+    transcript is not a file: :meth:`Transcript.damage` names what it is)."""
     root = data_root() / "sessions"
     try:
         return sorted(p.name for p in root.iterdir()
