@@ -18,7 +18,9 @@ one line saying nothing is being saved.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 import warnings
 from pathlib import Path
@@ -26,10 +28,12 @@ from pathlib import Path
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "NotAFile",
     "SaveHealth",
     "append_record",
     "ensure_private_dir",
     "open_private",
+    "read_regular",
     "write_all",
     "write_private_atomic",
 ]
@@ -60,10 +64,100 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def open_private(path: Path, flags: int) -> int:
-    """``os.open`` creating ``path`` if needed (never through a symlink), made 0600 either way."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+class NotAFile(OSError):
+    """What is at a session file's path is not a regular file (a FIFO, a directory, a
+    symlink, a device), or is larger than a session file may be; ``strerror`` says which
+    in words ("it is a FIFO, not a file")."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(errno.EINVAL, why, str(path))
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO")."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def not_a_file(path: Path) -> str | None:
+    """What is at ``path`` ("a FIFO") when it is not a regular file (a symlink is not
+    followed), None when a regular file or nothing is there."""
     try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+
+    Opened without following a symlink and without blocking (a FIFO never hangs the
+    reader), then checked on the open descriptor (``fstat``, no race with the path):
+    anything but a regular file, or a file larger than ``limit``, raises :class:`NotAFile`
+    saying what it is; a missing file raises ``FileNotFoundError`` as ``open`` does.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError:
+        kind = not_a_file(path)     # a symlink (ELOOP), a socket (ENXIO)...
+        if kind is not None:
+            raise NotAFile(path, f"it is {kind}, not a file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(path, f"it is {kind_of(info.st_mode)}, not a file")
+        if info.st_size > limit:
+            raise NotAFile(path, f"it is {_size(info.st_size)}, more than the "
+                                 f"{_size(limit)} a file of this kind may be")
+        chunks: list[bytes] = []
+        left = limit + 1                # a file growing while it is read is cut here too
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise NotAFile(path, f"it is more than the {_size(limit)} a file of this kind "
+                                 "may be")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` creating ``path`` if needed (never through a symlink, never blocking on
+    a FIFO), made 0600 either way; raises :class:`NotAFile` when what is there is not a
+    regular file (a write to a FIFO would block once its buffer is full)."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     FILE_MODE)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError:
+        kind = not_a_file(path)
+        if kind is not None:
+            raise NotAFile(path, f"it is {kind}, not a file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAFile(path, f"it is {kind_of(mode)}, not a file")
         # O_CREAT's mode is filtered by the umask and ignored for an existing file.
         os.fchmod(fd, FILE_MODE)
     except BaseException:
@@ -153,6 +247,13 @@ class SaveHealth:
         if self.failures > 1:
             return
         reason = error.strerror or str(error) or type(error).__name__
+        if isinstance(error, IsADirectoryError | NotAFile):
+            warnings.warn(
+                f"cannot save {what} in {self.directory} ({reason}); the conversation goes "
+                "on in memory, but nothing is being saved while this lasts — move what is "
+                f"at {what} aside (it is not this session's file).", RuntimeWarning,
+                stacklevel=4)
+            return
         warnings.warn(
             f"cannot save this session's files in {self.directory} ({reason}, while "
             f"writing {what}); the conversation goes on in memory, but nothing is being "

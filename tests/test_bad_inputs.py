@@ -204,6 +204,9 @@ TRANSCRIPT_ROWS = [
     _MSG + b'{"role": "user", "blocks": [], "tag": 5}}',
     b'{"type": "message", "ts": 1, "mess',
     b"[" * 100_000,
+    # dropped with no word before issue 26
+    b'{"type": 5, "ts": 1, "message": {"role": "user", "blocks": []}}',
+    b'{"type": "mesage", "ts": 1}', b'{"ts": 1}', b'{"type": null}', b'{"type": ["message"]}',
 ]
 
 
@@ -223,7 +226,9 @@ def test_transcript_line(bad: bytes) -> None:
 HISTORY_ROWS = [b"", b"garbage", b"\xff\xfe", b"[]", b'{"messages": "x", "version": 2}',
                 b'{"messages": [], "version": 99}', b'{"version": 2, "messages": [{"role": "x"}]}',
                 b'{"version": 2, "generation": "x", "messages": []}', b'{"version": 2, "mess',
-                b"[" * 100_000]
+                b"[" * 100_000,
+                b'{"version": 2, "generation": -1, "messages": []}',       # issue 26
+                b'{"version": 2, "generation": true, "messages": []}']
 
 
 @pytest.mark.parametrize("bad", HISTORY_ROWS, ids=[f"h{i}" for i in range(len(HISTORY_ROWS))])
@@ -281,9 +286,25 @@ def test_session_json_with_wrong_types_is_ignored(bad: bytes) -> None:
     assert said == [] and resumed.history == s.history
 
 
+def _learned(caps: str = "", calibration: str = "", **fields: str) -> bytes:
+    """A learned.json of the shape ``to_json`` writes, with some values replaced."""
+    data = {"version": "1", "model": '"fake"', "path": "null", "context_window": "null",
+            "caps": '{"largest_ok": 0, "smallest_rejected": null, "assumed": null' + caps + "}",
+            "learned_window": "null", "output_limit": "null",
+            "calibration": '{"samples": 0, "bytes_per_token": 4.0' + calibration + "}",
+            "warned": "false", "payload_notice_sent": "false", **fields}
+    return ("{" + ", ".join(f'"{k}": {v}' for k, v in data.items()) + "}").encode()
+
+
 LEARNED_ROWS = [b"garbage", b"\xff\xfe", b"[]", b'{"version": 99}', b'{"version": 1}',
                 b'{"version": 1, "model": "fake", "caps": {"largest_ok": -5}, "calibration": {}}',
-                b"[" * 100_000]
+                b"[" * 100_000,
+                # values that pass the shape but no network could mean: a raw OverflowError
+                # or "more than -1 B" on every send before issue 26
+                _learned(', "largest_ok": 1' + "0" * 400), _learned(', "smallest_rejected": 0'),
+                _learned(', "assumed": 1'), _learned(calibration=', "bytes_per_token": 1e308'),
+                _learned(learned_window="1" + "0" * 30), _learned(output_limit="0"),
+                _learned(calibration=', "samples": 1' + "0" * 20)]
 
 
 @pytest.mark.parametrize("bad", LEARNED_ROWS, ids=[f"l{i}" for i in range(len(LEARNED_ROWS))])
@@ -295,6 +316,89 @@ def test_learned_json(bad: bytes) -> None:
     one_sentence(said[0])
     assert "learned.json" in said[0]
     assert resumed.history == s.history
+    assert resumed.send("still answers").text.startswith("echo:")
+
+
+# -- what is not a file in the state directory, and quiet damage (issue 26) ----------------------
+
+NOT_A_FILE_ROWS = [(file, kind) for file in ("history.json", "history.journal", "session.json",
+                                             "learned.json", "transcript.jsonl")
+                   for kind in ("fifo", "zero", "dir")]
+
+
+@pytest.mark.parametrize("file, kind", NOT_A_FILE_ROWS)
+def test_a_state_file_that_is_not_a_file(file: str, kind: str) -> None:
+    from diskfaults import KIND_WORDS, finishes, not_a_file, resume_in_child
+
+    s = _session_with_files("notafile")
+    path = s.directory / file
+    not_a_file(path, kind)
+    fifo = path if kind == "fifo" else None
+    if file == "transcript.jsonl":       # what was said is that file: it cannot open
+        with pytest.raises(ConfigError) as caught:
+            finishes(lambda: ChatSession.resume("notafile", provider=FakeProvider()), fifo=fifo)
+        said = [str(caught.value)]
+    elif kind == "zero":    # reading it grows memory without bound: in a bounded child
+        child = resume_in_child("notafile")
+        assert child["error"] is None, child
+        said = child["warnings"]
+        assert child["history"] == [m.text for m in s.history]
+    else:
+        resumed, said = finishes(lambda: _caught(
+            lambda: ChatSession.resume("notafile", provider=FakeProvider())), fifo=fifo)
+        assert resumed.history == s.history
+    assert len(said) == 1, said
+    one_sentence(said[0])
+    assert str(path) in said[0] and f"{KIND_WORDS[kind]}, not a file" in said[0]
+
+
+def _delete_history(s: ChatSession) -> None:
+    s._files.history_path.unlink()
+
+
+def _empty_journal(s: ChatSession) -> None:
+    s._files.journal_path.write_bytes(b"")
+
+
+def _generation(value: int) -> Any:
+    def damage(s: ChatSession) -> None:
+        data = json.loads(s._files.history_path.read_text())
+        data["generation"] = value
+        s._files.history_path.write_text(json.dumps(data))
+    return damage
+
+
+DAMAGE_ROWS = {"history.json deleted": _delete_history, "journal emptied": _empty_journal,
+               "generation 10**9": _generation(10**9), "generation -1": _generation(-1)}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE_ROWS))
+def test_a_working_history_that_lost_turns(damage: str) -> None:
+    s = ChatSession(provider=FakeProvider(), name="lost", system="sys", sleep=lambda x: None)
+    for text in ("first", "second", "third", "fourth"):
+        s.send(text)
+    DAMAGE_ROWS[damage](s)
+    killed(s)
+    resumed, said = _caught(lambda: ChatSession.resume("lost", provider=FakeProvider()))
+    assert len(said) == 1, said                          # silent shrinks before issue 26
+    one_sentence(said[0])
+    assert "rebuilt from the" in said[0]
+    assert resumed.history == s.history
+
+
+def test_a_damaged_session_json_with_only_a_client() -> None:
+    import openai
+
+    s = _session_with_files("clientonly")
+    s._files.meta_path.write_bytes(b"garbage")
+    s._files.learned_path.unlink()
+    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError) as caught:
+            ChatSession.resume("clientonly", client=client)
+    one_sentence(str(caught.value))                # not "client= cannot be combined…"
+    assert "session.json is missing or damaged" in str(caught.value)
 
 
 # -- tool arguments from the model ----------------------------------------------------------------------
@@ -324,7 +428,7 @@ def test_tool_arguments(arguments: str) -> None:
 def test_the_table_has_at_least_150_rows() -> None:
     rows = (len(ENV_ROWS) + len(FIELD_ROWS) + len(MAGIC_ROWS) + len(NAME_ROWS) + len(MODEL_ROWS)
             + len(TRANSCRIPT_ROWS) + len(HISTORY_ROWS) + len(JOURNAL_ROWS) + len(META_ROWS) + 2
-            + len(LEARNED_ROWS) + len(TOOL_ROWS))
+            + len(LEARNED_ROWS) + len(TOOL_ROWS) + len(NOT_A_FILE_ROWS) + len(DAMAGE_ROWS) + 1)
     assert rows >= 150, rows
 
 
@@ -336,3 +440,23 @@ def test_a_bad_file_never_raises_from_transcript_reads(tmp_path: Path) -> None:
     assert [m.text for m in messages] == ["ok"] and len(said) == 1
     assert isinstance(json.dumps([m.to_dict() for m in messages]), str)
     assert not isinstance(said, CtxRecoveryError)
+
+
+def test_a_transcript_that_is_not_a_file_in_the_magics(ip: Any,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from diskfaults import not_a_file
+
+    s = _session_with_files("broken")
+    not_a_file(s._files.path, "dir")
+    magics = ip.magics_manager.registry["ChatMagics"]
+    before = magics.workspace.sessions["default"].history
+    capsys.readouterr()
+    ip.run_cell("%chat sessions", store_history=True)
+    listed = capsys.readouterr().out
+    assert "⚠ cannot be opened: transcript.jsonl is a directory, not a file" in listed, listed
+    result = ip.run_cell("%chat resume broken", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    one_sentence(str(result.error_in_exec))
+    assert "transcript.jsonl is a directory, not a file" in str(result.error_in_exec)
+    assert "no saved session" not in str(result.error_in_exec)
+    assert magics.workspace.sessions["default"].history == before        # nothing lost

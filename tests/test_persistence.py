@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diskfaults import full_disk, read_only
+from diskfaults import KIND_WORDS, finishes, full_disk, not_a_file, read_only, resume_in_child
 from fakes import FakeProvider, killed
 
 from ipy_ctxrecovery import ChatError, ChatSession, Settings
@@ -470,3 +470,206 @@ def test_learned_json_is_written_only_on_a_real_change(monkeypatch: pytest.Monke
     s.send("after a rejection")
     assert len(writes) == before + 1
     assert json.loads(writes[-1])["caps"]["smallest_rejected"] == 100_000
+
+
+# -- files that are not files, damage repaired or told (issue 26) -------------------------------
+
+def _thirteen(name: str) -> ChatSession:
+    """A session of 13 messages (system + 6 turns), left as a killed process leaves it."""
+    s = make(name, system="sys")
+    for i in range(6):
+        s.send(f"q{i}")
+    assert len(s.history) == 13
+    return killed(s)
+
+
+def _resumed(name: str, fifo: Path | None = None, **kwargs: Any) -> tuple[ChatSession, list[str]]:
+    def run() -> tuple[ChatSession, list[str]]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            session = ChatSession.resume(name, provider=FakeProvider(window=10_000_000),
+                                         sleep=lambda s: None, **kwargs)
+        return session, [str(w.message) for w in seen]
+    return finishes(run, fifo=fifo)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+@pytest.mark.parametrize("file", ["history.json", "history.journal", "session.json",
+                                  "learned.json"])
+def test_a_state_file_that_is_not_a_file_is_named_and_the_rest_opens(file: str,
+                                                                      kind: str) -> None:
+    s = _thirteen(f"nf-{kind}")
+    path = s.directory / file
+    not_a_file(path, kind)
+    if kind == "zero":      # reading it grows memory without bound: in a bounded child
+        child = resume_in_child(f"nf-{kind}")
+        assert child["error"] is None, child
+        said, history = child["warnings"], child["history"]
+    else:
+        resumed, said = _resumed(f"nf-{kind}", fifo=path if kind == "fifo" else None)
+        history = [m.text for m in resumed.history]
+        resumed.send("and it goes on")
+        resumed.close()
+    assert len(said) == 1, said
+    assert str(path) in said[0] and f"it is {KIND_WORDS[kind]}, not a file" in said[0]
+    # The history survives: loaded, or rebuilt from the transcript.
+    assert history == [m.text for m in s.history]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "zero"])
+def test_a_transcript_that_is_not_a_file_is_not_a_missing_session(kind: str) -> None:
+    from ipy_ctxrecovery.errors import ConfigError
+    from ipy_ctxrecovery.session.store import saved_sessions
+
+    s = _thirteen("nft")
+    not_a_file(s._files.path, kind)
+    assert Transcript.exists("nft")
+    with pytest.raises(ConfigError) as caught:
+        _resumed("nft", fifo=s._files.path if kind == "fifo" else None)
+    text = str(caught.value)
+    assert "no saved session" not in text
+    assert f"{s._files.path} is {KIND_WORDS[kind]}, not a file" in text
+    [row] = saved_sessions()
+    assert row.damage == f"transcript.jsonl is {KIND_WORDS[kind]}, not a file"
+
+
+def test_a_deleted_history_json_is_rebuilt_from_the_transcript_with_one_warning() -> None:
+    s = _thirteen("nohist")
+    (s.directory / "history.json").unlink()
+    resumed, said = _resumed("nohist")
+    assert len(said) == 1 and "history.json could not be read (it is missing)" in said[0], said
+    assert [m.text for m in resumed.history] == [m.text for m in s.history]
+
+
+@pytest.mark.parametrize("damage", ["emptied", "generation 1e9", "generation -1",
+                                    "last lines cut"])
+def test_a_journal_that_lost_turns_is_rebuilt_from_the_transcript(damage: str) -> None:
+    s = _thirteen("lostturns")
+    journal, snapshot = s.directory / "history.journal", s.directory / "history.json"
+    if damage == "emptied":
+        journal.write_bytes(b"")
+    elif damage == "last lines cut":
+        journal.write_bytes(b"".join(journal.read_bytes().splitlines(keepends=True)[:2]))
+    else:
+        data = json.loads(snapshot.read_text())
+        data["generation"] = 10**9 if damage == "generation 1e9" else -1
+        snapshot.write_text(json.dumps(data))
+    resumed, said = _resumed("lostturns")
+    assert len(said) == 1, said
+    assert ("behind its transcript" in said[0] or "history.json could not be read" in said[0])
+    assert [m.text for m in resumed.history] == [m.text for m in s.history]
+
+
+def test_a_kill_in_the_turn_in_flight_is_not_called_damage() -> None:
+    """The user's message is on disk before the journal line: that is no lost turn."""
+    s = make("inflight", system="sys")
+    for i in range(3):
+        s.send(f"q{i}")
+    journal = s.directory / "history.journal"
+    journal.write_bytes(b"".join(journal.read_bytes().splitlines(keepends=True)[:-1]))
+    killed(s)
+    resumed, said = _resumed("inflight")
+    assert said == []
+    assert [m.text for m in resumed.history] == [m.text for m in s.history][:-2]
+
+
+@pytest.mark.parametrize("record, why", [
+    (b'{"type": 5, "ts": 1, "message": {"role": "user", "blocks": []}}', "its type is not a string"),
+    (b'{"type": "mesage", "ts": 1}', "its type 'mesage' is not known"),
+    (b'{"ts": 1, "message": {"role": "user", "blocks": []}}', "it has no type"),
+])
+def test_a_record_of_a_wrong_type_is_named_not_dropped_silently(record: bytes, why: str) -> None:
+    s = _thirteen("wrongtype")
+    lines = s._files.path.read_bytes().splitlines(keepends=True)
+    s._files.path.write_bytes(lines[0] + record + b"\n" + b"".join(lines[1:]))
+    resumed, said = _resumed("wrongtype")
+    assert len(said) == 1 and f"transcript.jsonl: line 2 ({why})" in said[0], said
+    assert [m.text for m in resumed.transcript] == [m.text for m in s.transcript]
+
+
+@pytest.mark.parametrize("caps, shown", [
+    ({"largest_ok": 10**400}, "caps.largest_ok is far more than 64 GB"),
+    ({"smallest_rejected": 0}, "caps.smallest_rejected is 0 B"),
+    ({"smallest_rejected": 10}, "caps.smallest_rejected is 10 B"),
+    ({"assumed": 1}, "caps.assumed is 1 B"),
+    ({"learned_window": 10**12}, "learned_window is"),
+    ({"bytes_per_token": 1e308}, "bytes_per_token is 1e+308"),
+])
+def test_learned_values_no_network_could_mean_are_ignored_with_one_warning(
+        caps: dict[str, Any], shown: str) -> None:
+    s = _thirteen("senseless")
+    path = s.directory / "learned.json"
+    data = json.loads(path.read_text())
+    for key, value in caps.items():
+        if key in data["caps"]:
+            data["caps"][key] = value
+        elif key in data["calibration"]:
+            data["calibration"][key] = value
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+    resumed, said = _resumed("senseless")
+    assert len(said) == 1 and str(path) in said[0] and shown in said[0], said
+    assert "no network path or model could mean" in said[0]
+    reply = resumed.send("every send still works")     # no OverflowError, no "-1 B"
+    assert reply.text.startswith("echo:")
+    cap = resumed.caps.effective()
+    assert cap is None or cap >= 4096
+
+
+def test_a_state_directory_deleted_mid_session_is_made_again_with_one_warning() -> None:
+    import shutil
+    import stat
+
+    s = make("vanished", system="sys")
+    for i in range(3):
+        s.send(f"q{i}")
+    shutil.rmtree(s.directory)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        s.send("after the directory went")
+        s.send("and one more")
+    said = [str(w.message) for w in seen]
+    assert len(said) == 1 and f"{s.directory} was deleted while session" in said[0], said
+    assert stat.S_IMODE(s.directory.stat().st_mode) == 0o700
+    assert {"transcript.jsonl", "history.json", "session.json"} <= {
+        p.name for p in s.directory.iterdir()}
+    history = s.history
+    killed(s)
+    resumed, said = _resumed("vanished")
+    assert said == []
+    assert [m.text for m in resumed.history] == [m.text for m in history]
+    assert resumed.system == "sys"
+
+
+def test_a_damaged_session_json_with_a_client_opens_on_the_model_learned_json_names(
+        emulator: Any) -> None:
+    from ipy_ctxrecovery.errors import ConfigError
+
+    emu = emulator()
+    s = ChatSession("openai:gpt-4o-mini", client=emu.openai_client(max_retries=0),
+                    name="withclient", settings=Settings(), sleep=lambda x: None)
+    s.send("hello")
+    s.close()
+    (s.directory / "session.json").write_bytes(b"garbage")
+    with pytest.warns(RuntimeWarning, match="session.json could not be read"):
+        resumed = ChatSession.resume("withclient", client=emu.openai_client(max_retries=0))
+    assert resumed.model == "openai:gpt-4o-mini"
+    assert resumed.send("again").text
+    resumed.close()
+    (s.directory / "learned.json").unlink()
+    (s.directory / "session.json").write_bytes(b"garbage")
+    with pytest.warns(RuntimeWarning), pytest.raises(ConfigError) as caught:
+        ChatSession.resume("withclient", client=emu.openai_client(max_retries=0))
+    assert "session.json is missing or damaged" in str(caught.value)
+    assert "model='openai:…'" in str(caught.value)
+
+
+def test_a_fifo_in_place_of_the_lock_never_hangs_the_list_of_sessions() -> None:
+    from ipy_ctxrecovery.session.store import LOCK_FILE, saved_sessions
+
+    s = _thirteen("fifolock")
+    lock = s.directory / LOCK_FILE
+    not_a_file(lock, "fifo")
+    [row] = finishes(saved_sessions, fifo=lock)
+    assert row.name == "fifolock" and row.messages == 13 and row.open_elsewhere is None

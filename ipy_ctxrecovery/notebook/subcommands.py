@@ -310,9 +310,11 @@ def _sessions(magics: ChatMagics, args: Any) -> None:
             name = f"{key} ({saved.name})"
         elif key is None and is_generated_name(saved.name):
             name = f"{saved.name} (a kernel's default)"   # what %%chat -c brings back
-        rows.append((mark, name, f"{saved.messages:,}", format_size(saved.size),
+        rows.append((mark, name, f"{saved.messages:,}" if saved.damage is None else "-",
+                     format_size(saved.size) if saved.damage is None else "-",
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(saved.last_used)),
-                     saved.first_words))
+                     saved.first_words if saved.damage is None
+                     else f"⚠ cannot be opened: {saved.damage}"))
         shown.add(saved.name)
     for key, session in ws.sessions.items():
         if session.name not in shown:   # open here, nothing said yet

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -152,7 +153,11 @@ class Workspace:
             if not Transcript.exists(stored_name):
                 raise UsageError(f"there is no saved session named {stored_name!r}; "
                                  "%chat sessions lists the saved ones.")
-            model = model or str(Transcript(stored_name).load_meta().get("model") or "")
+            if not model:
+                files = Transcript(stored_name)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")     # resume names a damaged file
+                    model = str(files.load_meta().get("model") or files.learned_model() or "")
             return ChatSession.resume(stored_name, model=model,
                                       **self._session_kwargs(model, tools))
 

@@ -24,16 +24,17 @@ with one warning.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.events import CapChanged, Event, WindowLearned
-from ..core.preflight import TokenEstimator
+from ..core.preflight import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, TokenEstimator
 from ..core.recovery.evidence import Caps, PathEvidence
 from ..failures import Failure, FailureKind
-from ..settings import Settings, format_size
+from ..settings import MAX_CAP, MAX_WINDOW, MIN_CAP, MIN_WINDOW, Settings, format_size
 
 __all__ = ["CALIBRATION_DRIFT", "LARGEST_OK_GROWTH", "VERSION", "LearnedLimits", "PathRegistry"]
 
@@ -252,6 +253,12 @@ class LearnedLimits:
             warnings.warn(f"ignoring {source}: {why}; this session will learn its limits "
                           "again.", RuntimeWarning, stacklevel=3)
             return
+        senseless = _senseless(data)
+        if senseless is not None:
+            warnings.warn(f"ignoring {source}: {senseless}, which no network path or model "
+                          "could mean; this session will learn its limits again.",
+                          RuntimeWarning, stacklevel=3)
+            return
         same_model = data["model"] == model
         same_path = path is not None and data["path"] == path
         caps, cal = data["caps"], data["calibration"]
@@ -284,6 +291,38 @@ def _int(value: Any, *, optional: bool = True) -> bool:
     if value is None:
         return optional
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+MAX_BODY = 64 * MAX_CAP
+"""The largest request body that can have passed: far above any proxy's limit (1 GB)."""
+MAX_SAMPLES = 10**12
+
+
+def _senseless(data: Mapping[str, Any]) -> str | None:
+    """What in a well-formed ``learned.json`` no network or model could mean (a hand edit,
+    damage), in words, or None: bodies and caps between the sizes a proxy's limit can be
+    (``settings.MIN_CAP``..``MAX_CAP``; a body that passed up to :data:`MAX_BODY`),
+    windows and limits the sizes models have, a calibration the estimator can hold."""
+    caps, cal = data["caps"], data["calibration"]
+    sizes = (("caps.largest_ok", caps["largest_ok"], 0, MAX_BODY),
+             ("caps.smallest_rejected", caps["smallest_rejected"], MIN_CAP, MAX_BODY),
+             ("caps.assumed", caps["assumed"], MIN_CAP, MAX_CAP))
+    for key, value, low, high in sizes:
+        if value is not None and not low <= value <= high:
+            shown = format_size(value) if value <= 1024 * MAX_BODY else "far more than 64 GB"
+            return f"its {key} is {shown}"
+    tokens = (("learned_window", data["learned_window"], 1), ("output_limit",
+              data["output_limit"], 1), ("context_window", data["context_window"], MIN_WINDOW))
+    for key, value, low in tokens:
+        if value is not None and not low <= value <= MAX_WINDOW:
+            shown = f"{value:,}" if value <= 1000 * MAX_WINDOW else "far more than 10 billion"
+            return f"its {key} is {shown} tokens"
+    bpt, samples = cal["bytes_per_token"], cal["samples"]
+    if not (math.isfinite(bpt) and MIN_BYTES_PER_TOKEN <= bpt <= MAX_BYTES_PER_TOKEN):
+        return f"its calibration.bytes_per_token is {bpt!r}"
+    if samples > MAX_SAMPLES:
+        return f"its calibration.samples is {samples:,}"
+    return None
 
 
 def _valid(data: Mapping[str, Any]) -> bool:

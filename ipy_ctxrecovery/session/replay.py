@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import read_regular
 from ..core.events import CompactionPhase, Event, LadderStep
 from ..core.history import Message, Role, ToolCall, latest_user_index
 from ..emulator import Emulator
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..settings import Settings, format_size, parse_size
-from .store import ENV_DIR, session_dir, validate_name
+from .store import ENV_DIR, SMALL_MAX, TRANSCRIPT_MAX, Transcript, session_dir, validate_name
 from .tools import Tool, make_read_file
 from .what_if import resolve_settings
 
@@ -131,12 +132,15 @@ def _transcript_path(source: Any) -> tuple[str, Path, Mapping[str, Any]]:
     name = validate_name(source)
     folder = session_dir(name)
     path = folder / "transcript.jsonl"
+    damage = Transcript.damage(name)
+    if damage is not None:
+        raise CtxRecoveryError(damage)
     if not path.is_file():
         raise CtxRecoveryError(f"there is no saved session named {name!r}; "
                                "transcript.list_sessions() (or %chat sessions) lists them.")
     try:
-        meta = json.loads((folder / "session.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = json.loads(read_regular(folder / "session.json", SMALL_MAX).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         meta = {}
     return name, path, meta if isinstance(meta, dict) else {}
 
@@ -150,10 +154,12 @@ def read_turns(source: Any) -> _Recorded:
     name, path, meta = _transcript_path(source)
     try:
         # A live session that has said nothing yet may have no transcript file at all.
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        lines = read_regular(path, TRANSCRIPT_MAX).decode("utf-8").splitlines() \
+            if os.path.lexists(path) else []
     except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
         raise CtxRecoveryError(f"the transcript of session {name!r} cannot be read "
-                               f"({e}); nothing was replayed.") from None
+                               f"({why}); nothing was replayed.") from None
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
     system: str | None = meta.get("system") if isinstance(meta.get("system"), str) else None
     turns: list[dict[str, Any]] = []

@@ -49,7 +49,7 @@ from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import TokenEstimator
 from ..core.recovery.evidence import Caps
 from ..core.wording import plural
-from ..errors import ChatError, CtxRecoveryError
+from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
 from ..settings import Settings
@@ -203,10 +203,21 @@ class ChatSession:
             raise CtxRecoveryError(
                 f"there is no saved session named {name!r}; start one with "
                 f"ChatSession(name={name!r}).")
+        damage = Transcript.damage(name)
+        if damage is not None:
+            raise ConfigError(damage)
         files = Transcript(name)
         meta = files.load_meta()
-        if "provider" not in kwargs and meta.get("model"):
-            kwargs.setdefault("model", meta["model"])
+        if "provider" not in kwargs and "model" not in kwargs:
+            model = meta.get("model") or files.learned_model()
+            if model:
+                kwargs["model"] = model
+            elif kwargs.get("client") is not None:
+                # The default model is the emulator, which takes no client.
+                raise ConfigError(
+                    f"session {name!r} does not say which model it talks to ({files.meta_path} "
+                    "is missing or damaged), and client= does not name one; pass "
+                    "model='openai:…' or 'anthropic:…' with client=.")
         kwargs.setdefault("system", meta.get("system"))
         session = cls(name=name, **kwargs)
         snapshot = session._files.load_history()   # later turns journal against it

@@ -53,6 +53,17 @@ and the next successful history write is a whole snapshot. Reads never raise for
 file either: each unreadable line or file gives one sentence naming the file and line,
 and the rest of the session opens.
 
+Only regular files are read, each up to a bound (:data:`TRANSCRIPT_MAX`,
+:data:`HISTORY_MAX`, :data:`SMALL_MAX`; ``_files.read_regular``): a FIFO, a directory, a
+symlink or a device in a file's place is named ("it is a FIFO, not a file") and never
+waited on or followed. A transcript that is not a file is a damaged session, not a missing
+one (:meth:`Transcript.damage`). Each history save also records ``"said"``, the number of
+message records the transcript holds (in the snapshot, and in a journal line when it
+changed): a load that finds more turns said after it than the one in flight (a deleted
+snapshot, an emptied or cut journal, a generation edited by hand) rebuilds the working
+history from the transcript, with one warning. A directory deleted while its session is
+open is made again at the next write (:meth:`Transcript._still_there`), with one warning.
+
 Nothing here is global: each :class:`Transcript` belongs to one session object.
 """
 
@@ -65,6 +76,7 @@ import operator
 import os
 import re
 import socket
+import stat
 import time
 import warnings
 import weakref
@@ -79,7 +91,9 @@ from .._files import (
     SaveHealth,
     append_record,
     ensure_private_dir,
+    not_a_file,
     open_private,
+    read_regular,
     write_private_atomic,
 )
 from ..core.history import Block, History, Message, Reasoning, Role, Text, ToolCall, ToolResult
@@ -109,6 +123,13 @@ SNAPSHOT_VERSION = 2
 """``history.json`` format; version 1 (no generation, no journal) is still read."""
 JOURNAL_MAX_REPLACED = 16
 """A turn that replaced more earlier messages than this is written as a whole snapshot."""
+TRANSCRIPT_MAX = 1 << 30
+"""The most bytes of ``transcript.jsonl`` read (1 GiB); a larger one is named, not read."""
+HISTORY_MAX = 256 << 20
+"""The most bytes of ``history.json`` or ``history.journal`` read (256 MiB: a working
+history is bounded by a context window); a larger one is rebuilt from the transcript."""
+SMALL_MAX = 16 << 20
+"""The most bytes of ``session.json`` or ``learned.json`` read (16 MiB)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -147,11 +168,12 @@ def session_dir(name: str) -> Path:
 
 
 def list_sessions() -> list[str]:
-    """Names of the sessions that have a transcript on disk, sorted."""
+    """Names of the sessions that have a transcript on disk, sorted (with the ones whose
+    transcript is not a file: :meth:`Transcript.damage` names what it is)."""
     root = data_root() / "sessions"
     try:
         return sorted(p.name for p in root.iterdir()
-                      if _NAME_RE.match(p.name) and (p / "transcript.jsonl").is_file())
+                      if _NAME_RE.match(p.name) and os.path.lexists(p / "transcript.jsonl"))
     except OSError:
         return []
 
@@ -197,10 +219,13 @@ def held_elsewhere(name: str) -> str | None:
     if _holder_here(path) is not None:
         return None
     try:
-        fd = os.open(path, os.O_RDWR)
+        # Never blocking on, or following, what is not a file there (a FIFO, a symlink).
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return _holder(fd)
@@ -221,6 +246,8 @@ class SavedSession:
     last_used: float
     first_words: str
     open_elsewhere: str | None
+    damage: str | None = None
+    """Why it cannot be opened ("transcript.jsonl is a FIFO, not a file"), if it cannot."""
 
 
 def saved_sessions() -> list[SavedSession]:
@@ -229,8 +256,13 @@ def saved_sessions() -> list[SavedSession]:
     for name in list_sessions():
         files = Transcript(name)
         try:
-            stat = files.path.stat()
+            info = files.path.lstat()
         except OSError:
+            continue
+        kind = not_a_file(files.path)
+        if kind is not None:
+            found.append(SavedSession(name, 0, 0, info.st_mtime, "", None,
+                                      f"{files.path.name} is {kind}, not a file"))
             continue
         messages = 0
         first = ""
@@ -244,7 +276,7 @@ def saved_sessions() -> list[SavedSession]:
                 if not first and isinstance(data, dict) and data.get("role") == "user":
                     with contextlib.suppress(ValueError):
                         first = " ".join(message_from_dict(data).text.split())[:60]
-        found.append(SavedSession(name, messages, stat.st_size, stat.st_mtime, first,
+        found.append(SavedSession(name, messages, info.st_size, info.st_mtime, first,
                                   held_elsewhere(name)))
     return sorted(found, key=lambda s: s.last_used, reverse=True)
 
@@ -255,7 +287,7 @@ def _other_name(name: str) -> str:
     ``--new`` is no way out while another process holds ``name``: setting its files aside
     needs them free (:func:`archive`)."""
     n = 2
-    while Transcript.exists(f"{name[:90]}-{n}"):
+    while os.path.lexists(session_dir(f"{name[:90]}-{n}") / "transcript.jsonl"):
         n += 1
     return f"{name[:90]}-{n}"
 
@@ -273,7 +305,7 @@ def archive(name: str) -> str | None:
                            "another name.")
     source = session_dir(name)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(source.joinpath(
-        "transcript.jsonl").stat().st_mtime))
+        "transcript.jsonl").lstat().st_mtime))
     kept = f"{name[:80]}.{stamp}"
     n = 1
     while session_dir(kept).exists():
@@ -347,6 +379,8 @@ def message_from_dict(data: Any) -> Message:
 
 
 _WRITTEN_MAX = 256     # messages kept encoded between the transcript and the journal
+_RECORD_TYPES = ("message", "reset")
+_MESSAGE_HEAD = b'{"type": "message", '
 
 
 def _dumps(value: Any) -> bytes:
@@ -397,14 +431,15 @@ class _Problems:
                       RuntimeWarning, stacklevel=4)
 
 
-def _json_lines(path: Path, problems: _Problems) -> Iterator[tuple[int, dict[str, Any], bool]]:
-    """``(line number, record, is last line)`` for each JSON-object line of ``path``.
+def _json_lines(path: Path, problems: _Problems, limit: int,
+                ) -> Iterator[tuple[int, dict[str, Any], bool]]:
+    """``(line number, record, is last line)`` for each JSON-object line of ``path`` (a
+    regular file of at most ``limit`` bytes, else ``NotAFile``).
 
     Lines that are not UTF-8, not JSON or not an object are added to ``problems``; a last
     line without its newline is a write cut short (a crash, a full disk).
     """
-    with open(path, "rb") as f:
-        raw_lines = f.read().split(b"\n")
+    raw_lines = read_regular(path, limit).split(b"\n")
     complete = raw_lines[-1] == b""
     if complete:
         raw_lines.pop()
@@ -467,6 +502,12 @@ class Transcript:
         self.counters: dict[str, int] = {}
         self._generation = 0
         self._journal_lines = 0
+        # Message records in transcript.jsonl (known once it was read, kept by the appends):
+        # saved as the counter "said" with the history, so a load sees what it lacks.
+        self._said_count: int | None = None
+        self._said_saved: int | None = None        # ... as the history on disk says
+        self._meta: bytes | None = None             # session.json and learned.json as last
+        self._learned: str | None = None            # written, for a directory made again
         self._lock_fd: int | None = None
         self._lock_path = self.directory / LOCK_FILE
         self._claimed = time.time()
@@ -474,13 +515,29 @@ class Transcript:
 
     @staticmethod
     def exists(name: str) -> bool:
-        return (session_dir(name) / "transcript.jsonl").is_file()
+        """Whether session ``name`` is saved: its transcript is on disk — or something that
+        is not a file is in its place (a damaged session, not a missing one:
+        :meth:`damage` says what it is, and ``resume`` refuses with that sentence)."""
+        return os.path.lexists(session_dir(name) / "transcript.jsonl")
+
+    @staticmethod
+    def damage(name: str) -> str | None:
+        """Why saved session ``name`` cannot be opened, as one sentence (its transcript is
+        a FIFO, a directory, a symlink...), or None."""
+        path = session_dir(name) / "transcript.jsonl"
+        kind = not_a_file(path)
+        if kind is None:
+            return None
+        return (f"session {name!r} cannot be opened: {path} is {kind}, not a file; put the "
+                "session's transcript back there, or start a conversation under another "
+                "name.")
 
     # -- lifecycle: created on the first word, one writer, closed -------------------------
     def create(self) -> None:
         """Make the session's files exist (its first record is about to be written) and
         hold the writer's lock."""
         if self.created:
+            self._still_there()
             self.claim()
             return
         try:
@@ -496,6 +553,38 @@ class Transcript:
             self.created = True
         except OSError as e:
             self.health.failed("its directory", e)
+
+    def _still_there(self) -> None:
+        """Before a write: a directory deleted while the session is in use (by hand, a
+        clean-up job) is made again — private, with its lock, its metadata and learned
+        state, and a whole history snapshot at the next save — with one warning, so what is
+        said from now on is saved. The transcript starts again from the next record."""
+        if not self.created or self.directory.is_dir():
+            return
+        try:
+            for level in (data_root(), data_root() / "sessions", self.directory,
+                          self.results_dir):
+                ensure_private_dir(level)
+        except OSError as e:
+            self.health.failed("its directory", e)
+            return
+        if self._lock_fd is not None:      # its lock file went with the directory
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+        with contextlib.suppress(SessionInUse):
+            self.claim()
+        self._persisted = None
+        self._journal_lines = 0
+        self._said_count, self._said_saved = 0, None
+        warnings.warn(f"{self.directory} was deleted while session {self.name!r} was in use; "
+                      "it was made again, and what is said from now on is saved there (the "
+                      "working history in full, the transcript from here on).",
+                      RuntimeWarning, stacklevel=4)
+        for path, data in ((self.meta_path, self._meta), (self.learned_path, self._learned)):
+            if data is not None:
+                with contextlib.suppress(OSError):
+                    write_private_atomic(path, data)
 
     def claim(self) -> None:
         """Hold the writer's lock on this session (no-op when held already, or when the
@@ -555,14 +644,23 @@ class Transcript:
         self._later.clear()
         if line is not None:
             self._pending.append(line)
+        if self._said_count is None:
+            self._count_said()
         try:
             # Records that could not be written before go first, in order, in one write.
             append_record(self.path, b"".join(self._pending))
         except OSError as e:
             self.health.failed(self.path.name, e)
             return
+        if self._said_count is not None:
+            self._said_count += sum(p.startswith(_MESSAGE_HEAD) for p in self._pending)
         self._pending.clear()
         self.health.ok()
+
+    def _count_said(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # a damaged line is named when it is read
+            self._said()
 
     def append(self, message: Message, *, later: bool = False) -> None:
         """Write ``message`` to the log. ``later``: only queue it (its time is now) for
@@ -604,7 +702,7 @@ class Transcript:
 
     def _records(self, problems: _Problems) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
-            for index, record, _ in _json_lines(self.path, problems):
+            for index, record, _ in _json_lines(self.path, problems, TRANSCRIPT_MAX):
                 yield index, record
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return
@@ -619,16 +717,25 @@ class Transcript:
         problems.warn("the rest of the transcript is kept.")
 
     def _said(self) -> tuple[list[tuple[int, dict[str, Any]]], _Problems]:
+        """The records that read as what we write (messages checked field by field), and
+        the lines that do not; counts the messages (the counter "said")."""
         problems = _Problems(self.path)
         entries: list[tuple[int, dict[str, Any]]] = []
         for index, record in self._records(problems):
-            if record.get("type") == "message":
+            kind = record.get("type")
+            if kind not in _RECORD_TYPES:
+                problems.add(index, f"its type {kind!r} is not known" if isinstance(kind, str)
+                             else "it has no type" if kind is None
+                             else "its type is not a string")
+                continue
+            if kind == "message":
                 try:
                     message_from_dict(record.get("message"))
                 except ValueError as e:
                     problems.add(index, str(e))
                     continue
             entries.append((index, record))
+        self._said_count = sum(r["type"] == "message" for _, r in entries)
         return entries, problems
 
     def messages(self) -> History:
@@ -665,6 +772,7 @@ class Transcript:
         whole snapshot (see the module doc)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
         new_counters = dict(counters) if counters is not None else self.counters
         line = self._journal_line(history, new_counters)
         self._written.clear()
@@ -681,6 +789,7 @@ class Transcript:
             return
         self._persisted = history
         self.counters = new_counters
+        self._said_saved = self._said_count
         self._journal_lines += 1
         self.health.ok()
 
@@ -702,12 +811,14 @@ class Transcript:
             replaced.append([i, self._stored(now).to_dict()])
         added = history[len(old):]
         changed = counters != self.counters
-        if not replaced and not added and not changed:
+        said = self._said_count if self._said_count != self._said_saved else None
+        if not replaced and not added and not changed and said is None:
             return b""
-        # ``{"gen": g, "base": n, "set": [...], ["counters": {...},] "add": [...]}`` as
-        # ``_dumps`` writes it.
+        # ``{"gen": g, "base": n, "set": [...], ["counters": {...},] ["said": n,] "add":
+        # [...]}`` as ``_dumps`` writes it.
         head = _dumps({"gen": self._generation, "base": len(old), "set": replaced,
-                       **({"counters": counters} if changed else {})})
+                       **({"counters": counters} if changed else {}),
+                       **({"said": said} if said is not None else {})})
         return (head[:-1] + b', "add": [' + b", ".join(map(self._message_json, added))
                 + b"]}\n")
 
@@ -716,13 +827,15 @@ class Transcript:
         empty the journal (close, compaction)."""
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
         new_counters = dict(counters) if counters is not None else self.counters
         if (history is self._persisted and self._journal_lines == 0 and self.has_history()
-                and new_counters == self.counters):
+                and new_counters == self.counters and self._said_count == self._said_saved):
             return
         generation = self._generation + 1
         data = {"version": SNAPSHOT_VERSION, "generation": generation,
                 "counters": new_counters,
+                **({"said": self._said_count} if self._said_count is not None else {}),
                 "messages": [self._stored(m).to_dict() for m in history]}
         try:
             write_private_atomic(self.history_path, _dumps(data))
@@ -733,6 +846,7 @@ class Transcript:
         self._generation = generation
         self._persisted = history
         self.counters = new_counters
+        self._said_saved = self._said_count
         self._journal_lines = 0
         try:
             # Lines left in the journal are of the old generation and ignored on load;
@@ -752,8 +866,10 @@ class Transcript:
         (since the last reset, tool pairing repaired) with one warning.
         """
         try:
-            raw = self.history_path.read_bytes()
+            raw = read_regular(self.history_path, HISTORY_MAX)
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
+            if self._unsaved_turns(0) >= 2:     # more than a first turn in flight: lost
+                return self._rebuilt(self.history_path, "it is missing")
             return None
         except OSError as e:
             return self._rebuilt(self.history_path, e.strerror or type(e).__name__)
@@ -765,10 +881,12 @@ class Transcript:
             if version not in (1, SNAPSHOT_VERSION):
                 raise ValueError(f"its format version {version!r} is not known")
             generation = data.get("generation", 0)
-            if not isinstance(generation, int):
-                raise ValueError("its generation is not a number")
+            if not isinstance(generation, int) or isinstance(generation, bool) \
+                    or generation < 0:
+                raise ValueError("its generation is not a number ≥ 0")
             current = [message_from_dict(m) for m in data["messages"]]
             self.counters = _counters(data.get("counters"))
+            said = data.get("said")
         except UnicodeDecodeError:
             return self._rebuilt(self.history_path, "it is not UTF-8")
         except RecursionError:
@@ -776,38 +894,50 @@ class Transcript:
         except ValueError as e:
             why = str(e) if not isinstance(e, json.JSONDecodeError) else "it is not valid JSON"
             return self._rebuilt(self.history_path, why)
-        history, applied, damage, counters = self._replay(current, generation)
+        history, applied, damage, counters, said = self._replay(current, generation, said)
         if history is None:
             return self._rebuilt(self.journal_path, damage)
         self.counters = counters
+        lost = self._unsaved_turns(said) if type(said) is int and said >= 0 else 0
+        if lost >= 2:
+            # More turns said than the one in flight are missing: an emptied or cut
+            # journal, a generation changed by hand. The transcript has them.
+            warnings.warn(
+                f"the working history saved in {self.directory} (history.json and "
+                f"history.journal) is behind its transcript ({lost} turns said are not in "
+                "it); it was rebuilt from the transcript (since its last reset).",
+                RuntimeWarning, stacklevel=2)
+            return self._rebuild()
+        self._said_saved = said if type(said) is int else None
         self._generation = generation
         # A torn or stale journal is rewritten as a snapshot by the next save.
         self._persisted = history if applied is not None else None
         self._journal_lines = applied or 0
         return history
 
-    def _replay(self, current: list[Message], generation: int,
-                ) -> tuple[History | None, int | None, str, dict[str, int]]:
+    def _replay(self, current: list[Message], generation: int, said: Any,
+                ) -> tuple[History | None, int | None, str, dict[str, int], Any]:
         """Apply the journal's lines of ``generation``.
 
         Returns (history, lines applied — None when the journal must be rewritten,
-        damage, counters): history is None when the journal is damaged, ``damage`` then
-        says how; counters are the last applied line's (else the snapshot's).
+        damage, counters, said): history is None when the journal is damaged, ``damage``
+        then says how; counters and said are the last applied line's (else the
+        snapshot's ``said``).
         """
         problems = _Problems(self.journal_path)
         clean = True
         counters = self.counters
         try:
-            lines = list(_json_lines(self.journal_path, problems))
+            lines = list(_json_lines(self.journal_path, problems, HISTORY_MAX))
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
-            return tuple(current), 0, "", counters
+            return tuple(current), 0, "", counters, said
         except OSError as e:
-            return None, None, e.strerror or type(e).__name__, counters
+            return None, None, e.strerror or type(e).__name__, counters, said
         bad = {n for n, _ in problems.lines}
         last_line = max([n for n, _, _ in lines] + list(bad), default=0)
         if bad - {last_line}:
             line = min(bad)
-            return None, None, f"line {line}: {dict(problems.lines)[line]}", counters
+            return None, None, f"line {line}: {dict(problems.lines)[line]}", counters, said
         if bad:
             # The last line was being written when the process stopped: the turn in flight.
             problems.warn("it was the turn in flight when the session stopped; the "
@@ -830,19 +960,34 @@ class Transcript:
                 new.extend(message_from_dict(m) for m in added)
             except (KeyError, TypeError, ValueError) as e:
                 return None, None, (f"line {index}: {e}" if isinstance(e, ValueError)
-                                    else f"line {index} is not a journal entry"), counters
+                                    else f"line {index} is not a journal entry"), counters, said
             current = new
             if "counters" in record:
                 counters = _counters(record["counters"])
+            said = record.get("said", said)
             applied += 1
-        return tuple(current), applied if clean else None, "", counters
+        return tuple(current), applied if clean else None, "", counters, said
+
+    def _unsaved_turns(self, said: int) -> int:
+        """How many user messages the transcript has after its first ``said`` messages:
+        the turns the saved history does not hold (the turn in flight is at most one)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # a damaged line is named when it is read
+            entries, _ = self._said()
+        messages = [r["message"] for _, r in entries if r["type"] == "message"]
+        return sum(m.get("role") == "user" for m in messages[said:])
 
     def _rebuilt(self, path: Path, why: str) -> History:
         warnings.warn(f"{path} could not be read ({why}); the working history was rebuilt "
                       "from the session's transcript (since its last reset).", RuntimeWarning,
                       stacklevel=3)
-        self._persisted = None
-        return self.working_messages()
+        return self._rebuild()
+
+    def _rebuild(self) -> History:
+        self._persisted = None              # the next save is a whole snapshot
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # its bad lines are named when it is read
+            return self.working_messages()
 
     # -- session metadata ------------------------------------------------------------------
     def save_meta(self, meta: Mapping[str, Any]) -> None:
@@ -850,8 +995,10 @@ class Transcript:
             return                  # nothing said yet: nothing saved
         if self.redactor is not None:
             meta = self.redactor.value(dict(meta))  # the system prompt
+        self._still_there()
+        self._meta = _dumps(dict(meta))
         try:
-            write_private_atomic(self.meta_path, _dumps(dict(meta)))
+            write_private_atomic(self.meta_path, self._meta)
         except OSError as e:
             self.health.failed(self.meta_path.name, e)
             return
@@ -860,7 +1007,7 @@ class Transcript:
     def load_meta(self) -> dict[str, Any]:
         """``session.json`` as a dict: ``{}`` when missing; unreadable → ``{}`` and one warning."""
         try:
-            raw = self.meta_path.read_bytes()
+            raw = read_regular(self.meta_path, SMALL_MAX)
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return {}
         except OSError as e:
@@ -886,6 +1033,8 @@ class Transcript:
     def save_learned(self, text: str) -> None:
         if not self.created:
             return                  # nothing said yet: nothing saved
+        self._still_there()
+        self._learned = text
         try:
             write_private_atomic(self.learned_path, text)
         except OSError as e:
@@ -893,12 +1042,27 @@ class Transcript:
             return
         self.health.ok()
 
+    def learned_model(self) -> str | None:
+        """The model string ``learned.json`` was saved for, if it says (quietly: what is
+        wrong with the file is said when it is restored), for a resume whose
+        ``session.json`` is missing or damaged."""
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            data = json.loads(read_regular(self.learned_path, SMALL_MAX))
+            model = data.get("model") if isinstance(data, dict) else None
+            return model if isinstance(model, str) and model.strip() else None
+        return None
+
     def load_learned(self) -> str | None:
-        """The saved learned state as text (None: never saved); unreadable bytes are kept
-        as replacement characters so the caller reports the file as invalid."""
+        """The saved learned state as text (None: never saved, or not readable — then one
+        warning names the file and why); unreadable bytes are kept as replacement
+        characters so the caller reports the file as invalid."""
         try:
-            return self.learned_path.read_text(encoding="utf-8", errors="replace")
+            raw = read_regular(self.learned_path, SMALL_MAX)
         except (FileNotFoundError, NotADirectoryError):  # nothing saved there
             return None
-        except OSError:
-            return ""
+        except OSError as e:
+            warnings.warn(f"ignoring {self.learned_path}: it could not be read "
+                          f"({e.strerror or type(e).__name__}); this session will learn its "
+                          "limits again.", RuntimeWarning, stacklevel=3)
+            return None
+        return raw.decode("utf-8", errors="replace")
