@@ -8,12 +8,16 @@ segment of each request picks the behaviour (a base URL of ``http://127.0.0.1:PO
 - ``trickle-json``: 200, ``Content-Length`` 1 MB, one space a 0.2 s;
 - ``silent``: reads the request and never answers;
 - ``big-STATUS-MB-HOW``: STATUS with MB megabytes of body, ``HOW`` ``length`` (with a
-  ``Content-Length``) or ``chunked`` (none: the size is only known by reading).
+  ``Content-Length``) or ``chunked`` (none: the size is only known by reading);
+- ``dense-MB``: a whole (unstreamed) answer of MB megabytes in the request's wire format
+  (``/messages``: Anthropic's, else OpenAI's), every line of it secret-like (a key, a
+  password, a URL with a token): the slowest text there is to mask.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -58,6 +62,23 @@ def _answer(conn: socket.socket) -> None:
                 time.sleep(0.2)
         elif mode == "silent":
             time.sleep(120)
+        elif mode.startswith("dense-"):
+            line = ("api_key=sk-proj-abcdefghijklmnop1234 password: hunter2hunter2 "
+                    "https://u:p@h/x?key=abcdef\n")
+            text = line * int(float(mode.split("-")[1]) * 1024 * 1024 / len(line))
+            if path.endswith("/messages"):
+                reply = {"id": "m", "type": "message", "role": "assistant", "model": "m",
+                         "content": [{"type": "text", "text": text}],
+                         "stop_reason": "end_turn",
+                         "usage": {"input_tokens": 10, "output_tokens": 10}}
+            else:
+                reply = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
+            body = json.dumps(reply).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         elif mode.startswith("big-"):
             _, status, mb, how = mode.split("-")
             size = int(float(mb) * 1024 * 1024)

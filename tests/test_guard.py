@@ -106,3 +106,14 @@ def test_a_reply_over_max_reply_is_refused_unread(port: int, wire: str, status: 
         assert "(80 MB)" in sentence and "max_reply=128MB" in sentence
     assert s.history == ()
     s.close()
+
+
+@pytest.mark.parametrize("how", ["length", "chunked"])
+def test_the_default_bound_refuses_a_60_mb_answer_at_once(port: int, how: str) -> None:
+    # The case: a 60 MB unstreamed answer with turn_timeout=20 ended after 410 s.
+    s = session("openai", port, f"big-200-60-{how}", turn_timeout=20.0)
+    started = time.monotonic()
+    with pytest.raises(ChatError, match=r"larger than max_reply \(32 MB\)"):
+        s.send("hello", stream=False)
+    assert time.monotonic() - started < 20      # a guard with a wide margin: ~1 s here
+    s.close()
