@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.core.error import UsageError
 from fakes import FakeProvider, tool_call_reply
+from IPython.core.error import UsageError
 from test_magics import cell, chat, ip  # noqa: F401  (fixtures)
 
 from ipy_ctxrecovery import ChatSession, Settings
