@@ -109,3 +109,11 @@ def test_middleboxes_rejects_an_unknown_kind() -> None:
     done = subprocess.run([sys.executable, str(BENCH / "middleboxes.py"), "--kinds", "iis"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown kind" in done.stderr
+
+
+def test_bounds_prints_a_figure_per_case() -> None:
+    out = run("bounds.py", "--quick")
+    assert out.count("figure 8 MB answer") == 2, out
+    assert "secret-like answer, turn_timeout=3: " in out
+    assert out.count("timed-out turns, trickle-") == 2
+    assert "figure read_file 3 lines of a 1 GB file: " in out
