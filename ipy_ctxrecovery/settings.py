@@ -325,8 +325,10 @@ class Settings:
             raise ConfigError(f"assumed_cap_bytes={self.assumed_cap_bytes!r} must be a "
                               "positive number of bytes.")
         if not isinstance(self.max_reply, int) or self.max_reply < MIN_REPLY:
-            raise ConfigError(f"max_reply={self.max_reply!r} is below {format_size(MIN_REPLY)}; "
-                              "give a size such as 32MB (no answer is that small).")
+            shown = format_size(self.max_reply) if isinstance(self.max_reply, int) \
+                else repr(self.max_reply)
+            raise ConfigError(f"max_reply={shown} is below {format_size(MIN_REPLY)}; give a "
+                              "size such as 32MB (an answer with its envelope is larger).")
         if self.turn_timeout is not None and self.turn_timeout < 1:
             raise ConfigError(f"turn_timeout={self.turn_timeout!r} must be at least 1 second, "
                               "or None for no deadline.")
