@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from hostile_server import hostile_server
@@ -116,4 +117,15 @@ def test_the_default_bound_refuses_a_60_mb_answer_at_once(port: int, how: str) -
     with pytest.raises(ChatError, match=r"larger than max_reply \(32 MB\)"):
         s.send("hello", stream=False)
     assert time.monotonic() - started < 20      # a guard with a wide margin: ~1 s here
+    s.close()
+
+
+def test_the_users_own_requests_through_the_client_are_left_alone(port: int) -> None:
+    c = client("openai", port, "big-200-2-length")
+    s = ChatSession("openai:gpt-4o", client=c, settings=Settings(max_reply=1024 * 1024))
+    with pytest.raises(ChatError, match="max_reply"):
+        s.send("hello", stream=False)
+    # The same client outside the session's send: the 2 MB body is read whole.
+    raw = c.post("/chat/completions", body={}, cast_to=httpx2.Response)
+    assert len(raw.content) == 2 * 1024 * 1024
     s.close()

@@ -68,7 +68,6 @@ class _Send:
 
 
 _CURRENT: ContextVar[_Send | None] = ContextVar("ipy_ctxrecovery_send", default=None)
-_MARK = "_ipy_ctxrecovery_guarded"
 
 
 @contextlib.contextmanager
@@ -87,12 +86,12 @@ def guarding(client: Any, *, limit: int | None, cancel: Cancel | None,
 def _install(http: Any) -> None:
     """Add the two hooks to an HTTP client (httpx2's or httpx's), once."""
     hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, dict) or getattr(http, _MARK, False):
+    if not isinstance(hooks, dict):
         return
-    hooks.setdefault("request", []).append(_on_request)
-    hooks.setdefault("response", []).append(_on_response)
-    with contextlib.suppress(AttributeError):
-        setattr(http, _MARK, True)
+    for name, hook in (("request", _on_request), ("response", _on_response)):
+        installed = hooks.setdefault(name, [])
+        if hook not in installed:
+            installed.append(hook)
 
 
 def _on_request(request: Any) -> None:
