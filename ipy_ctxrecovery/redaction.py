@@ -233,11 +233,25 @@ _LONG_RUN = re.compile(r"[A-Za-z0-9+/=]{16}")
 _CACHED_CHARS = 16 * 1024
 
 
-def mask_secrets(text: str) -> str:
-    """``text`` with every well-known secret format replaced by :data:`MASK`."""
+def mask_secrets(text: str, *, check: Callable[[], None] | None = None) -> str:
+    """``text`` with every well-known secret format replaced by :data:`MASK`.
+
+    ``check`` is called now and then while a large text is masked (every few thousand
+    lines and patterns): it raises to stop the work (a turn's deadline), which masking
+    a many-MB text of secret-like lines could otherwise hold for minutes."""
     if not text or not isinstance(text, str):
         return text
-    return _mask_cached(text) if len(text) <= _CACHED_CHARS else _mask(text)
+    if len(text) <= _CACHED_CHARS:
+        return _mask_cached(text)
+    return _mask(text, check or _go_on)
+
+
+def _go_on() -> None:
+    return None
+
+
+_CHECK_EVERY = 2048
+"""Lines (or matches) between two calls of a masking's ``check``."""
 
 
 @functools.lru_cache(maxsize=2048)
@@ -245,14 +259,16 @@ def _mask_cached(text: str) -> str:
     return _mask(text)
 
 
-def _mask(text: str) -> str:
+def _mask(text: str, check: Callable[[], None] = _go_on) -> str:
     regexes, pairs, prefilter, filters, private = _detectors()
     spans: list[tuple[int, int]] = []
     # The candidate lines, joined, with where each one starts in ``text``.
     chosen: list[str] = []
     starts: list[tuple[int, int]] = []  # (start in the joined text, start in text)
     joined_at = offset = 0
-    for line in text.splitlines(keepends=True):
+    for n, line in enumerate(text.splitlines(keepends=True)):
+        if n % _CHECK_EVERY == 0:
+            check()
         low = line.lower()
         if any(t in low for t in _TRIGGERS) or _LONG_RUN.search(line):
             chosen.append(line)
@@ -267,19 +283,24 @@ def _mask(text: str) -> str:
         # A search first: most patterns find nothing, and a failed search costs less than
         # walking finditer through _pattern_spans (~40 % of a candidate line's scan).
         for pattern in regexes:
+            check()
             if pattern.search(joined) is not None:
                 found.extend(_pattern_spans(pattern, joined))
         for pattern in EXTRA_PATTERNS:
+            check()
             if pattern.search(joined) is not None:
                 found.extend(_pattern_spans(pattern, joined, group_is_secret=True))
         keys = [a for a, _ in starts]
-        for start, end in found:
+        for n, (start, end) in enumerate(found):
+            if n % _CHECK_EVERY == 0:
+                check()
             i = bisect.bisect_right(keys, start) - 1
             line_start, original = starts[i]
             line_end = keys[i + 1] if i + 1 < len(keys) else len(joined)
             # A match never reaches into the next chosen line, which may be far away.
             shift = original - line_start
             spans.append((start + shift, min(end, line_end) + shift))
+    check()
     if "?" in text:     # a URL's query needs no trigger word (?code=, ?X-Amz-Credential=)
         spans.extend(_query_spans(text))
     if "PRIVATE KEY" in text or "PuTTY" in text:

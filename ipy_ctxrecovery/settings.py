@@ -169,7 +169,8 @@ _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
 
 _SIZE_FIELDS = frozenset(
-    {"max_payload", "no_cap_warn_bytes", "likely_payload_min_bytes", "assumed_cap_bytes"}
+    {"max_payload", "no_cap_warn_bytes", "likely_payload_min_bytes", "assumed_cap_bytes",
+     "max_reply"}
 )
 
 
@@ -237,6 +238,11 @@ class Settings:
     turn_timeout: float | None = 900.0
     """Seconds: the most one turn (every request, retry and wait in it) may take; None =
     no deadline. A server that never answers or a stalled stream fails the turn then."""
+    max_reply: int = 32 * MiB
+    """Bytes: the largest reply body read — an answer, an error body, or what an event
+    stream's answer carries (its raw stream may be 8 times this: each piece comes in a
+    JSON envelope). A larger one is refused unread with one sentence (``%chat config
+    max_reply=128MB`` raises it): masking and saving a reply cost time in proportion."""
 
     def __post_init__(self) -> None:
         # Checked when built, however built: a Settings that exists is safe to compute with.
@@ -318,6 +324,11 @@ class Settings:
         if self.assumed_cap_bytes < 1:
             raise ConfigError(f"assumed_cap_bytes={self.assumed_cap_bytes!r} must be a "
                               "positive number of bytes.")
+        if not isinstance(self.max_reply, int) or self.max_reply < MIN_REPLY:
+            shown = format_size(self.max_reply) if isinstance(self.max_reply, int) \
+                else repr(self.max_reply)
+            raise ConfigError(f"max_reply={shown} is below {format_size(MIN_REPLY)}; give a "
+                              "size such as 32MB (an answer with its envelope is larger).")
         if self.turn_timeout is not None and self.turn_timeout < 1:
             raise ConfigError(f"turn_timeout={self.turn_timeout!r} must be at least 1 second, "
                               "or None for no deadline.")
@@ -399,6 +410,8 @@ MIN_CAP = 4 * KiB
 MAX_CAP = 1024 * MiB
 """A payload cap is a proxy's body limit: below a few KB no request fits (the request's
 own frame is ~1 KB), above 1 GB no proxy limits anything."""
+MIN_REPLY = 64 * KiB
+"""The smallest ``max_reply``: an ordinary answer with its envelope fits many times over."""
 MIN_WINDOW = 256
 MAX_WINDOW = 10_000_000
 """The context windows models have: a few hundred tokens to millions."""

@@ -121,3 +121,11 @@ def test_panel_prints_the_first_and_second_panel_in_a_fresh_kernel() -> None:
     # The emulator speaks the OpenAI wire: the first panel imports that SDK, not Anthropic's.
     imported = next(line for line in out.splitlines() if "imported by the first panel" in line)
     assert "openai" in imported and "anthropic" not in imported, imported
+
+
+def test_bounds_prints_a_figure_per_case() -> None:
+    out = run("bounds.py", "--quick")
+    assert out.count("figure 8 MB answer") == 2, out
+    assert "secret-like answer, turn_timeout=3: " in out
+    assert out.count("timed-out turns, trickle-") == 2
+    assert "figure read_file 3 lines of a 1 GB file: " in out

@@ -200,3 +200,11 @@ def test_public_url_masks_user_info_and_credential_query_values() -> None:
     }
     assert {url: public_url(url) for url in cases} == cases
     assert all(public_url(shown) == shown for shown in cases.values())
+
+
+def test_max_reply_is_a_size_with_a_floor() -> None:
+    assert Settings().max_reply == 32 * MB
+    assert Settings().updated({"max_reply": "128MB"}).max_reply == 128 * MB
+    with pytest.raises(ConfigError, match=r"max_reply=1 KB is below 64 KB") as caught:
+        Settings().updated({"max_reply": "1KB"})
+    assert "\n" not in str(caught.value)

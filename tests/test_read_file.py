@@ -1,20 +1,24 @@
-"""read_file: the deny list, regular files only, bounded ranged reads, the on/off switch
-and root from Settings, ``%config``/``%chat config`` and ``%%chat --no-read-file``."""
+"""read_file: the deny list, regular files only, bounded ranged reads (a 5 GB file is never
+read whole, and the turn's deadline stops a long scan), the on/off switch and root from
+Settings, ``%config``/``%chat config`` and ``%%chat --no-read-file``."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import FakeProvider, tool_call_reply
 from IPython.core.error import UsageError
 from test_magics import cell, chat, ip  # noqa: F401  (fixtures)
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.notebook.magics import ChatMagics
 from ipy_ctxrecovery.redaction import mask_secrets
 from ipy_ctxrecovery.session.tools import Tool, make_read_file
@@ -101,7 +105,10 @@ def test_a_large_file_is_read_in_the_range_asked_for(tmp_path: Path) -> None:
     tool = make_read_file(tmp_path, tmp_path / "results")
     text, is_error, peak = peak_memory(tool, path="big.log", offset=300_000, limit=3)
     assert not is_error
-    assert text.splitlines()[0] == "[big.log: lines 300000-300002 of 400000]"
+    # The total is counted only a few MB past the range: "at least" that many.
+    header = text.splitlines()[0]
+    assert header.startswith("[big.log: lines 300000-300002 of at least ")
+    assert 300_003 < int(header.rsplit(" ", 1)[1].rstrip("]")) < 400_000
     assert text.splitlines()[1].startswith("000300000 ")
     assert peak < 2 * 1024 * 1024  # the old read_file held all 40 MB (and a list of lines)
 
@@ -168,3 +175,59 @@ def test_the_magics_switch_read_file(chat: ChatMagics, ip: Any,  # noqa: F811
     assert "line 3" in run(tool, path="notes.txt", offset=3, limit=1)[0]
     with pytest.raises(UsageError, match="read_file_root=.* is not a directory"):
         ip.run_line_magic("chat", f"config read_file_root={home / 'nowhere'}")
+
+
+# -- a file of many GB: only the lines asked for, inside the turn's deadline ----------------
+
+def bytes_read() -> int:
+    """What this process has read from files so far (``rchar`` of /proc/self/io)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.fixture
+def sparse(tmp_path: Path) -> Path:
+    """5 GB: 1,000 real lines, then a sparse hole (no newline in it)."""
+    path = tmp_path / "huge.log"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)))
+    os.truncate(path, 5 * 1024 ** 3)
+    return path
+
+
+def test_a_huge_file_is_never_read_whole(sparse: Path) -> None:
+    tool = make_read_file(sparse.parent, sparse.parent / "results")
+    before = bytes_read()
+    text, is_error = run(tool, path="huge.log", offset=10, limit=3)
+    read = bytes_read() - before
+    assert not is_error
+    assert text.startswith("[huge.log: lines 10-12 of at least ")
+    assert text.splitlines()[1:] == ["line 10", "line 11", "line 12"]
+    # The old read_file counted every line: 5 GB read per call (30-52 s each).
+    assert read < 16 * 1024 * 1024, f"{read:,} bytes read for 3 lines"
+
+
+def test_a_small_file_still_says_its_exact_total(tmp_path: Path) -> None:
+    (tmp_path / "short.txt").write_text("a\nb\nc")          # no newline at the end
+    tool = make_read_file(tmp_path, tmp_path / "results")
+    assert run(tool, path="short.txt", limit=1)[0] == "[short.txt: lines 0-0 of 3]\na\n"
+    assert run(tool, path="short.txt", offset=5)[0] == \
+        "[short.txt: no lines at offset 5; the file has 3 lines]"
+
+
+def test_the_turns_deadline_stops_a_long_scan_and_names_read_file(sparse: Path) -> None:
+    # offset 5,000 lies in the hole: finding it would read all 5 GB (about a minute here).
+    provider = FakeProvider([tool_call_reply("read_file", {"path": "huge.log", "offset": 5000})])
+    session = ChatSession(provider=provider, files_root=sparse.parent, name="huge-scan",
+                          settings=Settings(turn_timeout=2.0))
+    started = time.monotonic()
+    with pytest.raises(ChatError) as caught:
+        session.send("read it")
+    took = time.monotonic() - started
+    sentence = str(caught.value)
+    assert "turn_timeout (2 seconds) ran out during the tool read_file" in sentence
+    assert "not while waiting for the server" in sentence and "\n" not in sentence
+    assert took < 20, f"the turn took {took:.0f} s"        # a wide margin: ~2 s here
+    assert session.history == ()
+    session.close()

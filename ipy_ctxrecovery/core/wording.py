@@ -39,11 +39,13 @@ __all__ = [
     "endpoint_text",
     "first_line",
     "forgotten_limits",
+    "local_work_over",
     "max_tokens_above_limit_line",
     "no_answer_in_reply",
     "no_cap_warning",
     "not_json_reply",
     "plural",
+    "reply_too_large",
     "shown_at",
     "status_text",
     "stream_ended_early",
@@ -141,6 +143,35 @@ def no_answer_in_reply(api: str, what: str) -> str:
     return (f"The {api} server answered HTTP 200 with {what}, so there is no answer to "
             "keep; retry, and if it repeats check the server or any gateway in between "
             "(one that drops the model's output).")
+def reply_too_large(api: str, limit: int, *, status: int | None = None,
+                    length: int | None = None, stream: bool = False) -> str:
+    """A reply refused unread for its size (``max_reply``): an answer, an event stream, or
+    an error body (``status``: the HTTP status of an error)."""
+    what = (f"HTTP {status} error body" if status is not None and status >= 400
+            else "event stream" if stream else "reply")
+    size = f" ({format_size(length)})" if length is not None else ""
+    return (f"The {api} server's {what}{size} is larger than max_reply ({format_size(limit)}), "
+            f"so it was refused before being read further; raise max_reply with %chat "
+            f"config (e.g. max_reply={_above(limit, length)}) if answers "
+            "here are that large.")
+
+
+def _above(limit: int, length: int | None) -> str:
+    """A bound to suggest: the next power of two in MB over the reply, or four times the
+    bound in force."""
+    mb = 1024 * 1024
+    want = max(limit * 4, length or 0)
+    size = mb
+    while size < want:
+        size *= 2
+    return f"{size // mb}MB"
+
+
+def local_work_over(timeout: str, work: str) -> str:
+    """A turn whose time ran out in its own work (``work``), not waiting for the server."""
+    return (f"turn_timeout ({timeout}) ran out during {work}, not while waiting for the "
+            "server; nothing of this turn was kept — ask for less (a smaller range, a "
+            "shorter answer) or raise turn_timeout with %chat config.")
 
 
 def empty_stream(api: str, *, cut: bool) -> str:

@@ -32,6 +32,7 @@ from ..core.wording import empty_stream, stream_ended_early
 from ..errors import ChatError, ConfigError
 from ..failures import LIKELY_PAYLOAD_MIN_BYTES, Failure, FailureKind
 from ..settings import proxy_for, public_url
+from ._guard import ReplyRefused, guarding
 from ._replies import (
     check_stream,
     not_json_body,
@@ -377,13 +378,21 @@ def malformed_reply(exc: BaseException, body_bytes: int, api: str) -> ChatError:
 
 
 class StreamProgress:
-    """How far a streamed reply got: ``said`` once any of an answer arrived — text,
-    reasoning, a tool call, a stop reason or usage (a role-only chunk is not an answer)."""
+    """How far a streamed reply got: ``open`` once a 200 event stream is open, ``said``
+    once any of an answer arrived — text, reasoning, a tool call, a stop reason or usage
+    (a role-only chunk is not an answer)."""
 
-    __slots__ = ("said",)
+    __slots__ = ("open", "said")
 
     def __init__(self) -> None:
+        self.open = False
         self.said = False
+
+
+def refused_error(exc: ReplyRefused, body_bytes: int) -> ChatError:
+    """A reply refused unread for its size, or a send its caller gave up on."""
+    return ChatError(Failure(FailureKind.OTHER, exc.sentence, request_bytes=body_bytes),
+                     exc.sentence)
 
 
 def incomplete_reply(body_bytes: int, api: str, detail: str, *, empty: bool = False
@@ -444,6 +453,9 @@ class SDKAdapter:
     """The Emulator behind an ``emulator*`` provider (set by ``make_provider``), else None."""
     plain_client: type | None = None
     """The SDK's own client class; only a client of exactly this class gets the fast send."""
+    refusal: type[ReplyRefused] = ReplyRefused
+    """What ``_guard`` raises inside the SDK: a subclass of its base error too, so that
+    the SDK neither wraps nor retries it."""
 
     _MAX_SHAPES = 64
 
@@ -637,32 +649,36 @@ class SDKAdapter:
             log.debug("sending through the SDK method: posting the body is not proven "
                       "to build the same request for this client")
         size = len(body) if body is not None else self.measure(request)
-        progress: StreamProgress | None = None     # set once a 200 event stream is open
+        progress = StreamProgress()
         try:
             client = self._senders.for_size(size, retries=request.retries)
-            if fast is not None and body is not None:
-                # A whole reply is read from its JSON (``field``): the SDK's model of it
-                # costs more than the rest of the send's Python.
-                result = fast.send(client, body, raw=not request.stream)
-                del body
-                if not request.stream:
-                    result = reply_json(result, size, self.api, _keys(self.client))
-            else:
-                assert kwargs is not None
-                result = self._create(client, kwargs)
-                if not request.stream and isinstance(result, str):
-                    # The SDK's method hands back the text of a body that is not JSON.
-                    raise not_json_body(result, size, self.api)
-            if request.stream:
-                progress = StreamProgress()
-                with result as stream:
-                    check_stream(stream, size, self.api, _keys(self.client))
-                    return self._read_stream(stream, on_text, size, progress)
-            return self._read_reply(result, size)
+            with guarding(client, limit=request.max_reply, cancel=request.cancel,
+                          refusal=self.refusal, api=self.api):
+                if fast is not None and body is not None:
+                    # A whole reply is read from its JSON (``field``): the SDK's model of
+                    # it costs more than the rest of the send's Python.
+                    result = fast.send(client, body, raw=not request.stream)
+                    del body
+                    if not request.stream:
+                        result = reply_json(result, size, self.api, _keys(self.client))
+                else:
+                    assert kwargs is not None
+                    result = self._create(client, kwargs)
+                    if not request.stream and isinstance(result, str):
+                        # The SDK's method hands back the text of a body that is not JSON.
+                        raise not_json_body(result, size, self.api)
+                if request.stream:
+                    progress.open = True
+                    with result as stream:
+                        check_stream(stream, size, self.api, _keys(self.client))
+                        return self._read_stream(stream, on_text, size, progress)
+                return self._read_reply(result, size)
+        except ReplyRefused as exc:
+            raise refused_error(exc, size) from None
         except self._sdk_errors() as exc:
             error = rejected_reply(exc, size, self.api, _keys(self.client)) \
                 or chat_error(exc, size)
-            if progress is not None and not progress.said \
+            if progress.open and not progress.said \
                     and isinstance(exc, (httpx2.TransportError, self._connection_error)):
                 error = cut_before_an_answer(error, self.api)
             raise error from exc

@@ -50,6 +50,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
@@ -207,12 +208,17 @@ def _block(block: Block) -> dict[str, Any] | None:
     return None
 
 
+class _Refused(ReplyRefused, anthropic.AnthropicError):
+    """A reply refused for its size (``_guard``), as the SDK's own error: not retried."""
+
+
 class AnthropicProvider(SDKAdapter):
     """Messages through ``client.messages.create``."""
 
     api = "Anthropic"
     wire = "anthropic"
     plain_client = anthropic.Anthropic
+    refusal = _Refused
     _system_fold: PrefixFold | None = None
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,

@@ -22,6 +22,7 @@ size is ``measure``'s, exact; the max_tokens is data, never read back from bytes
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,6 +33,7 @@ from ..core.history import History, Message
 
 __all__ = [
     "AdvertisesWindow",
+    "Cancel",
     "Closable",
     "DefaultsMaxTokens",
     "Measurable",
@@ -57,6 +59,35 @@ class ToolSpec:
     parameters: Mapping[str, Any]
 
 
+class Cancel:
+    """Set by a caller that has given up on a send (the turn's deadline passed): the
+    provider stops at once and releases its connection. What a provider registers with
+    :meth:`on_cancel` is run (once) when it is set, on the caller's thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._actions: list[Callable[[], None]] = []
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            actions, self._actions = self._actions, []
+        for action in actions:
+            action()
+
+    def on_cancel(self, action: Callable[[], None]) -> None:
+        """Run ``action`` when this is set (now, if it already is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._actions.append(action)
+                return
+        action()
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     messages: History
@@ -67,6 +98,10 @@ class Request:
     retries: bool = True
     """Whether the SDK may resend it on its own after a failure. False for a body that
     may be refused for its size: the session's recovery then decides every resend."""
+    max_reply: int | None = None
+    """The largest reply body read (bytes; None: no bound); a larger one is refused unread."""
+    cancel: Cancel | None = field(default=None, compare=False)
+    """Set when the caller has given up on this send (the provider stops and lets go)."""
 
 
 class StopReason(StrEnum):

@@ -53,6 +53,7 @@ from ._common import (
     plain,
     split_options,
 )
+from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
@@ -157,12 +158,17 @@ def uses_max_completion_tokens(model_id: str) -> bool:
     return bool(_COMPLETION_TOKENS_MODELS.match(model_id.strip().lower().rsplit("/", 1)[-1]))
 
 
+class _Refused(ReplyRefused, openai.OpenAIError):
+    """A reply refused for its size (``_guard``), as the SDK's own error: not retried."""
+
+
 class OpenAIProvider(SDKAdapter):
     """Chat Completions through ``client.chat.completions.create``."""
 
     api = "OpenAI"
     wire = "openai"
     plain_client = openai.OpenAI
+    refusal = _Refused
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,

@@ -24,7 +24,7 @@ from ..core.history import History, Message
 from ..core.recovery import flow
 from ..errors import ChatError
 from ..failures import Failure, FailureKind, Signature
-from ..providers.base import Request
+from ..providers.base import Cancel, Request
 from ..settings import Settings, format_size
 from .deadline import call_with_deadline
 from .sizing import RequestSizer, RequestSpec
@@ -72,12 +72,15 @@ class SessionCompactor:
                 if isinstance(effect, flow.Send):
                     # Like any request: the SDK does not resend a body larger than any that
                     # passed; the flow decides every resend.
-                    sent = dataclasses.replace(request, retries=flow.sdk_may_retry(caps, size))
+                    cancel = Cancel()
+                    sent = dataclasses.replace(request, retries=flow.sdk_may_retry(caps, size),
+                                               max_reply=self.settings.max_reply,
+                                               cancel=cancel)
                     try:
                         response = call_with_deadline(
                             functools.partial(provider.send, sent), None,
                             log.deadline if log is not None else None,
-                            timeout=self.settings.turn_timeout or 0)
+                            timeout=self.settings.turn_timeout or 0, on_abandon=cancel.set)
                         result = flow.Answered(size)
                     except ChatError as e:
                         error = e

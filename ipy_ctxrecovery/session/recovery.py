@@ -35,7 +35,7 @@ from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import flow, policy
 from ..errors import ChatError, redact
 from ..failures import Failure, FailureKind
-from ..providers.base import Request, Response, TextCallback
+from ..providers.base import Cancel, Request, Response, TextCallback
 from ..settings import Settings, format_size
 from .compaction import SessionCompactor
 from .deadline import call_with_deadline
@@ -121,8 +121,11 @@ class RecoveryLoop:
                     sending = dataclasses.replace(spec, stream=False) if unstreamed else spec
                     history, request, body = self._encoded_within_limits(history, sending,
                                                                          log)
+                    cancel = Cancel()
                     request = dataclasses.replace(request,
-                                                  retries=flow.sdk_may_retry(caps, body))
+                                                  retries=flow.sdk_may_retry(caps, body),
+                                                  max_reply=self.settings.max_reply,
+                                                  cancel=cancel)
                     self.bus.emit(Sending(body_bytes=body, attempt=effect.attempt,
                                           max_tokens=request.max_tokens), log)
                     try:
@@ -130,7 +133,7 @@ class RecoveryLoop:
                             functools.partial(self.endpoint.provider.send, request),
                             relay if sending.stream and on_text else None, log.deadline,
                             timeout=self.settings.turn_timeout or 0,
-                            meanwhile=self.while_waiting)
+                            meanwhile=self.while_waiting, on_abandon=cancel.set)
                         result = flow.Answered(body)
                     except ChatError as e:
                         error, failure = e, e.failure

@@ -8,10 +8,11 @@ What is *sent* to the model is never changed by it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
@@ -89,6 +90,17 @@ class Redactor:
         self._formats = formats
         self._known: set[str] = set()
         self._longest_first: tuple[str, ...] = ()
+        self._check: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def checking(self, check: Callable[[], None]) -> Iterator[None]:
+        """Within the block, masking calls ``check`` now and then (it raises to stop: the
+        turn's deadline), so a many-MB answer is masked within the turn or not at all."""
+        before, self._check = self._check, check
+        try:
+            yield
+        finally:
+            self._check = before
 
     def credentials(self) -> tuple[str, ...]:
         """Every credential seen so far, longest first (asked each time text is masked)."""
@@ -110,7 +122,7 @@ class Redactor:
     def stored(self, text: str) -> str:
         """Conversation text for a file: credentials always, formats unless opted out."""
         text = mask_exact(text, self.credentials())
-        return mask_secrets(text) if self._formats() else text
+        return mask_secrets(text, check=self._check) if self._formats() else text
 
     def value(self, data: Any) -> Any:
         """A JSON-like value with every string (keys too) passed through :meth:`stored`."""

@@ -232,7 +232,8 @@ class _ReplayedTool(Tool):
 
     results: _Results = field(default_factory=_Results)
 
-    def run(self, arguments: str) -> tuple[str, bool]:
+    def run(self, arguments: str, check: Callable[[], None] | None = None
+            ) -> tuple[str, bool]:
         return self.results.next(self.name)
 
 
@@ -246,7 +247,7 @@ def _tools(recorded: _Recorded, results: _Results, offered: Sequence[Any]) -> li
         tool = known.get(name)
         description = tool.description if tool else "Replays the recorded results of this tool."
         parameters = tool.parameters if tool else {"type": "object", "properties": {}}
-        out.append(_ReplayedTool(name, description, parameters, _no_call, results))
+        out.append(_ReplayedTool(name, description, parameters, _no_call, None, results))
     return out
 
 

@@ -54,6 +54,7 @@ from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
 from ..settings import Settings
 from .compaction import SessionCompactor
+from .deadline import checker
 from .dry_run import dry_run
 from .endpoint import Endpoint, path_key
 from .learned import LearnedLimits, PathRegistry
@@ -458,8 +459,10 @@ class ChatSession:
         request is in flight (or when the turn ends, whichever comes first)."""
         if not self._started:
             self._start_files()
-        self._transcript.append(message)
+        # Written (masked) first: masking past the turn's deadline raises, and the message
+        # is then not kept here either.
         self._files.append(message, later=later)
+        self._transcript.append(message)
 
     def _start_files(self) -> None:
         """The first word said through this object: the session's files come into being
@@ -498,9 +501,12 @@ class ChatSession:
             self._record(user, later=True)
         spec = self._spec(max_tokens, stream=stream, options=options)
         kept = False
+        # Masking what the turn stores is inside its deadline, like its requests.
+        masking = checker(log.deadline, timeout or 0, "masking and saving this turn's messages")
         try:
-            result = self._turns.run(self._history + (user,), spec, log, on_text,
-                                     self._record if record else None)
+            with self.redactor.checking(masking):
+                result = self._turns.run(self._history + (user,), spec, log, on_text,
+                                         self._record if record else None)
             self._turns_answered += 1
             kept = record
         except ChatError as e:

@@ -638,9 +638,9 @@ class Transcript:
 
     def _append_line(self, line: bytes | None) -> None:
         self.create()
-        # Queued messages go first, so the log keeps the order things were said in.
-        for ts, message in self._later:
-            self._pending.append(self._message_line(ts, message))
+        # Queued messages go first, so the log keeps the order things were said in (all
+        # encoded before any is taken: masking may stop at the turn's deadline).
+        self._pending.extend([self._message_line(ts, message) for ts, message in self._later])
         self._later.clear()
         if line is not None:
             self._pending.append(line)
@@ -692,6 +692,13 @@ class Transcript:
             self._written.clear()
         self._written[id(message)] = (message, data)
         return data
+
+    def _encoded(self, message: Message) -> bytes:
+        """``_message_json(message)`` without remembering it (a snapshot's many messages)."""
+        known = self._written.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        return _dumps(self._stored(message).to_dict())
 
     def _stored(self, message: Message) -> Message:
         return self.redactor.message(message) if self.redactor is not None else message
@@ -775,10 +782,11 @@ class Transcript:
         self._still_there()
         new_counters = dict(counters) if counters is not None else self.counters
         line = self._journal_line(history, new_counters)
-        self._written.clear()
         if line is None:
-            self.checkpoint(history, new_counters)
+            self.checkpoint(history, new_counters)     # the turn's messages encoded once
+            self._written.clear()
             return
+        self._written.clear()
         if not line:
             return
         try:
@@ -833,12 +841,15 @@ class Transcript:
                 and new_counters == self.counters and self._said_count == self._said_saved):
             return
         generation = self._generation + 1
-        data = {"version": SNAPSHOT_VERSION, "generation": generation,
-                "counters": new_counters,
-                **({"said": self._said_count} if self._said_count is not None else {}),
-                "messages": [self._stored(m).to_dict() for m in history]}
+        head = _dumps({"version": SNAPSHOT_VERSION, "generation": generation,
+                       "counters": new_counters,
+                       **({"said": self._said_count} if self._said_count is not None else {})})
+        # ``{..., "messages": [...]}`` as ``_dumps`` writes it; a message the turn already
+        # masked and encoded for the transcript is not masked again.
+        data = (head[:-1] + b', "messages": [' + b", ".join(map(self._encoded, history))
+                + b"]}")
         try:
-            write_private_atomic(self.history_path, _dumps(data))
+            write_private_atomic(self.history_path, data)
         except OSError as e:
             self.health.failed(self.history_path.name, e)
             self._persisted = None

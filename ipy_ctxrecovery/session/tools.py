@@ -21,6 +21,7 @@ a crash of the turn.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import inspect
 import json
@@ -36,7 +37,7 @@ from typing import Any, BinaryIO, Literal, Union, get_args, get_origin
 
 from ..core.cuts import head_cut
 from ..core.markers import join_cut
-from ..errors import ConfigError, ToolError, redact
+from ..errors import ChatError, ConfigError, ToolError, redact
 from ..providers.base import ToolSpec
 
 __all__ = [
@@ -63,13 +64,19 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     function: Callable[..., Any]
+    checked: Callable[..., Any] | None = None
+    """``function`` taking a deadline check first (``checked(check, **arguments)``), for a
+    tool whose work can be long (read_file's scan): it calls ``check`` now and then."""
 
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
 
-    def run(self, arguments: str) -> tuple[str, bool]:
-        """Run with the model's JSON ``arguments``; returns ``(content, is_error)``."""
+    def run(self, arguments: str, check: Callable[[], None] | None = None) -> tuple[str, bool]:
+        """Run with the model's JSON ``arguments``; returns ``(content, is_error)``.
+
+        ``check`` (the turn's deadline) is handed to a tool that takes one; what it raises
+        (:class:`~ipy_ctxrecovery.errors.ChatError`) ends the turn, it is no tool error."""
         try:
             raw = json.loads(arguments) if arguments and arguments.strip() else {}
         except json.JSONDecodeError as e:
@@ -85,7 +92,12 @@ class Tool:
         if problem:
             return f"Error: {problem} (tool {self.name}).", True
         try:
-            result = self.function(**raw)
+            if check is not None and self.checked is not None:
+                result = self.checked(check, **raw)
+            else:
+                result = self.function(**raw)
+        except ChatError:
+            raise
         except ToolError as e:
             return redact(f"Error: {_describe(e, with_type=False)}"), True
         except Exception as e:  # a tool's bug must not end the conversation
@@ -426,6 +438,9 @@ READ_FILE_DENY: tuple[str, ...] = (
 #: Bytes read at a time while skipping to ``offset`` or counting lines: memory stays flat
 #: whatever the file's size.
 _READ_CHUNK = 256 * 1024
+#: After the range, read_file counts the file's lines only this far: a total past it is
+#: reported as "at least" (a 5 GB file was counted whole on every call, 30-52 s each).
+READ_FILE_COUNT_BYTES = 4 * 1024 * 1024
 
 
 def _inside(path: str, root: str) -> bool:
@@ -441,28 +456,42 @@ def _denied(parts: Iterable[str], deny: tuple[str, ...]) -> tuple[str, str] | No
     return None
 
 
-def _count_lines(f: BinaryIO) -> int:
-    f.seek(0)
-    count, last = 0, b"\n"
-    while chunk := f.read(_READ_CHUNK):
+def _count_on(f: BinaryIO, budget: int, check: Callable[[], None]) -> tuple[int, bool]:
+    """Lines from where ``f`` stands, reading at most ``budget`` bytes: (count, whether
+    the end of the file was reached). A last line without a newline counts."""
+    count, last, read = 0, b"\n", 0
+    while read < budget:
+        check()
+        chunk = f.read(min(_READ_CHUNK, budget - read))
+        if not chunk:
+            return count + (last != b"\n"), True
+        read += len(chunk)
         count += chunk.count(b"\n")
         last = chunk[-1:]
-    return count + (last != b"\n")
+    # The budget ran out: the end is further on (or exactly here, which one byte tells).
+    if not f.read(1):
+        return count + (last != b"\n"), True
+    return count, False
 
 
-def _read_range(f: BinaryIO, offset: int, limit: int, max_bytes: int) -> tuple[bytes, int, bool]:
+def _read_range(f: BinaryIO, offset: int, limit: int, max_bytes: int,
+                check: Callable[[], None]) -> tuple[bytes, int, bool, int]:
     """Lines ``offset``.. of ``f``, at most ``limit`` of them and ``max_bytes`` in all.
 
-    Returns the bytes, the number of whole or partial lines they hold, and whether the
-    byte bound cut them; nothing beyond ``max_bytes`` (plus one chunk while skipping) is
-    ever held in memory, even for a file that is one huge line.
+    Returns the bytes, the number of whole or partial lines they hold, whether the byte
+    bound cut them, and how many lines were skipped (fewer than ``offset``: the file
+    ended first). Nothing beyond ``max_bytes`` (plus one chunk while skipping) is ever
+    held in memory, even for a file that is one huge line; nothing after the range is
+    read. ``check`` is called every chunk skipped (the turn's deadline).
     """
-    line = 0
+    line, partial = 0, False
     while line < offset:
+        check()
         piece = f.readline(_READ_CHUNK)
         if not piece:
-            return b"", 0, False
-        if piece.endswith(b"\n"):
+            return b"", 0, False, line + partial      # a last line without a newline
+        partial = not piece.endswith(b"\n")
+        if not partial:
             line += 1
     out: list[bytes] = []
     size = lines = 0
@@ -478,19 +507,22 @@ def _read_range(f: BinaryIO, offset: int, limit: int, max_bytes: int) -> tuple[b
             lines += 1
             break
     cut = size >= max_bytes and not (out[-1].endswith(b"\n") and lines == limit)
-    return b"".join(out), lines, cut
+    return b"".join(out), lines, cut, offset
 
 
 def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[str], *,
                    max_chars: int = READ_FILE_MAX_CHARS,
-                   deny: tuple[str, ...] = READ_FILE_DENY) -> Tool:
+                   deny: tuple[str, ...] = READ_FILE_DENY,
+                   count_bytes: int = READ_FILE_COUNT_BYTES) -> Tool:
     """The built-in ``read_file`` tool, confined to ``root`` and the session's results.
 
     Paths are resolved (``..`` and symlinks followed) before the check, so nothing
     outside the two directories can be read; a path with a part matching ``deny``
     (:data:`READ_FILE_DENY`: dotfiles, keys, credential files), given or resolved, is
     refused; only regular files are opened (never a FIFO or a device, which could block
-    the turn), and only the lines asked for are read.
+    the turn), and only the lines asked for are read: the file's total is counted only
+    ``count_bytes`` past them (further, it is "at least"), and the turn's deadline check
+    (``Tool.run``'s ``check``) is called every chunk, so no file holds the turn.
     """
     if not os.path.isdir(root):
         raise ConfigError(f"read_file's root {os.fspath(root)!r} is not a directory; set "
@@ -506,6 +538,10 @@ def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[
             offset: the first line to return, counting from 0.
             limit: how many lines to return at most.
         """
+        return checked(_go_on, path, offset, limit)
+
+    def checked(check: Callable[[], None], path: str, offset: int = 0,
+                limit: int = READ_FILE_DEFAULT_LINES) -> str:
         if offset < 0 or limit < 1:
             raise ToolError("offset must be 0 or more and limit at least 1.")
         candidate = Path(path).expanduser()
@@ -549,8 +585,13 @@ def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[
                 raise ToolError(f"{path} is not a regular file; read_file reads regular "
                                 "files only.")
             # 4 bytes per char at most in UTF-8: enough bytes for max_chars characters.
-            data, shown, cut = _read_range(f, offset, limit, max_chars * 4 + 4)
-            total = _count_lines(f)
+            data, shown, cut, skipped = _read_range(f, offset, limit, max_chars * 4 + 4,
+                                                    check)
+            if not data:
+                total, whole = skipped, True
+            else:
+                more, whole = _count_on(f, count_bytes, check)
+                total = offset + shown + more
         if b"\0" in data:
             raise ToolError(f"{path} looks like a binary file (it contains NUL bytes); "
                             "read_file reads text.")
@@ -573,7 +614,12 @@ def make_read_file(root: str | os.PathLike[str], results_dir: str | os.PathLike[
                         f"\n… cut at {max_chars} chars; continue with offset={end} …")
         if not data:
             return f"[{path}: no lines at offset {offset}; the file has {total} lines]"
-        header = f"[{path}: lines {offset}-{max(end - 1, offset)} of {total}]\n"
+        of = f"{total}" if whole else f"at least {total}"
+        header = f"[{path}: lines {offset}-{max(end - 1, offset)} of {of}]\n"
         return header + body
 
-    return build_tool(read_file)
+    return dataclasses.replace(build_tool(read_file), checked=checked)
+
+
+def _go_on() -> None:
+    return None

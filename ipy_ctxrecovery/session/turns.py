@@ -22,6 +22,7 @@ from ..core.events import Escalation, StreamUsageMissing, ToolRun, Truncated
 from ..core.history import TAG_CONTINUATION, History, Message, ToolCall, storable, unstorable_at
 from ..providers.base import Response, StopReason, TextCallback, ToolSpec
 from ..settings import Settings
+from .deadline import Check, checker
 from .recovery import RecoveryLoop
 from .sizing import RequestSpec
 from .tools import Tool
@@ -77,13 +78,14 @@ class ToolBox:
         finally:
             self._builtin_off = before
 
-    def run(self, call: ToolCall) -> tuple[str, bool]:
-        """(content, is_error) for one call; an unknown tool is an error result."""
+    def run(self, call: ToolCall, check: Check | None = None) -> tuple[str, bool]:
+        """(content, is_error) for one call; an unknown tool is an error result.
+        ``check``: the turn's deadline, for a tool that takes one (``Tool.checked``)."""
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return f"Error: there is no tool named {call.name!r} (tools: {known}).", True
-        return tool.run(call.arguments)
+        return tool.run(call.arguments, check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,8 @@ class TurnRunner:
                                       limit_reached=True, max_rounds=max_rounds), log)
 
     def _run_tool(self, call: ToolCall, log: TurnLog) -> Message:
-        content, is_error = self.tools.run(call)
+        content, is_error = self.tools.run(call, checker(
+            log.deadline, self.settings.turn_timeout or 0, f"the tool {call.name}"))
         content = self._mask(content)
         if unstorable_at(content) is not None:
             content = storable(Message.tool(call.id, content)).text
