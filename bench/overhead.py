@@ -170,6 +170,7 @@ class Case:
         files = Transcript(name)
         files.create()        # a saved session: its files exist
         files.save_history(history)
+        files.release()        # the session resumed on them is their writer
         if wire == "openai":
             self.client: Any = openai.OpenAI(base_url=emu.openai_base_url, api_key=KEY)
             self.url = emu.openai_base_url.rstrip("/") + "/chat/completions"
@@ -287,6 +288,7 @@ def steady_memory(wire: str, emu: RemoteEmulator, total: int, *, ascii_only: boo
     files = Transcript(name)
     files.create()
     files.save_history(history)
+    files.release()        # the session resumed on them is their writer
     payload = json.dumps(to_openai(history) if wire == "openai" else to_anthropic(history)[1],
                          ensure_ascii=False)
     body = len(payload.encode())

@@ -83,6 +83,7 @@ def main() -> None:
             files = Transcript(name)
             files.create()        # a saved session: its files exist
             files.save_history(history(n, args.result_chars))
+            files.release()        # the session resumed on them is their writer
             session = ChatSession.resume(name, model="emulator", emulator=emu)
             start = time.perf_counter()
             first = session.what_if(text="next question")

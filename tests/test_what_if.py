@@ -244,6 +244,7 @@ def resumed(messages: History, name: str = "crafted", **kwargs: Any) -> ChatSess
     files = Transcript(name)
     files.create()
     files.save_history(messages)
+    files.release()        # the session resumed on them is their writer
     return ChatSession.resume(name, provider=FakeProvider(window=kwargs.pop("window", 128_000)),
                               **kwargs)
 
