@@ -82,7 +82,8 @@ def test_append_only_jsonl_round_trip() -> None:
     records = list(t.records())
     assert [r["type"] for r in records] == ["message"] * 3 + ["reset"] + ["message"] * 2
     assert all(isinstance(r["ts"], float) for r in records)
-    # A second Transcript on the same name appends; it never truncates.
+    # A later writer on the same name (once this one let go) appends; it never truncates.
+    t.release()
     again = Transcript("log")
     again.append(Message.user("more"))
     assert len(Transcript("log").messages()) == len(messages) + 1
