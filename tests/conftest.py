@@ -1,5 +1,6 @@
-"""Shared fixtures: every test gets a private data directory; ``emulator`` starts emulators;
-``middlebox`` starts real proxies (tests/middleboxes.py)."""
+"""Shared fixtures: every test gets a private data directory and the session a private IPython
+directory; ``emulator`` starts emulators; ``middlebox`` starts real proxies
+(tests/middleboxes.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def ipython_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """IPYTHONDIR points at a fresh tmp directory: the kernels the tests start (nbclient,
+    jupyter_client) read no profile or startup file of this machine's, as on a fresh one, and
+    log their history there, not in ~/.ipython's database shared with every other kernel."""
+    path = tmp_path_factory.mktemp("ipython")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(path))
+        yield path
 
 
 @pytest.fixture(autouse=True)

@@ -192,6 +192,24 @@ def test_a_shown_answer_displays_nothing_the_second_time() -> None:
     assert formatter.format(answer) == ({}, {})
 
 
+def test_a_copy_or_a_pickle_of_a_shown_answer_shows() -> None:
+    import copy
+    import pickle
+
+    from IPython.core.formatters import DisplayFormatter
+
+    answer = Answer("hello", model="m", usage={"prompt_tokens": 3})
+    answer.shown = True
+    for other in (pickle.loads(pickle.dumps(answer)), copy.deepcopy(answer)):
+        assert other == "hello" and other.model == "m" and other.usage == {"prompt_tokens": 3}
+        assert not other.shown and formatter_text(DisplayFormatter(), other) == "hello"
+    assert answer.shown
+
+
+def formatter_text(formatter: Any, answer: Answer) -> str:
+    return str(formatter.format(answer)[0]["text/plain"])
+
+
 def test_event_records_for_the_metadata() -> None:
     from ipy_ctxrecovery.notebook.display import event_record
 

@@ -158,6 +158,43 @@ def test_a_session_object_in_another_process_is_refused_in_python(tmp_path: Path
     ChatSession.resume("held").close()                       # free once the holder ended
 
 
+def test_a_second_open_in_this_process_is_refused_and_frees_nothing() -> None:
+    import subprocess
+    import sys
+
+    probe = ("from ipy_ctxrecovery import ChatSession\n"
+             "from ipy_ctxrecovery.errors import SessionInUse\n"
+             "try:\n"
+             "    ChatSession('emulator', name='twice').close()\n"
+             "    print('opened')\n"
+             "except SessionInUse as e:\n"
+             "    print(e)\n")
+
+    def from_another_process() -> str:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=60, env=os.environ.copy())
+        return done.stdout.strip()
+
+    first = ChatSession("emulator", name="twice")
+    first.send("hello")
+    with pytest.raises(SessionInUse) as refused:
+        ChatSession("emulator", name="twice")
+    sentence = str(refused.value)
+    assert sentence.startswith("session 'twice' is open in this process already (another "
+                               "ChatSession, since ")
+    assert sentence.endswith("; close it there, or start a conversation of your own under "
+                             "another name (%%chat -S twice-2).") and "\n" not in sentence
+    with pytest.raises(SessionInUse):
+        ChatSession.resume("twice")
+    Transcript("twice").release()           # another handle letting go frees nothing
+    assert from_another_process().startswith("session 'twice' is open in another process")
+    first.send("still the one writer")
+    first.close()
+    assert from_another_process() == "opened"
+    assert [m.text for m in Transcript("twice").messages() if m.role == "user"] == [
+        "hello", "still the one writer"]                    # each written once, in order
+
+
 # -- 3. the current session -------------------------------------------------------------------
 
 def test_subcommands_follow_the_current_session(chat: ChatMagics, ip: Any,  # noqa: F811

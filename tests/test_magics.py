@@ -1617,6 +1617,32 @@ def test_a_streamed_answer_shows_again_in_a_later_cell(chat: ChatMagics, ip: Any
     assert ip.display_formatter.format(answer)[0]["text/plain"] == "w1 w2"   # _ shows it
 
 
+def test_a_streamed_answer_shows_again_after_cells_that_store_no_history(
+        chat: ChatMagics, ip: Any) -> None:
+    # Cells run without storing history (a front end's silent runs) leave the execution
+    # count as it was, so the count cannot tell one cell from the next: the run can.
+    chat.live_display, chat.stream_interval, chat.show_panel = "always", 0.0, False
+    publisher = RecordingPublisher(shell=ip)
+    saved, ip.display_pub = ip.display_pub, publisher
+    try:
+        ip.run_cell("%%chat\n[[words 2]]\n", store_history=False)
+        answer = ip.user_ns["_"]
+        assert isinstance(answer, Answer) and answer == "w1 w2"
+        assert publisher.calls[-1]["data"]["text/plain"] == "w1 w2"   # shown where it streamed
+        assert ip.display_formatter.format(answer)[0]["text/plain"] == "w1 w2"  # between cells
+        publisher.calls.clear()
+        ip.run_cell("display(_)", store_history=False)                # a later cell
+        assert [c["data"]["text/plain"] for c in publisher.calls] == ["w1 w2"]
+        publisher.calls.clear()
+        # In the cell that streamed it, the answer as the cell's value shows nothing more.
+        ip.run_cell("get_ipython().run_cell_magic('chat', '', '[[words 3]]')",
+                    store_history=False)
+        assert [c["data"]["text/plain"] for c in publisher.calls][-1] == "w1 w2 w3"
+        assert len({c["transient"]["display_id"] for c in publisher.calls}) == 1
+    finally:
+        ip.display_pub = saved
+
+
 def test_config_refusals_say_what_is_accepted(chat: ChatMagics, ip: Any,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_line_magic("config", "ChatMagics.verbosity = 'loud'")

@@ -71,6 +71,13 @@ def test_the_first_session_is_what_running_it_prints(
     ip.config.pop("ChatMagics", None)
     cells = session_cells(SESSION.group(1))
     assert len(cells) >= 5
+    # The shared test shell has run other tests' cells (one here stands for them). The
+    # transcript numbers its cells from In [1], so it is replayed as a session of its own: a
+    # fresh history session, as a new IPython starts, or its line numbers collide with those
+    # already logged and IPython says "Session/line number was not unique in database".
+    ip.run_cell("pass", store_history=True)
+    history = ip.history_manager
+    history.reset(new_session=True)
     try:
         for count, source, expected in cells:
             ip.execution_count = count
@@ -81,6 +88,11 @@ def test_the_first_session_is_what_running_it_prints(
             shown = _trimmed((captured.out + captured.err).splitlines())
             assert [_PORT.sub("127.0.0.1:PORT", line) for line in shown] == \
                 [_PORT.sub("127.0.0.1:PORT", line) for line in expected], source
+        history.writeout_cache()
+        assert "not unique" not in "".join(capsys.readouterr())
+        logged = history.db.execute("SELECT line, source_raw FROM history WHERE session = ?",
+                                    (history.session_number,)).fetchall()
+        assert logged == [(count, source) for count, source, _ in cells]
     finally:
         if "ipy_ctxrecovery" in ip.extension_manager.loaded:
             ip.run_line_magic("unload_ext", "ipy_ctxrecovery")

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TextIO
 
@@ -124,7 +125,7 @@ class Answer(str):
 
     Once the answer has been shown where it streamed (``shown``), displaying it again in
     the same cell shows nothing: ``run_cell_magic`` as a cell's last expression does not
-    show it twice. In a later cell (``_``, ``Out[n]``) it shows as usual.
+    show it twice. In a later cell (``_``, ``Out[n]``), or between cells, it shows as usual.
     """
 
     model: str
@@ -134,7 +135,8 @@ class Answer(str):
     finish_reason: str | None
     answer_format: str
     session: str
-    _shown_in: int | None
+    # The run of the cell that showed it (see _running_cell); not pickled or copied.
+    _shown_in: weakref.ref[Any] | None = None
 
     def __new__(cls, text: str, *, model: str = "", usage: Mapping[str, int | None] | None = None,
                 actions: Sequence[str] = (), finish_reason: str | None = None,
@@ -154,11 +156,15 @@ class Answer(str):
     @property
     def shown(self) -> bool:
         """True while the cell that showed this answer runs."""
-        return self._shown_in is not None and self._shown_in == _running_cell()
+        return self._shown_in is not None and self._shown_in() is _running_cell()
 
     @shown.setter
     def shown(self, value: bool) -> None:
-        self._shown_in = _running_cell() if value else None
+        self._shown_in = weakref.ref(_running_cell()) if value else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy or a pickle (``%store``) is not the object that was shown.
+        return {k: v for k, v in self.__dict__.items() if k != "_shown_in"}
 
     @property
     def text(self) -> str:
@@ -209,12 +215,22 @@ def _shown_already() -> None:
     return None
 
 
-def _running_cell() -> int:
-    """The execution count of the running cell (-1 outside IPython)."""
+class _NoCell:
+    """Stands for "no cell is running" (outside IPython, or between two cells)."""
+
+
+_NO_CELL = _NoCell()
+
+
+def _running_cell() -> Any:
+    """The running cell's run: the ``ExecutionResult`` IPython fills while the cell runs, one
+    object per run. Not the execution count: IPython 9 advances it before the cell runs and
+    IPython 8 after, and a cell run without storing history leaves it as it was."""
     from IPython import get_ipython
 
     shell = get_ipython()
-    return int(getattr(shell, "execution_count", -1)) if shell is not None else -1
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    return result if result is not None else _NO_CELL
 
 
 def usage_dict(usage: Any) -> dict[str, int | None]:
