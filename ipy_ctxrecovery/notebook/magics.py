@@ -573,8 +573,13 @@ class ChatMagics(Magics):
                           window=session.window, cell=self._cell())
 
     def _cell(self) -> int | None:
-        """The running cell's execution count (None outside a shell)."""
-        count = getattr(self.shell, "execution_count", None)
+        """The running cell's execution count (None outside a shell). The display hook's
+        ``prompt_count`` is the running cell's ``In [N]`` in every IPython: IPython 9 moves
+        ``execution_count`` on before the cell runs, IPython 8 after."""
+        hook = getattr(self.shell, "displayhook", None)
+        count = getattr(hook, "prompt_count", None)
+        if not isinstance(count, int):
+            count = getattr(self.shell, "execution_count", None)
         return count if isinstance(count, int) else None
 
     def _store_result(self, answer: Answer) -> None:
