@@ -379,3 +379,31 @@ def theme_problems(text: str, themes: dict[str, dict[str, str]],
         if missing:
             problems.append(f"--jp-{name} is not defined in the {', '.join(missing)} theme")
     return problems
+
+
+def page_samples(page: str, root: str, what: str) -> list[dict[str, Any]]:
+    """:data:`TEXT_SAMPLES_JS` run on the HTML ``page`` in headless Chromium (Debian's,
+    through Selenium) for the texts under ``root``; skips (fails under CI) with one line
+    naming ``what`` when Chromium, its driver or Selenium is missing."""
+    import os
+    import urllib.parse
+
+    chromium, chromedriver = "/usr/bin/chromium", "/usr/bin/chromedriver"
+    if not (os.access(chromium, os.X_OK) and os.access(chromedriver, os.X_OK)):
+        unavailable(f"{what}: chromium or chromedriver is missing")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        unavailable(f"{what}: selenium is not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    try:
+        driver.get("data:text/html," + urllib.parse.quote(page))
+        samples: list[dict[str, Any]] = driver.execute_script(TEXT_SAMPLES_JS, root)
+    finally:
+        driver.quit()
+    return samples

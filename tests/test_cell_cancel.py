@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import kernels
 import pytest
 from turn_streams import LOREM, primed_for_413, record
 
@@ -112,23 +113,15 @@ TIMEOUT = 90
 
 @pytest.fixture
 def kernel(data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
-    from jupyter_client.manager import start_new_kernel
-
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CHATCLI_MAX_PAYLOAD"):
         monkeypatch.delenv(var, raising=False)
-    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT)
-    try:
+    with kernels.started_kernel(TIMEOUT) as (manager, client):
         yield manager, client
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
 
 
 def run(client: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    messages: list[dict[str, Any]] = []
-    reply = client.execute_interactive(code, timeout=TIMEOUT, output_hook=messages.append,
-                                       allow_stdin=False)
-    return reply["content"], messages
+    """Execute ``code``; return the execute_reply content and the iopub messages."""
+    return kernels.run(client, code, TIMEOUT)
 
 
 def until_idle(client: Any, msg_id: str, *, interrupt: Any = None) -> list[dict[str, Any]]:

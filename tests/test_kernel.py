@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import kernels
 import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -16,22 +17,13 @@ TIMEOUT = 60
 @pytest.fixture
 def kernel(data_dir: Any) -> Iterator[Any]:
     """A python3 kernel of this environment; it inherits IPY_CTXRECOVERY_DIR (tmp)."""
-    from jupyter_client.manager import start_new_kernel
-
-    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT)
-    try:
+    with kernels.started_kernel(TIMEOUT) as (manager, client):
         yield client
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
 
 
 def run(client: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Execute ``code``; return the execute_reply content and the iopub messages."""
-    messages: list[dict[str, Any]] = []
-    reply = client.execute_interactive(code, timeout=TIMEOUT, output_hook=messages.append,
-                                       allow_stdin=False)
-    return reply["content"], messages
+    return kernels.run(client, code, TIMEOUT)
 
 
 def of_type(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

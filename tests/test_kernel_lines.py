@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kernels
 import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -20,24 +21,16 @@ TIMEOUT = 60
 @pytest.fixture
 def kernel(data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
     """(manager, client) of a python3 kernel; it inherits the environment set before it."""
-    from jupyter_client.manager import start_new_kernel
-
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("CHATCLI_MAX_PAYLOAD", "lots")        # a warning the load line follows
-    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT)
-    try:
+    with kernels.started_kernel(TIMEOUT) as (manager, client):
         yield manager, client
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
 
 
 def run(client: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    messages: list[dict[str, Any]] = []
-    reply = client.execute_interactive(code, timeout=TIMEOUT, output_hook=messages.append,
-                                       allow_stdin=False)
-    return reply["content"], messages
+    """Execute ``code``; return the execute_reply content and the iopub messages."""
+    return kernels.run(client, code, TIMEOUT)
 
 
 def of_type(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -10,24 +10,20 @@ last test here renders the fallbacks in Chromium."""
 
 from __future__ import annotations
 
-import os
-import urllib.parse
-
 import pytest
 from contrast import (
     RGBA,
-    TEXT_SAMPLES_JS,
     WCAG_AA,
     contrast_ratio,
     installed_themes,
     low_contrast,
     over,
+    page_samples,
     paint,
     parse_colour,
     relative_luminance,
     theme_problems,
 )
-from needs import unavailable
 
 from ipy_ctxrecovery.core import theme
 
@@ -120,14 +116,6 @@ font-family:sans-serif">{panel}</body></html>"""
 def test_the_panel_snapshot_reads_in_chromium_without_jupyterlab(page: str) -> None:
     """The fallbacks as a browser computes them: the panel's snapshot mid-recovery on a
     page with no JupyterLab CSS, in a light and a dark editor theme."""
-    chromium, chromedriver = "/usr/bin/chromium", "/usr/bin/chromedriver"
-    if not (os.access(chromium, os.X_OK) and os.access(chromedriver, os.X_OK)):
-        unavailable("theme fallbacks: chromium or chromedriver is missing")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        unavailable("theme fallbacks: selenium is not installed")
     from ipy_ctxrecovery.notebook.panel import _PANEL_CSS
 
     levels = "".join(f"<span class='ctxr-level {state}'>{name}</span>" for name, state in (
@@ -138,17 +126,8 @@ def test_the_panel_snapshot_reads_in_chromium_without_jupyterlab(page: str) -> N
     panel = (f"{_PANEL_CSS}<div class='ctxr-panel'><div class='ctxr-steps'>{steps}</div>"
              f"<div class='ctxr-levels'>{levels}</div></div>")
     fg, bg = PLAIN_PAGES[page]
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-    try:
-        driver.get("data:text/html," + urllib.parse.quote(
-            PAGE.format(bg=bg, fg=fg, panel=panel)))
-        samples = driver.execute_script(TEXT_SAMPLES_JS, ".ctxr-panel")
-    finally:
-        driver.quit()
+    samples = page_samples(PAGE.format(bg=bg, fg=fg, panel=panel), ".ctxr-panel",
+                           "theme fallbacks")
     assert len(samples) == 2 + 5 * 3
     assert low_contrast(samples) == []
     colours = {s["text"]: parse_colour(s["color"]) for s in samples}

@@ -38,6 +38,15 @@ function cookie(name) {
   const m = document.cookie.match("(^|;)\\s*" + name + "=([^;]*)");
   return m ? decodeURIComponent(m[2]) : null;
 }
+function onCancel(button, hint, model, press) {
+  // A click interrupts the kernel; if the server refuses, the button comes back with a hint.
+  button.addEventListener("click", async () => {
+    press(true);
+    let ok = false;
+    try { ok = await interrupt(model.get("kernel_id")); } catch (e) { ok = false; }
+    if (!ok) { press(false); hint.textContent = model.get("texts").cancel_failed; }
+  });
+}
 async function interrupt(kernelId) {
   const cfg = config();
   if (!cfg || !kernelId) return false;
@@ -79,12 +88,7 @@ export default {
       button.title = texts.cancel_title;
       tick();
     }
-    button.addEventListener("click", async () => {
-      pressed = true; update();
-      let ok = false;
-      try { ok = await interrupt(model.get("kernel_id")); } catch (e) { ok = false; }
-      if (!ok) { pressed = false; update(); hint.textContent = model.get("texts").cancel_failed; }
-    });
+    onCancel(button, hint, model, (down) => { pressed = down; update(); });
     model.on("change", update);
     update();
     const timer = setInterval(tick, 250);

@@ -281,6 +281,7 @@ class ExploreWidget:
         self.labels["next_message"] = self.next_size.description
         #: Under each control: the value in force and where it comes from (or that it moved).
         self.notes: dict[str, widgets.HTML] = {name: widgets.HTML() for name in self.fields}
+        self._note_texts: dict[str, str] = {}   # control -> its note, as text (not its HTML)
         for note in self.notes.values():
             note.add_class("ctxr-source")
         for control in (self.cap, self.window):
@@ -481,6 +482,7 @@ class ExploreWidget:
                 if name == "cap" and plan is not None and plan.cap_source == "learned" \
                         and self._error is None and plan.cap is not None:
                     text += f"; the learned {format_size(plan.cap)} still applies below it"
+            self._note_texts[name] = text
             note.value = f"<div style='{_NOTE_STYLE}'>{html.escape(text)}</div>"
 
     def _changed(self, change: Any) -> None:
@@ -815,13 +817,8 @@ class ExploreWidget:
     def _source_notes(self) -> dict[str, str]:
         """Control → its note for the text form: the cap's and the window's always, the
         others' when not the default."""
-        out = {}
-        for name, note in self.notes.items():
-            text = note.value
-            text = html.unescape(text[text.find(">") + 1:text.rfind("</div>")])
-            if name in ("cap", "window") or text != "default":
-                out[name] = text
-        return out
+        return {name: text for name, text in self._note_texts.items()
+                if name in ("cap", "window") or text != "default"}
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         if self.closed:

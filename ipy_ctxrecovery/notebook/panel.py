@@ -94,12 +94,7 @@ export default {
       if (!cancellable) hint.textContent = "";
       tick();
     }
-    button.addEventListener("click", async () => {
-      pressed = true; update();
-      let ok = false;
-      try { ok = await interrupt(model.get("kernel_id")); } catch (e) { ok = false; }
-      if (!ok) { pressed = false; update(); hint.textContent = model.get("texts").cancel_failed; }
-    });
+    onCancel(button, hint, model, (down) => { pressed = down; update(); });
     model.on("change", update);
     update();
     const timer = setInterval(tick, 250);
