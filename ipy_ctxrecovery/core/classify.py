@@ -234,16 +234,20 @@ def _clean(text: str, limit: int = _REASON_MAX_CHARS) -> str:
     return redact(one_line)
 
 
+def page_title(text: str, tags: tuple[str, ...] = ("title", "h1")) -> str:
+    """An HTML page's title as text, on one line: the first of ``tags`` that has words."""
+    for tag in tags:
+        m = re.search(rf"<{tag}[^>]*>(.*?)</{tag}\s*>", text, re.IGNORECASE | re.DOTALL)
+        if m:
+            title = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", m.group(1))).split())
+            if title:
+                return title
+    return ""
+
+
 def _html_summary(ev: _Evidence) -> str:
     """Describe an HTML page without dumping it: title/h1, vendor, ray/reference id."""
-    title = ""
-    for tag in ("title", "h1"):
-        m = re.search(rf"<{tag}[^>]*>(.*?)</{tag}>", ev.text, re.IGNORECASE | re.DOTALL)
-        if m:
-            title = html.unescape(re.sub(r"<[^>]+>", " ", m.group(1)))
-            title = " ".join(title.split())
-            if title:
-                break
+    title = page_title(ev.text)
     vendor = _proxy_vendor(ev)
     bits = [b for b in (vendor, f'"{title}"' if title else "") if b]
     ray = ev.headers.get("cf-ray", "")

@@ -47,7 +47,6 @@ import contextlib
 import dataclasses
 import html
 import io
-import re
 import sys
 import threading
 import time
@@ -943,11 +942,11 @@ class ExploreWidget:
         values = self.shown_values()
         typed = self.next_size.value.strip()
         rows: list[tuple[str, str, str | None]] = [
-            (_label(self.next_size), typed or "like the last one", None)]
-        for key, control in self.fields.items():
+            (self.labels["next_message"], typed or "like the last one", None)]
+        for key in self.fields:
             field = _FIELDS.get(key, key)
             was = (_setting_text(field, changes[field][0]) if field in changes else None)
-            rows.append((_label(control), _shown(key, values[key]), was))
+            rows.append((self.labels[key], _shown(key, values[key]), was))
         # Left-aligned, unpadded: JupyterLab's output tables right-align their cells.
         cell = "<td style='text-align:left;padding:0 12px 0 0"
         cells = "".join(
@@ -999,11 +998,6 @@ def _plot_png(report: ReplayReport) -> tuple[bytes | None, str | None]:
         return None, f"no plot: {e}"
     except Exception as e:   # a drawing bug: one line, never a traceback in the widget
         return None, f"no plot: {type(e).__name__}: {e}"
-
-
-def _label(control: widgets.Widget) -> str:
-    """A control's description as text (some carry a tooltip span)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", control.description))
 
 
 def _setting_text(field: str, value: Any) -> str:

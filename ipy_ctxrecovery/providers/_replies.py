@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx2
 
-from ..core.classify import fingerprint
+from ..core.classify import fingerprint, page_title
 from ..core.wording import first_line, no_answer_in_reply, not_json_reply
 from ..errors import ChatError, redact
 from ..failures import Failure, FailureKind
@@ -33,7 +33,6 @@ EXCERPT_CHARS = 100
 _STREAM_TYPES = ("event-stream", "eventstream")   # SSE, and Bedrock's binary event stream
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _UNSHOWN = re.compile(r"<(script|style|head)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
 
 
@@ -53,9 +52,8 @@ def excerpt(text: str, *, page: bool = False, limit: int = EXCERPT_CHARS) -> str
     characters, secrets masked. ``page``: an HTML page, read as its title and then its
     visible text (no tags, scripts or styles)."""
     if page:
-        title = _TITLE.search(text)
-        visible = _TAG.sub(" ", _UNSHOWN.sub(" ", text))
-        text = html.unescape(f"{_TAG.sub(' ', title.group(1)) if title else ''} {visible}")
+        visible = html.unescape(_TAG.sub(" ", _UNSHOWN.sub(" ", text)))
+        text = f"{page_title(text, ('title',))} {visible}"
     words = redact(" ".join(text.split())).split(" ")
     shown: list[str] = []
     for word in words:                  # whole words: a mask is never cut in two
