@@ -129,3 +129,13 @@ def test_bounds_prints_a_figure_per_case() -> None:
     assert "secret-like answer, turn_timeout=3: " in out
     assert out.count("timed-out turns, trickle-") == 2
     assert "figure read_file 3 lines of a 1 GB file: " in out
+
+
+def test_fidelity_prints_each_compaction_on_both_wires() -> None:
+    out = run("fidelity.py", "--turns", "12", "--compactions", "1")
+    for wire in ("openai", "anthropic"):
+        assert f"## {wire} wire: " in out, out
+    assert out.count("compaction 1 (after turn ") == 2, out
+    for figure in ("read by a summarizer ", "rules kept verbatim ", "facts in history ",
+                   "facts recallable ", "summary requests "):
+        assert out.count(figure) == 2, out
