@@ -796,8 +796,8 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True
     if last.phase == "trim":
         return "trimming reasoning and repeats (no LLM)…"
     if last.phase == "summarize":
-        parts = f" in {last.chunks} requests" if last.chunks > 1 else ""
-        return f"the model is summarizing older messages{parts} ({b0} → target {target})…"
+        parts = f", in {last.chunks} requests" if last.chunks > 1 else ""
+        return f"the model is summarizing older messages ({b0} → target {target}{parts})…"
     if last.phase == "rejected":
         return f"not applied ({last.reason}) · history kept as it was"
     if last.phase == "cancelled":
