@@ -411,7 +411,7 @@ def _summarize_chunks(chunk_plan: chunking.ChunkPlan, summarize: Summarizer,
     so_far: str | None = None
     covered = sum(_covered(m) for m in chunk_plan.read)
     replaced_chars = sum(m.char_size() for m in chunk_plan.read)
-    for k, chunk in enumerate(chunks):
+    for k in range(len(chunks)):
         request = chunking.request_text(chunk_plan, k, so_far, instructions)
         _check_cancel(should_cancel)
         reply = _ask(summarize, request, cost)
