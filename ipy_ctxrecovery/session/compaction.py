@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from ..core import compactor, prompts, wording
 from ..core.compactor import CompactionReport, SummaryReply
-from ..core.events import CompactionPhase, Event
+from ..core.events import CompactionPhase, Event, NoticeInjected
 from ..core.history import History, Message
 from ..core.recovery import flow
 from ..errors import ChatError
@@ -204,4 +204,7 @@ class SessionCompactor:
                 after_bytes=report.before_bytes, rejected_reason=why)
         for event in held:
             self.bus.emit(event, log)
+        if report.applied and report.dropped_unread:
+            # The summary's notice tells the model what it left unread.
+            self.bus.emit(NoticeInjected(notice="compaction"), log)
         return new, report
