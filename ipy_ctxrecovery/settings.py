@@ -161,6 +161,7 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MAX_PAYLOAD": "max_payload",
     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "microcompact_truncate_turns",
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
+    "CHATCLI_SUMMARY_MAX_REQUESTS": "summary_max_requests",
 }
 
 _FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window"})
@@ -219,6 +220,9 @@ class Settings:
     chars_per_token: float = 4.0
     summarizer_input_max_chars: int = 120_000
     summary_max_chars: int = 16_000
+    summary_max_requests: int = 8
+    """The most summary requests one compaction sends (its chunks, a retry of a reply cut
+    short); past it the oldest messages are dropped unread, and the compaction says so."""
 
     # --- recovery ladder (SPEC §3) ---
     aggressive_factor: float = 0.5
@@ -338,6 +342,10 @@ class Settings:
         for name in ("summarizer_input_max_chars", "summary_max_chars"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be at least 1.")
+        if self.summary_max_requests < 1:
+            raise ConfigError(
+                f"{_label('summary_max_requests')}={self.summary_max_requests!r} allows no "
+                "summary request; give at least 1 (the default is 8).")
         for name in _AT_LEAST_ONE:
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -28,7 +28,11 @@ from ipy_ctxrecovery.core.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
+from ipy_ctxrecovery.core.prompts import (
+    SUMMARIZE_SYSTEM_PROMPT,
+    compaction_notice,
+    summary_header,
+)
 from ipy_ctxrecovery.core.wording import describe, describe_debug
 from ipy_ctxrecovery.settings import MiB, Settings, format_size
 
@@ -271,8 +275,10 @@ def test_spec_messages_exactly() -> None:
     assert len(h) == 23
     events = Events()
     summary = "## Files read\n- big files\n## Current task state\n- going on"
+    # 2.9 MB read in 120,000-char requests: a bound that lets the summary read them all.
     out, report = compact(h, target_bytes=int(2.9 * MiB), measure=wire_bytes,
-                          summarize=Recorder(summary), settings=S, on_event=events)
+                          summarize=Recorder(summary), settings=S.replace(
+                              summary_max_requests=64), on_event=events)
     # Every phase for an expert (the SPEC's four lines); a person reads two: the summary
     # being made, and its result.
     assert [describe_debug(e) for e in events] == [
@@ -375,27 +381,103 @@ def test_the_payload_notice_is_guidance_and_is_never_summarized_away() -> None:
     assert out[-1] == Message.user("latest")
 
 
-def test_summarizer_input_is_bounded_and_keeps_the_most_recent() -> None:
-    custom = S.replace(summarizer_input_max_chars=20_000)
+def test_summarizer_input_is_chunked_within_its_bound_and_never_cut() -> None:
+    custom = S.replace(summarizer_input_max_chars=20_000, summary_max_requests=64)
     h: History = (*big_turns(6, 50_000), Message.user("latest"))
     rec = Recorder()
     out, report = compact(h, target_bytes=4_000, measure=wire_bytes, summarize=rec,
                           settings=custom, instructions="keep file names")
-    assert len(rec.inputs) == 1
-    sent = rec.inputs[0]
-    suffix = "\n\nAdditional instructions for this summary: keep file names"
-    assert sent.endswith(suffix)
-    assert len(sent) - len(suffix) <= 20_000
-    assert sent.startswith("Summarize these 24 earlier messages of the conversation")
-    assert re.search(r"\n… \d+ older messages \(\d+ chars\) omitted from this input", sent)
-    assert "answer 5" in sent                       # the most recent summarized message
-    assert re.search(r"… \d+ chars omitted …", sent)   # a long result cut head+tail
     assert report.applied and out[0].tag == TAG_SUMMARY
+    assert len(rec.inputs) == report.chunks == report.summary_requests > 1
+    suffix = "\n\nAdditional instructions for this summary: keep file names"
+    for i, sent in enumerate(rec.inputs):
+        assert sent.endswith(suffix) and len(sent) <= 20_000
+        assert sent.startswith("Summarize these 24 earlier messages of the conversation")
+        assert ("The summary so far: " in sent) == (i > 0)
+        assert not re.search(r"… \d+ chars omitted …", sent)      # nothing cut out
+        assert "omitted from this input" not in sent
+    # Every replaced message reached the summarizer, the long results in labelled parts.
+    sent_all = "".join(rec.inputs)
+    for t in range(6):
+        assert f"request {t}" in sent_all and f"answer {t}" in sent_all
+    assert re.search(r"Message 3 of 24, part 1 of \d+, a tool result of read_file: 0:x", sent_all)
+    assert report.summarized_messages == 24 and report.dropped_unread == 0
+
+
+def test_past_the_request_bound_the_oldest_are_dropped_unread_and_told() -> None:
+    custom = S.replace(summarizer_input_max_chars=20_000, summary_max_requests=3)
+    h: History = (Message.system("s"), *big_turns(6, 15_000), Message.user("latest"))
+    rec = Recorder()
+    events = Events()
+    out, report = compact(h, target_bytes=4_000, measure=wire_bytes, summarize=rec,
+                          settings=custom, on_event=events)
+    assert report.applied and len(rec.inputs) == report.summary_requests <= 3
+    assert report.dropped_unread > 0
+    assert report.summarized_messages + report.dropped_unread == 24
+    # The summary covers the messages read, and a notice after it tells the model the rest.
+    assert out[1].text.startswith(summary_header(report.summarized_messages) + "\n")
+    notice = out[2]
+    assert notice.tag == "compaction_notice"
+    assert notice.text == compaction_notice(report.dropped_unread, summarized=True,
+                                            unread=report.dropped_unread)
+    assert "left unread" in notice.text and out[3:] == h[-1:]
+    # The newest were read, the oldest not.
+    sent = "".join(rec.inputs)
+    assert "answer 5" in sent and "request 0" not in sent
+    applied = [e for e in events if isinstance(e, CompactionPhase) and e.phase == "applied"]
+    assert applied[0].dropped_unread == report.dropped_unread
+    assert applied[0].summary_request_bound == 3 and applied[0].chunks == report.chunks
+    line = describe(applied[0])
+    assert f"{report.dropped_unread} messages dropped unread (summary-request bound 3)" in line
+
+
+class Cut:
+    """A summarizer whose replies are cut at max_tokens until it is asked with more."""
+
+    def __init__(self, *, cut_again: bool) -> None:
+        self.calls: list[str] = []
+        self.cut_again = cut_again
+
+    def first(self, text: str) -> compactor.SummaryReply:
+        self.calls.append("first")
+        return compactor.SummaryReply("## Current task state\n- half of it", truncated=True,
+                                      input_tokens=100, output_tokens=50)
+
+    def retry(self, text: str) -> compactor.SummaryReply:
+        self.calls.append("retry")
+        return compactor.SummaryReply("## Current task state\n- all of it",
+                                      truncated=self.cut_again, input_tokens=100,
+                                      output_tokens=90)
+
+
+@pytest.mark.parametrize("cut_again", [False, True])
+def test_a_summary_cut_at_its_max_tokens_is_retried_once_then_refused(cut_again: bool) -> None:
+    h: History = (*big_turns(3, 5_000), Message.user("latest"))
+    cut = Cut(cut_again=cut_again)
+    out, report = compact(h, target_bytes=2_000, measure=wire_bytes, summarize=cut.first,
+                          retry=cut.retry, settings=S)
+    assert cut.calls == ["first", "retry"]
+    assert report.summary_requests == 2
+    assert (report.summary_input_tokens, report.summary_output_tokens) == (200, 140)
+    if cut_again:
+        assert not report.applied and out == h
+        assert report.rejected_reason == "the summary was cut at its own max_tokens"
+    else:
+        assert report.applied and "all of it" in out[0].text
+
+
+def test_a_cut_summary_without_a_retry_is_refused() -> None:
+    h: History = (*big_turns(3, 5_000), Message.user("latest"))
+    cut = Cut(cut_again=True)
+    out, report = compact(h, target_bytes=2_000, measure=wire_bytes, summarize=cut.first,
+                          settings=S)
+    assert cut.calls == ["first"] and out == h
+    assert report.rejected_reason == "the summary was cut at its own max_tokens"
 
 
 def test_an_earlier_summary_is_summarized_again_not_stacked() -> None:
     earlier = Message.user(summary_header(6) + "\n## Files read\n- a.py", tag=TAG_SUMMARY)
-    custom = S.replace(summarizer_input_max_chars=5_000)
+    custom = S.replace(summarizer_input_max_chars=5_000, summary_max_requests=64)
     h: History = (Message.system("s"), earlier, Message.assistant("Understood."),
                   *big_turns(3, 20_000), Message.user("latest"))
     rec = Recorder("[STRUCTURED SUMMARY — covering 2 earlier messages]\n## Files read\n- a.py")
@@ -406,8 +488,8 @@ def test_an_earlier_summary_is_summarized_again_not_stacked() -> None:
     # N counts original messages: 6 in the earlier summary + 1 + 12 messages since.
     assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 19 earlier messages]\n")
     assert "covering 2 earlier" not in out[1].text
-    # The earlier summary is pinned in the bounded input even though older than the rest.
-    assert "- a.py" in rec.inputs[0]
+    # The earlier summary opens the first request.
+    assert "Message 1 of 14, the summary of earlier messages: [STRUCTURED SUMMARY" in rec.inputs[0]
     assert report.summarized_messages == 14
     # And again: still one summary, N keeps counting.
     out2, report2 = compact(out + (Message.assistant("ok"), Message.user("more")),
@@ -581,7 +663,8 @@ def test_trim_properties(h: History) -> None:
 
 def test_public_names() -> None:
     assert set(compactor.__all__) == {
-        "ChatBudget", "CompactionReport", "Measure", "Summarizer", "chat_budget", "compact",
+        "ChatBudget", "CompactionReport", "Measure", "Summarizer", "SummaryReply", "chat_budget",
+        "compact",
         "compaction_budget",
         "compaction_target", "trim",
     }
@@ -669,7 +752,7 @@ def test_an_interrupt_while_the_summary_request_is_built_is_told_as_cancelled(mo
     def interrupted(*args: object, **kwargs: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compactor, "_summarizer_input", interrupted)
+    monkeypatch.setattr(compactor, "_summarizer_plan", interrupted)
     h: History = (Message.system("s"), *big_turns(3, 10_000), Message.user("latest"))
     before = snapshot(h)
     events = Events()

@@ -981,21 +981,28 @@ def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing
     out, report = compact(history, target_bytes=measure(history) // 3, measure=measure,
                           summarize=summarizer, settings=settings,
                           instructions="focus on the tests")
-    assert report.applied and inputs
+    assert report.applied and len(inputs) > 1            # in chunks, the summary so far carried
     sent = inputs[0]
     assert sent.startswith("Summarize these 5 earlier messages")     # the framing is there…
-    assert "Message 2 of 5, from the user: please fix" in sent and "chars omitted" in sent
+    assert "Message 2 of 5, from the user: please fix" in sent and "part 1 of" in sent
+    assert all("chars omitted" not in text for text in inputs)       # nothing cut out
     raw = summarize(sent)
     assert raw.startswith("[STRUCTURED SUMMARY — covering 5 earlier messages]\n")
-    items = [ln[2:].rstrip("…") for ln in raw.splitlines() if ln.startswith("- ")]
-    assert items                                                      # …but never quoted
-    for item in items:
-        assert not item.startswith(("Summarize these", "Message ", "…", "Additional instructions",
-                                    "[STRUCTURED SUMMARY", "## "))
-        assert "omitted" not in item and "end of message" not in item
-        assert item in sent
-    assert any("src/app.py" in item for item in items)
-    assert "notes/plan.md" in raw              # the earlier summary's fact, not its heading
+    for text in inputs:
+        raw = summarize(text)
+        items = [ln[2:].rstrip("…") for ln in raw.splitlines() if ln.startswith("- ")]
+        assert items                                                  # …but never quoted
+        for item in items:
+            assert not item.startswith(("Summarize these", "Message ", "…",
+                                        "Additional instructions", "[STRUCTURED SUMMARY", "## ",
+                                        "The summary so far"))
+            assert "omitted" not in item and "end of message" not in item
+            assert "summary so far" not in item
+            assert item in text
+    first = summarize(inputs[0])
+    assert "src/app.py" in first
+    assert "notes/plan.md" in first            # the earlier summary's fact, not its heading
+    assert "notes/plan.md" in inputs[-1]       # carried forward in the summary so far
     assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 8 earlier messages]\n")
 
 

@@ -52,7 +52,7 @@ from ipy_ctxrecovery.settings import Settings
 PROPS = settings(max_examples=200, deadline=None)
 
 # Words that open a line the package writes (each passes the CRS: test_waf_crs.py).
-OUR_LINE_STARTS = {"Message", "Tool", "…", "—", "Additional", "You", "Your", "##", "In"}
+OUR_LINE_STARTS = {"Message", "Tool", "…", "—", "Additional", "You", "Your", "##", "In", "The"}
 
 
 def line_starts(text: str) -> list[str]:
@@ -102,7 +102,7 @@ def _compacted(h: History, tmp_path: Path) -> History:
     return out
 
 
-def _summarizer_inputs(h: History, bound: int) -> list[str]:
+def _summarizer_inputs(h: History, bound: int, requests: int = 8) -> list[str]:
     inputs: list[str] = []
 
     def summarize(text: str) -> str:
@@ -113,7 +113,8 @@ def _summarizer_inputs(h: History, bound: int) -> list[str]:
         return sum(len(m.text) for m in history)
 
     compact(h, target_bytes=measure(h) // 4, measure=measure, summarize=summarize,
-            settings=Settings(summarizer_input_max_chars=bound), force_summary=True,
+            settings=Settings(summarizer_input_max_chars=bound, summary_max_requests=requests),
+            force_summary=True,
             instructions="Start with the retry loop")
     assert inputs
     return inputs
@@ -150,29 +151,51 @@ def test_the_summarizers_framing_adds_no_hazard(index: int, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("index", range(len(HISTORIES)))
 @pytest.mark.parametrize("bound", [3_000, 6_000])
-def test_a_bounded_summarizer_input_cuts_messages_cleanly(index: int, bound: int,
-                                                          tmp_path: Path) -> None:
+def test_a_bounded_summarizer_input_splits_messages_cleanly(index: int, bound: int,
+                                                            tmp_path: Path) -> None:
     h = _compacted(HISTORIES[index], tmp_path)
     quoted = [_as_quoted(m) for m in h if m.role is not Role.SYSTEM][:-1]
-    cut = 0
-    for sent in _summarizer_inputs(h, bound):
+    # The summary so far carried into a later request is the model's text (here "- none").
+    starts = {w for q in quoted for w in line_starts(q)} | {"-"}
+    bodies: dict[int, list[str]] = {}
+    for sent in _summarizer_inputs(h, bound, requests=10_000):
         assert len(sent) <= bound + 200                 # + the user's instructions
-        pieces = re.split(r"\n\n(?=Message \d+ of \d+, |… \d+ older messages|Additional )", sent)
+        assert set(line_starts(sent)) - starts <= OUR_LINE_STARTS
+        pieces = re.split(r"\n\n(?=Message \d+ of \d+, |Additional |The summary so far: )", sent)
         for piece in pieces:
             opened = markers.LABEL_RE.match(piece)
             closed = markers.END_RE.search(piece)
             if not (opened and closed):
-                continue                                # the instruction, a note
-            body = piece[opened.end():closed.start()]
-            whole = next((q for q in quoted if body == q), None)
-            if whole is None:                           # a message cut head + tail
-                found = markers.CUT_RE.search(body)
-                assert found is not None, body[:200]
-                original = next(q for q in quoted if q.startswith(body[:found.start()])
-                                and q.endswith(body[found.end():]))
-                _assert_clean_cut(original, body, markers.CUT_RE)
-                cut += 1
-    assert cut or bound > 3_000                         # the bound made the compactor cut
+                continue                                # the instruction, the summary so far
+            bodies.setdefault(int(opened.group(1)), []).append(
+                piece[opened.end():closed.start()])
+    assert sorted(bodies) == list(range(1, len(quoted) + 1))    # every message read
+    split = 0
+    for i, parts in bodies.items():
+        if len(parts) == 1:
+            assert parts[0] == quoted[i - 1]            # whole, never cut
+        else:
+            _assert_clean_split(quoted[i - 1], parts)
+            split += 1
+    assert split or bound > 3_000                       # the bound made the compactor split
+
+
+def _assert_clean_split(original: str, parts: list[str]) -> None:
+    """``parts`` are ``original`` in order, cut only at a line end (the newline, and blank
+    lines after it, not sent) or a word end (the one space not sent)."""
+    at = 0
+    for n, part in enumerate(parts):
+        assert original.startswith(part, at), (at, part[:80])
+        at += len(part)
+        if n == len(parts) - 1:
+            break
+        if original[at] == "\n":
+            while at < len(original) and original[at] == "\n":
+                at += 1
+        else:
+            assert original[at].isspace() and not part[-1].isspace(), part[-40:]
+            at += 1
+    assert at == len(original)
 
 
 # -- cuts -------------------------------------------------------------------------------------
@@ -300,6 +323,11 @@ def _own_texts() -> dict[str, str]:
         "tool label": markers.label(5, 12, markers.SummaryLabel("tool", tool="read_log",
                                                                 error=True)),
         "end mark": markers.end_mark(3),
+        "part label": markers.label(3, 12, markers.SummaryLabel("user"), part=2, parts=4),
+        "part end mark": markers.end_mark(3, part=2, parts=4),
+        "chunked preamble": markers.preamble(12, chunk=2, chunks=3, rolling=True),
+        "summary so far": f"{markers.rolling_label()} x {markers.ROLLING_END}",
+        "compaction notice, unread": prompts.compaction_notice(5, summarized=True, unread=3),
         "omitted note": markers.omitted_note(4, 12_000),
         "instructions": markers.instructions(""),
         **{f"budget marker {i}": m for i, m in enumerate(markers.budget_markers(

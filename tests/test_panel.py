@@ -526,3 +526,18 @@ def test_chat_panel_shows_the_last_turns_tracker_whether_or_not_a_panel_was_open
     magics.workspace.open_session("c", "emulator", new=True)     # as %%chat -S c --new does
     _run(ip, "%chat panel -S c")
     assert magics.workspace.panels["c"].view()["last"] is None
+
+
+def test_a_chunked_summary_shows_its_reading_and_its_drops() -> None:
+    from test_turn_card import chunked_summary
+
+    panel = ContextPanel(title="s", clock=Clock(), wall=lambda: WALL)
+    panel.begin_turn()
+    for event in chunked_summary()[:3]:
+        panel.handle(event)
+    assert details(panel)["summarize"].endswith("(60 KB → target 20 KB, in 3 requests)…")
+    panel.handle(chunked_summary()[3])
+    d = details(panel)
+    assert d["summarize"] == ("summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens"
+                              " · 2 messages dropped unread (summary-request bound 8)")
+    assert d["apply"] == "summary by the model: 30 → 15 messages, 60 KB → 18 KB"

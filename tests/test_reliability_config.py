@@ -23,6 +23,9 @@ from ipy_ctxrecovery.errors import ConfigError
     ({"preflight_cap_fraction": math.nan}, "preflight_cap_fraction=nan is not a finite"),
     ({"summary_max_chars": 5.0}, "summary_max_chars=5.0 is not a whole number"),
     ({"summarizer_input_max_chars": 0}, "summarizer_input_max_chars=0 must be at least 1"),
+    ({"summary_max_requests": 0}, "CHATCLI_SUMMARY_MAX_REQUESTS=0 allows no summary request; "
+                                  "give at least 1 (the default is 8)."),
+    ({"summary_max_requests": 2.5}, "CHATCLI_SUMMARY_MAX_REQUESTS=2.5 is not a whole number"),
     ({"exact_fit_margin": 1.0}, "exact_fit_margin=1.0 must be a fraction in [0, 1)"),
     ({"max_retry_wait": -1}, "max_retry_wait=-1 must not be negative"),
     ({"max_retry_wait": math.inf}, "max_retry_wait=inf is not a finite number"),

@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core import markers
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.core.events import (
     CapChanged,
+    CompactionPhase,
     Event,
     LadderStep,
     NoticeInjected,
@@ -47,6 +49,7 @@ from ipy_ctxrecovery.emulator.replies import paragraph_pieces
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
 from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.session.sizing import RequestSpec
 from ipy_ctxrecovery.settings import format_size
 
 WIRES = ["emulator", "emulator:anthropic"]
@@ -684,3 +687,90 @@ def test_a_compaction_the_chat_budget_asks_for_says_so_first(emulator: Any, wire
     assert said[first - 1].endswith(
         "(75% of the 8,000-token window: chat_budget_ratio) — compacting")
     assert session.status().compactions >= 1
+
+
+# -- a summary that reads every message it replaces (issue 27) ------------------------------
+
+def _user_texts(record: Any) -> str:
+    return "\n".join(m.text for m in body_history(record) if m.role is Role.USER)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_long_history_is_summarized_in_chunks_within_the_cap(emulator: Any,
+                                                               wire: str) -> None:
+    emu = emulator(context_window=200_000, max_body="24KB")
+    session = ChatSession(wire, emulator=emu, builtin_tools=False, name=f"chunks-{wire[-3:]}")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    texts = [filler(i, 3_000) for i in range(12)]
+    for text in texts:
+        assert session.send(text, stream=False).text
+    summarizer = [r for r in emu.requests if r.body is not None
+                  and is_summarizer(body_history(r))]
+    applied = [e for e in events if isinstance(e, CompactionPhase) and e.phase == "applied"
+               and e.outcome == "summary"]
+    assert applied and max(e.chunks for e in applied) > 1          # read in chunks
+    assert sum(e.summary_requests for e in applied) == len(summarizer)
+    # Every summary request fit the proxy's cap (and the window: none was refused).
+    assert all(r.status == 200 and r.body_bytes <= 24 * 1024 for r in summarizer)
+    # Every message the summaries replaced reached a summarizer whole.
+    kept = "\n".join(m.text for m in session.history)
+    sent = [_user_texts(r) for r in summarizer]
+    replaced = [t for t in texts if t not in kept]
+    assert replaced
+    for text in replaced:
+        assert any(text in s for s in sent), text[:40]
+    assert all(e.dropped_unread == 0 for e in applied)
+    session.close()
+
+
+def test_past_the_summary_request_bound_the_oldest_are_dropped_and_told(emulator: Any) -> None:
+    emu = emulator(context_window=200_000, max_body="24KB")
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="chunks-bound",
+                          settings=Settings(summary_max_requests=1))
+    events: list[Event] = []
+    session.subscribe(events.append)
+    for i in range(12):
+        assert session.send(filler(i, 3_000), stream=False).text
+    summarizer = [r for r in emu.requests if r.body is not None
+                  and is_summarizer(body_history(r))]
+    applied = [e for e in events if isinstance(e, CompactionPhase) and e.phase == "applied"
+               and e.outcome == "summary"]
+    assert applied and all(e.summary_requests <= 1 and e.chunks <= 1 for e in applied)
+    dropped = [e for e in applied if e.dropped_unread]
+    assert dropped and len(summarizer) == sum(e.summary_requests for e in applied)
+    line = describe(dropped[0])
+    assert f"{dropped[0].dropped_unread} messages dropped unread (summary-request bound 1)" \
+        in line
+    notices = [m for m in session.history if m.tag == TAG_COMPACTION_NOTICE]
+    assert len(notices) == 1 and "left unread" in notices[0].text
+    session.close()
+
+
+def test_the_summarizers_reply_says_when_it_was_cut_and_a_cut_one_is_retried(
+        emulator: Any) -> None:
+    from ipy_ctxrecovery.core.compactor import SummaryReply
+    from ipy_ctxrecovery.session.compaction import SessionCompactor
+
+    emu = emulator(context_window=200_000)
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="chunks-cut")
+    for i in range(6):
+        session.send(filler(i, 2_000), stream=False)
+    sizer, bus = session._sizer, session.bus        # the session's own, as it builds them
+    real = SessionCompactor(sizer, bus, session.settings)
+    reply = real._ask_model(markers.preamble(2) + "\n\n" + filler(0, 2_000), 5, None)
+    assert isinstance(reply, SummaryReply) and reply.truncated
+    assert reply.output_tokens == 5 and reply.input_tokens
+    asked: list[int] = []
+
+    def cut_once(text: str, tokens: int, _log: Any) -> SummaryReply:
+        asked.append(tokens)
+        return SummaryReply("## Current task state\n- item0-1", truncated=len(asked) == 1)
+
+    compactor = SessionCompactor(sizer, bus, session.settings, summarize=cut_once)
+    spec = RequestSpec(max_tokens=None, stream=False)
+    new, report = compactor.run(session.history, 2_000, spec, None, force=True)
+    settings, tokens = compactor.bounded_settings()
+    assert asked == [tokens, compactor.retry_tokens(settings, tokens)]
+    assert asked[1] == min(2 * tokens, sizer.output_cap)
+    assert report.applied and report.summary_requests == 2

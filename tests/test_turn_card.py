@@ -335,3 +335,24 @@ def test_a_cancelled_summary_counts_the_history_as_the_interrupt_line_does(
     # message — and says so.
     compaction = next(row for row in card if "compaction" in row)
     assert f"it was compacting {len(history) + 1} messages, " in compaction, compaction
+
+
+def chunked_summary() -> list[ev.Event]:
+    """A compaction whose summary read 14 messages in 3 requests and left 2 unread."""
+    base: dict[str, Any] = {"before_messages": 30, "before_bytes": 60 * KB,
+                            "target_bytes": 20 * KB}
+    cost: dict[str, Any] = {"chunks": 3, "summary_requests": 3, "summary_input_tokens": 8_000,
+                            "summary_output_tokens": 1_120, "read_messages": 14,
+                            "dropped_unread": 2, "summary_request_bound": 8}
+    return [ev.CompactionPhase(phase="start", **base),
+            ev.CompactionPhase(phase="trim", **base),
+            ev.CompactionPhase(phase="summarize", chunks=3, **base),
+            ev.CompactionPhase(phase="applied", after_messages=15, after_bytes=18 * KB,
+                               outcome="summary", **base, **cost)]
+
+
+def test_a_chunked_summary_says_what_it_read_cost_and_dropped_unread() -> None:
+    text = card_of(chunked_summary()).text()
+    row = next(line for line in text.splitlines() if "compaction" in line)
+    assert "summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens" in row
+    assert "2 messages dropped unread (summary-request bound 8)" in row

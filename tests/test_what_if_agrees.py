@@ -6,12 +6,25 @@ emulator summarizes as the emulator does; on a real model it estimates the summa
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ipy_ctxrecovery import ChatSession, Emulator
 from ipy_ctxrecovery.core.events import LadderStep
 from ipy_ctxrecovery.core.history import TAG_SUMMARY
+from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT
+
+
+def _asks_for_a_summary(record: object) -> bool:
+    """Whether the emulator's ``record`` is a summary request (its system prompt)."""
+    body = getattr(record, "body", None)
+    if not isinstance(body, dict):
+        return False
+    system = [body.get("system", "")] + [m.get("content") for m in body.get("messages", [])
+                                          if m.get("role") == "system"]
+    return SUMMARIZE_SYSTEM_PROMPT[:40] in json.dumps(system, ensure_ascii=False)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,6 +59,8 @@ def test_the_planned_recovery_of_a_413_is_the_one_that_runs(turns: int, size: in
         assert steps and steps[0].decision.level is rung.level
         summarized = any(m.tag == TAG_SUMMARY for m in s.history)
         assert rung.summarized == summarized
+        # As many summary requests (chunks) planned as were sent.
+        assert rung.summary_requests == sum(1 for r in records if _asks_for_a_summary(r))
         assert len(s.history) - 1 == rung.messages          # the resend, then the answer
         resend = records[-1]
         # On the emulator the plan's summary is the one it writes: the same bytes.

@@ -12,16 +12,24 @@ Three public steps, all pure (the only calls out are ``measure``, ``summarize`` 
   the ``summarize`` callable. The summarizer's input is bounded and its output checked
   (ANCHORS weakness 7); an unusable summary leaves the history exactly as it was.
 
-Summarizer input bound (``settings.summarizer_input_max_chars``): every message is
-rendered with a label opening its first line and an end mark closing its last
-(``[message 3 of 12, from the user] … [end of message 3]``, ``markers.py``), so no line
-starts or ends in it where the message's own lines did not, and a firewall reads no more
-into it than into the message itself. A message longer than a quarter of the bound keeps
-its head (¾) and tail (¼), cut at line boundaries when near (``cuts.py``), around a
-``[… N chars omitted …]`` marker. If the sections still exceed the bound, an earlier
-summary (if any) is always kept, then the most recent sections that fit, and a note says
-how many older messages were omitted. The user's ``instructions`` (a manual compact) are
-appended after the bounded part.
+Summarizer input (``chunking.py``): every message it replaces reaches the summarizer
+whole. Each is rendered with a label opening its first line and an end mark closing its
+last (``Message 3 of 12, from the user: … — end of message 3``, ``markers.py``), so no
+line starts or ends in it where the message's own lines did not, and a firewall reads no
+more into it than into the message itself. When they do not fit one request's bound
+(``settings.summarizer_input_max_chars``), they are summarized in chunks with a rolling
+summary: request k carries the summary so far and chunk k, each through ``summarize``; a
+message too big for one chunk is sent in labelled parts, cut at line or word boundaries,
+never cut down. At most ``settings.summary_max_requests`` requests: past that the oldest
+messages are **dropped unread** — removed without being summarized, left out of the
+summary's header, and told (the report's ``dropped_unread``, the ``applied`` phase, and
+a compaction notice after the summary, ``prompts.compaction_notice``).
+
+The summarizer's reply (:class:`SummaryReply`, or a plain string) says whether it was cut
+at its own max_tokens. A cut reply is sent again once through ``retry`` (the session's
+request with a bigger max_tokens) when given and while the request bound has room; still
+cut, it is refused ("the summary was cut at its own max_tokens"). Truncation is decided
+before the summary's text is checked (``_normalize_summary``).
 
 Split rule: the summarized part is the fewest oldest messages that reach the target, in
 units never split apart (a tool call with its results; system messages and the payload
@@ -44,30 +52,28 @@ from typing import Literal
 
 from ..errors import redact
 from ..settings import Settings
-from . import markers
-from .cuts import head_cut, tail_cut
+from . import chunking, markers
 from .events import CompactionPhase, EventCallback
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
-    TAG_SYNTHETIC_RESULT,
     History,
     Message,
     Reasoning,
     Role,
     Text,
-    ToolCall,
     ToolResult,
     latest_user_index,
 )
-from .prompts import summary_header
+from .prompts import compaction_notice, summary_header
 
 __all__ = [
     "ChatBudget",
     "CompactionReport",
     "Measure",
     "Summarizer",
+    "SummaryReply",
     "chat_budget",
     "compact",
     "compaction_budget",
@@ -75,8 +81,20 @@ __all__ = [
     "trim",
 ]
 
-Summarizer = Callable[[str], str]
-"""Given the bounded text of the messages to summarize (with instructions), return a summary."""
+@dataclass(frozen=True, slots=True)
+class SummaryReply:
+    """A summarizer's answer: its text, whether it was cut at its own max_tokens, and the
+    tokens the request used (None: not reported)."""
+
+    text: str
+    truncated: bool = False
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+Summarizer = Callable[[str], "SummaryReply | str"]
+"""Given the text of one summary request (``chunking.request_text``), return the summary:
+a :class:`SummaryReply`, or a plain string (never cut)."""
 
 Measure = Callable[[History], int]
 """Size of a history in request-body bytes (the provider's exact encoding)."""
@@ -84,10 +102,9 @@ Measure = Callable[[History], int]
 _Phase = Literal["start", "trim", "summarize", "applied", "rejected", "cancelled"]
 _Outcome = Literal["summary", "trim", "nothing"]
 
-# Limits of the summarizer input (its framing: ``markers.py``); the policy: module docstring.
-_MESSAGE_SHARE = 4          # one message may use at most 1/4 of the input bound
-_HEAD_SHARE = 0.75          # of a cut message, ¾ head and ¼ tail
-_NOTE_ROOM = 120            # chars kept free for the omitted note
+_DROPPED_META = "dropped_messages"     # the compaction notice's count (as the ladder's)
+_UNREAD_META = "dropped_unread"
+TRUNCATED = "the summary was cut at its own max_tokens"
 
 
 _HEADER_RE = re.compile(
@@ -116,6 +133,15 @@ class CompactionReport:
     summarized_messages: int = 0
     trimmed_blocks: int = 0
     rejected_reason: str | None = None
+    chunks: int = 0
+    """Chunks the summarized messages were read in (0: no summary was asked for)."""
+    summary_requests: int = 0
+    """Summary requests sent (the chunks, and a retry of a cut reply)."""
+    summary_input_tokens: int | None = None
+    summary_output_tokens: int | None = None
+    """Tokens the summary requests used, when the provider said (None: not known)."""
+    dropped_unread: int = 0
+    """Messages removed without being summarized: past ``summary_max_requests``."""
 
 
 # -- budget ---------------------------------------------------------------------------------
@@ -233,6 +259,7 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
             settings: Settings, on_event: EventCallback | None = None,
             instructions: str | None = None, force_summary: bool = False,
             should_cancel: Callable[[], bool] | None = None,
+            retry: Summarizer | None = None,
             ) -> tuple[History, CompactionReport]:
     """Compact ``history`` to at most ``target_bytes``; on KeyboardInterrupt re-raise, untouched.
 
@@ -246,21 +273,35 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     after it, is re-raised and nothing is returned. A summary that does not bring the
     history down to the target is still applied when it shrinks it; ``after_bytes``
     tells the caller. Any other exception from ``summarize`` rejects the summary.
+
+    ``summarize`` is called once a chunk (the module docstring); ``retry``, when given,
+    asks the same request again with a bigger max_tokens after a reply cut at its own.
     """
     emit = _ignore if on_event is None else on_event
     n0 = len(history)
     b0 = measure(history)
 
+    cost = _Cost()
+
     def phase(kind: _Phase, *, n1: int | None = None, b1: int | None = None,
               outcome: _Outcome | None = None, reason: str | None = None) -> None:
         emit(CompactionPhase(phase=kind, before_messages=n0, after_messages=n1,
                              before_bytes=b0, after_bytes=b1, target_bytes=target_bytes,
-                             outcome=outcome, reason=reason))
+                             outcome=outcome, reason=reason, chunks=cost.chunks,
+                             summary_requests=cost.requests,
+                             summary_input_tokens=cost.input_tokens,
+                             summary_output_tokens=cost.output_tokens,
+                             dropped_unread=cost.dropped_unread,
+                             summary_request_bound=cost.bound,
+                             read_messages=cost.read))
 
     def unchanged(reason: str) -> tuple[History, CompactionReport]:
         # All or nothing: a rejected compaction keeps even the trim out of the history.
         phase("rejected", n1=n0, b1=b0, reason=reason)
-        return history, CompactionReport(False, n0, n0, b0, b0, 0, 0, reason)
+        return history, CompactionReport(
+            False, n0, n0, b0, b0, 0, 0, reason, chunks=cost.chunks,
+            summary_requests=cost.requests, summary_input_tokens=cost.input_tokens,
+            summary_output_tokens=cost.output_tokens)
 
     phase("start")
     phase("trim")
@@ -284,32 +325,139 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         _choose_split(base, units, target_bytes, measure, settings)
     chosen = [i for unit in units[:k] for i in unit]
     old = [base[i] for i in chosen]
-    replaced_chars = sum(m.char_size() for m in old)
-    covered = sum(_covered(m) for m in old)
 
-    phase("summarize")
     try:  # from the announced phase on, an interrupt is told as "cancelled"
-        request = _summarizer_input(old, settings, instructions)
-        _check_cancel(should_cancel)
-        raw = summarize(request)
-        _check_cancel(should_cancel)
+        try:
+            chunk_plan = _summarizer_plan(old, settings, instructions)
+        except KeyboardInterrupt:
+            phase("summarize")
+            raise
+        cost.chunks, cost.dropped_unread = chunk_plan.requests, len(chunk_plan.dropped)
+        cost.bound, cost.read = settings.summary_max_requests, len(chunk_plan.read)
+        phase("summarize")
+        if not chunk_plan.chunks:
+            return unchanged("no message could be read within the summary-request bound")
+        text, reason = _summarize_chunks(chunk_plan, summarize, retry, settings, instructions,
+                                         should_cancel, cost)
     except KeyboardInterrupt:
         phase("cancelled", n1=n0, b1=b0)
         raise
     except Exception as e:  # a provider failure rejects the summary; the turn goes on
         return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})")
-
-    text, reason = _normalize_summary(raw, covered, settings, replaced_chars)
     if text is None:
         return unchanged(reason or "unusable summary")
+
+    covered = sum(_covered(m) for m in chunk_plan.read)
     summary = Message(Role.USER, (Text(text),), tag=TAG_SUMMARY,
                       meta={"covered_messages": covered})
-    result = _replace(base, set(chosen), summary)
+    replacement = [summary]
+    unread = len(chunk_plan.dropped)
+    if unread:
+        replacement.append(_unread_notice(base, unread))
+    result = _replace(base, set(chosen), tuple(replacement))
     b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
     phase("applied", n1=len(result), b1=b1, outcome="summary")
-    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)
+    return result, CompactionReport(
+        True, n0, len(result), b0, b1, len(chunk_plan.read), trimmed_blocks,
+        chunks=chunk_plan.requests, summary_requests=cost.requests,
+        summary_input_tokens=cost.input_tokens, summary_output_tokens=cost.output_tokens,
+        dropped_unread=unread)
+
+
+@dataclass(slots=True)
+class _Cost:
+    """What one compaction's summary costs, counted as its requests are sent."""
+
+    chunks: int = 0
+    requests: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    dropped_unread: int = 0
+    bound: int | None = None
+    read: int = 0
+
+    def add(self, reply: SummaryReply) -> None:
+        self.requests += 1
+        self.input_tokens = _add(self.input_tokens, reply.input_tokens)
+        self.output_tokens = _add(self.output_tokens, reply.output_tokens)
+
+
+def _summarizer_plan(messages: Sequence[Message], settings: Settings,
+                     instructions: str | None) -> chunking.ChunkPlan:
+    """The requests that will summarize ``messages`` (``chunking.plan``)."""
+    return chunking.plan(messages, bound=settings.summarizer_input_max_chars,
+                         summary_max_chars=settings.summary_max_chars,
+                         max_requests=settings.summary_max_requests, instructions=instructions)
+
+
+def _as_reply(raw: SummaryReply | str) -> SummaryReply:
+    return raw if isinstance(raw, SummaryReply) else SummaryReply(raw)
+
+
+def _add(total: int | None, more: int | None) -> int | None:
+    return more if total is None else total if more is None else total + more
+
+
+def _summarize_chunks(chunk_plan: chunking.ChunkPlan, summarize: Summarizer,
+                      retry: Summarizer | None, settings: Settings, instructions: str | None,
+                      should_cancel: Callable[[], bool] | None,
+                      cost: _Cost) -> tuple[str | None, str | None]:
+    """The summary (with its header) of ``chunk_plan``'s messages, one request a chunk with
+    the summary so far carried forward; or (None, why it is unusable). ``cost`` gets the
+    requests sent and their tokens."""
+    chunks = chunk_plan.chunks
+    so_far: str | None = None
+    covered = sum(_covered(m) for m in chunk_plan.read)
+    replaced_chars = sum(m.char_size() for m in chunk_plan.read)
+    for k in range(len(chunks)):
+        request = chunking.request_text(chunk_plan, k, so_far, instructions)
+        _check_cancel(should_cancel)
+        reply = _ask(summarize, request, cost)
+        left = len(chunks) - k - 1
+        if reply.truncated and retry is not None \
+                and cost.requests + 1 + left <= settings.summary_max_requests:
+            reply = _ask(retry, request, cost)
+        _check_cancel(should_cancel)
+        where = f" (request {k + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+        if reply.truncated:
+            return None, TRUNCATED + where
+        last = k == len(chunks) - 1
+        # The checks of the summary's text (h/facts extends them) are _normalize_summary's;
+        # truncation is decided above, before it is called. The summary so far is bounded
+        # by the room the next request keeps for it (a chunk may be smaller than that).
+        text, reason = _normalize_summary(
+            reply.text, covered, settings if last else settings.replace(
+                summary_max_chars=chunk_plan.summary_room),
+            replaced_chars if last else chunk_plan.summary_room + 1)
+        if text is None:
+            return None, (reason or "unusable summary") + where
+        if last:
+            return text, None
+        so_far = text.partition("\n")[2].strip() or text
+    return None, "no message could be read within the summary-request bound"
+
+
+def _ask(summarize: Summarizer, request: str, cost: _Cost) -> SummaryReply:
+    reply = _as_reply(summarize(request))
+    cost.add(reply)
+    return reply
+
+
+def _unread_notice(history: History, unread: int) -> Message:
+    """The compaction notice after a summary that left ``unread`` messages unread: it
+    replaces earlier notices and carries their counts (as the ladder's does)."""
+    earlier = earlier_unread = 0
+    for m in history:
+        if m.tag == TAG_COMPACTION_NOTICE and m.meta:
+            count, was_unread = m.meta.get(_DROPPED_META), m.meta.get(_UNREAD_META)
+            earlier += count if isinstance(count, int) else 0
+            earlier_unread += was_unread if isinstance(was_unread, int) else 0
+    total, total_unread = earlier + unread, earlier_unread + unread
+    return Message(Role.USER, (Text(compaction_notice(total, summarized=True,
+                                                      unread=total_unread)),),
+                   TAG_COMPACTION_NOTICE, {_DROPPED_META: total, _UNREAD_META: total_unread})
 
 
 def _ignore(_event: object) -> None:
@@ -349,17 +497,22 @@ def _summarizable_units(history: History) -> list[list[int]]:
     return units
 
 
-def _replace(history: History, chosen: set[int], summary: Message) -> History:
-    """``history`` with the ``chosen`` messages replaced by ``summary`` at the first one's place.
+def _replace(history: History, chosen: set[int],
+             summary: Message | tuple[Message, ...]) -> History:
+    """``history`` with the ``chosen`` messages replaced by ``summary`` (one message, or a
+    summary and its notice) at the first one's place.
 
-    System messages are never chosen, so they all stay, in order.
+    System messages are never chosen, so they all stay, in order. A compaction notice
+    given in ``summary`` replaces every other one (never stacked).
     """
+    new = summary if isinstance(summary, tuple) else (summary,)
+    noticed = any(m.tag == TAG_COMPACTION_NOTICE for m in new)
     first = min(chosen)
     out: list[Message] = []
     for i, m in enumerate(history):
         if i == first:
-            out.append(summary)
-        elif i not in chosen:
+            out.extend(new)
+        elif i not in chosen and not (noticed and m.tag == TAG_COMPACTION_NOTICE):
             out.append(m)
     return tuple(out)
 
@@ -429,93 +582,7 @@ def _covered(message: Message) -> int:
     return 1
 
 
-# -- the summarizer's input and output ------------------------------------------------------
-
-def _label(message: Message) -> markers.SummaryLabel:
-    if message.tag == TAG_SUMMARY:
-        return markers.SummaryLabel(message.role.value, summary=True)
-    r = message.tool_result
-    if message.role is Role.TOOL:
-        return markers.SummaryLabel("tool", tool=(r.name or r.call_id) if r else None,
-                                    error=r is not None and r.is_error, tag=message.tag)
-    return markers.SummaryLabel(message.role.value, tag=message.tag)
-
-
-def _package_wrote(message: Message) -> bool:
-    """Whether ``message``'s whole text is one the package wrote: a notice, a synthetic
-    result, a one-liner standing for a tool result."""
-    if message.tag in (TAG_COMPACTION_NOTICE, TAG_PAYLOAD_NOTICE, TAG_SYNTHETIC_RESULT):
-        return True
-    r = message.tool_result
-    return message.role is Role.TOOL and r is not None and markers.is_one_liner(r.content)
-
-
-def _render(message: Message, index: int, total: int, limit: int) -> str:
-    """One message of the summarizer's input: its label, its text (cut to fit ``limit``
-    with the framing) and its end mark, the text on the same lines as both."""
-    text = message.text
-    if _package_wrote(message):
-        text = markers.unbracket(text)      # it follows other text here (markers.py)
-    parts = [text]
-    for b in message.blocks:
-        if isinstance(b, ToolCall):
-            parts.append(markers.tool_call(b.name, b.arguments))
-    body = "\n".join(p for p in parts if p)
-    opening = markers.label(index, total, _label(message))
-    closing = markers.end_mark(index)
-    body = _cut_middle(body, max(1, limit - len(opening) - len(closing) - 2))
-    return f"{opening} {body} {closing}" if body else f"{opening} {closing}"
-
-
-def _cut_middle(text: str, limit: int) -> str:
-    """Head and tail of ``text`` within about ``limit`` chars, cut at line (else word)
-    boundaries, the marker between them joined as ``markers.join_cut`` does."""
-    if len(text) <= limit:
-        return text
-    keep_head = int(limit * _HEAD_SHARE)
-    hc = head_cut(text, keep_head)
-    tc = tail_cut(text, limit - keep_head, floor=hc.at)
-    return markers.join_cut(text[:hc.at], markers.cut_marker(tc.at - hc.at), text[tc.at:],
-                            head_line=hc.line, tail_line=tc.line)
-
-
-def _summarizer_input(messages: Sequence[Message], settings: Settings,
-                      instructions: str | None) -> str:
-    """The bounded text sent to the summarizer (policy in the module docstring)."""
-    bound = settings.summarizer_input_max_chars
-    preamble = markers.preamble(len(messages)) + "\n\n"
-    per_message = max(1, bound // _MESSAGE_SHARE)
-    total = len(messages)
-    pieces = [_render(m, i, total, per_message) for i, m in enumerate(messages, start=1)]
-    sep = "\n\n"
-    room = bound - len(preamble)
-
-    pinned: list[str] = []
-    rest = pieces
-    if messages and messages[0].tag == TAG_SUMMARY:
-        pinned, rest = pieces[:1], pieces[1:]
-    body = sep.join(pinned + rest)
-    if len(body) > room:
-        used = sum(len(p) + len(sep) for p in pinned) + _NOTE_ROOM
-        kept: list[str] = []
-        for piece in reversed(rest):
-            if used + len(piece) + len(sep) > room:
-                break
-            kept.append(piece)
-            used += len(piece) + len(sep)
-        kept.reverse()
-        omitted = rest[:len(rest) - len(kept)]
-        note = markers.omitted_note(len(omitted), sum(len(p) for p in omitted))
-        body = sep.join([*pinned, note, *kept])
-        if len(body) > room:    # only with a tiny bound: keep the most recent text
-            body = body[tail_cut(body, room).at:] if room > 0 else ""
-    text = preamble + body
-    if len(text) > bound:
-        text = text[:head_cut(text, bound).at]
-    if instructions and instructions.strip():
-        text += "\n\n" + markers.instructions(instructions.strip())
-    return text
-
+# -- the summarizer's output ----------------------------------------------------------------
 
 def _normalize_summary(raw: str, covered: int, settings: Settings,
                        replaced_chars: int) -> tuple[str | None, str | None]:

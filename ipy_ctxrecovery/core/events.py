@@ -132,6 +132,19 @@ class CompactionPhase(Event):
     target_bytes: int | None = None
     outcome: Literal["summary", "trim", "nothing"] | None = None
     reason: str | None = None
+    chunks: int = 0
+    """Chunks the summary reads its messages in (told from ``summarize`` on; 0: none)."""
+    summary_requests: int = 0
+    """Summary requests sent so far (the chunks, and a retry of a reply cut short)."""
+    summary_input_tokens: int | None = None
+    summary_output_tokens: int | None = None
+    """Tokens those requests used, when the provider said."""
+    dropped_unread: int = 0
+    """Messages removed unread: past the summary-request bound (never silently)."""
+    summary_request_bound: int | None = None
+    """``settings.summary_max_requests`` when the summary was planned."""
+    read_messages: int = 0
+    """Messages the summary reads (all it replaces but the ``dropped_unread``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,9 @@
 - **One-liners** standing for a whole result: an old result cleared (SPEC §6) and a
   duplicate result's pointer (the compactor's trim).
 - **The summarizer's framing** (SPEC §7): its opening instruction, each message's label and
-  end mark, the note on omitted messages, a manual compact's extra instructions.
+  end mark (a message split over several requests: each part's, ``Message 3 of 12, part 2
+  of 4, from the user:``), the summary so far carried into the next request of a chunked
+  summary, the note on omitted messages, a manual compact's extra instructions.
 
 - **The join of a merged run**: a summary, a notice and the request sent as one string
   (the OpenAI adapter's merged user message): :data:`MERGED_TEXT_JOIN`.
@@ -59,6 +61,8 @@ __all__ = [
     "ONE_LINE_RE",
     "POINTER_PREFIX",
     "PREAMBLE_RE",
+    "ROLLING_END",
+    "ROLLING_RE",
     "SummaryLabel",
     "budget_markers",
     "cut_marker",
@@ -73,6 +77,7 @@ __all__ = [
     "old_result_cleared",
     "omitted_note",
     "preamble",
+    "rolling_label",
     "tool_call",
     "unbracket",
     "unframe_line",
@@ -193,10 +198,21 @@ def unbracket(text: str) -> str:
 
 # -- the summarizer's framing ----------------------------------------------------------------
 
-def preamble(count: int) -> str:
-    """The summarizer input's opening instruction (plain prose, one paragraph)."""
-    return (f"Summarize these {count} earlier messages of the conversation (oldest first). "
+def preamble(count: int, *, chunk: int = 1, chunks: int = 1, rolling: bool = False) -> str:
+    """The summarizer input's opening instruction (plain prose, one paragraph).
+
+    A summary sent in ``chunks`` requests names which one this is and, with ``rolling``,
+    that the summary so far comes first and is to be extended (never restarted)."""
+    text = (f"Summarize these {count} earlier messages of the conversation (oldest first). "
             "Each opens with a label naming who wrote it and closes with an end mark.")
+    if chunks > 1:
+        text += (f" They come in {chunks} requests, oldest first, and here is request "
+                 f"{chunk} of {chunks}.")
+    if rolling:
+        text += (" The summary so far, written from the messages of the earlier requests, "
+                 "comes first: write one summary of it and of the messages after it, keeping "
+                 "every fact it holds.")
+    return text
 
 
 PREAMBLE_RE = re.compile(r"^Summarize these (\d+) earlier messages\b", re.I)
@@ -213,8 +229,9 @@ class SummaryLabel:
     tag: str | None = None         # a message the package wrote (compaction notice, …)
 
 
-def label(index: int, total: int, who: SummaryLabel) -> str:
+def label(index: int, total: int, who: SummaryLabel, *, part: int = 1, parts: int = 1) -> str:
     """``Message 3 of 12, from the user:``, ``Message 5 of 12, a tool result of read_log:``…
+    (a message split in parts: ``Message 3 of 12, part 2 of 4, from the user:``).
 
     It starts its line, and the message's first line follows it on the same line.
     """
@@ -226,12 +243,27 @@ def label(index: int, total: int, who: SummaryLabel) -> str:
         what = f"from the {who.role}"
     if who.tag and not who.summary:
         what += f", a {who.tag.replace('_', ' ')}"
-    return f"Message {index} of {total}, {what}:"
+    split = f" part {part} of {parts}," if parts > 1 else ""
+    return f"Message {index} of {total},{split} {what}:"
 
 
-def end_mark(index: int) -> str:
-    """``— end of message 3``: closes a message on its last line."""
-    return f"— end of message {index}"
+def end_mark(index: int, *, part: int = 1, parts: int = 1) -> str:
+    """``— end of message 3`` (``— end of message 3, part 2 of 4``): closes a message (or
+    a part of one) on its last line."""
+    split = f", part {part} of {parts}" if parts > 1 else ""
+    return f"— end of message {index}{split}"
+
+
+def rolling_label() -> str:
+    """Opens the summary so far carried into the next request of a chunked summary (its
+    first line follows on the same line, as after a message's label)."""
+    return "The summary so far:"
+
+
+ROLLING_END = "— end of the summary so far"
+"""Closes the summary so far on its last line."""
+
+ROLLING_RE = re.compile(r"^The summary so far: ?")
 
 
 def tool_call(name: str, arguments: str) -> str:
@@ -240,7 +272,7 @@ def tool_call(name: str, arguments: str) -> str:
 
 
 LABEL_RE = re.compile(r"^Message (\d+) of (\d+), [^:\n]*: ?")
-END_RE = re.compile(r" ?— end of message \d+$")
+END_RE = re.compile(r" ?— end of (?:message \d+(?:, part \d+ of \d+)?|the summary so far)$")
 
 
 def omitted_note(count: int, chars: int) -> str:
@@ -269,7 +301,7 @@ def unframe_line(line: str) -> tuple[list[str], bool]:
     """The conversation's text in a line of a summarizer input, with the framing taken off
     (a label, an end mark; a cut marker splits it in two pieces), and whether the line
     opened a message."""
-    opened = LABEL_RE.match(line)
+    opened = LABEL_RE.match(line) or ROLLING_RE.match(line)
     if opened:
         line = line[opened.end():]
     pieces = [p.strip() for p in CUT_RE.split(END_RE.sub("", line))]

@@ -42,22 +42,28 @@ COMPACTION_NOTICE = (
 """The SPEC's wording — used only when the dropped messages really were summarized."""
 
 
-def compaction_notice(dropped: int, *, summarized: bool) -> str:
+def compaction_notice(dropped: int, *, summarized: bool, unread: int = 0) -> str:
     """The compaction notice, true to what happened.
 
     The SPEC's :data:`COMPACTION_NOTICE` only when earlier history was summarized and
-    nothing else was dropped; otherwise it says how many messages were dropped unsummarized.
+    nothing else was dropped; otherwise it says how many messages were dropped unsummarized,
+    and ``unread`` how many of those the summary could not read within its request bound.
     """
     if summarized and dropped <= 0:
         return COMPACTION_NOTICE
     were = f"{dropped} earlier message{'s were' if dropped != 1 else ' was'}"
+    why = ""
+    if unread > 0:
+        n = min(unread, dropped)
+        why = (f"; {'all' if n == dropped else n} of them {'were' if n != 1 else 'was'} "
+               "left unread, past the bound on summary requests")
     if summarized:
         return ("[Context was automatically compacted due to size limits. Previous "
                 "conversation history has been summarized (the summary above), and "
-                f"{were} dropped (not summarized). Their full text is kept in the session "
-                "transcript. Continue from where you left off.]")
+                f"{were} dropped (not summarized{why}). Their full text is kept in the "
+                "session transcript. Continue from where you left off.]")
     return (f"[Context was automatically compacted due to size limits: {were} dropped "
-            "(not summarized). Their full text is kept in the session transcript. "
+            f"(not summarized{why}). Their full text is kept in the session transcript. "
             "Continue from where you left off.]")
 
 

@@ -496,7 +496,8 @@ def _(e: ev.CompactionPhase) -> str:
     if e.outcome == "trim":
         return (f"{DONE} Trimmed reasoning and duplicate tool results, no summary needed "
                 f"({n0} → {plural(n1, 'message')}, {b0} → {b1})")
-    return f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1})"
+    unread = f"; {dropped_unread(e)}" if e.dropped_unread else ""
+    return f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1}{unread})"
 
 
 @describe_debug.register
@@ -782,8 +783,9 @@ def budget_detail(e: ev.BudgetApplied) -> str:
     return f"{plural(e.replaced, 'tool result')} → previews (full text saved)"
 
 
-def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
-    """What one compaction did (or is doing), from its phases so far."""
+def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True) -> str:
+    """What one compaction did (or is doing), from its phases so far; ``cost``: with what
+    its summary read and cost (:func:`summary_lines`)."""
     last = phases[-1]
     n0, b0 = last.before_messages, format_size(last.before_bytes)
     n1 = last.after_messages if last.after_messages is not None else n0
@@ -794,7 +796,8 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
     if last.phase == "trim":
         return "trimming reasoning and repeats (no LLM)…"
     if last.phase == "summarize":
-        return f"the model is summarizing older messages ({b0} → target {target})…"
+        parts = f", in {last.chunks} requests" if last.chunks > 1 else ""
+        return f"the model is summarizing older messages ({b0} → target {target}{parts})…"
     if last.phase == "rejected":
         return f"not applied ({last.reason}) · history kept as it was"
     if last.phase == "cancelled":
@@ -804,7 +807,37 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
     if last.outcome == "nothing":
         return f"already within the {target} target · nothing changed"
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
-    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+    done = f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+    if last.outcome == "summary" and cost:
+        done += "".join(f" · {line}" for line in summary_lines(last))
+    return done
+
+
+def summary_cost(e: ev.CompactionPhase) -> str:
+    """``summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens`` ('' when the
+    compaction asked for no summary)."""
+    if not e.summary_requests:
+        return ""
+    chunks = f" in {plural(e.chunks, 'chunk')}" if e.chunks > 1 else ""
+    known = [t for t in (e.summary_input_tokens, e.summary_output_tokens) if t is not None]
+    tokens = f", {sum(known):,} tokens" if known else ""
+    return (f"summary: {plural(e.read_messages, 'message')} read{chunks}, "
+            f"{plural(e.summary_requests, 'request')}{tokens}")
+
+
+def dropped_unread(e: ev.CompactionPhase) -> str:
+    """``2 messages dropped unread (summary-request bound 8)`` ('' when none were)."""
+    if not e.dropped_unread:
+        return ""
+    bound = f" (summary-request bound {e.summary_request_bound})" \
+        if e.summary_request_bound is not None else ""
+    return f"{plural(e.dropped_unread, 'message')} dropped unread{bound}"
+
+
+def summary_lines(e: ev.CompactionPhase) -> list[str]:
+    """What a summary read and cost, and what it dropped unread: the card's and the
+    panel's lines (none when no summary was asked for)."""
+    return [line for line in (summary_cost(e), dropped_unread(e)) if line]
 
 
 def fit_detail(e: ev.FitBeforeSend) -> str:

@@ -526,7 +526,7 @@ def _compaction_rows(step: Step | None, *, sent: bool,
     phases = [e for e in step.events if isinstance(e, ev.CompactionPhase)]
     seen = {p.phase for p in phases}
     last = phases[-1]
-    detail = w.compaction_detail(phases)
+    detail = w.compaction_detail(phases, cost=False)
     if step.status == "running":
         trim = "running" if last.phase in ("start", "trim") else "done"
         summarize = "running" if last.phase == "summarize" else "pending"
@@ -542,7 +542,8 @@ def _compaction_rows(step: Step | None, *, sent: bool,
                 ("summarize", "failed" if summarized else "skipped", ""),
                 ("apply", "failed", detail)]
     applied = last.outcome != "nothing"
-    return [("trim", "done", ""), ("summarize", "done" if summarized else "skipped", ""),
+    cost = " · ".join(w.summary_lines(last)) if summarized else ""
+    return [("trim", "done", ""), ("summarize", "done" if summarized else "skipped", cost),
             ("apply", "done" if applied else "skipped", detail)]
 
 

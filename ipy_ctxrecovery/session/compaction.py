@@ -8,6 +8,13 @@ new history and the core's report; it keeps no state, so a caller that decides n
 use a result has nothing to undo. The summary request belongs to the caller's
 :class:`~.turn_log.TurnLog`: its deadline bounds it and its usage is counted there, like
 any other request the session pays for.
+
+A long history is summarized in chunks (``core/chunking.py``), each its own request
+through :meth:`SessionCompactor._ask_model` (the recovery flow), at most
+``settings.summary_max_requests`` of them. A reply cut at its own max_tokens
+(:class:`~..core.compactor.SummaryReply` ``truncated``) is asked once more with max_tokens
+doubled, within the model's output cap and what the window leaves beside the request
+(:meth:`SessionCompactor.retry_tokens`); the core refuses it if it is cut again.
 """
 
 from __future__ import annotations
@@ -18,13 +25,13 @@ import time
 from collections.abc import Callable
 
 from ..core import compactor, prompts, wording
-from ..core.compactor import CompactionReport
-from ..core.events import CompactionPhase, Event
+from ..core.compactor import CompactionReport, SummaryReply
+from ..core.events import CompactionPhase, Event, NoticeInjected
 from ..core.history import History, Message
 from ..core.recovery import flow
 from ..errors import ChatError
 from ..failures import Failure, FailureKind, Signature
-from ..providers.base import Cancel, Request
+from ..providers.base import Cancel, Request, StopReason
 from ..settings import Settings, format_size
 from .deadline import call_with_deadline
 from .sizing import RequestSizer, RequestSpec
@@ -32,8 +39,9 @@ from .turn_log import EventBus, TurnLog
 
 __all__ = ["SessionCompactor", "Summarizer"]
 
-Summarizer = Callable[[str, int, TurnLog | None], str]
-"""``summarize(text, max_tokens, log)`` → the summary (the model's answer), sent within
+Summarizer = Callable[[str, int, TurnLog | None], "SummaryReply | str"]
+"""``summarize(text, max_tokens, log)`` → the summary (the model's answer, whether it was
+cut at max_tokens and its usage; a plain string is an answer not cut), sent within
 ``log``'s deadline, its usage added to ``log``."""
 
 
@@ -49,7 +57,7 @@ class SessionCompactor:
         self.sleep = sleep
         self._summarize = summarize if summarize is not None else self._ask_model
 
-    def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> str:
+    def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> SummaryReply:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
                                     Message.user(text)), max_tokens=max_tokens, stream=False)
         provider, limits = self.sizer.endpoint.provider, self.sizer.limits
@@ -117,7 +125,10 @@ class SessionCompactor:
         if log is not None:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
-        return response.message.text
+        usage = response.usage
+        return SummaryReply(response.message.text, truncated=response.stop is StopReason.LENGTH,
+                            input_tokens=usage.prompt_tokens,
+                            output_tokens=usage.completion_tokens)
 
     def _tell(self, events: tuple[Event, ...], log: TurnLog | None) -> None:
         for event in events:
@@ -145,6 +156,16 @@ class SessionCompactor:
         summary_tokens = max(1, min(sizer.output_cap, int(summary_bound / bytes_per_token)))
         return settings, summary_tokens
 
+    def retry_tokens(self, settings: Settings, summary_tokens: int) -> int | None:
+        """The max_tokens a summary cut at ``summary_tokens`` is asked again with: double,
+        within the model's output cap and the window left beside a request of the full
+        input bound (``settings`` are :meth:`bounded_settings`'); None when that is no more."""
+        sizer = self.sizer
+        prompt = len(prompts.SUMMARIZE_SYSTEM_PROMPT.encode("utf-8"))
+        room = sizer.window - sizer.estimate(settings.summarizer_input_max_chars + prompt)
+        bigger = min(2 * summary_tokens, sizer.output_cap, room)
+        return bigger if bigger > summary_tokens else None
+
     def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None, *,
             instructions: str | None = None, force: bool = False,
             accept: Callable[[History, CompactionReport], str | None] | None = None,
@@ -157,6 +178,7 @@ class SessionCompactor:
         as rejected — never "applied" first and taken back after.
         """
         settings, summary_tokens = self.bounded_settings()
+        bigger = self.retry_tokens(settings, summary_tokens)
         held: list[CompactionPhase] = []
 
         def tell(event: Event) -> None:
@@ -169,7 +191,8 @@ class SessionCompactor:
         new, report = compactor.compact(
             history, target_bytes=target, measure=self.sizer.measurer(spec),
             summarize=lambda text: self._summarize(text, summary_tokens, log),
-            settings=settings, on_event=tell, instructions=instructions, force_summary=force)
+            settings=settings, on_event=tell, instructions=instructions, force_summary=force,
+            retry=None if bigger is None else (lambda text: self._summarize(text, bigger, log)))
         why = accept(new, report) if accept is not None and report.applied else None
         if why is not None:
             for event in held:
@@ -181,4 +204,7 @@ class SessionCompactor:
                 after_bytes=report.before_bytes, rejected_reason=why)
         for event in held:
             self.bus.emit(event, log)
+        if report.applied and report.dropped_unread:
+            # The summary's notice tells the model what it left unread.
+            self.bus.emit(NoticeInjected(notice="compaction"), log)
         return new, report

@@ -101,7 +101,8 @@ class DryTrace:
     the target compaction aimed at (None when it did not compact); ``budget``: that trigger
     with what it is a share of, and ``budget_ratio`` the window share pre-flight asked for
     (None: ``chat_budget_ratio``, a chat's own). ``summary_input``:
-    characters the summarizer would have been sent (None: no summary was asked for).
+    characters the summarizer would have been sent, over all its requests (None: no summary
+    was asked for; ``compaction`` says how many requests and chunks).
     """
 
     spec: RequestSpec
@@ -208,7 +209,8 @@ def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: Le
     planned = summarizer_for(endpoint, own_limits)
 
     def summarize(text: str, tokens: int, _log: TurnLog | None = None) -> str:
-        record.summary_input = len(text)
+        # A chunked summary sends several requests: all they carry.
+        record.summary_input = (record.summary_input or 0) + len(text)
         summary = planned(text, tokens)
         record.summary_chars = len(summary)
         return summary

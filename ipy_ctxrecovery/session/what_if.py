@@ -39,7 +39,7 @@ from typing import Any
 
 from ..core import compactor, ladder, theme
 from ..core.budget import ResultStore, compaction_info
-from ..core.events import LadderStep, Preflight
+from ..core.events import CompactionPhase, LadderStep, Preflight
 from ..core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
@@ -178,6 +178,8 @@ class Rung:
     notes: tuple[str, ...] = ()
     summarized: bool = False
     """The oldest messages were summarized to fit (an exact fit's first choice)."""
+    summary_requests: int = 0
+    """The summary requests that step sends (a long history is summarized in chunks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +246,8 @@ class Plan:
     history_messages: int = 0
     climb: Callable[[], tuple[LadderWhatIf, ...]] | None = field(default=None, repr=False,
                                                                    compare=False)
+    summary_requests: int = 0
+    """The requests the summary would send (its chunks; 0: no summary)."""
 
     @functools.cached_property
     def ladder(self) -> tuple[LadderWhatIf, ...]:
@@ -301,8 +305,9 @@ class Plan:
                 budget += f" — compacting to {format_size(self.target)}"
             out.append(budget)
         if self.summary:
-            out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars "
-                       f"→ ≈{self.summary_chars or 0:,} chars (estimated)")
+            sent = f" in {self.summary_requests} requests" if self.summary_requests > 1 else ""
+            out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars"
+                       f"{sent} → ≈{self.summary_chars or 0:,} chars (estimated)")
         out.append("latest request: " + ("kept" if self.request_survives else "LOST"))
         counts = ", ".join(f"{n} {FATE_WORDS[f]}" for f, n in self.fates.items())
         out.append(f"fates: {counts}")
@@ -662,6 +667,9 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
                         compactor, store, bus, settings, sleep=lambda _seconds: None)
     steps: list[LadderStep] = []
     bus.subscribe(lambda e: steps.append(e) if isinstance(e, LadderStep) else None)
+    ended: list[CompactionPhase] = []          # one per summary tried, in order
+    bus.subscribe(lambda e: ended.append(e) if isinstance(e, CompactionPhase)
+                  and e.phase in ("applied", "rejected") else None)
     give_up: str | None = None
     try:
         loop.send(history, spec, TurnLog(), None)
@@ -670,6 +678,7 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
     decided = [e for e in steps if _announces_step(e)]
     outcomes = [e for e in steps if not _announces_step(e)]
     rungs = []
+    summaries = iter(ended)
     for n, (sent, size) in enumerate(provider.sent[1:]):
         step = decided[n] if n < len(decided) else None
         level = step.decision.level if step is not None else ladder.Level.GIVE_UP
@@ -677,8 +686,10 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
                       if step is not None and o.decision is step.decision and o.notes), ())
         summarized = bool(step is not None and step.summarizing
                           and any(m.tag == TAG_SUMMARY for m in sent))
+        tried = next(summaries, None) if step is not None and step.summarizing else None
         rungs.append(Rung(level, len(sent), size, latest_user_index(sent) is not None,
-                          tuple(notes), summarized=summarized))
+                          tuple(notes), summarized=summarized,
+                          summary_requests=tried.summary_requests if tried else 0))
     return LadderWhatIf(rejection, failure_for(body), tuple(rungs), give_up)
 
 
@@ -825,6 +836,7 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         **_budget(record, chosen),
         summary=summarized, summary_input_chars=record.summary_input if summarized else None,
         summary_chars=record.summary_chars if summarized else None,
+        summary_requests=report.summary_requests if summarized and report is not None else 0,
         request_survives=latest is None or latest in final,
         lines=tuple(line for line in (describe(e) for e in prepared.steps) if line),
         climb=functools.partial(ladder_what_if, prepared.history, prepared.body_bytes, record,

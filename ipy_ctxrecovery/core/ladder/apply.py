@@ -62,6 +62,7 @@ __all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflig
 
 _PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
 _DROPPED_META = "dropped_messages"
+_UNREAD_META = "dropped_unread"        # of those, left unread by a summary (compactor.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +96,21 @@ def _cut(h: Sequence[Message], k: int) -> tuple[History, int, bool]:
     dropped = sum(1 for m in h[:k] if not _pinned(m) and m.tag != TAG_COMPACTION_NOTICE)
     if dropped == 0:
         return tuple(h), 0, False
-    earlier = 0
+    earlier = unread = 0
     for m in h:
         if m.tag == TAG_COMPACTION_NOTICE:
             count = m.meta.get(_DROPPED_META) if m.meta else None
             earlier += count if isinstance(count, int) else 0
+            was_unread = m.meta.get(_UNREAD_META) if m.meta else None
+            unread += was_unread if isinstance(was_unread, int) else 0
     before = [m for m in h[:k] if _pinned(m)]
     after = [m for m in h[k:] if m.tag != TAG_COMPACTION_NOTICE]
     summarized = any(m.tag == TAG_SUMMARY for m in before)
     total = dropped + earlier
-    notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized)),),
-                     TAG_COMPACTION_NOTICE, {_DROPPED_META: total})
+    notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized,
+                                                        unread=unread)),),
+                     TAG_COMPACTION_NOTICE, {_DROPPED_META: total, **(
+                         {_UNREAD_META: unread} if unread else {})})
     return (*before, notice, *after), dropped, True
 
 
