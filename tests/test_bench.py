@@ -129,3 +129,15 @@ def test_bounds_prints_a_figure_per_case() -> None:
     assert "secret-like answer, turn_timeout=3: " in out
     assert out.count("timed-out turns, trickle-") == 2
     assert "figure read_file 3 lines of a 1 GB file: " in out
+
+
+def test_cost_prints_the_three_clients_and_the_goal_ratios_for_both_wires() -> None:
+    out = run("cost.py", "--turns", "4", "--window", "50000")
+    for wire in ("openai", "anthropic"):
+        for kind in ("tools", "plain"):
+            assert f"== {wire} {kind}: 4 turns" in out, out
+            assert f"ratio {wire} {kind} batched/today: " in out
+            assert f"ratio {wire} {kind} batched/append-only: " in out
+    assert out.count("weighted input tokens of") == 12
+    assert "ratio openai tools cached share batched/append-only: " in out
+    assert "ratio anthropic tools input read from cache: " in out
