@@ -132,6 +132,10 @@ class CompactionPhase(Event):
     target_bytes: int | None = None
     outcome: Literal["summary", "trim", "nothing"] | None = None
     reason: str | None = None
+    summary_prompt_tokens: int | None = None
+    """An ``applied`` summary: the input tokens its summary request was billed (None: not
+    reported, or no summary request)."""
+    summary_completion_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

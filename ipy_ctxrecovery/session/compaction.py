@@ -160,8 +160,15 @@ class SessionCompactor:
         """
         settings, summary_tokens = self.bounded_settings()
         held: list[CompactionPhase] = []
+        paid = (log.prompt_tokens, log.completion_tokens) if log is not None else None
 
         def tell(event: Event) -> None:
+            if isinstance(event, CompactionPhase) and event.phase == "applied" \
+                    and event.outcome == "summary" and log is not None and paid is not None:
+                # What the summary request was billed, for the turn card's cost line.
+                event = dataclasses.replace(
+                    event, summary_prompt_tokens=log.prompt_tokens - paid[0],
+                    summary_completion_tokens=log.completion_tokens - paid[1])
             if accept is not None and isinstance(event, CompactionPhase) \
                     and event.phase == "applied":
                 held.append(event)      # told once the caller accepted it
