@@ -29,6 +29,7 @@ from .ladder.decide import Decision, Level
 __all__ = [
     "MARKS",
     "cache_line",
+    "cache_said",
     "cache_split",
     "compaction_cost",
     "money",
@@ -298,6 +299,10 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         cap = f"{format_size(status.cap)} ({status.cap_source})"
     if status.cap_note:
         cap += f" — {status.cap_note}"
+    cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
+    usd = getattr(status, "cost", None)
+    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd)}"] \
+        if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
         lines.append(f"endpoint: {endpoint}")
@@ -307,9 +312,7 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         f"transcript: {plural(status.transcript_messages, 'message')}",
         f"usage: {status.prompt_tokens:,} prompt + {status.completion_tokens:,} completion "
         "tokens",
-        "cache: " + cache_line(status.prompt_tokens, getattr(status, "cached_tokens", 0),
-                               getattr(status, "cache_write_tokens", 0),
-                               getattr(status, "cost", None)),
+        *cache,
         f"compactions: {status.compactions} · recoveries: {status.recoveries}",
     ]
     return "\n".join(lines)
@@ -1120,9 +1123,17 @@ def cache_split(prompt: int, cached: int, written: int) -> str:
             "input tokens")
 
 
+def cache_said(cached: int, written: int, usd: float | None) -> bool:
+    """Whether the cache line has something to say: a cache was used, or the tokens have a
+    price (known and not nil, or unknown — which is said). The built-in emulator bills
+    nothing and, until it reports a cache, has no line."""
+    return bool(cached or written) or usd is None or usd > 0
+
+
 def cache_line(prompt: int, cached: int, written: int, usd: float | None) -> str:
     """The input split and the estimated cost of it all (input and answer), one line."""
-    return f"{cache_split(prompt, cached, written)} · estimated cost {money(usd)}"
+    said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
+    return f"{cache_split(prompt, cached, written)} · {said}"
 
 
 def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int,

@@ -253,8 +253,12 @@ class TurnRecord:
         """The card's ``cache`` line: the input as reported and its estimated cost."""
         if not (self.prompt_tokens or self.completion_tokens):
             return None
-        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens,
-                            self.cost())
+        if not (self.model or self.cached_tokens or self.cache_write_tokens):
+            return None     # a record that was not told the model (the panel's)
+        usd = self.cost()
+        if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
+            return None
+        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd)
 
     def _compaction_cost(self, event: ev.CompactionPhase) -> str:
         """What an applied summary cost against the input it removes from later requests."""
