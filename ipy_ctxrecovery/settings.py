@@ -570,7 +570,7 @@ def parse_prices(text: str, *, name: str = "prices") -> dict[str, tuple[float, f
         if isinstance(value, list) and len(value) == 4:
             for v in value:
                 try:
-                    number = float(v.strip()) if isinstance(v, str) else float(v)  # type: ignore[arg-type]
+                    number = float(v.strip()) if isinstance(v, str) else float(v)
                 except (TypeError, ValueError):
                     break
                 if not math.isfinite(number) or number < 0:

@@ -371,7 +371,7 @@ def test_a_session_defers_rewrites_below_the_bound(emulator: object, tmp_path: P
     for i in range(6):
         _turn(session, i)
     bodies = [r.body for r in emu.requests]  # type: ignore[attr-defined]
-    for before, after in zip(bodies, bodies[1:]):
+    for before, after in zip(bodies, bodies[1:], strict=False):
         assert after["messages"][:len(before["messages"])] == before["messages"]
     assert all("omitted" not in t for t in _tool_texts(bodies[-1]))
 
