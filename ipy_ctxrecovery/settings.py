@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import re
@@ -21,8 +22,8 @@ import humanfriendly
 from .errors import ConfigError
 from .redaction import MASK, MIN_CREDENTIAL, credential_param, path_credential
 
-__all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_size",
-           "proxy_for", "public_url", "seconds_arg"]
+__all__ = ["ENV_VARS", "ConfigError", "Settings", "field_for", "format_size", "parse_prices",
+           "parse_size", "proxy_for", "public_url", "seconds_arg"]
 
 MiB = 1024 * 1024
 KiB = 1024
@@ -162,10 +163,11 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "microcompact_truncate_turns",
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
     "CHATCLI_SUMMARY_MAX_REQUESTS": "summary_max_requests",
+    "CHATCLI_PRICES": "prices",
 }
 
 _FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window"})
-_TEXT_FIELDS = frozenset({"read_file_root"})
+_TEXT_FIELDS = frozenset({"read_file_root", "prices"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
 
@@ -266,6 +268,18 @@ class Settings:
     """For a model the catalogue does not know, ask the server its window once (vLLM's,
     OpenRouter's and LM Studio's model lists say it)."""
 
+    # --- prompt caching and cost (docs/caching.md) ---
+    microcompact_clear_at_least: int = 4_000
+    """Tokens: rewrites of messages already sent (microcompact, the tool-result budget) wait
+    until they clear at least this many at once, unless a compaction or a fit is due or the
+    cache has expired (``cache_ttl_seconds``); 0 = rewrite at once, every turn."""
+    cache_ttl_seconds: float = 300.0
+    """Seconds a provider keeps a prompt cache unused (5 minutes on both providers): a
+    session idle longer has lost its cache, so pending rewrites are free then."""
+    prices: str | None = None
+    """Price overrides, ``model=in/cached/write/out`` pairs (USD per million tokens, comma
+    separated) or a JSON object (``CHATCLI_PRICES``); see :func:`parse_prices`."""
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         return dataclasses.replace(self, **changes)
@@ -286,6 +300,8 @@ class Settings:
             if f.name in _TEXT_FIELDS:
                 if value is not None and not isinstance(value, str):
                     raise ConfigError(f"{f.name}={value!r} is not a path.")
+                if f.name == "prices" and value is not None:
+                    parse_prices(value, name=_label(f.name))
                 continue
             if value is None:
                 if f.name not in _OPTIONAL:
@@ -468,6 +484,9 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
         text = str(raw).strip()
         if text.lower() in {"", "none"}:
             return None
+        if name == "prices":
+            parse_prices(text, name=key)
+            return text
         path = os.path.expanduser(text)
         if not os.path.isdir(path):
             raise ConfigError(f"{key}={raw!r} is not a directory; give an existing "
@@ -517,3 +536,58 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
         raise ConfigError(f"{key}={raw!r} must not be negative; expected a whole number "
                           f"≥ {least}.")
     return value_i
+
+
+PRICE_FORMS = ("model=in/cached/write/out pairs in USD per million tokens, comma separated "
+               "(e.g. gpt-4o=2.5/1.25/0/10), or a JSON object such as "
+               '{"gpt-4o": [2.5, 1.25, 0, 10]}')
+
+
+def parse_prices(text: str, *, name: str = "prices") -> dict[str, tuple[float, float, float, float]]:
+    """Price overrides: model → (input, cached read, cache write, output), USD per million
+    tokens. Two forms: ``model=in/cached/write/out`` pairs separated by commas, or a JSON
+    object of model → four numbers (or an object with ``input``, ``cached``, ``write``,
+    ``output``). A malformed value is one ConfigError sentence naming ``name``.
+
+    >>> parse_prices("gpt-4o=2.5/1.25/0/10")
+    {'gpt-4o': (2.5, 1.25, 0.0, 10.0)}
+    """
+    stripped = str(text).strip()
+    entries: list[tuple[str, object]] = []
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            raise ConfigError(f"{name} is not valid JSON; expected {PRICE_FORMS}.") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{name} is not a JSON object; expected {PRICE_FORMS}.")
+        for model, value in data.items():
+            if isinstance(value, dict):
+                value = [value.get(k) for k in ("input", "cached", "write", "output")]
+            entries.append((str(model), value))
+    else:
+        for pair in filter(None, (p.strip() for p in stripped.split(","))):
+            model, sep, value = pair.partition("=")
+            if not sep:
+                raise ConfigError(f"{name}: {pair!r} has no '='; expected {PRICE_FORMS}.")
+            entries.append((model, value.split("/")))
+    prices: dict[str, tuple[float, float, float, float]] = {}
+    for model, value in entries:
+        model = model.strip().lower()
+        numbers: list[float] = []
+        if isinstance(value, list) and len(value) == 4:
+            for v in value:
+                try:
+                    number = float(v.strip()) if isinstance(v, str) else float(v)
+                except (TypeError, ValueError):
+                    break
+                if not math.isfinite(number) or number < 0:
+                    break
+                numbers.append(number)
+        if not model or len(numbers) != 4:
+            raise ConfigError(f"{name}: the price of {model or 'a model'!r} is not four "
+                              f"non-negative numbers; expected {PRICE_FORMS}.")
+        prices[model] = (numbers[0], numbers[1], numbers[2], numbers[3])
+    if not prices:
+        raise ConfigError(f"{name} names no model; expected {PRICE_FORMS}.")
+    return prices

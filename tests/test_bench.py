@@ -139,3 +139,15 @@ def test_fidelity_prints_each_compaction_on_both_wires() -> None:
     for figure in ("read by a summarizer ", "rules kept verbatim ", "facts in history ",
                    "facts recallable ", "summary requests "):
         assert out.count(figure) == 2, out
+
+
+def test_cost_prints_the_three_clients_and_the_goal_ratios_for_both_wires() -> None:
+    out = run("cost.py", "--turns", "4", "--window", "50000")
+    for wire in ("openai", "anthropic"):
+        for kind in ("tools", "plain"):
+            assert f"== {wire} {kind}: 4 turns" in out, out
+            assert f"ratio {wire} {kind} batched/today: " in out
+            assert f"ratio {wire} {kind} batched/append-only: " in out
+    assert out.count("weighted input tokens of") == 12
+    assert "ratio openai tools cached share batched/append-only: " in out
+    assert "ratio anthropic tools input read from cache: " in out

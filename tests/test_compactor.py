@@ -761,3 +761,40 @@ def test_an_interrupt_while_the_summary_request_is_built_is_told_as_cancelled(mo
                 on_event=events)
     assert snapshot(h) == before
     assert events.phases == ["start", "trim", "summarize", "cancelled"]
+
+
+# -- the messages a compaction keeps reach the provider byte for byte -------------------------
+
+def _text(message: dict) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+
+
+@pytest.mark.parametrize("wire", ["emulator", "emulator:anthropic"])
+def test_a_compaction_keeps_the_messages_it_does_not_touch_byte_identical(
+        emulator: object, wire: str) -> None:
+    """The summary replaces a leading run of messages; what follows it goes out in the next
+    body exactly as before, and the body after that extends it (its cache holds)."""
+    from ipy_ctxrecovery import ChatSession
+
+    emu = emulator(context_window=100_000)  # type: ignore[operator]
+    session = ChatSession(wire, emulator=emu, settings=Settings(), system="sys")
+    for i in range(8):
+        session.send(f"message {i} " + "words " * 300)
+    session.send("probe", record=False)       # the history as it stands, on the wire
+    before = emu.requests[-1].body["messages"][:-1]
+    assert session.compact().applied
+    session.send("next one")
+    after = emu.requests[-1].body["messages"]
+    first = 1 if after[0]["role"] == "system" else 0
+    summary, kept = after[first], after[first + 1:-1]
+    assert "STRUCTURED SUMMARY" in _text(summary) and kept
+    # Every kept message but the request the summary is merged with (one user turn on both
+    # wires) is the same JSON as before the compaction; that request's text is kept whole.
+    assert [json.dumps(m, sort_keys=True) for m in kept] == \
+        [json.dumps(m, sort_keys=True) for m in before[len(before) - len(kept):]]
+    assert _text(summary).endswith(_text(before[len(before) - len(kept) - 1]))
+    session.send("and one more")
+    again = emu.requests[-1].body["messages"]
+    assert again[:len(after)] == after
+    session.close()

@@ -82,6 +82,7 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "3",
         "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "6",
         "CHATCLI_SUMMARY_MAX_REQUESTS": "3",
+        "CHATCLI_PRICES": "gpt-4o=1/0.5/0/2",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -92,6 +93,7 @@ def test_from_env_reads_every_variable() -> None:
     assert s.max_payload == 512 * 1024
     assert (s.microcompact_truncate_turns, s.microcompact_summarize_turns) == (3, 6)
     assert s.summary_max_requests == 3
+    assert s.prices == "gpt-4o=1/0.5/0/2"
     assert set(ENV_VARS) == {k for k in env if k.startswith("CHATCLI_")}
 
 

@@ -1698,3 +1698,24 @@ def test_status_names_only_the_kernels_own_emulator_as_embedded(
     ip.run_line_magic("chat", "status")
     out = capsys.readouterr().out
     assert "endpoint: the embedded emulator at " in out and "\nemulator: " in out
+
+
+def test_usage_and_status_show_the_cache_split_and_the_cost(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    cell(ip, "", "one")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "usage")
+    out = capsys.readouterr().out
+    assert "cached reads" not in out        # the emulator bills nothing, caches nothing
+    # Priced by the user: $1 per million input tokens, $1,000,000 per million answer ones.
+    ip.run_line_magic("chat", "config prices=emulator=1/0.1/1.25/1000000")
+    capsys.readouterr()
+    ip.run_line_magic("chat", "usage")
+    out = capsys.readouterr().out.splitlines()
+    status = chat.workspace.sessions["default"].status()
+    assert out[1] == (f"  0 cached reads + 0 cache writes + {status.prompt_tokens:,} uncached "
+                      f"input tokens · estimated cost ≈ ${status.cost:,.2f}")
+    assert status.cost == pytest.approx(status.prompt_tokens / 1e6 + status.completion_tokens)
+    ip.run_line_magic("chat", "status")
+    lines = capsys.readouterr().out.splitlines()
+    assert f"cache: {out[1].strip()}" in lines

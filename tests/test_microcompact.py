@@ -292,3 +292,118 @@ def test_pipeline_over_turns_keeps_invariants(hist: h.History, rounds: int) -> N
             hist = (*hist, Message.assistant("", [ToolCall("call_0", "grep", "{}")]),
                     Message.tool("call_0", f"round {k} " + "r" * 4_000))
             originals.add(hist[-1].text)
+
+
+# -- batched rewrites (microcompact.rewrite_now, Preparer.rewrites) ----------------------------
+
+from ipy_ctxrecovery.core.microcompact import rewrite_now  # noqa: E402
+
+
+def decide(freed: int, broken: int, *, idle: float | None = 1.0, due: bool = False,
+           **changes: object) -> tuple[bool, str]:
+    d = rewrite_now(freed_tokens=freed, broken_tokens=broken, idle_seconds=idle,
+                    shrink_due=due, settings=S.replace(**changes))
+    return d.rewrite, d.reason
+
+
+def test_no_rewrite_below_the_clear_at_least_bound() -> None:
+    bound = S.microcompact_clear_at_least
+    assert decide(bound - 1, bound) == (False, "below_bound")
+    # At the bound and paying for the cache it breaks: rewritten.
+    assert decide(bound, bound + 100) == (True, "saves")
+
+
+def test_a_rewrite_that_breaks_more_cache_than_it_saves_waits() -> None:
+    # 5,000 tokens freed but 100,000 cached tokens re-written: 0.1·(5k·9 + 100k) < 1.25·95k.
+    assert decide(5_000, 100_000) == (False, "not_worth")
+    assert decide(60_000, 100_000) == (True, "saves")
+
+
+def test_rewrite_when_idle_past_the_cache_ttl() -> None:
+    assert decide(10, 100_000, idle=S.cache_ttl_seconds) == (True, "idle")
+    assert decide(10, 100_000, idle=S.cache_ttl_seconds - 1) == (False, "below_bound")
+    assert decide(10, 100_000, idle=30.0, cache_ttl_seconds=20.0) == (True, "idle")
+
+
+def test_rewrite_when_a_fit_needs_it_and_when_nothing_cached_breaks() -> None:
+    assert decide(10, 100_000, due=True) == (True, "fit")
+    assert decide(10, 0) == (True, "unsent")
+    # Batching off (today's behaviour): every rewrite at once.
+    assert decide(10, 100_000, microcompact_clear_at_least=0) == (True, "off")
+
+
+def test_the_settings_take_the_batching_values() -> None:
+    s = Settings().updated({"microcompact_clear_at_least": "0", "cache_ttl_seconds": "60"})
+    assert (s.microcompact_clear_at_least, s.cache_ttl_seconds) == (0, 60.0)
+
+
+# -- through a session, against the emulator ------------------------------------------------
+
+_RESULT = "\n".join(f"line {i}: " + "value " * 12 for i in range(120))   # ~9 KB
+
+
+def _fetch(part: int) -> str:
+    """Return a long log part."""
+    return f"part {part}\n" + _RESULT
+
+
+def _tool_session(emulator: object, tmp_path: Path, **changes: object) -> tuple[object, object]:
+    from ipy_ctxrecovery import ChatSession
+
+    emu = emulator(context_window=1_000_000)  # type: ignore[operator]
+    session = ChatSession("emulator", emulator=emu, settings=Settings(**changes),  # type: ignore[arg-type]
+                          tools=[_fetch], builtin_tools=False, files_root=tmp_path)
+    return session, emu
+
+
+def _turn(session: object, i: int) -> None:
+    session.send(f"look at part {i} [[tool _fetch {{\"part\": {i}}}]]")  # type: ignore[attr-defined]
+
+
+def _tool_texts(body: dict) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_a_session_defers_rewrites_below_the_bound(emulator: object, tmp_path: Path) -> None:
+    # Each ~9 KB result frees ~1,700 tokens when previewed: below 50,000, nothing is
+    # rewritten and every request extends the previous one.
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+    for i in range(6):
+        _turn(session, i)
+    bodies = [r.body for r in emu.requests]  # type: ignore[attr-defined]
+    for before, after in zip(bodies, bodies[1:], strict=False):
+        assert after["messages"][:len(before["messages"])] == before["messages"]
+    assert all("omitted" not in t for t in _tool_texts(bodies[-1]))
+
+
+def test_a_session_rewrites_at_once_with_batching_off(emulator: object, tmp_path: Path) -> None:
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=0)
+    for i in range(6):
+        _turn(session, i)
+    last = emu.requests[-1].body  # type: ignore[attr-defined]
+    assert any("omitted" in t or "cleared" in t for t in _tool_texts(last))
+
+
+def test_a_session_rewrites_when_idle_past_the_ttl(emulator: object, tmp_path: Path) -> None:
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+    now = [1000.0]
+    session._preparer.clock = lambda: now[0]  # type: ignore[attr-defined]
+    for i in range(5):
+        _turn(session, i)
+    assert all("omitted" not in t for t in _tool_texts(emu.requests[-1].body))  # type: ignore[attr-defined]
+    now[0] += S.cache_ttl_seconds + 1
+    _turn(session, 5)
+    first = [r.body for r in emu.requests][-2]  # type: ignore[attr-defined]
+    assert any("omitted" in t or "cleared" in t for t in _tool_texts(first))
+
+
+def test_a_session_rewrites_when_the_window_needs_it(emulator: object, tmp_path: Path) -> None:
+    # A compaction trigger the raw history passes: the pending rewrites go at once (no LLM
+    # summary needed, the microcompacted history fits).
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000,
+                                 context_window=12_000)
+    for i in range(6):
+        _turn(session, i)
+    texts = _tool_texts(emu.requests[-1].body)  # type: ignore[attr-defined]
+    assert any("omitted" in t or "cleared" in t for t in texts)
+    assert session.status().compactions == 0  # type: ignore[attr-defined]

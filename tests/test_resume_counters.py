@@ -21,7 +21,8 @@ from ipy_ctxrecovery.notebook.magics import ChatMagics, get_magics
 from ipy_ctxrecovery.providers.base import Request, Usage
 from ipy_ctxrecovery.session.store import Transcript
 
-COUNTERS = ("prompt_tokens", "completion_tokens", "turns", "compactions", "recoveries")
+COUNTERS = ("prompt_tokens", "completion_tokens", "turns", "compactions", "recoveries",
+            "cached_tokens", "cache_write_tokens")
 
 
 def counters(session: ChatSession) -> dict[str, int]:

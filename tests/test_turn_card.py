@@ -7,6 +7,7 @@ once under the cell, after the answer, per ``ChatMagics.turn_card``.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,7 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
     assert lines[1].endswith(" of 200,000 tokens")
     assert lines[2].startswith("  after   history ") and \
         f"of {cap / KB:.1f} KB cap (learned) · ≈" in lines[2]
+    # No model on the record and no cache reported: no cache line.
     rows = [line.split(None, 1)[1] for line in lines[3:]]
     names = [line[4:].split("  ")[0].strip() for line in lines[3:]]
     assert names == ["pre-flight", "send", "recovery 1: summarize to fit", "payload cap",
@@ -92,6 +94,9 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
     assert rows[3].endswith(f"learned ≈{cap / KB:.1f} KB: a {first} request was rejected "
                             "(kept for this network path)")
     assert "summary by the model: 8 → 3 messages, " in rows[4]
+    # What the summary request was billed against what it removes from later requests.
+    assert re.search(r" · summary request [\d,]+ \+ [\d,]+ tokens; each later request "
+                     r"≈ [\d,]+ input tokens smaller$", rows[4]), rows[4]
     assert rows[6].endswith(f"{second} (try 2) · answered")
     assert_glyphs_exist(card.text())
     rec = replay(stream)
@@ -356,3 +361,47 @@ def test_a_chunked_summary_says_what_it_read_cost_and_dropped_unread() -> None:
     row = next(line for line in text.splitlines() if "compaction" in line)
     assert "summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens" in row
     assert "2 messages dropped unread (summary-request bound 8)" in row
+
+
+# -- cost -------------------------------------------------------------------------------------
+
+def test_the_card_shows_the_cache_split_and_the_cost_of_a_priced_model(emulator: Any) -> None:
+    _, stream = routine(emulator)
+    rec = replay(stream, TurnRecord(model="claude-sonnet-4-20250514"))
+    rec.finish(elapsed=1.0, prompt_tokens=10_000, completion_tokens=1_000,
+               cached_tokens=8_000, cache_write_tokens=1_500)
+    card = TurnCard(rec)
+    # 500 × $3 + 8,000 × $0.30 + 1,500 × $3.75 + 1,000 × $15 per million = $0.0245
+    line = ("cache   8,000 cached reads + 1,500 cache writes + 500 uncached input tokens · "
+            "estimated cost ≈ $0.0245")
+    assert "  " + line in card.text().splitlines()
+    assert "cache</span> 8,000 cached reads + 1,500 cache writes" in card.html()
+    over = TurnRecord(model="claude-sonnet-4", prices="claude-sonnet-4=0/0/0/1000")
+    over.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1_000)
+    assert TurnCard(over).text().endswith("estimated cost ≈ $1.00")
+    unknown = TurnRecord(model="llama-3-70b")
+    unknown.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
+    assert TurnCard(unknown).text().endswith("10 uncached input tokens · price unknown")
+    # The emulator bills nothing: no line until it reports a cache.
+    free = TurnRecord(model="emulator")
+    free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
+    assert "cache" not in TurnCard(free).text()
+    free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1, cached_tokens=4)
+    assert TurnCard(free).text().endswith(
+        "cache   4 cached reads + 0 cache writes + 6 uncached input tokens · estimated cost "
+        "≈ $0.0000")
+
+
+def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
+    rec = TurnRecord(model="gpt-4o")
+    rec.feed(ev.CompactionPhase(phase="start", before_messages=20, before_bytes=400_000,
+                                target_bytes=100_000))
+    rec.feed(ev.CompactionPhase(phase="applied", before_messages=20, after_messages=5,
+                                before_bytes=400_000, after_bytes=80_000, outcome="summary",
+                                summary_input_tokens=30_000, summary_output_tokens=2_000))
+    step = rec.latest("compaction")
+    assert step is not None
+    # 30,000 × $2.50 + 2,000 × $10 = $0.095; 320,000 B ≈ 80,000 tokens × $2.50 = $0.20.
+    assert step.detail.endswith(
+        " · summary request 30,000 + 2,000 tokens (≈ $0.0950); each later request ≈ 80,000 "
+        "input tokens smaller (≈ $0.2000 uncached)")

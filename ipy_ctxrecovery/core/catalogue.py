@@ -11,10 +11,10 @@ assistant turn (:data:`PREFILL_FAMILIES`); unknown models are taken not to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "PREFILL_FAMILIES", "ModelInfo", "lookup"]
+__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "PREFILL_FAMILIES", "ModelInfo", "family", "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,15 +168,22 @@ def _bare(model: str) -> str:
     return name
 
 
-def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
-    """Return the model's limits; ``context_window`` (CHATCLI_CONTEXT_WINDOW) overrides the window."""
+def family(model: str, families: Iterable[str]) -> str | None:
+    """The entry of ``families`` that ``model`` belongs to: its exact id or the longest
+    family at a ``-`` (or ``@``) boundary, after the provider prefixes are stripped."""
     name = _bare(model)
     best: str | None = None
-    for family in MODELS:
-        if (name == family or name.startswith(family + "-") or name.startswith(family + "@")) and (
-            best is None or len(family) > len(best)
-        ):
-            best = family
+    for candidate in families:
+        if (name == candidate or name.startswith(candidate + "-")
+                or name.startswith(candidate + "@")) and (
+                best is None or len(candidate) > len(best)):
+            best = candidate
+    return best
+
+
+def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
+    """Return the model's limits; ``context_window`` (CHATCLI_CONTEXT_WINDOW) overrides the window."""
+    best = family(model, MODELS)
     if best is None:
         info = ModelInfo(model, DEFAULT_MODEL_INFO.context_window,
                          DEFAULT_MODEL_INFO.max_output_tokens, guessed=True)

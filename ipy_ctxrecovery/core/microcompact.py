@@ -17,6 +17,15 @@ truncated preview, which is under the minimum, so its summary never fired). The 
 size comes from ``Message.meta`` or the markers (``budget.compaction_info``). A result is
 only ever moved to a later stage, never back, and never made longer: running twice on
 the same history changes nothing the second time.
+
+**Batched rewrites** (:func:`rewrite_now`; the rule is in ``docs/caching.md``). Both
+providers cache the longest prefix a request shares with the previous one, so a rewrite of
+a message already sent costs the cache of everything after it. The session therefore keeps
+the rewrites of sent messages (these previews and one-liners, the tool-result budget)
+pending, and the history only grows at its end, until one of: a compaction or a fit is due
+anyway (recovery beats cache), the session was idle longer than the cache lives, or the
+rewrite clears at least ``microcompact_clear_at_least`` tokens at once *and* what it saves
+over the next turns outweighs the cache it breaks.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..settings import Settings
 from . import markers
@@ -40,7 +50,9 @@ from .budget import (
 from .cuts import head_cut, tail_cut
 from .history import History, Message, Role, ages
 
-__all__ = ["MicrocompactReport", "detect_kind", "microcompact"]
+__all__ = ["CACHE_READ_SHARE", "CACHE_WRITE_SHARE", "REWRITE_HORIZON_TURNS",
+           "MicrocompactReport", "RewriteDecision", "detect_kind", "microcompact",
+           "rewrite_now"]
 
 _role = operator.attrgetter("role")
 
@@ -167,3 +179,59 @@ def _summarize(m: Message, info: CompactionInfo | None, original: str | None,
     content = markers.old_result_cleared(lines, chars, kind, path)
     return compacted_message(m, content, level=LEVEL_SUMMARY, original=original, info=info,
                              path=path, head_chars=0, tail_chars=0)
+
+
+CACHE_READ_SHARE = 0.1
+"""What a cached input token costs, as a share of an uncached one (both providers' 0.1×)."""
+CACHE_WRITE_SHARE = 1.25
+"""What a token written to the cache costs (Anthropic's 5-minute write, 1.25×; OpenAI bills
+1×, so the rule errs towards keeping the cache there)."""
+REWRITE_HORIZON_TURNS = 10
+"""The turns over which a rewrite's saving is counted: about the turns a pending rewrite
+would otherwise wait for the next compaction or batch."""
+
+RewriteReason = Literal["unsent", "fit", "off", "idle", "saves", "below_bound", "not_worth"]
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteDecision:
+    """Whether the pending rewrites of old messages are applied now, and why."""
+
+    rewrite: bool
+    reason: RewriteReason
+
+
+def rewrite_now(*, freed_tokens: int, broken_tokens: int, idle_seconds: float | None,
+                shrink_due: bool, settings: Settings,
+                horizon: int = REWRITE_HORIZON_TURNS, read_share: float = CACHE_READ_SHARE,
+                write_share: float = CACHE_WRITE_SHARE) -> RewriteDecision:
+    """The cost rule for rewriting messages the provider has cached (``docs/caching.md``).
+
+    ``freed_tokens``: what the rewrite removes from every later request. ``broken_tokens``:
+    the cached prefix it invalidates — from the first rewritten message to the end of the
+    previous request. ``idle_seconds``: since the previous request (None: no previous
+    request). ``shrink_due``: the request without the rewrite is over the compaction
+    trigger, the window or a payload limit.
+
+    In order: nothing cached is broken → rewrite; a compaction or fit is due → rewrite
+    (recovery beats cache); batching off (``microcompact_clear_at_least`` 0) → rewrite;
+    idle past ``cache_ttl_seconds`` → rewrite (the cache is gone anyway); fewer than
+    ``microcompact_clear_at_least`` tokens freed → wait; otherwise rewrite when the
+    saving over ``horizon`` turns, ``F·r·(H−1) + B·r`` (the first turn no longer reads the
+    broken prefix, each later one reads F fewer tokens), is at least what rewriting the
+    rest of the prefix costs once, ``(B−F)·w``.
+    """
+    if broken_tokens <= 0:
+        return RewriteDecision(True, "unsent")
+    if shrink_due:
+        return RewriteDecision(True, "fit")
+    if settings.microcompact_clear_at_least <= 0:
+        return RewriteDecision(True, "off")
+    if idle_seconds is not None and idle_seconds >= settings.cache_ttl_seconds:
+        return RewriteDecision(True, "idle")
+    if freed_tokens < settings.microcompact_clear_at_least:
+        return RewriteDecision(False, "below_bound")
+    saved = freed_tokens * read_share * max(0, horizon - 1) + broken_tokens * read_share
+    cost = max(0, broken_tokens - freed_tokens) * write_share
+    return RewriteDecision(True, "saves") if saved >= cost \
+        else RewriteDecision(False, "not_worth")

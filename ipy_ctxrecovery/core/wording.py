@@ -28,6 +28,11 @@ from .ladder.decide import Decision, Level
 
 __all__ = [
     "MARKS",
+    "cache_line",
+    "cache_said",
+    "cache_split",
+    "compaction_cost",
+    "money",
     "VERBOSITIES",
     "Verbosity",
     "assumed_cap_line",
@@ -294,6 +299,10 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         cap = f"{format_size(status.cap)} ({status.cap_source})"
     if status.cap_note:
         cap += f" — {status.cap_note}"
+    cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
+    usd = getattr(status, "cost", None)
+    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd)}"] \
+        if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
         lines.append(f"endpoint: {endpoint}")
@@ -303,6 +312,7 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         f"transcript: {plural(status.transcript_messages, 'message')}",
         f"usage: {status.prompt_tokens:,} prompt + {status.completion_tokens:,} completion "
         "tokens",
+        *cache,
         f"compactions: {status.compactions} · recoveries: {status.recoveries}",
     ]
     return "\n".join(lines)
@@ -1127,3 +1137,45 @@ def summary_not_size(size: str, label: str) -> str:
     return (f"the {size} summary request was refused ({label}) though bigger requests passed "
             "on this network path, so it is not about size: the history is fitted without a "
             "summary, and no payload limit was learned from it")
+
+
+# -- prompt caching and cost (core/prices.py, docs/caching.md) --------------------------------
+
+def money(usd: float | None) -> str:
+    """``≈ $0.0123`` (four decimals below a dollar), or ``price unknown`` (None)."""
+    if usd is None:
+        return "price unknown"
+    return f"≈ ${usd:,.4f}" if usd < 1 else f"≈ ${usd:,.2f}"
+
+
+def cache_split(prompt: int, cached: int, written: int) -> str:
+    """The input as the provider reported it: ``8,000 cached reads + 1,200 cache writes +
+    300 uncached input tokens``."""
+    uncached = max(0, prompt - cached - written)
+    return (f"{cached:,} cached reads + {written:,} cache writes + {uncached:,} uncached "
+            "input tokens")
+
+
+def cache_said(cached: int, written: int, usd: float | None) -> bool:
+    """Whether the cache line has something to say: a cache was used, or the tokens have a
+    price (known and not nil, or unknown — which is said). The built-in emulator bills
+    nothing and, until it reports a cache, has no line."""
+    return bool(cached or written) or usd is None or usd > 0
+
+
+def cache_line(prompt: int, cached: int, written: int, usd: float | None) -> str:
+    """The input split and the estimated cost of it all (input and answer), one line."""
+    said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
+    return f"{cache_split(prompt, cached, written)} · {said}"
+
+
+def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int,
+                    paid_usd: float | None, saved_usd: float | None) -> str:
+    """What a summary cost against what it removes from every later request."""
+    paid = f"summary request {summary_prompt:,} + {summary_completion:,} tokens"
+    if paid_usd is not None:
+        paid += f" ({money(paid_usd)})"
+    saved = f"each later request ≈ {removed_tokens:,} input tokens smaller"
+    if saved_usd is not None:
+        saved += f" ({money(saved_usd)} uncached)"
+    return f"{paid}; {saved}"

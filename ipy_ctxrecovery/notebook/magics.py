@@ -516,7 +516,9 @@ class ChatMagics(Magics):
             return None
         record.finish(elapsed=record.elapsed or 0.0,
                       prompt_tokens=reply.usage.prompt_tokens or 0,
-                      completion_tokens=reply.usage.completion_tokens or 0)
+                      completion_tokens=reply.usage.completion_tokens or 0,
+                      cached_tokens=getattr(reply.usage, "cached_tokens", 0) or 0,
+                      cache_write_tokens=getattr(reply.usage, "cache_write_tokens", 0) or 0)
         if _str(reply.finish_reason) == "length" \
                 and not any(isinstance(e, ev.Truncated) for e in printer.events):
             # Cut with no escalation event (a cut tool call, say): still said once.
@@ -570,7 +572,8 @@ class ChatMagics(Magics):
         """A record of the coming turn, starting from the session's cap and window."""
         return TurnRecord(session=name, estimate=session.estimator.estimate,
                           cap=session.caps.effective(), cap_source=session.caps.source,
-                          window=session.window, cell=self._cell())
+                          window=session.window, cell=self._cell(),
+                          model=str(session.model), prices=session.settings.prices)
 
     def _cell(self) -> int | None:
         """The running cell's execution count (None outside a shell). The display hook's

@@ -28,6 +28,8 @@ from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
 from ..core.wording import (
+    cache_line,
+    cache_said,
     compact_result,
     emulator_quirk,
     forgotten_limits,
@@ -370,6 +372,9 @@ def _usage(magics: ChatMagics, args: Any) -> None:
     print(f"session {args.session}: {totals['prompt_tokens']:,} prompt + "
           f"{totals['completion_tokens']:,} completion tokens over "
           f"{plural(int(totals['turns'] or 0), 'cell')}")
+    if cache_said(status.cached_tokens, status.cache_write_tokens, status.cost):
+        print("  " + cache_line(status.prompt_tokens, status.cached_tokens,
+                                status.cache_write_tokens, status.cost))
 
 
 #: What each provider needs, and where its requests go unless told otherwise.

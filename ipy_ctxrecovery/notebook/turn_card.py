@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core import events as ev
-from ..core import theme
+from ..core import prices, theme
 from ..core import wording as w
 from ..failures import Failure
+from ..providers.base import Usage
 
 __all__ = ["CARD_MODES", "Step", "TurnCard", "TurnRecord", "card_wanted"]
 
@@ -46,6 +47,8 @@ class Step:
     not_used: ev.LadderStep | None = None
     """For a recovery step that tried a summary: the step saying it was not used."""
     streamed_tokens: int = 0
+    note: str = ""
+    """Said after the detail (a compaction's cost against what it saves)."""
 
     @property
     def name(self) -> str:
@@ -63,8 +66,9 @@ class Step:
             return w.send_detail(first, status=self.status, failure=self.failure,
                                  streamed_tokens=self.streamed_tokens)
         if isinstance(first, ev.CompactionPhase):
-            return w.compaction_detail([e for e in self.events
-                                        if isinstance(e, ev.CompactionPhase)])
+            detail = w.compaction_detail([e for e in self.events
+                                          if isinstance(e, ev.CompactionPhase)])
+            return f"{detail} · {self.note}" if self.note else detail
         if isinstance(first, ev.LadderStep):
             # The step's announcement, or what it did once that is known (its outcome).
             latest = [e for e in self.events if isinstance(e, ev.LadderStep)][-1]
@@ -143,6 +147,12 @@ class TurnRecord:
     """The notebook cell that ran the turn (its execution count), when one did."""
     ended_at: float | None = None
     """When the turn ended (seconds since the epoch): with ``cell``, which turn it was."""
+    model: str = ""
+    """The session's model, for the price of what the turn used (``core/prices.py``)."""
+    prices: str | None = None
+    """The session's ``prices`` setting (the user's overrides)."""
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     _streamed: int = 0
 
     # -- reading events ---------------------------------------------------------------------
@@ -224,11 +234,46 @@ class TurnRecord:
         self._mark_running("cancelled")
 
     def finish(self, *, elapsed: float, prompt_tokens: int = 0,
-               completion_tokens: int = 0) -> None:
+               completion_tokens: int = 0, cached_tokens: int = 0,
+               cache_write_tokens: int = 0) -> None:
         """The turn ended after ``elapsed`` seconds, with the tokens its reply reported (a
         failed or interrupted turn has no reply: none are shown)."""
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.cached_tokens, self.cache_write_tokens = cached_tokens, cache_write_tokens
         self.elapsed = elapsed
+
+    def cost(self) -> float | None:
+        """The estimated USD of the tokens the turn reported (None: price unknown)."""
+        cost = prices.estimate(self.model, Usage(self.prompt_tokens, self.completion_tokens,
+                                                 self.cached_tokens, self.cache_write_tokens),
+                               self.prices)
+        return None if cost is None else cost.total
+
+    def cache_text(self) -> str | None:
+        """The card's ``cache`` line: the input as reported and its estimated cost."""
+        if not (self.prompt_tokens or self.completion_tokens):
+            return None
+        if not (self.model or self.cached_tokens or self.cache_write_tokens):
+            return None     # a record that was not told the model (the panel's)
+        usd = self.cost()
+        if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
+            return None
+        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd)
+
+    def _compaction_cost(self, event: ev.CompactionPhase) -> str:
+        """What an applied summary cost against the input it removes from later requests."""
+        if event.summary_input_tokens is None or event.after_bytes is None:
+            return ""
+        removed = self.estimate(max(0, event.before_bytes - event.after_bytes))
+        price = prices.price_for(self.model, self.prices) if self.model else None
+        paid = saved = None
+        if price is not None:
+            per = 1_000_000
+            paid = (event.summary_input_tokens * price.input
+                    + (event.summary_output_tokens or 0) * price.output) / per
+            saved = removed * price.input / per
+        return w.compaction_cost(event.summary_input_tokens,
+                                 event.summary_output_tokens or 0, removed, paid, saved)
 
     # -- views ----------------------------------------------------------------------------------
     @property
@@ -292,6 +337,7 @@ class TurnRecord:
             step.events.append(event)
         if event.phase == "applied":
             step.status = "done"
+            step.note = self._compaction_cost(event)
             if event.after_bytes is not None and event.outcome != "nothing":
                 self.body_bytes, self.est_tokens = event.after_bytes, None
         elif event.phase == "rejected":
@@ -333,6 +379,7 @@ class TurnCard:
             self.after = w.history_as_before(record.kept_messages)
         else:
             self.after = None
+        self.cache = record.cache_text()
         self.rows: tuple[tuple[str, str, str], ...] = tuple(
             (step.glyph, step.name, step.detail) for step in record.steps)
         self.ok = record.failed is None and not record.cancelled
@@ -343,6 +390,8 @@ class TurnCard:
             lines.append(f"  before  {self.before}")
         if self.after:
             lines.append(f"  after   {self.after}")
+        if self.cache:
+            lines.append(f"  cache   {self.cache}")
         width = max((len(name) for _, name, _ in self.rows), default=0)
         lines += [f"  {glyph} {name.ljust(width)}  {detail}" for glyph, name, detail in self.rows]
         return "\n".join(lines)
@@ -352,7 +401,8 @@ class TurnCard:
         color = theme.BORDER_OK if self.ok else theme.BORDER_ERROR
         sizes = "".join(
             f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
-            for label, text in (("before", self.before), ("after", self.after)) if text)
+            for label, text in (("before", self.before), ("after", self.after),
+                                ("cache", self.cache)) if text)
         # Inline styles: notebook front ends right-align and stripe output tables.
         cell = "text-align:left;vertical-align:top;border:none;background:none;padding:0 "
         rows = "".join(

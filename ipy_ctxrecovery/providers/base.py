@@ -118,6 +118,10 @@ class StopReason(StrEnum):
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int = 0
+    """Of ``prompt_tokens`` (the whole input), those read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Of ``prompt_tokens``, those written to the prompt cache (Anthropic)."""
 
     @property
     def reported(self) -> bool:

@@ -124,7 +124,9 @@ class SessionCompactor:
         limits.on_success(size, response.usage.prompt_tokens, response.usage.completion_tokens)
         if log is not None:
             # Paid for whether or not the compaction is then applied.
-            log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+            log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
+                          cached=response.usage.cached_tokens,
+                          written=response.usage.cache_write_tokens)
         usage = response.usage
         return SummaryReply(response.message.text, truncated=response.stop is StopReason.LENGTH,
                             input_tokens=usage.prompt_tokens,

@@ -3,6 +3,12 @@
     microcompact → tool-result budget → pre-flight (exact body bytes; max_tokens fitted to
     the window) → compaction when over budget → fit to the known limits
 
+The first two rewrite old messages, which breaks the provider's prompt cache from the first
+one rewritten; they are batched (:meth:`Preparer.rewrites`, ``microcompact.rewrite_now``,
+``docs/caching.md``): a rewrite of a message the previous request carried waits until it
+clears enough tokens to pay for the cache it breaks, the cache has expired, or the request
+would not fit without it. What was never sent (a new tool result) is shrunk at once.
+
 :meth:`Preparer.prepare` maps a history to the history it would send and returns every
 step it took as events (:class:`Prepared`); it sends nothing itself — the compactor it is
 given may ask the model for a summary, and a dry run gives it a summarizer that does not.
@@ -12,6 +18,8 @@ A body that pre-flight already knows is too big is fitted here, never sent blind
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core import budget, ladder, microcompact, preflight
@@ -24,7 +32,7 @@ from ..core.events import (
     MicrocompactApplied,
     NoticeInjected,
 )
-from ..core.history import History
+from ..core.history import History, Message
 from ..errors import ChatError
 from ..failures import Failure, FailureKind
 from ..settings import Settings, format_size
@@ -55,16 +63,102 @@ class Preparer:
         self.store = store
         self.bus = bus
         self.settings = settings
+        self.clock: Callable[[], float] = time.monotonic
+        self._sent: History = ()
+        """The history of the previous request prepared (what the provider has cached)."""
+        self._sent_at: float | None = None
+        self.last_rewrite: microcompact.RewriteDecision | None = None
+        """The latest decision on pending rewrites (None: there were none)."""
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
 
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
-        history = self.microcompact(history, log)
-        history = self.budget(history, log)
+        history = self.rewrites(history, spec, log)
         history, spec, body = self.preflight(history, spec, log)
+        self._sent, self._sent_at = history, self.clock()
         return Prepared(history, spec, body, tuple(log.events[start:]))
+
+    # -- batched rewrites ------------------------------------------------------------------
+    def rewrites(self, history: History, spec: RequestSpec, log: TurnLog) -> History:
+        """Microcompact and the tool-result budget, applied now or left pending.
+
+        Rewrites that only touch messages the previous request did not carry are free and
+        applied; the others wait unless ``microcompact.rewrite_now`` says their time has
+        come (see the module docstring). Meanwhile a result never sent still gets the
+        budget's limits.
+        """
+        s = self.settings
+        candidate, _ = microcompact.microcompact(history, settings=s, store=self.store)
+        candidate, _ = budget.enforce_budget(
+            candidate, store=self.store, turn_budget_chars=s.turn_budget_chars,
+            per_result_max_chars=s.per_result_max_chars, head_chars=s.budget_head_chars,
+            tail_chars=s.budget_tail_chars)
+        self.last_rewrite = None
+        if candidate is history:
+            return history
+        first = _first_change(history, candidate)
+        sent = self._sent_prefix(history)
+        decision = microcompact.rewrite_now(
+            freed_tokens=self.sizer.estimate(max(0, self._size(history[first:])
+                                                 - self._size(candidate[first:]))),
+            broken_tokens=self.sizer.estimate(self._size(history[first:sent])),
+            idle_seconds=None if self._sent_at is None else self.clock() - self._sent_at,
+            shrink_due=False, settings=s)
+        if not decision.rewrite and self.shrink_due(history, spec):
+            decision = microcompact.RewriteDecision(True, "fit")
+        self.last_rewrite = decision
+        if decision.rewrite:
+            return self.budget(self.microcompact(history, log), log)
+        return self.unsent_budget(history, sent, log)
+
+    def shrink_due(self, history: History, spec: RequestSpec) -> bool:
+        """Whether ``history`` as it is would be compacted or fitted by pre-flight (over the
+        compaction trigger, the window or a payload limit): then pending rewrites go first."""
+        sizer, limits = self.sizer, self.sizer.limits
+        body = sizer.measure(history, spec)
+        pf = preflight.check(body, settings=self.settings, caps=limits.caps,
+                             estimator=limits.tokens, window_tokens=sizer.window,
+                             max_tokens=sizer.reserved_tokens(spec), warned=True,
+                             window_known=sizer.window_known, chat_budget=sizer.chat_budget())
+        return pf.action == "compact" or body > sizer.compaction_trigger(pf.budget_ratio)
+
+    def unsent_budget(self, history: History, sent: int, log: TurnLog) -> History:
+        """The tool-result budget on the messages after the first ``sent`` only."""
+        s = self.settings
+        budgeted, report = budget.enforce_budget(
+            history, store=self.store, turn_budget_chars=s.turn_budget_chars,
+            per_result_max_chars=s.per_result_max_chars, head_chars=s.budget_head_chars,
+            tail_chars=s.budget_tail_chars)
+        if not report.replaced:
+            return history
+        merged = history[:sent] + budgeted[sent:]
+        changed = [m for old, m in zip(history, merged, strict=True) if m is not old]
+        if not changed:
+            return history
+        paths = []
+        for m in changed:
+            info = budget.compaction_info(m)
+            if info is not None and info.path is not None and str(info.path) not in paths:
+                paths.append(str(info.path))
+        self._emit(BudgetApplied(replaced=len(changed), persisted=tuple(paths)), log)
+        return merged
+
+    def _sent_prefix(self, history: History) -> int:
+        """How many leading messages of ``history`` the previous request carried as they are."""
+        n = 0
+        for old, new in zip(self._sent, history, strict=False):
+            if old is not new and old != new:
+                break
+            n += 1
+        return n
+
+    def _size(self, messages: Sequence[Message]) -> int:
+        part = self.sizer.part_size
+        if part is not None:
+            return sum(part(m) for m in messages)
+        return sum(len(m.text.encode("utf-8", errors="surrogatepass")) for m in messages)
 
     # -- the steps ---------------------------------------------------------------------------
     def microcompact(self, history: History, log: TurnLog) -> History:
@@ -285,3 +379,11 @@ class Preparer:
             self._emit(NoticeInjected(notice="compaction"), log)
         log.shrinks.append(Shrink("fit", history, len(result.history)))
         return result.history
+
+
+def _first_change(before: History, after: History) -> int:
+    """The index of the first message ``after`` differs in (its length when none)."""
+    for i, (old, new) in enumerate(zip(before, after, strict=False)):
+        if old is not new and old != new:
+            return i
+    return min(len(before), len(after))

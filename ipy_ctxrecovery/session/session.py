@@ -42,7 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..core import budget, compactor
+from ..core import budget, compactor, prices
 from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
@@ -143,6 +143,8 @@ class ChatSession:
 
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._cached_tokens = 0
+        self._cache_write_tokens = 0
         self._turns_answered = 0
         self._compactions = 0
         self._compactions_before_resume = 0  # their history is not on disk: no undo
@@ -233,11 +235,15 @@ class ChatSession:
         return {"prompt_tokens": self._prompt_tokens,
                 "completion_tokens": self._completion_tokens,
                 "turns": self._turns_answered, "compactions": self._compactions,
-                "recoveries": self._recovery.recoveries}
+                "recoveries": self._recovery.recoveries,
+                "cached_tokens": self._cached_tokens,
+                "cache_write_tokens": self._cache_write_tokens}
 
     def _restore_counters(self, saved: Mapping[str, int]) -> None:
         self._prompt_tokens = saved.get("prompt_tokens", 0)
         self._completion_tokens = saved.get("completion_tokens", 0)
+        self._cached_tokens = saved.get("cached_tokens", 0)
+        self._cache_write_tokens = saved.get("cache_write_tokens", 0)
         self._turns_answered = saved.get("turns", 0)
         self._compactions = self._compactions_before_resume = saved.get("compactions", 0)
         self._recovery.recoveries = saved.get("recoveries", 0)
@@ -451,7 +457,15 @@ class ChatSession:
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
             turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
-            cap_note=limits.visible_cap_note)
+            cap_note=limits.visible_cap_note, cached_tokens=self._cached_tokens,
+            cache_write_tokens=self._cache_write_tokens, cost=self._cost())
+
+    def _cost(self) -> float | None:
+        """The estimated USD of every token this session was billed (None: price unknown)."""
+        cost = prices.estimate(self.model, Usage(self._prompt_tokens, self._completion_tokens,
+                                                 self._cached_tokens, self._cache_write_tokens),
+                               self.settings.prices)
+        return None if cost is None else cost.total
 
     # -- transcript -----------------------------------------------------------------------
     def _record(self, message: Message, *, later: bool = False) -> None:
@@ -520,6 +534,8 @@ class ChatSession:
             self._files.flush()
             self._prompt_tokens += log.prompt_tokens
             self._completion_tokens += log.completion_tokens
+            self._cached_tokens += log.cached_tokens
+            self._cache_write_tokens += log.cache_write_tokens
             self._save_learned()  # a failed turn may still have learned a limit
             if not kept:
                 # Its tokens and recoveries count: a line with no message but the counters.
@@ -532,7 +548,8 @@ class ChatSession:
         self.bus.emit(TurnFinished(history_bytes=body, est_tokens=tokens,
                                    window=self.window, cap=self.caps.effective()), log)
         return Reply(text=result.answer.text, finish_reason=result.stop.value,
-                     usage=Usage(log.prompt_tokens, log.completion_tokens),
+                     usage=Usage(log.prompt_tokens, log.completion_tokens, log.cached_tokens,
+                                 log.cache_write_tokens),
                      actions=log.actions, model=self.model)
 
     def dry_run(self, text: str | None = None, *, max_tokens: int | None = None,
@@ -594,6 +611,8 @@ class ChatSession:
             # The summary request is paid for, whether the compaction is applied or not.
             self._prompt_tokens += log.prompt_tokens
             self._completion_tokens += log.completion_tokens
+            self._cached_tokens += log.cached_tokens
+            self._cache_write_tokens += log.cache_write_tokens
         if report.applied:
             self._keep_shrinks([Shrink("compaction", before, len(new))])
             self._history = new

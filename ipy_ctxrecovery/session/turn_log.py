@@ -42,6 +42,8 @@ class TurnLog:
     events: list[Event] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     shrinks: list[Shrink] = field(default_factory=list)
     """Every shrink this turn applied, oldest first."""
     deadline: float | None = None
@@ -60,9 +62,12 @@ class TurnLog:
         """What happened, one rendered line (or block) per event that has something to say."""
         return tuple(line for line in (describe(e) for e in self.events) if line)
 
-    def add_usage(self, prompt: int | None, completion: int | None) -> None:
+    def add_usage(self, prompt: int | None, completion: int | None, *, cached: int = 0,
+                  written: int = 0) -> None:
         self.prompt_tokens += prompt or 0
         self.completion_tokens += completion or 0
+        self.cached_tokens += cached or 0
+        self.cache_write_tokens += written or 0
 
 
 class EventBus:

@@ -73,6 +73,12 @@ class SessionStatus:
     emulator``, ``learned from the provider``… (``RequestSizer.window_source``)."""
     turns: int = 0
     """Turns answered (``send`` calls that returned a reply), resumes included."""
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those the provider read from its prompt cache."""
+    cache_write_tokens: int = 0
+    """Of ``prompt_tokens``, those written to the prompt cache."""
+    cost: float | None = None
+    """Estimated USD for every token above (``core/prices.py``); None: price unknown."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
