@@ -1,7 +1,8 @@
 """Preparer: everything a request goes through before it is sent, one step per method.
 
-    microcompact → tool-result budget → pre-flight (exact body bytes; max_tokens fitted to
-    the window) → compaction when over budget → fit to the known limits
+    microcompact → tool-result budget → a summary prepared in the background swapped in
+    (when one is ready and the history needs room) → pre-flight (exact body bytes;
+    max_tokens fitted to the window) → compaction when over budget → fit to the known limits
 
 :meth:`Preparer.prepare` maps a history to the history it would send and returns every
 step it took as events (:class:`Prepared`); it sends nothing itself — the compactor it is
@@ -12,6 +13,7 @@ A body that pre-flight already knows is too big is fitted here, never sent blind
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core import budget, ladder, microcompact, preflight
@@ -32,7 +34,9 @@ from .compaction import SessionCompactor
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog
 
-__all__ = ["Prepared", "Preparer"]
+__all__ = ["Prepared", "Preparer", "Swap"]
+
+Swap = Callable[[History, RequestSpec, TurnLog, Callable[[Event], None]], History]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,9 @@ class Preparer:
         self.store = store
         self.bus = bus
         self.settings = settings
+        self.swap: Swap | None = None
+        """Swaps in a summary prepared in the background when the history needs room
+        (``background.py``); None: no background compaction (a dry run)."""
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
@@ -63,6 +70,8 @@ class Preparer:
         start = len(log.events)
         history = self.microcompact(history, log)
         history = self.budget(history, log)
+        if self.swap is not None:
+            history = self.swap(history, spec, log, lambda event: self._emit(event, log))
         history, spec, body = self.preflight(history, spec, log)
         return Prepared(history, spec, body, tuple(log.events[start:]))
 
