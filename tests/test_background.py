@@ -27,8 +27,9 @@ def words(i: int) -> str:
     return f"[turn {i}] " + "some words about the data " * 55
 
 
-def chat(emulator: Any, **settings: Any) -> tuple[ChatSession, list[Any], Any]:
-    emu = emulator(context_window=WINDOW)
+def chat(emulator: Any, latency: float = 0.0,
+         **settings: Any) -> tuple[ChatSession, list[Any], Any]:
+    emu = emulator(context_window=WINDOW, latency=latency)
     events: list[Any] = []
     session = ChatSession("emulator", emulator=emu,
                           settings=Settings(context_window=WINDOW, **settings))
@@ -243,4 +244,27 @@ def test_a_failed_background_summary_is_one_line_and_the_turn_goes_on() -> None:
     assert "\n" not in line and "compacts as usual" in line and "summarizer is down" in line
     # Every turn was answered; the history is whole.
     assert session.history[-1].role is Role.ASSISTANT
+    session.close()
+
+
+def test_the_panel_and_status_show_the_background_work_between_cells(emulator: Any) -> None:
+    from ipy_ctxrecovery.notebook.panel import ContextPanel
+
+    session, _, _ = chat(emulator, latency=0.2)    # the summary takes its time
+    panel = ContextPanel(title="default")
+    panel.attach(session)
+    shown: list[str] = []
+    panel.show = lambda **_: None    # type: ignore[method-assign]
+    for i in range(40):
+        session.send(words(i), stream=False, max_tokens=50)
+        panel.end_turn()
+        if session.background == "preparing":
+            shown.append(panel.text())
+            break
+    assert any("background summary: being prepared" in t for t in shown), shown
+    until(session, "ready")
+    # No turn ran: the worker's end re-rendered the panel by itself.
+    assert "background summary: ready (swapped in when the history needs room)" in panel.text()
+    assert "background summary: ready" in str(session.status())
+    panel.close()
     session.close()

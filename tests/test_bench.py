@@ -139,3 +139,11 @@ def test_fidelity_prints_each_compaction_on_both_wires() -> None:
     for figure in ("read by a summarizer ", "rules kept verbatim ", "facts in history ",
                    "facts recallable ", "summary requests "):
         assert out.count(figure) == 2, out
+
+
+def test_latency_prints_both_clients_and_their_ratio() -> None:
+    out = run("latency.py", "--turns", "24", "--latency", "0.05", "--think", "0.3")
+    for name in ("today", "background"):
+        assert f"== {name}: compacting " in out, out
+        assert f"ratio {name} slowest compacting / median plain: " in out, out
+    assert "swapped in" in out, out

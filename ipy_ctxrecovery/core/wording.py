@@ -305,7 +305,18 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         "tokens",
         f"compactions: {status.compactions} · recoveries: {status.recoveries}",
     ]
+    background = getattr(status, "background", "idle")
+    if background != "idle":
+        lines.append(f"background summary: {BACKGROUND_WORDS.get(background, background)}")
     return "\n".join(lines)
+
+
+BACKGROUND_WORDS = {
+    "preparing": "being prepared (no turn waits for it)",
+    "ready": "ready (swapped in when the history needs room)",
+    "failed": "not made (a turn that needs room compacts as usual)",
+}
+"""How ``%chat status`` and the panel name the background summary's state."""
 
 
 # -- events ---------------------------------------------------------------------------------

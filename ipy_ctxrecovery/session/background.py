@@ -35,6 +35,7 @@ The core decides nothing here that it does not decide for a turn: the compaction
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -96,6 +97,26 @@ class BackgroundCompactor:
         self._failed: str | None = None
         self._pending: list[Event] = []     # told at the next turn, from its thread
         self.jobs = 0                       # background summaries started (for tests/bench)
+        self._listeners: list[Callable[[str], None]] = []
+
+    def listen(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(state)`` from the worker when its job ends."""
+        self._listeners.append(callback)
+
+        def stop() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return stop
+
+    def _ended(self) -> None:
+        state = self.state
+        for callback in list(self._listeners):
+            try:
+                callback(state)
+            except Exception as e:  # a display's trouble is not the job's, nor unnoticed
+                warnings.warn(f"background-summary listener {callback!r} raised "
+                              f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
 
     # -- what the panel and the plan read ---------------------------------------------------
     @property
@@ -148,6 +169,14 @@ class BackgroundCompactor:
         return True
 
     def _work(self, history: History, target: int, spec: RequestSpec) -> None:
+        try:
+            self._job(history, target, spec)
+        finally:
+            if threading.current_thread() is self._thread:
+                self._thread = None     # ended: the state is what the job left
+            self._ended()
+
+    def _job(self, history: History, target: int, spec: RequestSpec) -> None:
         log = TurnLog()
         compactor = self._make_compactor(EventBus())
         try:

@@ -457,7 +457,7 @@ class ChatSession:
             prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens,
             turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
-            cap_note=limits.visible_cap_note)
+            cap_note=limits.visible_cap_note, background=self._background.state)
 
     # -- transcript -----------------------------------------------------------------------
     def _record(self, message: Message, *, later: bool = False) -> None:
@@ -593,6 +593,11 @@ class ChatSession:
     def background(self) -> str:
         """The background summary's state: idle, preparing, ready or failed."""
         return self._background.state
+
+    def on_background(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(state)`` from the worker when a background summary is ready or
+        failed (the panel re-renders between cells); returns a function that unsubscribes."""
+        return self._background.listen(callback)
 
     def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
         if not shrinks:

@@ -73,6 +73,9 @@ class SessionStatus:
     emulator``, ``learned from the provider``… (``RequestSizer.window_source``)."""
     turns: int = 0
     """Turns answered (``send`` calls that returned a reply), resumes included."""
+    background: str = "idle"
+    """The summary prepared in the background: ``idle``, ``preparing``, ``ready`` or
+    ``failed`` (``session/background.py``)."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
