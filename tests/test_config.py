@@ -81,9 +81,11 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_MAX_PAYLOAD": "512KB",
         "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "3",
         "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "6",
+        "CHATCLI_BACKGROUND_COMPACTION": "off",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
+    assert s.background_compaction is False
     assert s.context_window == 32000
     assert s.max_recovery_attempts == 5
     assert s.max_token_escalations == 1

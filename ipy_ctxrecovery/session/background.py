@@ -42,7 +42,7 @@ from typing import Literal
 
 from ..core.compactor import CompactionReport
 from ..core.events import BackgroundSummary, CompactionPhase, Event
-from ..core.history import History, Message, Role
+from ..core.history import History, Message, Role, latest_user_index
 from ..settings import Settings
 from .compaction import SessionCompactor
 from .sizing import RequestSizer, RequestSpec
@@ -80,6 +80,14 @@ def starts_with(history: History, base: History) -> bool:
     """Whether ``history`` begins with every message of ``base`` (see :func:`same_message`)."""
     return len(history) >= len(base) and all(
         same_message(a, b) for a, b in zip(base, history, strict=False))
+
+
+def _has_an_exchange_to_summarize(history: History) -> bool:
+    """Whether a real user message (not a notice or a summary) comes before the latest
+    request: a summary of the package's own notices alone is not worth a request."""
+    latest = latest_user_index(history)
+    return latest is not None and any(
+        m.role is Role.USER and m.tag is None for m in history[:latest])
 
 
 class BackgroundCompactor:
@@ -149,6 +157,8 @@ class BackgroundCompactor:
                 return False
             if self._ready is not None and starts_with(history, self._ready.base):
                 return False    # still good for this history: keep it
+        if not _has_an_exchange_to_summarize(history):
+            return False        # only notices before the latest request: nothing to gain
         size = self.sizer.measure(history, spec)
         trigger = self.sizer.compaction_trigger()
         if size < threshold or size > trigger:
