@@ -164,9 +164,11 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
     "CHATCLI_SUMMARY_MAX_REQUESTS": "summary_max_requests",
     "CHATCLI_PRICES": "prices",
+    "CHATCLI_BACKGROUND_COMPACTION": "background_compaction",
 }
 
-_FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window"})
+_FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window",
+                          "background_compaction"})
 _TEXT_FIELDS = frozenset({"read_file_root", "prices"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
@@ -225,6 +227,11 @@ class Settings:
     summary_max_requests: int = 8
     """The most summary requests one compaction sends (its chunks, a retry of a reply cut
     short); past it the oldest messages are dropped unread, and the compaction says so."""
+    background_compaction: bool = True
+    """Prepare the summary in a worker ahead of need and swap it in when a turn needs room
+    (``session/background.py``), so no turn waits for it."""
+    prepare_summary_ratio: float = 0.60
+    """The share of the compaction trigger past which the summary is prepared."""
 
     # --- recovery ladder (SPEC §3) ---
     aggressive_factor: float = 0.5
@@ -380,7 +387,7 @@ class Settings:
             )
         for name in ("preflight_cap_fraction", "preflight_budget_ratio", "chat_budget_ratio",
                      "manual_compact_ratio", "cap_budget_fraction", "compaction_target_fraction",
-                     "aggressive_factor", "learned_cap_fraction"):
+                     "aggressive_factor", "learned_cap_fraction", "prepare_summary_ratio"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ConfigError(f"{name}={value!r} must be a fraction in (0, 1].")

@@ -151,3 +151,11 @@ def test_cost_prints_the_three_clients_and_the_goal_ratios_for_both_wires() -> N
     assert out.count("weighted input tokens of") == 12
     assert "ratio openai tools cached share batched/append-only: " in out
     assert "ratio anthropic tools input read from cache: " in out
+
+
+def test_latency_prints_both_clients_and_their_ratio() -> None:
+    out = run("latency.py", "--turns", "24", "--latency", "0.05", "--think", "0.3")
+    for name in ("today", "background"):
+        assert f"== {name}: compacting " in out, out
+        assert f"ratio {name} slowest compacting / median plain: " in out, out
+    assert "swapped in" in out, out

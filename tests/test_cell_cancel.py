@@ -167,6 +167,8 @@ def test_cancel_in_the_running_cell_through_a_real_kernel(kernel: tuple[Any, Any
     manager, client = kernel
     reply, _ = run(client, "%load_ext ipy_ctxrecovery\n"
                            "%config ChatMagics.stream_interval = 0\n"
+                           # The summary this cell cancels runs in the turn, not ahead.
+                           "%chat config background_compaction=off\n"
                            "%chat emulator --max-body 32KB --context-window 200000")
     assert reply["status"] == "ok"
     reply, _ = run(client, PRIME.format(n=3, lorem=LOREM))

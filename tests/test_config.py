@@ -83,9 +83,11 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "6",
         "CHATCLI_SUMMARY_MAX_REQUESTS": "3",
         "CHATCLI_PRICES": "gpt-4o=1/0.5/0/2",
+        "CHATCLI_BACKGROUND_COMPACTION": "off",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
+    assert s.background_compaction is False
     assert s.context_window == 32000
     assert s.max_recovery_attempts == 5
     assert s.max_token_escalations == 1

@@ -199,8 +199,9 @@ def test_a_manual_compactions_summary_tokens_are_counted_and_saved(
 @pytest.mark.parametrize("model", WIRES)
 def test_a_compaction_during_a_turn_counts_its_summary_tokens_in_the_turn_and_session(
         emulator: Any, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
-    s = ChatSession(model, emulator=emulator(context_window=4096), settings=Settings(),
-                    name="auto")
+    # The summary is asked for in the turn (not prepared ahead: tests/test_background.py).
+    s = ChatSession(model, emulator=emulator(context_window=4096),
+                    settings=Settings(background_compaction=False), name="auto")
     paid = paid_usage(s, monkeypatch)
     for i in range(12):
         start = len(paid)

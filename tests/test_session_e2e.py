@@ -678,6 +678,7 @@ def test_a_compaction_the_chat_budget_asks_for_says_so_first(emulator: Any, wire
     emu = emulator(context_window=8000)
     lines: list[str] = []
     session = ChatSession(wire, emulator=emu, files_root=tmp_path,
+                          settings=Settings(background_compaction=False),  # in the turn
                           on_event=lambda e: lines.append(describe(e)))
     for i in range(10):
         session.send(filler(i, 2500), stream=False)

@@ -304,6 +304,7 @@ def test_a_cancelled_summary_counts_the_history_as_the_interrupt_line_does(
 
     ip.run_line_magic("config", "ChatMagics.turn_card = 'always'")
     ip.run_line_magic("config", "ChatMagics.max_payload = '24KB'")
+    ip.run_line_magic("chat", "config background_compaction=off")  # the summary in the turn
     for i in range(3):
         ip.run_cell_magic("chat", "", f"part {i}: " + LOREM * 40)
     magics = get_magics(ip)

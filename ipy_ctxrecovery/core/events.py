@@ -292,4 +292,25 @@ class TurnFinished(Event):
     cap: int | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackgroundSummary(Event):
+    """The summary prepared ahead of need (``session/background.py``).
+
+    ``state``: ``preparing`` (a worker started it after a turn), ``ready``, ``failed`` (one
+    line, never a failed cell; ``reason`` says why), ``swapped`` (a turn that needed room
+    used it: ``covered_messages`` replaced, sizes before and after), ``discarded`` (the
+    messages it covered changed, or the history did by other means).
+    """
+
+    state: Literal["preparing", "ready", "failed", "swapped", "discarded"]
+    covered_messages: int = 0
+    before_messages: int = 0
+    after_messages: int | None = None
+    before_bytes: int = 0
+    after_bytes: int | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reason: str | None = None
+
+
 EventCallback = Callable[[Event], None]

@@ -315,7 +315,18 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         *cache,
         f"compactions: {status.compactions} · recoveries: {status.recoveries}",
     ]
+    background = getattr(status, "background", "idle")
+    if background != "idle":
+        lines.append(f"background summary: {BACKGROUND_WORDS.get(background, background)}")
     return "\n".join(lines)
+
+
+BACKGROUND_WORDS = {
+    "preparing": "being prepared (no turn waits for it)",
+    "ready": "ready (swapped in when the history needs room)",
+    "failed": "not made (a turn that needs room compacts as usual)",
+}
+"""How ``%chat status`` and the panel name the background summary's state."""
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -356,6 +367,13 @@ def _(e: ev.CompactionPhase) -> Verbosity:
     if e.phase == "applied":
         return "quiet"          # messages were replaced by a summary: context changed
     return "normal"
+
+
+@shown_at.register
+def _(e: ev.BackgroundSummary) -> Verbosity:
+    if e.state in ("preparing", "discarded"):
+        return "debug"
+    return "quiet" if e.state == "swapped" else "normal"
 
 
 @shown_at.register
@@ -522,6 +540,27 @@ def _(e: ev.CompactionPhase) -> str:
         return (f"{DONE} History already within target ({plural(n0, 'message')}, {b0}) — "
                 "nothing to compact")
     return describe(e)
+
+
+@describe.register
+def _(e: ev.BackgroundSummary) -> str:
+    if e.state == "preparing":
+        return (f"{SHRINK} Preparing a summary in the background ({plural(e.before_messages, 'message')}, "
+                f"{format_size(e.before_bytes)}): the next turns do not wait for it")
+    if e.state == "ready":
+        return (f"{DONE} Summary ready (prepared in the background: "
+                f"{plural(e.covered_messages, 'message')} → 1); it is swapped in when the "
+                "history needs room")
+    if e.state == "failed":
+        return (f"{WARN} The background summary was not made ({e.reason}); a turn that "
+                "needs room compacts as usual")
+    if e.state == "swapped":
+        n1 = e.after_messages if e.after_messages is not None else e.before_messages
+        return (f"{DONE} Summary prepared in the background swapped in: "
+                f"{plural(e.covered_messages, 'message')} replaced, no wait "
+                f"({e.before_messages} → {plural(n1, 'message')}, "
+                f"{format_size(e.before_bytes)} → {format_size(e.after_bytes or 0)})")
+    return f"{DETAIL} background summary discarded: {e.reason}"
 
 
 @describe.register

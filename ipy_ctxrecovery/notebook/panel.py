@@ -136,7 +136,7 @@ _PANEL_RULES = """
 .ctxr-levels { margin: 2px 0 0 1.6em; display: flex; flex-wrap: wrap; gap: 4px; }
 .ctxr-level { border: 1px solid; border-radius: 8px; padding: 0 6px; }
 .ctxr-level.current { font-weight: bold; }
-.ctxr-counts, .ctxr-last { margin: 4px 0 0 0; overflow-wrap: anywhere; }
+.ctxr-counts, .ctxr-last, .ctxr-background { margin: 4px 0 0 0; overflow-wrap: anywhere; }
 """
 _COLOUR_RULES = f"""
 .ctxr-spin {{ border-color: {theme.TEXT_DIM}; border-top-color: transparent; }}
@@ -217,6 +217,8 @@ class ContextPanel:
         self.cap_source: str | None = "configured" if self.cap else None
         self.recoveries = 0
         self.compactions = 0
+        self.background = "idle"
+        self._unlisten: Callable[[], None] | None = None
         # The running turn, or the last one.
         self.record: TurnRecord | None = None
         self.running = False
@@ -236,13 +238,25 @@ class ContextPanel:
             self.record, self._followed = None, session
         self.detach()
         self._unsubscribe = session.subscribe(self.handle)
+        on_background = getattr(session, "on_background", None)
+        if on_background is not None:
+            self._unlisten = on_background(self._background_changed)
         self._session = session
         self.refresh()
+
+    def _background_changed(self, state: str) -> None:
+        """The worker's summary is ready or failed (between cells): shown at once."""
+        self.background = state
+        if not self.running:
+            self._changed()
 
     def detach(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
         self._session = None
 
     def refresh(self, *, publish: bool = True) -> None:
@@ -263,6 +277,7 @@ class ContextPanel:
         self.window_source = status.window_source
         self.cap, self.cap_source = status.cap, status.cap_source
         self.recoveries, self.compactions = status.recoveries, status.compactions
+        self.background = getattr(status, "background", "idle")
         if publish:
             self._changed()
 
@@ -378,6 +393,8 @@ class ContextPanel:
             "levels": levels,
             "counts": w.panel_counts(self.recoveries, self.compactions,
                                      _this_turn(record) if self.running else None),
+            "background": (None if self.background == "idle" else
+                           f"background summary: {w.BACKGROUND_WORDS[self.background]}"),
             "last": (w.panel_last_turn(record.outcome, cell=record.cell,
                                        ended_at=record.ended_at)
                      if record is not None and not self.running else None),
@@ -599,6 +616,8 @@ def _html(view: dict[str, Any], *, live: bool) -> str:
                         for name, state in view["levels"])
         parts.append(f"<div class='ctxr-levels'>{chips}</div>")
     parts.append(f"<div class='ctxr-counts'>{e(view['counts'])}</div>")
+    if view.get("background"):
+        parts.append(f"<div class='ctxr-background'>{e(view['background'])}</div>")
     if view["last"]:
         parts.append(f"<div class='ctxr-last'>{e(view['last'])}</div>")
     parts.append("</div>")
@@ -617,6 +636,8 @@ def _text(view: dict[str, Any]) -> str:
         lines.append("  recovery levels: " + " · ".join(
             f"▸{name}" if state else name for name, state in view["levels"]))
     lines.append(view["counts"])
+    if view.get("background"):
+        lines.append(view["background"])
     if view["last"]:
         lines.append(view["last"])
     return "\n".join(lines)

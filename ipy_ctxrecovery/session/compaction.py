@@ -171,6 +171,7 @@ class SessionCompactor:
     def run(self, history: History, target: int, spec: RequestSpec, log: TurnLog | None, *,
             instructions: str | None = None, force: bool = False,
             accept: Callable[[History, CompactionReport], str | None] | None = None,
+            should_cancel: Callable[[], bool] | None = None,
             ) -> tuple[History, CompactionReport]:
         """Compact ``history`` to ``target`` bytes (trim → summarize → apply), telling each
         phase; an interrupt during the summary leaves nothing changed (it re-raises).
@@ -194,7 +195,8 @@ class SessionCompactor:
             history, target_bytes=target, measure=self.sizer.measurer(spec),
             summarize=lambda text: self._summarize(text, summary_tokens, log),
             settings=settings, on_event=tell, instructions=instructions, force_summary=force,
-            retry=None if bigger is None else (lambda text: self._summarize(text, bigger, log)))
+            retry=None if bigger is None else (lambda text: self._summarize(text, bigger, log)),
+            should_cancel=should_cancel)
         why = accept(new, report) if accept is not None and report.applied else None
         if why is not None:
             for event in held:

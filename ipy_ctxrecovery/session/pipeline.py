@@ -1,7 +1,8 @@
 """Preparer: everything a request goes through before it is sent, one step per method.
 
-    microcompact → tool-result budget → pre-flight (exact body bytes; max_tokens fitted to
-    the window) → compaction when over budget → fit to the known limits
+    microcompact → tool-result budget → a summary prepared in the background swapped in
+    (when one is ready and the history needs room) → pre-flight (exact body bytes;
+    max_tokens fitted to the window) → compaction when over budget → fit to the known limits
 
 The first two rewrite old messages, which breaks the provider's prompt cache from the first
 one rewritten; they are batched (:meth:`Preparer.rewrites`, ``microcompact.rewrite_now``,
@@ -40,7 +41,9 @@ from .compaction import SessionCompactor
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog
 
-__all__ = ["Prepared", "Preparer"]
+__all__ = ["Prepared", "Preparer", "Swap"]
+
+Swap = Callable[[History, RequestSpec, TurnLog, Callable[[Event], None]], History]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,9 @@ class Preparer:
         self._sent_at: float | None = None
         self.last_rewrite: microcompact.RewriteDecision | None = None
         """The latest decision on pending rewrites (None: there were none)."""
+        self.swap: Swap | None = None
+        """Swaps in a summary prepared in the background when the history needs room
+        (``background.py``); None: no background compaction (a dry run)."""
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
@@ -76,6 +82,8 @@ class Preparer:
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
         history = self.rewrites(history, spec, log)
+        if self.swap is not None:
+            history = self.swap(history, spec, log, lambda event: self._emit(event, log))
         history, spec, body = self.preflight(history, spec, log)
         self._sent, self._sent_at = history, self.clock()
         return Prepared(history, spec, body, tuple(log.events[start:]))

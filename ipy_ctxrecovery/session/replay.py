@@ -607,7 +607,10 @@ def _run(recorded: _Recorded, config: _Config, root: Path, number: int,
         provider = make_provider(_wire(recorded.model), emulator=emu, settings=config.settings,
                                  max_retries=0)
         with _private_root(root):
-            session = ChatSession(provider=provider, settings=config.settings,
+            # Back to back, with no time between turns for a summary prepared ahead: each
+            # turn compacts in itself, so a run's summaries are those its turns needed.
+            session = ChatSession(provider=provider,
+                                  settings=config.settings.replace(background_compaction=False),
                                   system=recorded.system,
                                   tools=_tools(recorded, results, recorded.tools),
                                   builtin_tools=False, name=f"replay-{number}",

@@ -44,7 +44,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..core import budget, compactor, prices
 from ..core.catalogue import ModelInfo
-from ..core.events import EventCallback, Failed, TurnFinished
+from ..core.events import BackgroundSummary, EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import TokenEstimator
 from ..core.recovery.evidence import Caps
@@ -53,6 +53,7 @@ from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..providers import is_emulator_model
 from ..providers.base import Provider, TextCallback, Usage
 from ..settings import Settings
+from .background import BackgroundCompactor
 from .compaction import SessionCompactor
 from .deadline import checker
 from .dry_run import dry_run
@@ -185,11 +186,16 @@ class ChatSession:
                                       while_waiting=self._files.flush)
         self._turns = TurnRunner(self._recovery, self._toolbox, self.bus, settings,
                                  mask=self.redactor.own)
+        self._background = BackgroundCompactor(
+            self._sizer, settings,
+            lambda bus: SessionCompactor(self._sizer, bus, self.settings, sleep=sleep))
+        self._preparer.swap = self._background.swap
 
     def _configure(self, settings: Settings) -> None:
         self.settings = settings
+        self._background.discard()
         for part in (self._sizer, self._compactor, self._preparer, self._recovery,
-                     self._turns):
+                     self._turns, self._background):
             part.settings = settings
 
     # -- opening and changing -------------------------------------------------------------
@@ -458,7 +464,8 @@ class ChatSession:
             turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
             cap_note=limits.visible_cap_note, cached_tokens=self._cached_tokens,
-            cache_write_tokens=self._cache_write_tokens, cost=self._cost())
+            cache_write_tokens=self._cache_write_tokens, cost=self._cost(),
+            background=self._background.state)
 
     def _cost(self) -> float | None:
         """The estimated USD of every token this session was billed (None: price unknown)."""
@@ -515,6 +522,9 @@ class ChatSession:
             self._record(user, later=True)
         spec = self._spec(max_tokens, stream=stream, options=options)
         kept = False
+        # Never alongside a turn: a background summary still in flight is waited for.
+        self._background.wait(log.left())
+        self._tell_background(log)
         # Masking what the turn stores is inside its deadline, like its requests.
         masking = checker(log.deadline, timeout or 0, "masking and saving this turn's messages")
         try:
@@ -544,6 +554,7 @@ class ChatSession:
             self._history = result.history
             self._keep_shrinks(log.shrinks)
             self._files.save_history(result.history, self._counters())
+            self._background.after_turn(self._history, spec)
         body, tokens = self.history_size()     # the history kept (unchanged by record=False)
         self.bus.emit(TurnFinished(history_bytes=body, est_tokens=tokens,
                                    window=self.window, cap=self.caps.effective()), log)
@@ -587,6 +598,25 @@ class ChatSession:
                             overrides=overrides, name=f"session {self.name}", size=size,
                             history_size=self.history_size())
 
+    def _tell_background(self, log: TurnLog) -> None:
+        """The background summary's news, told in this turn (never printed from the worker,
+        where it would land in the user's typing); its requests are paid for here."""
+        for event in self._background.take_events():
+            if isinstance(event, BackgroundSummary):
+                self._prompt_tokens += event.prompt_tokens
+                self._completion_tokens += event.completion_tokens
+            self.bus.emit(event, log)
+
+    @property
+    def background(self) -> str:
+        """The background summary's state: idle, preparing, ready or failed."""
+        return self._background.state
+
+    def on_background(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(state)`` from the worker when a background summary is ready or
+        failed (the panel re-renders between cells); returns a function that unsubscribes."""
+        return self._background.listen(callback)
+
     def _keep_shrinks(self, shrinks: list[Shrink]) -> None:
         if not shrinks:
             return
@@ -598,6 +628,7 @@ class ChatSession:
     @_one_at_a_time
     def compact(self, instructions: str | None = None) -> compactor.CompactionReport:
         """Compact the working history now (the SPEC's ``/compact``)."""
+        self._background.discard()
         log = TurnLog()
         before = self._history
         spec = self._spec()
@@ -623,6 +654,7 @@ class ChatSession:
     @_one_at_a_time
     def undo_compact(self) -> None:
         """Restore the history from before the last turn's shrinks (later messages are kept)."""
+        self._background.discard()
         if not self._undo:
             if self._compactions_before_resume:
                 raise CtxRecoveryError(
@@ -655,6 +687,7 @@ class ChatSession:
         What was learned about the network and the model (caps, calibration) stays; the
         payload SYSTEM NOTICE went with the old history, so it may be given again.
         """
+        self._background.discard()
         self._history = (Message.system(self.system),) if self.system else ()
         self._undo.clear()
         self._compactions_before_resume = 0   # their history was reset away anyway
@@ -666,6 +699,7 @@ class ChatSession:
     def close(self) -> None:
         """Save the history snapshot, let another process open the session, and release the
         provider's client when the session built it."""
+        self._background.discard()
         self._files.checkpoint(self._history, self._counters())
         self._save_learned(exact=True)
         self._files.release()

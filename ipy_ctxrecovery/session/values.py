@@ -79,6 +79,9 @@ class SessionStatus:
     """Of ``prompt_tokens``, those written to the prompt cache."""
     cost: float | None = None
     """Estimated USD for every token above (``core/prices.py``); None: price unknown."""
+    background: str = "idle"
+    """The summary prepared in the background: ``idle``, ``preparing``, ``ready`` or
+    ``failed`` (``session/background.py``)."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text

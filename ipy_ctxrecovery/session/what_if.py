@@ -244,6 +244,9 @@ class Plan:
     """(bytes, tokens) of the history as it is, without the next message: the session's
     one measure (``ChatSession.history_size``, what ``%chat status`` says)."""
     history_messages: int = 0
+    prepare_at: int | None = None
+    """Where a summary starts being prepared in the background (``prepare_summary_ratio``
+    of the chat budget); None: background compaction off, or no budget."""
     climb: Callable[[], tuple[LadderWhatIf, ...]] | None = field(default=None, repr=False,
                                                                    compare=False)
     summary_requests: int = 0
@@ -304,6 +307,18 @@ class Plan:
             elif self.target is not None:
                 budget += f" — compacting to {format_size(self.target)}"
             out.append(budget)
+            if self.prepare_at is not None:
+                ratio = self.settings.prepare_summary_ratio
+                line = (f"background summary: prepared once the history passes "
+                        f"{format_size(self.prepare_at)} ({ratio:.0%} of the chat budget: "
+                        "prepare_summary_ratio), swapped in at the turn over the budget")
+                if self.compacted:
+                    line += " — this request is over it: a ready summary is swapped in"
+                elif self.before_bytes >= self.prepare_at:
+                    line += " — past it: one is prepared after this turn"
+                out.append(line)
+            elif self.budget_of is not None and not self.settings.background_compaction:
+                out.append("background summary: off (background_compaction)")
         if self.summary:
             sent = f" in {self.summary_requests} requests" if self.summary_requests > 1 else ""
             out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars"
@@ -812,7 +827,8 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         settings=chosen, changes=_changes(current, chosen), messages=tuple(messages),
         before_bytes=before, before_tokens=sizer.estimate(before), before_messages=len(full),
         cap=caps.effective(), cap_source=caps.source, window=sizer.window,
-        window_known=sizer.window_known, fates=fates)
+        window_known=sizer.window_known, fates=fates,
+        prepare_at=_prepare_at(record.trigger, chosen))
     if prepared is None:
         refused = str(record.refused)
         return Plan(**common, added=(), after_bytes=before, planned=full, after_tokens=sizer.estimate(before),
@@ -841,3 +857,10 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         lines=tuple(line for line in (describe(e) for e in prepared.steps) if line),
         climb=functools.partial(ladder_what_if, prepared.history, prepared.body_bytes, record,
                                 chosen, record.store))
+
+
+def _prepare_at(trigger: int | None, settings: Settings) -> int | None:
+    """Where the background summary starts (``background.py``'s threshold) for a plan."""
+    if trigger is None or not settings.background_compaction or trigger >= 2 ** 61:
+        return None
+    return int(trigger * settings.prepare_summary_ratio)
