@@ -44,14 +44,16 @@ from typing import Literal
 
 from ..errors import redact
 from ..settings import Settings
-from . import markers
+from . import markers, pins
 from .cuts import head_cut, tail_cut
 from .events import CompactionPhase, EventCallback
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
+    TAG_PINNED_RULES,
     TAG_SUMMARY,
     TAG_SYNTHETIC_RESULT,
+    TAG_USER_WORDS,
     History,
     Message,
     Reasoning,
@@ -90,6 +92,10 @@ _HEAD_SHARE = 0.75          # of a cut message, ¾ head and ¼ tail
 _NOTE_ROOM = 120            # chars kept free for the omitted note
 
 
+# Messages the package keeps across compactions without summarizing them (pins.py).
+_REBUILT = frozenset({TAG_PINNED_RULES, TAG_USER_WORDS})
+_NEVER_SUMMARIZED = frozenset({TAG_PAYLOAD_NOTICE, *_REBUILT})
+
 _HEADER_RE = re.compile(
     r"\[\s*STRUCTURED SUMMARY\s*[—–-]+\s*covering\s+(\d+)\s+earlier\s+messages?\s*\]",
     re.IGNORECASE,
@@ -116,6 +122,10 @@ class CompactionReport:
     summarized_messages: int = 0
     trimmed_blocks: int = 0
     rejected_reason: str | None = None
+    pinned_rules: int = 0           # rules the pinned message holds after it (core/pins.py)
+    new_rules: int = 0              # of them, pinned by this compaction
+    unpinned_rules: int = 0         # rules past the pin's bound, left to the summary
+    kept_user_messages: int = 0     # the user's messages kept verbatim after the summary
 
 
 # -- budget ---------------------------------------------------------------------------------
@@ -284,6 +294,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         _choose_split(base, units, target_bytes, measure, settings)
     chosen = [i for unit in units[:k] for i in unit]
     old = [base[i] for i in chosen]
+    kept = pins.keep(pins.carried(base), old, target_bytes=target_bytes, settings=settings)
+    instructions = pins.summary_instructions(instructions, kept)
     replaced_chars = sum(m.char_size() for m in old)
     covered = sum(_covered(m) for m in old)
 
@@ -304,12 +316,18 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         return unchanged(reason or "unusable summary")
     summary = Message(Role.USER, (Text(text),), tag=TAG_SUMMARY,
                       meta={"covered_messages": covered})
-    result = _replace(base, set(chosen), summary)
+    result = _replace(base, set(chosen), summary, kept)
     b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
-    phase("applied", n1=len(result), b1=b1, outcome="summary")
-    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)
+    emit(CompactionPhase(phase="applied", before_messages=n0, after_messages=len(result),
+                         before_bytes=b0, after_bytes=b1, target_bytes=target_bytes,
+                         outcome="summary", pinned_rules=len(kept.rules),
+                         new_rules=kept.new_rules, unpinned_rules=len(kept.unpinned),
+                         kept_user_messages=kept.kept_messages))
+    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks,
+                                    None, len(kept.rules), kept.new_rules, len(kept.unpinned),
+                                    kept.kept_messages)
 
 
 def _ignore(_event: object) -> None:
@@ -325,7 +343,8 @@ def _summarizable_units(history: History) -> list[list[int]]:
     """Non-system messages before the latest user request, in units never split apart.
 
     The payload-limit SYSTEM NOTICE is guidance for every later turn, so like a system
-    message it is never summarized away.
+    message it is never summarized away. The pinned rules and the user's kept messages
+    (``pins.py``) are not either: they are rebuilt at each compaction, never compressed.
 
     A unit is one message, or an assistant message with tool calls plus the tool messages
     right after it: a call and its results are summarized together or kept together.
@@ -336,7 +355,7 @@ def _summarizable_units(history: History) -> list[list[int]]:
     i = 0
     while i < end:
         m = history[i]
-        if m.role is Role.SYSTEM or m.tag == TAG_PAYLOAD_NOTICE:
+        if m.role is Role.SYSTEM or m.tag in _NEVER_SUMMARIZED:
             i += 1
             continue
         unit = [i]
@@ -349,17 +368,32 @@ def _summarizable_units(history: History) -> list[list[int]]:
     return units
 
 
-def _replace(history: History, chosen: set[int], summary: Message) -> History:
+def _replace(history: History, chosen: set[int], summary: Message,
+             kept: pins.Kept | None = None) -> History:
     """``history`` with the ``chosen`` messages replaced by ``summary`` at the first one's place.
 
-    System messages are never chosen, so they all stay, in order.
+    System messages are never chosen, so they all stay, in order. With ``kept``, the
+    history's pinned and kept messages give way to ``kept``'s: its pinned rules right
+    after the system messages (before the first other message), its kept user messages
+    right after the summary. All are user messages, which both wires merge into one with
+    the summary, so roles still alternate.
     """
     first = min(chosen)
+    gone = set(chosen)
+    pinned_at = len(history)
+    if kept is not None:
+        gone.update(i for i, m in enumerate(history) if m.tag in _REBUILT)
+        pinned_at = next((i for i, m in enumerate(history) if m.role is not Role.SYSTEM),
+                         len(history))
     out: list[Message] = []
     for i, m in enumerate(history):
+        if i == pinned_at and kept is not None and kept.pinned is not None:
+            out.append(kept.pinned)
         if i == first:
             out.append(summary)
-        elif i not in chosen:
+            if kept is not None and kept.words is not None:
+                out.append(kept.words)
+        elif i not in gone:
             out.append(m)
     return tuple(out)
 
@@ -375,7 +409,8 @@ def _choose_split(history: History, units: list[list[int]], target: int, measure
     is used.
 
     The summary's size is not known before the LLM writes it, so it is reserved at its
-    maximum (``summary_max_chars``, or the replaced text if that is smaller). Size falls as
+    maximum (``summary_max_chars``, or the replaced text if that is smaller); the pinned
+    rules and the user's kept messages that split would write are measured as written. Size falls as
     more units are replaced, so a binary search needs few ``measure`` calls. When nothing
     fits, everything summarizable is summarized.
     """
@@ -385,12 +420,16 @@ def _choose_split(history: History, units: list[list[int]], target: int, measure
         total += sum(history[i].char_size() for i in unit)
         prefix_chars.append(total)
 
+    previous = pins.carried(history)
+
     def fits(k: int) -> bool:
         chosen = {i for unit in units[:k] for i in unit}
         reserve = min(settings.summary_max_chars, prefix_chars[k - 1])
         placeholder = Message(Role.USER, (Text(summary_header(0) + "x" * reserve),),
                               tag=TAG_SUMMARY)
-        return measure(_replace(history, chosen, placeholder)) <= target
+        kept = pins.keep(previous, [history[i] for i in sorted(chosen)], target_bytes=target,
+                         settings=settings)
+        return measure(_replace(history, chosen, placeholder, kept)) <= target
 
     lo, hi = 1, len(units)
     if not fits(hi):
