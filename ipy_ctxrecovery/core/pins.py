@@ -106,6 +106,10 @@ _OPENERS = "|".join((
     r"immer", r"nie", r"niemals", r"ab\s+jetzt", r"von\s+nun\s+an", r"ab\s+sofort",
     r"künftig", r"in\s+zukunft", r"stelle?\s+sicher", r"achte\s+darauf", r"denk\s+daran",
     r"verwende\s+(?:nie|kein)", r"benutze\s+(?:nie|kein)", r"statt\s+", r"anstatt",
+    # An imperative then "always"/"never": "Utilise toujours…", "Verwende immer…", "Usa
+    # siempre…" (not after a subject: "Eu sempre uso…" tells a habit).
+    r"(?!(?:eu|ele|ela|nós|yo|él|ella|je|il|elle|on|nous|ich|er|sie|es|wir|du|tu)\b)"
+    r"\w+\s+(?:toujours|jamais|immer|niemals|siempre|sempre)",
 ))
 _OPENER_RE = re.compile(rf"^{_LEAD}(?:{_OPENERS})(?:\b|(?<=\s)|$)", re.IGNORECASE)
 

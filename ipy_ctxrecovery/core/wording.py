@@ -53,6 +53,7 @@ __all__ = [
     "escalated_line",
     "chat_budget_term",
     "summary_not_size",
+    "pinned_rules",
 ]
 
 Verbosity = Literal["quiet", "normal", "debug"]
@@ -496,7 +497,8 @@ def _(e: ev.CompactionPhase) -> str:
     if e.outcome == "trim":
         return (f"{DONE} Trimmed reasoning and duplicate tool results, no summary needed "
                 f"({n0} → {plural(n1, 'message')}, {b0} → {b1})")
-    return f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1})"
+    return (f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1})"
+            f"{pinned_rules(e)}")
 
 
 @describe_debug.register
@@ -804,7 +806,18 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
     if last.outcome == "nothing":
         return f"already within the {target} target · nothing changed"
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
-    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+    kept = (f" · {plural(last.kept_user_messages, 'message')} of yours kept verbatim"
+            if last.kept_user_messages else "")
+    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
+
+
+def pinned_rules(e: ev.CompactionPhase) -> str:
+    """`` · 3 rules pinned`` (and the rules past the pin's bound, summarized), or ""."""
+    out = f" · {plural(e.pinned_rules, 'rule')} pinned" if e.pinned_rules else ""
+    if e.unpinned_rules:
+        out += (f" · {plural(e.unpinned_rules, 'older rule')} summarized (the pinned rules "
+                "are at pinned_rules_max_chars)")
+    return out
 
 
 def fit_detail(e: ev.FitBeforeSend) -> str:
