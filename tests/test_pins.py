@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import pytest
+import waf_corpus as corpus
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core import pins
@@ -31,6 +32,7 @@ from ipy_ctxrecovery.core.history import (
     to_openai,
 )
 from ipy_ctxrecovery.core.ladder import drop_oldest
+from ipy_ctxrecovery.core.markers import MERGED_TEXT_JOIN
 from ipy_ctxrecovery.core.prompts import PINNED_RULES_HEADER, USER_WORDS_HEADER
 from ipy_ctxrecovery.core.wording import compaction_detail
 from ipy_ctxrecovery.emulator.roles import alternates
@@ -135,6 +137,32 @@ def test_no_line_of_ours_starts_with_a_users_command_word() -> None:
     m = pins.pinned_message(("Sort the columns by name from now on.", "Never put it"))
     assert m is not None
     assert re.search(r"\n\s*Sort", m.text) is None and not m.text.endswith("put it")
+
+
+def _hazards_of(texts: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for text in texts:
+        for name, n in corpus.hazards(text).items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def test_the_two_messages_add_no_firewall_hazard() -> None:
+    # Rules cut out of the middle of a line that open with a command word ("Sort", "Set")
+    # or end one word after an HTTP method ("put it"), as the CRS reads them (test_markers).
+    said = [f"Thanks. {opening.rstrip('.')} from now on. And never put it" for opening in
+            corpus.OPENINGS[:8]] + ["Fine; Always call close(self) first. Never ask the user"]
+    rules = [r for text in said for r in pins.rules_in(text)]
+    assert len(rules) >= 8
+    pinned = pins.pinned_message(rules)
+    words = pins.words_message(said)
+    assert pinned is not None and words is not None
+    for message, parts in ((pinned, rules), (words, said)):
+        # Followed by the next text of a merged run, as the OpenAI adapter sends it.
+        found = corpus.hazards(message.text + MERGED_TEXT_JOIN + "next")
+        allowed = _hazards_of(parts)
+        for name, n in found.items():
+            assert n <= allowed.get(name, 0), (name, message.tag)
 
 
 def test_keep_merges_dedupes_and_bounds_the_rules() -> None:

@@ -34,8 +34,9 @@ anyway, and those pinned earlier are handed to the summarizer with the request's
 instructions (:func:`summary_instructions`) — summarized normally, and the report says how
 many.
 
-**Their text** passes a firewall wherever it lands (``markers.py``): a header in brackets
-opens each message (nothing precedes it), the rules follow on one line, numbered with
+**Their text** passes a firewall wherever it lands (``markers.py``): a header without
+brackets opens each message (it follows the summary in a merged run), the rules follow on
+one line, numbered with
 "— 1:", and close with an end mark, so no rule starts or ends a line it did not start or end
 in the user's message; each kept message opens with a label on its first line and closes
 with an end mark on its last, as in the summarizer's input.

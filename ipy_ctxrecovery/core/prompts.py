@@ -110,10 +110,12 @@ def explain_error(source: str, trace: str, question: str = "") -> str:
 
 # -- the user's words kept across compactions (core/pins.py) ---------------------------------
 
-PINNED_RULES_HEADER = ("[The user's standing instructions, each quoted verbatim from the "
-                       "user's own earlier messages — they still apply]")
-"""Opens the pinned rules' message; the rules follow it on the same line (``pins.py``)."""
+PINNED_RULES_HEADER = ("The user's standing instructions, each quoted verbatim from the "
+                       "user's own earlier messages — they still apply:")
+"""Opens the pinned rules' message; the rules follow it on the same line (``pins.py``).
+No brackets: a ``]`` after the conversation's text can complete a firewall match
+(``markers.py``), and these messages are merged with the text around them."""
 
-USER_WORDS_HEADER = ("[The user's own earlier messages, kept verbatim, oldest first — the "
-                     "summary covers them too]")
+USER_WORDS_HEADER = ("The user's own earlier messages, kept verbatim, oldest first — the "
+                     "summary covers them too:")
 """Opens the message keeping the user's earlier messages after the summary (``pins.py``)."""
