@@ -33,6 +33,12 @@ reach the target would the finer unit split be used.
 The summary's ``N`` counts original conversation messages: a summary that absorbs an
 earlier summary adds the N that one covered, so the header stays true over repeated
 compactions (there is only ever one summary message; earlier ones are summarized again).
+
+The user's words (``pins.py``): the rules the user stated in the replaced messages are
+pinned verbatim in one message right after the system messages, and the user's own
+replaced messages are kept verbatim right after the summary, within a share of the target.
+Both are rebuilt (merged with what they held) at every compaction and never summarized;
+the split reserves their room as it reserves the summary's.
 """
 
 from __future__ import annotations
