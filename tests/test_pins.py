@@ -353,3 +353,19 @@ def test_undoing_the_compaction_that_pinned_a_rule_removes_it(emulator: Any) -> 
     session.undo_compact()
     assert not any(m.tag == TAG_PINNED_RULES for m in session.history)
     session.close()
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_rules_survive_automatic_compactions_in_a_small_window(emulator: Any,
+                                                               wire: str) -> None:
+    emu = emulator(context_window=2048)
+    session = ChatSession(wire, emulator=emu, settings=Settings(), name=f"pins-auto-{wire.replace(':', '-')}")
+    rule_turns = {1: " " + RULES[0], 3: " " + RULES[1], 5: " " + RULES[2], 7: " " + RULES[3]}
+    _said(session, rule_turns, 0, 30)
+    assert session.status().compactions >= 3
+    pinned = [m for m in session.history if m.tag == TAG_PINNED_RULES]
+    assert len(pinned) == 1 and set(pins.rules_of(pinned[0])) == set(RULES)
+    last = json.dumps(emu.requests[-1].body, ensure_ascii=False)
+    for rule in RULES:
+        assert json.dumps(rule, ensure_ascii=False)[1:-1] in last
+    session.close()
