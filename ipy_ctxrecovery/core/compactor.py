@@ -324,6 +324,11 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
                       meta={"covered_messages": covered})
     result = _replace(base, set(chosen), summary, kept)
     b1 = measure(result)
+    while b1 > target_bytes and kept.kept_messages:
+        # The user's kept messages never push the history over the target (pins.py).
+        kept = kept.fewer()
+        result = _replace(base, set(chosen), summary, kept)
+        b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
     emit(CompactionPhase(phase="applied", before_messages=n0, after_messages=len(result),

@@ -44,6 +44,7 @@ with an end mark on its last, as in the summarizer's input.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -323,7 +324,17 @@ class Kept:
     new_rules: int                  # of them, found in the messages this compaction replaces
     unpinned: tuple[str, ...]       # rules past the bound, left to the summary (oldest first)
     unpinned_earlier: tuple[str, ...]  # of them, pinned before: the summarizer is given them
-    kept_messages: int
+    kept: tuple[str, ...] = ()      # the user's messages kept verbatim, oldest first
+
+    @property
+    def kept_messages(self) -> int:
+        return len(self.kept)
+
+    def fewer(self) -> Kept:
+        """The same without the oldest kept message: the budget is a share of the target,
+        and the kept messages never push the history over the target itself."""
+        kept = self.kept[1:]
+        return dataclasses.replace(self, words=words_message(kept), kept=kept)
 
 
 def keep(previous: Carried, replaced: Sequence[Message], *, target_bytes: int,
@@ -371,7 +382,7 @@ def keep(previous: Carried, replaced: Sequence[Message], *, target_bytes: int,
 
     return Kept(pinned_message(rules), words_message(chosen), rules,
                 sum(1 for key, _ in kept_rules if key not in earlier), unpinned,
-                tuple(r for r in unpinned if _key(r) in earlier), len(chosen))
+                tuple(r for r in unpinned if _key(r) in earlier), tuple(chosen))
 
 
 def summary_instructions(instructions: str | None, kept: Kept) -> str | None:
