@@ -369,3 +369,17 @@ def test_rules_survive_automatic_compactions_in_a_small_window(emulator: Any,
     for rule in RULES:
         assert json.dumps(rule, ensure_ascii=False)[1:-1] in last
     session.close()
+
+
+@pytest.mark.parametrize("latest_share", [0.3, 0.6, 0.75, 0.85, 0.95])
+def test_kept_messages_never_push_the_history_over_its_target(latest_share: float) -> None:
+    old: History = (*turns(0, 10),)
+    target = wire_bytes(old) // 2
+    history = (*old, Message.user("latest " + "z" * int(target * latest_share)))
+    out, report = compact(history, target_bytes=target, measure=wire_bytes,
+                          summarize=Forgetful(), settings=S)
+    assert report.applied
+    if report.kept_user_messages:
+        assert report.after_bytes <= target
+    assert report.kept_user_messages == sum(
+        len(pins.kept_messages_of(m)) for m in out if m.tag == TAG_USER_WORDS)
