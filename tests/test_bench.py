@@ -6,6 +6,7 @@ script completes in a fresh interpreter and prints one figure line per case.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,10 @@ def test_bounds_prints_a_figure_per_case() -> None:
     assert "secret-like answer, turn_timeout=3: " in out
     assert out.count("timed-out turns, trickle-") == 2
     assert "figure read_file 3 lines of a 1 GB file: " in out
+
+
+def test_user_words_prints_the_rules_kept_with_and_without_pins() -> None:
+    out = run("user_words.py", "--turns", "12", "--cap", "16384")
+    for label in ("pinned", "unpinned"):
+        assert re.search(rf"^{label}: \d+/12 turns answered, \d+ compactions?, rules verbatim "
+                         r"in the last request \d/4$", out, re.M), out
