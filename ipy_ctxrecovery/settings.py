@@ -287,6 +287,14 @@ class Settings:
     """Price overrides, ``model=in/cached/write/out`` pairs (USD per million tokens, comma
     separated) or a JSON object (``CHATCLI_PRICES``); see :func:`parse_prices`."""
 
+    # --- the user's words kept across compactions (core/pins.py) ---
+    pinned_rules_max_chars: int = 4_000
+    """Characters: the most the pinned message of the user's standing instructions holds;
+    past it the oldest rules are summarized like the rest (0 = pin none)."""
+    user_words_share: float = 0.20
+    """Of the compaction target, the share kept for the user's own messages verbatim after
+    the summary, newest first (0 = keep none)."""
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         return dataclasses.replace(self, **changes)
@@ -359,6 +367,9 @@ class Settings:
         if self.turn_timeout is not None and self.turn_timeout < 1:
             raise ConfigError(f"turn_timeout={self.turn_timeout!r} must be at least 1 second, "
                               "or None for no deadline.")
+        if not 0 <= self.user_words_share < 1:
+            raise ConfigError(f"user_words_share={self.user_words_share!r} must be a fraction "
+                              "in [0, 1).")
         if not 0 <= self.exact_fit_margin < 1:
             raise ConfigError(f"exact_fit_margin={self.exact_fit_margin!r} must be a fraction "
                               "in [0, 1).")

@@ -6,6 +6,7 @@ script completes in a fresh interpreter and prints one figure line per case.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,10 @@ def test_latency_prints_both_clients_and_their_ratio() -> None:
         assert f"== {name}: compacting " in out, out
         assert f"ratio {name} slowest compacting / median plain: " in out, out
     assert "swapped in" in out, out
+
+
+def test_user_words_prints_the_rules_kept_with_and_without_pins() -> None:
+    out = run("user_words.py", "--turns", "12", "--cap", "16384")
+    for label in ("pinned", "unpinned"):
+        assert re.search(rf"^{label}: \d+/12 turns answered, \d+ compactions?, rules verbatim "
+                         r"in the last request \d/4$", out, re.M), out

@@ -18,6 +18,7 @@ from ipy_ctxrecovery.core.events import CompactionPhase, Event
 from ipy_ctxrecovery.core.history import (
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
+    TAG_USER_WORDS,
     History,
     Message,
     Reasoning,
@@ -285,19 +286,20 @@ def test_spec_messages_exactly() -> None:
         "⇣ Compacting history (23 messages, 4.2 MB → target 2.9 MB)",
         "· trim: removing reasoning and duplicate tool results (no LLM)",
         "⇣ Summarizing older messages with the model (23 messages, 4.2 MB → target 2.9 MB)…",
-        "✓ Summary applied (23 → 9 messages, 4.2 MB → 1.8 MB)",
+        "✓ Summary applied (23 → 10 messages, 4.2 MB → 1.8 MB)",
     ]
     assert [line for line in map(describe, events) if line] == [
         "⇣ Summarizing older messages with the model (23 messages, 4.2 MB → target 2.9 MB)…",
-        "✓ Summary applied (23 → 9 messages, 4.2 MB → 1.8 MB)",
+        "✓ Summary applied (23 → 10 messages, 4.2 MB → 1.8 MB)",
     ]
     assert events.phases == ["start", "trim", "summarize", "applied"]
     assert report.applied and report.summarized_messages == 15
-    assert (report.before_messages, report.after_messages) == (23, 9)
+    assert (report.before_messages, report.after_messages) == (23, 10)  # + the user's words
     assert report.after_bytes == wire_bytes(out) <= int(2.9 * MiB)
     assert out[1].tag == TAG_SUMMARY
     assert out[1].text == "[STRUCTURED SUMMARY — covering 15 earlier messages]\n" + summary
-    assert out[2] == Message.user("request 5")     # the kept part opens an exchange
+    assert out[2].tag == TAG_USER_WORDS            # the user's requests 1-4, verbatim
+    assert out[3] == Message.user("request 5")     # the kept part opens an exchange
     check_invariants(h, out)
     assert problems(out) == []
     last = events[-1]
@@ -362,9 +364,10 @@ def test_summary_covers_the_oldest_messages_and_never_splits_a_tool_pair() -> No
     assert problems(out) == []
     assert out[0] == Message.system("sys A") and out[1].tag == TAG_SUMMARY
     # What was kept is a suffix of the original non-system messages; system B stays
-    # right after the summary, before everything kept.
-    assert out[2] == Message.system("sys B")
-    kept = out[3:]
+    # right after the summary and the user's messages it keeps, before everything kept.
+    assert out[2].tag == TAG_USER_WORDS
+    assert out[3] == Message.system("sys B")
+    kept = out[4:]
     assert tuple(kept) == h[len(h) - len(kept):]
     assert len(kept) < len(h) - 3
 
@@ -420,7 +423,9 @@ def test_past_the_request_bound_the_oldest_are_dropped_unread_and_told() -> None
     assert notice.tag == "compaction_notice"
     assert notice.text == compaction_notice(report.dropped_unread, summarized=True,
                                             unread=report.dropped_unread)
-    assert "left unread" in notice.text and out[3:] == h[-1:]
+    assert "left unread" in notice.text
+    # The user's own requests stay verbatim after it (pins.py), the unread ones among them.
+    assert out[3].tag == "user_words" and "request 0" in out[3].text and out[4:] == h[-1:]
     # The newest were read, the oldest not.
     sent = "".join(rec.inputs)
     assert "answer 5" in sent and "request 0" not in sent
@@ -690,9 +695,11 @@ def test_with_the_emulators_extractive_summarizer() -> None:
 # -- the split falls on exchange boundaries ----------------------------------------------------
 
 def kept_after_summary(out: History) -> list[Message]:
-    """The messages after the summary that are not pinned (system, payload notice)."""
+    """The messages after the summary that are not pinned (system, payload notice) nor the
+    user's messages kept verbatim (pins.py)."""
     at = next(i for i, m in enumerate(out) if m.tag == TAG_SUMMARY)
-    return [m for m in out[at + 1:] if m.role is not Role.SYSTEM and m.tag != TAG_PAYLOAD_NOTICE]
+    return [m for m in out[at + 1:] if m.role is not Role.SYSTEM
+            and m.tag not in (TAG_PAYLOAD_NOTICE, TAG_USER_WORDS)]
 
 
 def test_an_answer_is_never_kept_without_its_question() -> None:

@@ -280,3 +280,24 @@ def test_a_compacting_session_is_never_blocked(wire: str, kind: str, waf: ModSec
     assert statuses.count(403) == 0, blocks()
     assert failed == []
     assert len(summaries) >= 2              # the history was compacted, by the model, twice
+
+
+def test_the_users_pinned_rules_and_kept_messages_pass(waf: ModSec) -> None:
+    """The user's rules cut out of the middle of a line ("… Sort these by amount from now
+    on.") and messages ending one word after a method name ("never put it"), pinned and
+    kept after a summary (``core/pins.py``), merged as the OpenAI adapter sends them."""
+    from ipy_ctxrecovery.core import pins
+    from ipy_ctxrecovery.core.history import Message
+    from ipy_ctxrecovery.providers.openai import to_wire
+
+    said = [f"Thanks. {opening.rstrip('.')} from now on. And never put it"
+            for opening in corpus.OPENINGS]
+    assert [s[:60] for s in said if not _passes(waf, s)] == []      # each passes alone
+    rules = [r for text in said for r in pins.rules_in(text)]
+    assert len(rules) >= len(said)
+    pinned, words = pins.pinned_message(rules), pins.words_message(said)
+    assert pinned is not None and words is not None
+    summary = Message.user(f"{prompts.summary_header(12)}\n## Current task state\n- going on")
+    merged = to_wire([pinned, summary, words, Message.user(said[0])])
+    assert len(merged) == 1
+    assert _passes(waf, merged[0]["content"])

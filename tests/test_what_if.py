@@ -133,7 +133,8 @@ def test_a_cap_summary_agrees_with_the_send(emulator: Any) -> None:
     assert plan.preflight_action == "compact" and "of configured cap" in plan.preflight_line
     assert plan.trigger is not None and plan.target is not None and plan.target < plan.trigger
     assert plan.summary_input_chars and plan.summary_chars
-    assert [a.kind for a in plan.added] == ["summary (size estimated)"]
+    assert [a.kind for a in plan.added] == ["summary (size estimated)",
+                                            "the user's earlier messages, verbatim"]
 
 
 def test_a_window_summary_agrees_with_the_send(emulator: Any) -> None:

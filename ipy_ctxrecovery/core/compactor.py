@@ -41,6 +41,12 @@ reach the target would the finer unit split be used.
 The summary's ``N`` counts original conversation messages: a summary that absorbs an
 earlier summary adds the N that one covered, so the header stays true over repeated
 compactions (there is only ever one summary message; earlier ones are summarized again).
+
+The user's words (``pins.py``): the rules the user stated in the replaced messages are
+pinned verbatim in one message right after the system messages, and the user's own
+replaced messages are kept verbatim right after the summary, within a share of the target.
+Both are rebuilt (merged with what they held) at every compaction and never summarized;
+the split reserves their room as it reserves the summary's.
 """
 
 from __future__ import annotations
@@ -52,12 +58,14 @@ from typing import Literal
 
 from ..errors import redact
 from ..settings import Settings
-from . import chunking, markers
+from . import chunking, markers, pins
 from .events import CompactionPhase, EventCallback
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
+    TAG_PINNED_RULES,
     TAG_SUMMARY,
+    TAG_USER_WORDS,
     History,
     Message,
     Reasoning,
@@ -107,6 +115,10 @@ _UNREAD_META = "dropped_unread"
 TRUNCATED = "the summary was cut at its own max_tokens"
 
 
+# Messages the package keeps across compactions without summarizing them (pins.py).
+_REBUILT = frozenset({TAG_PINNED_RULES, TAG_USER_WORDS})
+_NEVER_SUMMARIZED = frozenset({TAG_PAYLOAD_NOTICE, *_REBUILT})
+
 _HEADER_RE = re.compile(
     r"\[\s*STRUCTURED SUMMARY\s*[—–-]+\s*covering\s+(\d+)\s+earlier\s+messages?\s*\]",
     re.IGNORECASE,
@@ -142,6 +154,10 @@ class CompactionReport:
     """Tokens the summary requests used, when the provider said (None: not known)."""
     dropped_unread: int = 0
     """Messages removed without being summarized: past ``summary_max_requests``."""
+    pinned_rules: int = 0           # rules the pinned message holds after it (core/pins.py)
+    new_rules: int = 0              # of them, pinned by this compaction
+    unpinned_rules: int = 0         # rules past the pin's bound, left to the summary
+    kept_user_messages: int = 0     # the user's messages kept verbatim after the summary
 
 
 # -- budget ---------------------------------------------------------------------------------
@@ -284,7 +300,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     cost = _Cost()
 
     def phase(kind: _Phase, *, n1: int | None = None, b1: int | None = None,
-              outcome: _Outcome | None = None, reason: str | None = None) -> None:
+              outcome: _Outcome | None = None, reason: str | None = None,
+              rules: dict[str, int] | None = None) -> None:
         emit(CompactionPhase(phase=kind, before_messages=n0, after_messages=n1,
                              before_bytes=b0, after_bytes=b1, target_bytes=target_bytes,
                              outcome=outcome, reason=reason, chunks=cost.chunks,
@@ -293,7 +310,7 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
                              summary_output_tokens=cost.output_tokens,
                              dropped_unread=cost.dropped_unread,
                              summary_request_bound=cost.bound,
-                             read_messages=cost.read))
+                             read_messages=cost.read, **(rules or {})))
 
     def unchanged(reason: str) -> tuple[History, CompactionReport]:
         # All or nothing: a rejected compaction keeps even the trim out of the history.
@@ -325,6 +342,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         _choose_split(base, units, target_bytes, measure, settings)
     chosen = [i for unit in units[:k] for i in unit]
     old = [base[i] for i in chosen]
+    kept = pins.keep(pins.carried(base), old, target_bytes=target_bytes, settings=settings)
+    instructions = pins.summary_instructions(instructions, kept)
 
     try:  # from the announced phase on, an interrupt is told as "cancelled"
         try:
@@ -354,16 +373,25 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     unread = len(chunk_plan.dropped)
     if unread:
         replacement.append(_unread_notice(base, unread))
-    result = _replace(base, set(chosen), tuple(replacement))
+    result = _replace(base, set(chosen), tuple(replacement), kept)
     b1 = measure(result)
+    while b1 > target_bytes and kept.kept_messages:
+        # The user's kept messages never push the history over the target (pins.py).
+        kept = kept.fewer()
+        result = _replace(base, set(chosen), tuple(replacement), kept)
+        b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
-    phase("applied", n1=len(result), b1=b1, outcome="summary")
+    rules: dict[str, int] = {
+        "pinned_rules": len(kept.rules), "new_rules": kept.new_rules,
+        "unpinned_rules": len(kept.unpinned), "kept_user_messages": kept.kept_messages}
+    phase("applied", n1=len(result), b1=b1, outcome="summary", rules=rules)
     return result, CompactionReport(
         True, n0, len(result), b0, b1, len(chunk_plan.read), trimmed_blocks,
         chunks=chunk_plan.requests, summary_requests=cost.requests,
         summary_input_tokens=cost.input_tokens, summary_output_tokens=cost.output_tokens,
-        dropped_unread=unread)
+        dropped_unread=unread, pinned_rules=len(kept.rules), new_rules=kept.new_rules,
+        unpinned_rules=len(kept.unpinned), kept_user_messages=kept.kept_messages)
 
 
 @dataclass(slots=True)
@@ -473,7 +501,8 @@ def _summarizable_units(history: History) -> list[list[int]]:
     """Non-system messages before the latest user request, in units never split apart.
 
     The payload-limit SYSTEM NOTICE is guidance for every later turn, so like a system
-    message it is never summarized away.
+    message it is never summarized away. The pinned rules and the user's kept messages
+    (``pins.py``) are not either: they are rebuilt at each compaction, never compressed.
 
     A unit is one message, or an assistant message with tool calls plus the tool messages
     right after it: a call and its results are summarized together or kept together.
@@ -484,7 +513,7 @@ def _summarizable_units(history: History) -> list[list[int]]:
     i = 0
     while i < end:
         m = history[i]
-        if m.role is Role.SYSTEM or m.tag == TAG_PAYLOAD_NOTICE:
+        if m.role is Role.SYSTEM or m.tag in _NEVER_SUMMARIZED:
             i += 1
             continue
         unit = [i]
@@ -497,22 +526,36 @@ def _summarizable_units(history: History) -> list[list[int]]:
     return units
 
 
-def _replace(history: History, chosen: set[int],
-             summary: Message | tuple[Message, ...]) -> History:
+def _replace(history: History, chosen: set[int], summary: Message | tuple[Message, ...],
+             kept: pins.Kept | None = None) -> History:
     """``history`` with the ``chosen`` messages replaced by ``summary`` (one message, or a
     summary and its notice) at the first one's place.
 
     System messages are never chosen, so they all stay, in order. A compaction notice
-    given in ``summary`` replaces every other one (never stacked).
+    given in ``summary`` replaces every other one (never stacked). With ``kept``, the
+    history's pinned and kept messages give way to ``kept``'s: its pinned rules right
+    after the system messages (before the first other message), its kept user messages
+    right after the summary. All are user messages, which both wires merge into one with
+    the summary, so roles still alternate.
     """
     new = summary if isinstance(summary, tuple) else (summary,)
     noticed = any(m.tag == TAG_COMPACTION_NOTICE for m in new)
     first = min(chosen)
+    gone = set(chosen)
+    pinned_at = len(history)
+    if kept is not None:
+        gone.update(i for i, m in enumerate(history) if m.tag in _REBUILT)
+        pinned_at = next((i for i, m in enumerate(history) if m.role is not Role.SYSTEM),
+                         len(history))
     out: list[Message] = []
     for i, m in enumerate(history):
+        if i == pinned_at and kept is not None and kept.pinned is not None:
+            out.append(kept.pinned)
         if i == first:
             out.extend(new)
-        elif i not in chosen and not (noticed and m.tag == TAG_COMPACTION_NOTICE):
+            if kept is not None and kept.words is not None:
+                out.append(kept.words)
+        elif i not in gone and not (noticed and m.tag == TAG_COMPACTION_NOTICE):
             out.append(m)
     return tuple(out)
 
@@ -528,7 +571,8 @@ def _choose_split(history: History, units: list[list[int]], target: int, measure
     is used.
 
     The summary's size is not known before the LLM writes it, so it is reserved at its
-    maximum (``summary_max_chars``, or the replaced text if that is smaller). Size falls as
+    maximum (``summary_max_chars``, or the replaced text if that is smaller); the pinned
+    rules and the user's kept messages that split would write are measured as written. Size falls as
     more units are replaced, so a binary search needs few ``measure`` calls. When nothing
     fits, everything summarizable is summarized.
     """
@@ -538,12 +582,16 @@ def _choose_split(history: History, units: list[list[int]], target: int, measure
         total += sum(history[i].char_size() for i in unit)
         prefix_chars.append(total)
 
+    previous = pins.carried(history)
+
     def fits(k: int) -> bool:
         chosen = {i for unit in units[:k] for i in unit}
         reserve = min(settings.summary_max_chars, prefix_chars[k - 1])
         placeholder = Message(Role.USER, (Text(summary_header(0) + "x" * reserve),),
                               tag=TAG_SUMMARY)
-        return measure(_replace(history, chosen, placeholder)) <= target
+        kept = pins.keep(previous, [history[i] for i in sorted(chosen)], target_bytes=target,
+                         settings=settings)
+        return measure(_replace(history, chosen, placeholder, kept)) <= target
 
     lo, hi = 1, len(units)
     if not fits(hi):

@@ -145,6 +145,14 @@ class CompactionPhase(Event):
     """``settings.summary_max_requests`` when the summary was planned."""
     read_messages: int = 0
     """Messages the summary reads (all it replaces but the ``dropped_unread``)."""
+    pinned_rules: int = 0
+    """An applied summary: the user's rules pinned verbatim after it (``core/pins.py``)."""
+    new_rules: int = 0
+    """Of them, pinned by this compaction."""
+    unpinned_rules: int = 0
+    """Rules past ``pinned_rules_max_chars``, summarized like the rest."""
+    kept_user_messages: int = 0
+    """The user's messages kept verbatim after the summary."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,7 @@ from . import budget, pairing
 from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
+    TAG_PINNED_RULES,
     TAG_SUMMARY,
     History,
     Message,
@@ -51,7 +52,7 @@ __all__ = ["DropFit", "Outline", "Sizes", "drop_fit", "first_defect", "outline",
 MIN_PREVIEW_CHARS = 500
 """Never shrink a tool result below this: the preview must still name its file."""
 
-PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
+PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES})
 DROPPED_META = "dropped_messages"
 
 _SYSTEM, _USER, _ASSISTANT, _TOOL = Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL

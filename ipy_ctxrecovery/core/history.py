@@ -129,6 +129,10 @@ TAG_COMPACTION_NOTICE = "compaction_notice"
 TAG_SUMMARY = "summary"
 TAG_CONTINUATION = "continuation"
 TAG_SYNTHETIC_RESULT = "synthetic_result"
+TAG_PINNED_RULES = "pinned_rules"
+"""The user's standing instructions, kept verbatim across compactions (``core/pins.py``)."""
+TAG_USER_WORDS = "user_words"
+"""The user's own messages a summary replaced, kept verbatim after it (``core/pins.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,10 @@ from __future__ import annotations
 __all__ = [
     "COMPACTION_NOTICE",
     "PAYLOAD_NOTICE",
+    "PINNED_RULES_HEADER",
     "SUMMARIZE_SYSTEM_PROMPT",
     "SUMMARY_HEADER",
+    "USER_WORDS_HEADER",
     "compaction_notice",
     "explain_error",
     "summary_header",
@@ -110,3 +112,16 @@ def explain_error(source: str, trace: str, question: str = "") -> str:
     ask = question.strip() or "Explain the error and how to fix the code."
     return (f"This notebook cell failed.\n\n~~~python\n{code}\n~~~\n\n"
             f"Traceback:\n~~~\n{trace.strip()}\n~~~\n\n{ask}")
+
+
+# -- the user's words kept across compactions (core/pins.py) ---------------------------------
+
+PINNED_RULES_HEADER = ("The user's standing instructions, each quoted verbatim from the "
+                       "user's own earlier messages — they still apply:")
+"""Opens the pinned rules' message; the rules follow it on the same line (``pins.py``).
+No brackets: a ``]`` after the conversation's text can complete a firewall match
+(``markers.py``), and these messages are merged with the text around them."""
+
+USER_WORDS_HEADER = ("The user's own earlier messages, kept verbatim, oldest first — the "
+                     "summary covers them too:")
+"""Opens the message keeping the user's earlier messages after the summary (``pins.py``)."""

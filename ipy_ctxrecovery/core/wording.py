@@ -58,6 +58,7 @@ __all__ = [
     "escalated_line",
     "chat_budget_term",
     "summary_not_size",
+    "pinned_rules",
 ]
 
 Verbosity = Literal["quiet", "normal", "debug"]
@@ -525,7 +526,8 @@ def _(e: ev.CompactionPhase) -> str:
         return (f"{DONE} Trimmed reasoning and duplicate tool results, no summary needed "
                 f"({n0} → {plural(n1, 'message')}, {b0} → {b1})")
     unread = f"; {dropped_unread(e)}" if e.dropped_unread else ""
-    return f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1}{unread})"
+    return (f"{DONE} Summary applied ({n0} → {plural(n1, 'message')}, {b0} → {b1}{unread})"
+            f"{pinned_rules(e)}")
 
 
 @describe_debug.register
@@ -856,7 +858,9 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True
     if last.outcome == "nothing":
         return f"already within the {target} target · nothing changed"
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
-    done = f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+    kept = (f" · {plural(last.kept_user_messages, 'message')} of yours kept verbatim"
+            if last.kept_user_messages else "")
+    done = f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
     if last.outcome == "summary" and cost:
         done += "".join(f" · {line}" for line in summary_lines(last))
     return done
@@ -887,6 +891,15 @@ def summary_lines(e: ev.CompactionPhase) -> list[str]:
     """What a summary read and cost, and what it dropped unread: the card's and the
     panel's lines (none when no summary was asked for)."""
     return [line for line in (summary_cost(e), dropped_unread(e)) if line]
+
+
+def pinned_rules(e: ev.CompactionPhase) -> str:
+    """`` · 3 rules pinned`` (and the rules past the pin's bound, summarized), or ""."""
+    out = f" · {plural(e.pinned_rules, 'rule')} pinned" if e.pinned_rules else ""
+    if e.unpinned_rules:
+        out += (f" · {plural(e.unpinned_rules, 'older rule')} summarized (the pinned rules "
+                "are at pinned_rules_max_chars)")
+    return out
 
 
 def fit_detail(e: ev.FitBeforeSend) -> str:

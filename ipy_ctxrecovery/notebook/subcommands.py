@@ -189,6 +189,8 @@ _TAG_WORDS = {
     history.TAG_SUMMARY: "summary",
     history.TAG_CONTINUATION: "continue request",
     history.TAG_SYNTHETIC_RESULT: "placeholder tool result",
+    history.TAG_PINNED_RULES: "pinned: your standing instructions, verbatim",
+    history.TAG_USER_WORDS: "your earlier messages, verbatim",
 }
 
 
@@ -254,7 +256,8 @@ def _kept_whole(messages: Any) -> tuple[int, int]:
     if latest is None:
         return 0, sum(1 for m in messages if m.role.value == "system")
     pinned = sum(1 for m in messages[:latest]
-                 if m.role.value == "system" or m.tag == history.TAG_PAYLOAD_NOTICE)
+                 if m.role.value == "system"
+                 or m.tag in (history.TAG_PAYLOAD_NOTICE, history.TAG_PINNED_RULES))
     return len(messages) - latest, pinned
 
 

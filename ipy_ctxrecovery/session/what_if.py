@@ -43,8 +43,10 @@ from ..core.events import CompactionPhase, LadderStep, Preflight
 from ..core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
+    TAG_PINNED_RULES,
     TAG_SUMMARY,
     TAG_SYNTHETIC_RESULT,
+    TAG_USER_WORDS,
     History,
     Message,
     Reasoning,
@@ -594,6 +596,10 @@ def _added_kind(m: Message) -> str:
         return "SYSTEM NOTICE (payload limit)"
     if m.tag == TAG_SYNTHETIC_RESULT:
         return "placeholder tool result"
+    if m.tag == TAG_PINNED_RULES:
+        return "the user's rules, pinned verbatim"
+    if m.tag == TAG_USER_WORDS:
+        return "the user's earlier messages, verbatim"
     return m.tag or m.role.value
 
 

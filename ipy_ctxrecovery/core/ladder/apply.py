@@ -17,7 +17,8 @@ Guarantees of :func:`apply` at every level (tested over generated histories): to
 pairing valid, every system message kept, the first non-system message is ``user``, the
 latest real user request kept, strings are whole characters, and the size only grows by
 the notices. Messages the package wrote itself are *pinned* like system messages: a
-summary (``TAG_SUMMARY``) and the payload notice are kept when older messages go; the
+summary (``TAG_SUMMARY``), the payload notice and the user's pinned rules
+(``TAG_PINNED_RULES``, ``core/pins.py``) are kept when older messages go; the
 compaction notice is replaced, never stacked, and says truthfully what happened.
 """
 
@@ -45,6 +46,7 @@ from ..exactfit import (
 from ..history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
+    TAG_PINNED_RULES,
     TAG_SUMMARY,
     Block,
     History,
@@ -60,7 +62,7 @@ __all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflig
            "truncate_text"]
 
 
-_PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE})
+_PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES})
 _DROPPED_META = "dropped_messages"
 _UNREAD_META = "dropped_unread"        # of those, left unread by a summary (compactor.py)
 
