@@ -161,9 +161,10 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_MAX_PAYLOAD": "max_payload",
     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "microcompact_truncate_turns",
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "microcompact_summarize_turns",
+    "CHATCLI_PROMPT_CACHING": "prompt_caching",
 }
 
-_FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window"})
+_FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window", "prompt_caching"})
 _TEXT_FIELDS = frozenset({"read_file_root"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
@@ -261,6 +262,12 @@ class Settings:
     ask_server_window: bool = True
     """For a model the catalogue does not know, ask the server its window once (vLLM's,
     OpenRouter's and LM Studio's model lists say it)."""
+
+    # --- prompt caching ---
+    prompt_caching: bool = True
+    """Set cache breakpoints on the Anthropic wire (tools, system prompt, the conversation),
+    so a turn reads its repeated prefix from the provider's cache (OpenAI caches on its
+    own). Off: no breakpoint is sent."""
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""

@@ -35,8 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import caching
-from .replies import BYTES_PER_TOKEN, TOKENS_PER_MESSAGE, TOKENS_PER_REQUEST, Turn, count_tokens
-from .replies import _text_of
+from .replies import (
+    BYTES_PER_TOKEN,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_REQUEST,
+    Turn,
+    _text_of,
+    count_tokens,
+)
 
 __all__ = ["CacheUsage", "PromptCache", "anthropic_blocks", "breakpoint_error"]
 

@@ -51,7 +51,8 @@ class SessionCompactor:
 
     def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> str:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
-                                    Message.user(text)), max_tokens=max_tokens, stream=False)
+                                    Message.user(text)), max_tokens=max_tokens, stream=False,
+                          caching=None)   # sent once: a cache write would cost, not save
         provider, limits = self.sizer.endpoint.provider, self.sizer.limits
         caps = limits.caps
         size = self.sizer.prepare(request).size
@@ -116,7 +117,8 @@ class SessionCompactor:
         limits.on_success(size, response.usage.prompt_tokens, response.usage.completion_tokens)
         if log is not None:
             # Paid for whether or not the compaction is then applied.
-            log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+            log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
+                          response.usage.cached_tokens, response.usage.cache_write_tokens)
         return response.message.text
 
     def _tell(self, events: tuple[Event, ...], log: TurnLog | None) -> None:

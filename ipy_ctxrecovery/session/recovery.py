@@ -184,7 +184,8 @@ class RecoveryLoop:
         self._emit_all(list(outcome.events), log)
         self.limits.on_success(body, response.usage.prompt_tokens,
                                response.usage.completion_tokens)
-        log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
+                      response.usage.cached_tokens, response.usage.cache_write_tokens)
         recovered()
         if unstreamed and spec.stream and on_text is not None and response.message.text:
             on_text(response.message.text)      # shown as a streamed answer would be

@@ -532,7 +532,8 @@ class ChatSession:
         self.bus.emit(TurnFinished(history_bytes=body, est_tokens=tokens,
                                    window=self.window, cap=self.caps.effective()), log)
         return Reply(text=result.answer.text, finish_reason=result.stop.value,
-                     usage=Usage(log.prompt_tokens, log.completion_tokens),
+                     usage=Usage(log.prompt_tokens, log.completion_tokens,
+                                 log.cached_tokens, log.cache_write_tokens),
                      actions=log.actions, model=self.model)
 
     def dry_run(self, text: str | None = None, *, max_tokens: int | None = None,

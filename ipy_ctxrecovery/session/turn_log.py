@@ -42,6 +42,10 @@ class TurnLog:
     events: list[Event] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int | None = None
+    """Prompt tokens read from the provider's cache, summed (None: no reply said)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens written to the provider's cache, summed (None: no reply said)."""
     shrinks: list[Shrink] = field(default_factory=list)
     """Every shrink this turn applied, oldest first."""
     deadline: float | None = None
@@ -60,9 +64,14 @@ class TurnLog:
         """What happened, one rendered line (or block) per event that has something to say."""
         return tuple(line for line in (describe(e) for e in self.events) if line)
 
-    def add_usage(self, prompt: int | None, completion: int | None) -> None:
+    def add_usage(self, prompt: int | None, completion: int | None,
+                  cached: int | None = None, cache_write: int | None = None) -> None:
         self.prompt_tokens += prompt or 0
         self.completion_tokens += completion or 0
+        if cached is not None:
+            self.cached_tokens = (self.cached_tokens or 0) + cached
+        if cache_write is not None:
+            self.cache_write_tokens = (self.cache_write_tokens or 0) + cache_write
 
 
 class EventBus:
