@@ -81,6 +81,7 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_MAX_PAYLOAD": "512KB",
         "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "3",
         "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "6",
+        "CHATCLI_PROMPT_CACHING": "off",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -90,6 +91,7 @@ def test_from_env_reads_every_variable() -> None:
     assert s.emergency_keep_messages == 6
     assert s.max_payload == 512 * 1024
     assert (s.microcompact_truncate_turns, s.microcompact_summarize_turns) == (3, 6)
+    assert s.prompt_caching is False and Settings().prompt_caching is True
     assert set(ENV_VARS) == {k for k in env if k.startswith("CHATCLI_")}
 
 
@@ -113,6 +115,7 @@ BAD_VALUES = {
     "CHATCLI_MAX_PAYLOAD": ["abc", "-5MB", "5XB", "1,5MB"],
     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": ["two", "0", "-1", "9"],
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": ["four", "1", "-4"],
+    "CHATCLI_PROMPT_CACHING": ["maybe", "2"],
 }
 
 
