@@ -19,6 +19,14 @@ continues as is — where the catalogue says the model accepts one (``assistant_
 the request does not turn on extended thinking, which rejects a prefill. Elsewhere the
 continuation prompt is used.
 
+Prompt caching (``Request.caching``, the ``prompt_caching`` setting, on by default): a
+``cache_control`` breakpoint on the last tool, on the system prompt (then sent as one text
+block), on the last block of the last message, and on the last block of the message two
+before it — the previous request's last message, so its entry is read however many blocks
+a tool round added (the API looks back only 20). At most four; each only where the prefix
+it ends is estimated to reach the model's minimum cacheable length
+(``core.caching.min_cacheable_tokens``). ``measure`` counts them: the size is exact.
+
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
 ``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
 for small windows such as the emulator's, where the input must fit next to it).
