@@ -190,3 +190,15 @@ def test_an_openai_session_shows_cached_tokens_once_past_1024(emu: Any) -> None:
         else:
             assert cached >= 1024 and cached % 128 == 0 and cached > before - 128, seen
     assert seen[-1][1], seen
+
+
+def test_the_turn_log_sums_cache_figures_only_when_reported() -> None:
+    from ipy_ctxrecovery.session.turn_log import TurnLog
+
+    log = TurnLog()
+    log.add_usage(100, 10)
+    assert (log.cached_tokens, log.cache_write_tokens) == (None, None)
+    log.add_usage(2000, 20, 1500, None)
+    log.add_usage(2100, 20, 1900, 150)
+    assert (log.prompt_tokens, log.completion_tokens) == (4200, 50)
+    assert (log.cached_tokens, log.cache_write_tokens) == (3400, 150)
