@@ -24,7 +24,6 @@ a ``cache_control`` that is not ``{"type": "ephemeral"}`` with a ``5m``/``1h`` t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
@@ -66,15 +65,24 @@ class Block:
     """One Anthropic block: the key of the prefix it ends, its prefix tokens, its
     ``cache_control`` (None when it has none)."""
 
-    key: bytes
+    key: int
     tokens: int
     cache_control: Any = None
 
 
-def _canonical(value: Any) -> bytes:
-    if isinstance(value, Mapping):
+_PLAIN_TEXT = frozenset({"type", "text", "cache_control"})
+
+
+def _content_key(value: Any) -> Any:
+    """What a block's content is, for the cache key: its ``cache_control`` left out (a
+    text block is keyed by its text, hashed once by Python; any other by its JSON)."""
+    if type(value) is str:
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
+        if value.get("type") == "text" and value.keys() <= _PLAIN_TEXT:
+            return ("text", value.get("text"))
         value = {k: v for k, v in value.items() if k != "cache_control"}
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _tokens(nbytes: int) -> int:
@@ -100,20 +108,21 @@ def _counted(block: Mapping[str, Any]) -> str:
 def anthropic_blocks(body: Mapping[str, Any]) -> list[Block]:
     """The blocks of a Messages request in cache order (tools, system, messages), each with
     its prefix tokens: the last one's equal ``replies.prompt_tokens`` of the request."""
-    model = str(body.get("model") or "")
-    digest = hashlib.blake2b(model.encode(), digest_size=16)
+    key = hash(("model", str(body.get("model") or "")))
     blocks: list[Block] = []
 
-    def add(marker: bytes, block: Any, tokens: int) -> None:
-        digest.update(marker + _canonical(block))
+    def add(marker: str, block: Any, tokens: int) -> None:
+        # A chain of Python hashes: the key of a block stands for its whole prefix.
+        nonlocal key
+        key = hash((key, marker, _content_key(block)))
         control = block.get("cache_control") if isinstance(block, Mapping) else None
-        blocks.append(Block(digest.copy().digest(), tokens, control))
+        blocks.append(Block(key, tokens, control))
 
     base = TOKENS_PER_REQUEST
     tools = body.get("tools") or None
     if isinstance(tools, list):
         for i, tool in enumerate(tools):
-            add(b"\x00tool", tool, base + count_tokens(json.dumps(tools[:i + 1])))
+            add("tool", tool, base + count_tokens(json.dumps(tools[:i + 1])))
         base += count_tokens(json.dumps(tools))
     elif tools:
         base += count_tokens(json.dumps(tools))
@@ -124,15 +133,15 @@ def anthropic_blocks(body: Mapping[str, Any]) -> list[Block]:
         used = 0
         for part in parts:
             used += len(_text_of([part]).encode())
-            add(b"\x00system", part, base + TOKENS_PER_MESSAGE + _tokens(used))
+            add("system", part, base + TOKENS_PER_MESSAGE + _tokens(used))
         base += count_tokens(_text_of(system)) + TOKENS_PER_MESSAGE
     else:
         for part in parts:
-            add(b"\x00system", part, base)
+            add("system", part, base)
     for message in body.get("messages") or []:
         if not isinstance(message, Mapping):
             continue
-        marker = b"\x00message:" + str(message.get("role", "user")).encode()
+        marker = "message:" + str(message.get("role", "user"))
         content = message.get("content")
         if isinstance(content, str) or content is None:
             text = content or ""
@@ -146,7 +155,7 @@ def anthropic_blocks(body: Mapping[str, Any]) -> list[Block]:
                 continue
             used += len(_counted(block).encode())
             add(marker, block, base + TOKENS_PER_MESSAGE + _tokens(used))
-            marker = b"\x00block"
+            marker = "block"
         base += TOKENS_PER_MESSAGE + _tokens(used)
     return blocks
 
@@ -204,7 +213,7 @@ class PromptCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._prompts: dict[str, deque[_Prompt]] = {}
-        self._entries: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[float, float]] = OrderedDict()
 
     def clear(self) -> None:
         with self._lock:
@@ -240,10 +249,10 @@ class PromptCache:
     # -- Anthropic --------------------------------------------------------------------------
     def anthropic(self, body: Mapping[str, Any]) -> CacheUsage:
         """Read and write this request's breakpoints (``breakpoint_error`` already None)."""
+        if not _controls(body):
+            return CacheUsage()
         blocks = anthropic_blocks(body)
         marks = [i for i, b in enumerate(blocks) if b.cache_control is not None]
-        if not marks:
-            return CacheUsage()
         least = caching.min_cacheable_tokens(str(body.get("model") or ""))
         now = self._clock()
         with self._lock:
