@@ -165,10 +165,11 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_SUMMARY_MAX_REQUESTS": "summary_max_requests",
     "CHATCLI_PRICES": "prices",
     "CHATCLI_BACKGROUND_COMPACTION": "background_compaction",
+    "CHATCLI_PROMPT_CACHING": "prompt_caching",
 }
 
 _FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window",
-                          "background_compaction"})
+                          "background_compaction", "prompt_caching"})
 _TEXT_FIELDS = frozenset({"read_file_root", "prices"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
@@ -276,6 +277,10 @@ class Settings:
     OpenRouter's and LM Studio's model lists say it)."""
 
     # --- prompt caching and cost (docs/caching.md) ---
+    prompt_caching: bool = True
+    """Set cache breakpoints on the Anthropic wire (tools, system prompt, the conversation),
+    so a turn reads its repeated prefix from the provider's cache (OpenAI caches on its
+    own). Off: no breakpoint is sent."""
     microcompact_clear_at_least: int = 4_000
     """Tokens: rewrites of messages already sent (microcompact, the tool-result budget) wait
     until they clear at least this many at once, unless a compaction or a fit is due or the

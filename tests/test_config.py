@@ -84,6 +84,7 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_SUMMARY_MAX_REQUESTS": "3",
         "CHATCLI_PRICES": "gpt-4o=1/0.5/0/2",
         "CHATCLI_BACKGROUND_COMPACTION": "off",
+        "CHATCLI_PROMPT_CACHING": "off",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -96,6 +97,7 @@ def test_from_env_reads_every_variable() -> None:
     assert (s.microcompact_truncate_turns, s.microcompact_summarize_turns) == (3, 6)
     assert s.summary_max_requests == 3
     assert s.prices == "gpt-4o=1/0.5/0/2"
+    assert s.prompt_caching is False and Settings().prompt_caching is True
     assert set(ENV_VARS) == {k for k in env if k.startswith("CHATCLI_")}
 
 
@@ -119,6 +121,7 @@ BAD_VALUES = {
     "CHATCLI_MAX_PAYLOAD": ["abc", "-5MB", "5XB", "1,5MB"],
     "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": ["two", "0", "-1", "9"],
     "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": ["four", "1", "-4"],
+    "CHATCLI_PROMPT_CACHING": ["maybe", "2"],
 }
 
 

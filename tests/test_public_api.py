@@ -16,7 +16,7 @@ CORE = ("settings", "errors", "failures", "redaction", "core", "core.history", "
         "core.microcompact", "core.compactor", "core.ladder", "core.preflight",
         "core.continuation", "core.classify", "core.exactfit", "core.retry",
         "core.recovery.evidence", "core.recovery.policy", "core.recovery.flow", "core.markers",
-        "core.cuts")
+        "core.cuts", "core.caching")
 
 
 def test_all_is_pinned() -> None:

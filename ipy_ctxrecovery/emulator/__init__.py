@@ -87,6 +87,19 @@ followed by the request is one message — and the request is the last such piec
 * Prefill (Anthropic path): a request whose last message is an assistant turn is
   continued exactly from that text, as the API does (``prefill="continue"``, the default).
 
+Prompt caching
+--------------
+Each emulator keeps both providers' prompt caches (``cache.py``; ``Emulator(clock=…)``
+gives their time, ``reset()`` empties them). OpenAI path: ``prompt_tokens_details.
+cached_tokens`` is the prefix (tools, then whole messages) shared with a request of the
+same model used in the last 5 minutes, 0 below 1,024 tokens, in 128-token steps past it.
+Anthropic path: at each ``cache_control`` block (tools → system → messages, at most 4,
+else the API's 400) an entry of the same prefix written at it or up to 20 blocks before
+it is read (``cache_read_input_tokens``); each breakpoint whose prefix reaches the model's
+minimum (1,024 tokens; 2,048 for Haiku 3/3.5, 4,096 for Haiku 4.5 and Opus 4.5+) writes
+its entry for its ``ttl`` (``5m`` default, ``1h``), the tokens past the read being
+``cache_creation_input_tokens``; ``input_tokens`` is the rest of the prompt.
+
 Faults
 ------
 Middleboxes first, in order: ``drop_over`` (connection reset mid-request, no response),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import faults, quirks, replies, roles, wire
+from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
 __all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "respond"]
@@ -35,13 +36,15 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             continuation: replies.Continuation | None = None, prefill: str = "continue",
             alternation: str | None = None, string_content_only: bool = False,
             empty_stream_on_error: bool = False, stream_usage: bool = True,
+            cache: PromptCache | None = None,
             ) -> tuple[str | None, Answer | Streamed]:
     """The provider's answer to a parsed request body, and the fault label if it is one
     (``auth``, ``output_limit``, ``context``, ``prefill``, ``alternation``, ``content``).
 
     ``continuation`` is how the continuation prompt is answered; ``prefill`` is
     ``continue`` or ``reject``; ``alternation`` a :data:`roles.STYLES` name or None; the
-    last three are the OpenAI path's :mod:`quirks <.quirks>`.
+    next three are the OpenAI path's :mod:`quirks <.quirks>`; ``cache`` the emulator's
+    prompt caches (:mod:`.cache`), read and written by an answered request only.
     """
     if api_key is not None and presented_key != api_key:
         return "auth", faults.auth_error(wire_name, presented_key)
@@ -68,6 +71,9 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             return "prefill", faults.bad_request(wire_name, NO_PREFILL)
         if prefilled is not None and prefilled != prefilled.rstrip():
             return "prefill", faults.bad_request(wire_name, PREFILL_WHITESPACE)
+        cache_problem = breakpoint_error(body)
+        if cache_problem is not None:
+            return None, faults.bad_request(wire_name, cache_problem)
     else:
         messages = body.get("messages")
         if string_content_only and isinstance(messages, list) \
@@ -108,13 +114,20 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         limits.append(cap)
     plan = replies.plan(turns, tools=tools, limit=min(limits), continuation=continuation,
                         prefill=prefilled is not None)
+    cached = CacheUsage()
     if wire_name == "anthropic":
+        if cache is not None:
+            cached = cache.anthropic(body)
         ident = new_id("msg_emu")
         headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
         if stream:
-            return None, (headers, wire.anthropic_events(plan, model=model, ident=ident))
-        return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident),
+            return None, (headers, wire.anthropic_events(plan, model=model, ident=ident,
+                                                         cache=cached))
+        return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident,
+                                                        cache=cached),
                             (("Content-Type", "application/json"), *headers))
+    if cache is not None:
+        cached = cache.openai(model, turns, tools)
     ident = new_id("chatcmpl-emu")
     headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
     if stream:
@@ -122,8 +135,9 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         include = stream_usage and bool(isinstance(options, dict)
                                         and options.get("include_usage"))
         return None, (headers, wire.openai_chunks(plan, model=model, ident=ident,
-                                                  include_usage=include))
-    return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident),
+                                                  include_usage=include, cache=cached))
+    return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident,
+                                                    cache=cached),
                         (("Content-Type", "application/json"), *headers))
 
 

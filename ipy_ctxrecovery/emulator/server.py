@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..redaction import MASK
 from ..settings import parse_size
 from . import api, faults, quirks, replies, roles
+from .cache import PromptCache
 from .faults import Answer, Fault
 
 __all__ = ["Emulator", "RequestRecord"]
@@ -178,8 +179,11 @@ class Emulator:
                  prefill: str = "continue", alternation: str | None = None,
                  served_models: tuple[str, ...] = ("emulator",),
                  string_content_only: bool = False, empty_stream_on_error: bool = False,
-                 stream_usage: bool = True) -> None:
+                 stream_usage: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        #: This emulator's prompt caches (:mod:`.cache`); ``clock`` gives their time.
+        self.cache = PromptCache(clock)
         self._faults: deque[Fault] = deque()
         if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
                 or keep_requests < 1:
@@ -400,7 +404,8 @@ class Emulator:
             return self._received
 
     def reset(self) -> None:
-        """Forget the recorded requests and drop queued faults."""
+        """Forget the recorded requests and the prompt caches, and drop queued faults."""
+        self.cache.clear()
         with self._lock:
             self._records.clear()
             self._with_body.clear()
@@ -621,7 +626,8 @@ class _Handler(BaseHTTPRequestHandler):
                                               emu.continuation_repeat),
             prefill=emu.prefill, alternation=emu.alternation,
             string_content_only=emu.string_content_only,
-            empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage)
+            empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage,
+            cache=emu.cache)
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":

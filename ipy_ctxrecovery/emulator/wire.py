@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .cache import CacheUsage
 from .replies import Plan
 
 __all__ = [
@@ -70,12 +71,15 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 # --------------------------------------------------------------------------- OpenAI
 
-def _openai_usage(plan: Plan) -> dict[str, Any]:
+_NO_CACHE = CacheUsage()
+
+
+def _openai_usage(plan: Plan, cache: CacheUsage = _NO_CACHE) -> dict[str, Any]:
     return {
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": plan.completion_tokens,
         "total_tokens": plan.prompt_tokens + plan.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cache.read, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
@@ -88,7 +92,7 @@ def _openai_tool_calls(plan: Plan) -> list[dict[str, Any]]:
 
 
 def openai_completion(plan: Plan, *, model: str, ident: str,
-                      created: int | None = None) -> bytes:
+                      created: int | None = None, cache: CacheUsage = _NO_CACHE) -> bytes:
     """A non-streamed ``chat.completion`` body (pretty-printed, as the real API sends)."""
     message: dict[str, Any] = {"role": "assistant",
                                "content": plan.text if not plan.tool_calls else None,
@@ -102,7 +106,7 @@ def openai_completion(plan: Plan, *, model: str, ident: str,
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": OPENAI_FINISH[plan.finish]}],
-        "usage": _openai_usage(plan),
+        "usage": _openai_usage(plan, cache),
         "service_tier": "default",
         "system_fingerprint": SYSTEM_FINGERPRINT,
     }
@@ -110,7 +114,7 @@ def openai_completion(plan: Plan, *, model: str, ident: str,
 
 
 def openai_chunks(plan: Plan, *, model: str, ident: str, include_usage: bool = False,
-                  created: int | None = None) -> Iterator[bytes]:
+                  created: int | None = None, cache: CacheUsage = _NO_CACHE) -> Iterator[bytes]:
     """The SSE byte stream of a streamed chat completion, ending with ``data: [DONE]``."""
     stamp = int(time.time()) if created is None else created
 
@@ -144,16 +148,21 @@ def openai_chunks(plan: Plan, *, model: str, ident: str, include_usage: bool = F
         yield sse({"id": ident, "object": "chat.completion.chunk", "created": stamp,
                    "model": model, "service_tier": "default",
                    "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
-                   "usage": _openai_usage(plan)})
+                   "usage": _openai_usage(plan, cache)})
     yield sse("[DONE]")
 
 
 # --------------------------------------------------------------------------- Anthropic
 
-def _anthropic_usage(plan: Plan, output_tokens: int) -> dict[str, Any]:
-    return {"input_tokens": plan.prompt_tokens, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0, "output_tokens": output_tokens,
-            "service_tier": "standard"}
+def _anthropic_usage(plan: Plan, output_tokens: int,
+                     cache: CacheUsage = _NO_CACHE) -> dict[str, Any]:
+    """``input_tokens`` is the uncached remainder: the prompt less what was read or written."""
+    return {"input_tokens": plan.prompt_tokens - cache.read - cache.write,
+            "cache_creation_input_tokens": cache.write,
+            "cache_read_input_tokens": cache.read,
+            "cache_creation": {"ephemeral_5m_input_tokens": cache.write - cache.write_1h,
+                               "ephemeral_1h_input_tokens": cache.write_1h},
+            "output_tokens": output_tokens, "service_tier": "standard"}
 
 
 def _anthropic_content(plan: Plan) -> list[dict[str, Any]]:
@@ -163,22 +172,24 @@ def _anthropic_content(plan: Plan) -> list[dict[str, Any]]:
     return [{"type": "text", "text": plan.text}]
 
 
-def anthropic_message(plan: Plan, *, model: str, ident: str) -> bytes:
+def anthropic_message(plan: Plan, *, model: str, ident: str,
+                      cache: CacheUsage = _NO_CACHE) -> bytes:
     """A non-streamed ``message`` body."""
     body = {
         "id": ident, "type": "message", "role": "assistant", "model": model,
         "content": _anthropic_content(plan),
         "stop_reason": ANTHROPIC_STOP[plan.finish], "stop_sequence": None,
-        "usage": _anthropic_usage(plan, plan.completion_tokens),
+        "usage": _anthropic_usage(plan, plan.completion_tokens, cache),
     }
     return _compact(body).encode()
 
 
-def anthropic_events(plan: Plan, *, model: str, ident: str) -> Iterator[bytes]:
+def anthropic_events(plan: Plan, *, model: str, ident: str,
+                     cache: CacheUsage = _NO_CACHE) -> Iterator[bytes]:
     """The SSE byte stream of a streamed message, as the Messages API sends it."""
     start: dict[str, Any] = {"id": ident, "type": "message", "role": "assistant", "model": model,
              "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": _anthropic_usage(plan, 1)}
+             "usage": _anthropic_usage(plan, 1, cache)}
     yield sse({"type": "message_start", "message": start}, "message_start")
     if plan.tool_calls:
         for index, call in enumerate(plan.tool_calls):

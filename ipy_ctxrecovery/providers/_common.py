@@ -511,6 +511,11 @@ class SDKAdapter:
         """(one message's size item, the fold's start, its step) for :meth:`_folded`."""
         raise NotImplementedError
 
+    def _marks_size(self, request: Request) -> int:
+        """What the converter adds to the messages array beyond the messages themselves
+        (the Anthropic adapter's cache breakpoints): 0 by default."""
+        return 0
+
     def _fold_steps(self) -> Callable[[Any, list[Any]], Any] | None:
         """The fold's step over many items at once (None: one ``step`` per item)."""
         return None
@@ -605,7 +610,8 @@ class SDKAdapter:
                 sizes = {k: json_size(kwargs[k]) if k == "tools" else converted_size(kwargs[k])
                          for k in template.slots if k != "messages"}
                 if "messages" in template.slots:
-                    sizes["messages"] = self._messages_size(request.messages)
+                    sizes["messages"] = self._messages_size(request.messages) \
+                        + self._marks_size(request)
                 return template.size(sizes)
             except (TypeError, ValueError):
                 pass

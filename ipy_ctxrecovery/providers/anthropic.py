@@ -19,6 +19,14 @@ continues as is — where the catalogue says the model accepts one (``assistant_
 the request does not turn on extended thinking, which rejects a prefill. Elsewhere the
 continuation prompt is used.
 
+Prompt caching (``Request.caching``, the ``prompt_caching`` setting, on by default): a
+``cache_control`` breakpoint on the last tool, on the system prompt (then sent as one text
+block), on the last block of the last message, and on the last block of the message two
+before it — the previous request's last message, so its entry is read however many blocks
+a tool round added (the API looks back only 20). At most four; each only where the prefix
+it ends is estimated to reach the model's minimum cacheable length
+(``core.caching.min_cacheable_tokens``). ``measure`` counts them: the size is exact.
+
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
 ``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
 for small windows such as the emulator's, where the input must fit next to it).
@@ -31,11 +39,13 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import httpx2
 
+from ..core.caching import BREAKPOINT, min_cacheable_tokens
 from ..core.catalogue import ModelInfo
 from ..core.history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
 from ..errors import ConfigError
@@ -46,6 +56,7 @@ from ._common import (
     converted_size,
     field,
     incomplete_reply,
+    json_size,
     parse_arguments,
     plain,
     split_options,
@@ -208,6 +219,35 @@ def _block(block: Block) -> dict[str, Any] | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Where a request's cache breakpoints go: the last tool, the system block, the last
+    block of the last message, the last block of the message two before it."""
+
+    tools: bool = False
+    system: bool = False
+    final: bool = False
+    earlier: bool = False
+
+
+_NO_MARKS = _Marks()
+_BREAKPOINT_BYTES = converted_size({"type": "text", "cache_control": BREAKPOINT}) \
+    - converted_size({"type": "text"})
+"""What a breakpoint adds to the block it is set on (``,"cache_control":{…}``)."""
+
+
+def _marked(block: dict[str, Any]) -> dict[str, Any]:
+    return {**block, "cache_control": dict(BREAKPOINT)}
+
+
+def _mark_messages(messages: list[dict[str, Any]], marks: _Marks) -> None:
+    """Set the message breakpoints of ``marks`` on ``to_anthropic``'s messages."""
+    for wanted, at in ((marks.final, -1), (marks.earlier, -3)):
+        if wanted and len(messages) >= -at:
+            content = messages[at]["content"]
+            content[-1] = _marked(content[-1])
+
+
 class _Refused(ReplyRefused, anthropic.AnthropicError):
     """A reply refused for its size (``_guard``), as the SDK's own error: not retried."""
 
@@ -220,6 +260,7 @@ class AnthropicProvider(SDKAdapter):
     plain_client = anthropic.Anthropic
     refusal = _Refused
     _system_fold: PrefixFold | None = None
+    _last_marks: tuple[Request, _Marks] | None = None
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -270,9 +311,18 @@ class AnthropicProvider(SDKAdapter):
         kwargs["messages"] = messages
         if system is not None:
             kwargs["system"] = system
-        if request.tools:
-            kwargs["tools"] = [{"name": t.name, "description": t.description,
-                                "input_schema": plain(t.parameters)} for t in request.tools]
+        tools = [{"name": t.name, "description": t.description,
+                  "input_schema": plain(t.parameters)} for t in request.tools]
+        marks = self._marks(request, tools, system)
+        self._last_marks = (request, marks)
+        if marks.tools:
+            tools[-1] = _marked(tools[-1])
+        if tools:
+            kwargs["tools"] = tools
+        if marks.system and system is not None:
+            kwargs["system"] = [_marked({"type": "text", "text": system})]
+        if convert:
+            _mark_messages(messages, marks)
         kwargs["stream"] = request.stream
         if not request.stream and "timeout" not in kwargs:
             # The SDK refuses non-streaming calls with a large max_tokens unless a timeout
@@ -284,6 +334,57 @@ class AnthropicProvider(SDKAdapter):
 
     def _resource(self, client: Any) -> Any:
         return client.messages
+
+    def _marks(self, request: Request, tools: list[dict[str, Any]],
+               system: str | None) -> _Marks:
+        """The breakpoints ``request`` gets: on the last tool, the system block, the last
+        message and the one two before it (the previous turn's last message, so that turn's
+        entry is found however many blocks the turn added), each only where the prefix it
+        ends is estimated (``Request.caching``) to reach the model's minimum cacheable
+        length. At most four; decided from sizes, so ``measure`` and ``encode`` agree."""
+        caching = request.caching
+        if caching is None:
+            return _NO_MARKS
+        least = min_cacheable_tokens(self.model_id) * caching.bytes_per_token
+        done = json_size(tools) if tools else 0
+        on_tools = bool(tools) and done >= least
+        if system is not None:
+            done += converted_size(system)
+        on_system = system is not None and done >= least
+        runs, tail = self._tail(request.messages)
+        total = done + self._messages_size(request.messages)
+        return _Marks(on_tools, on_system, runs >= 1 and total >= least,
+                      runs >= 3 and total - tail >= least)
+
+    def _tail(self, messages: tuple[Message, ...]) -> tuple[int, int]:
+        """(messages ``to_anthropic`` sends, bytes of its last two): from the size fold and
+        the memoized sizes of the history's tail."""
+        _, units, role, _, _ = self._folded(messages)
+        runs = units + (role is not None)
+        seen, last, tail = 0, None, 0
+        for m in reversed(messages):
+            item = self._memo.get(m, _message_size)
+            if item is None:
+                continue
+            if item[0] != last:
+                seen += 1
+                if seen > 2:
+                    break
+                last = item[0]
+                tail += _EMPTY_MESSAGE[item[0]]
+            tail += item[1] + item[2]
+        return runs, tail
+
+    def _marks_size(self, request: Request) -> int:
+        """The bytes the message breakpoints add (those on tools and system are in their
+        own fields): the marks ``_kwargs`` just decided for this request."""
+        last = self._last_marks
+        if last is None or last[0] is not request:
+            self._kwargs(request, convert=False)
+            last = self._last_marks
+        assert last is not None
+        marks = last[1]
+        return _BREAKPOINT_BYTES * (marks.final + marks.earlier)
 
     @property
     def default_max_tokens(self) -> int:
@@ -352,6 +453,10 @@ class AnthropicProvider(SDKAdapter):
             else:
                 parts.append(_EMPTY_MESSAGE[role] + size + count - 1 + (previous is not None))
                 previous = role
+        # Cache breakpoints (and a system block that carries one) are the last message's.
+        rest = self.measure(request) - base - sum(parts)
+        if rest and parts:
+            parts[-1] += rest
         return base, parts
 
     def _read_reply(self, result: Any, size: int) -> Response:
@@ -364,15 +469,24 @@ class AnthropicProvider(SDKAdapter):
 
 # -- reading replies ------------------------------------------------------------------------
 
-def _usage(usage: Any, prompt: int | None = None) -> Usage:
+def _usage(usage: Any, earlier: Usage | None = None) -> Usage:
+    """The SDK's ``Usage`` (or a ``message_delta``'s): ``prompt_tokens`` is input_tokens +
+    cache_creation_input_tokens + cache_read_input_tokens — cached prompt tokens are
+    prompt tokens too, the window holds all of them. What it leaves out is ``earlier``'s
+    (a stream's ``message_start``)."""
+    before = earlier or Usage()
     if usage is None:
-        return Usage(prompt, None)
-    parts = [field(usage, name) for name in
-             ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-    # Cached prompt tokens are prompt tokens too; the window holds all of them.
-    known = [p for p in parts if isinstance(p, int)]
-    total = sum(known) if known else prompt
-    return Usage(total, field(usage, "output_tokens"))
+        return before
+    uncached, written, read = (field(usage, name) for name in (
+        "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    written = written if isinstance(written, int) else before.cache_write_tokens
+    read = read if isinstance(read, int) else before.cached_tokens
+    total = before.prompt_tokens
+    if isinstance(uncached, int):
+        total = uncached + (written or 0) + (read or 0)
+    output = field(usage, "output_tokens")
+    return Usage(total, output if isinstance(output, int) else before.completion_tokens,
+                 read, written)
 
 
 def _stop(raw: str | None) -> StopReason:
@@ -435,7 +549,6 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
                  progress: StreamProgress) -> Response:
     blocks: dict[int, _BlockParts] = {}
     stop: str | None = None
-    prompt: int | None = None
     usage = Usage()
     for event in stream:
         kind = getattr(event, "type", None)
@@ -443,7 +556,6 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
             progress.said = True
         if kind == "message_start":
             usage = _usage(event.message.usage)
-            prompt = usage.prompt_tokens
         elif kind == "content_block_start":
             blocks[event.index] = _BlockParts(event.content_block)
         elif kind == "content_block_delta":
@@ -466,9 +578,7 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
                 parts.parts.append(delta.partial_json)
         elif kind == "message_delta":
             stop = event.delta.stop_reason or stop
-            final = _usage(event.usage, prompt)
-            usage = Usage(final.prompt_tokens if final.prompt_tokens is not None else prompt,
-                          final.completion_tokens)
+            usage = _usage(event.usage, usage)
     if stop is None:
         raise incomplete_reply(size, api, "no stop_reason arrived", empty=not progress.said)
     if not blocks and stop != "refusal":

@@ -33,6 +33,7 @@ from ..core.history import History, Message
 
 __all__ = [
     "AdvertisesWindow",
+    "Caching",
     "Cancel",
     "Closable",
     "DefaultsMaxTokens",
@@ -89,6 +90,15 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Caching:
+    """Prompt-caching breakpoints for a request, on a wire that takes them (Anthropic's):
+    a breakpoint is placed only where the prefix before it is estimated, at
+    ``bytes_per_token`` body bytes a token, to reach the model's minimum cacheable length."""
+
+    bytes_per_token: float = 4.0
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     messages: History
     max_tokens: int | None = None
@@ -102,6 +112,8 @@ class Request:
     """The largest reply body read (bytes; None: no bound); a larger one is refused unread."""
     cancel: Cancel | None = field(default=None, compare=False)
     """Set when the caller has given up on this send (the provider stops and lets go)."""
+    caching: Caching | None = Caching()
+    """Cache breakpoints to place (None: none; the ``prompt_caching`` setting)."""
 
 
 class StopReason(StrEnum):
@@ -116,6 +128,15 @@ class StopReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens a reply used, as the provider reported them (None: not reported).
+
+    ``prompt_tokens`` is the whole input on both wires: the uncached part, plus what was
+    read from the prompt cache (``cached_tokens``: OpenAI's ``prompt_tokens_details.
+    cached_tokens``, Anthropic's ``cache_read_input_tokens``), plus what was written to it
+    (``cache_write_tokens``: Anthropic's ``cache_creation_input_tokens``; OpenAI writes
+    without saying so).
+    """
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int = 0
@@ -127,6 +148,15 @@ class Usage:
     def reported(self) -> bool:
         """Whether the reply said how many tokens it used at all."""
         return self.prompt_tokens is not None or self.completion_tokens is not None
+
+    @property
+    def uncached_input(self) -> int | None:
+        """The input billed at the full price: ``prompt_tokens`` less cache reads and
+        writes (None when the prompt tokens were not reported)."""
+        if self.prompt_tokens is None:
+            return None
+        return max(0, self.prompt_tokens - (self.cached_tokens or 0)
+                   - (self.cache_write_tokens or 0))
 
 
 @dataclass(frozen=True, slots=True)

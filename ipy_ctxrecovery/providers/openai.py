@@ -437,9 +437,14 @@ def _reasoning_of(obj: Any) -> str | None:
 
 
 def _usage(usage: Any) -> Usage:
+    """``CompletionUsage``: the prompt (cache reads included), the completion, and the
+    reads as ``prompt_tokens_details.cached_tokens`` (OpenAI reports no writes)."""
     if usage is None:
         return Usage()
-    return Usage(field(usage, "prompt_tokens"), field(usage, "completion_tokens"))
+    details = field(usage, "prompt_tokens_details")
+    cached = field(details, "cached_tokens") if details is not None else None
+    return Usage(field(usage, "prompt_tokens"), field(usage, "completion_tokens"),
+                 cached if isinstance(cached, int) else 0)
 
 
 def _stop(raw: str | None) -> StopReason:

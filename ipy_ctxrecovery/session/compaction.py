@@ -59,7 +59,8 @@ class SessionCompactor:
 
     def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> SummaryReply:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
-                                    Message.user(text)), max_tokens=max_tokens, stream=False)
+                                    Message.user(text)), max_tokens=max_tokens, stream=False,
+                          caching=None)   # sent once: a cache write would cost, not save
         provider, limits = self.sizer.endpoint.provider, self.sizer.limits
         caps = limits.caps
         size = self.sizer.prepare(request).size
@@ -126,7 +127,7 @@ class SessionCompactor:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                           cached=response.usage.cached_tokens,
-                          written=response.usage.cache_write_tokens)
+                          cache_write=response.usage.cache_write_tokens)
         usage = response.usage
         return SummaryReply(response.message.text, truncated=response.stop is StopReason.LENGTH,
                             input_tokens=usage.prompt_tokens,

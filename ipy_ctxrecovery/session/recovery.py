@@ -186,7 +186,7 @@ class RecoveryLoop:
                                response.usage.completion_tokens)
         log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                       cached=response.usage.cached_tokens,
-                      written=response.usage.cache_write_tokens)
+                      cache_write=response.usage.cache_write_tokens)
         recovered()
         if unstreamed and spec.stream and on_text is not None and response.message.text:
             on_text(response.message.text)      # shown as a streamed answer would be

@@ -23,6 +23,7 @@ from ..core.catalogue import lookup
 from ..core.history import History, Message, Role, latest_user_index
 from ..providers.base import (
     AdvertisesWindow,
+    Caching,
     Prepared,
     Request,
     ToolSpec,
@@ -203,7 +204,15 @@ class RequestSizer:
     # -- bytes -------------------------------------------------------------------------------
     def request(self, history: History, spec: RequestSpec) -> Request:
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
-                       options=dict(spec.options), stream=spec.stream)
+                       options=dict(spec.options), stream=spec.stream, caching=self.caching)
+
+    @property
+    def caching(self) -> Caching | None:
+        """The cache breakpoints a request asks for (``prompt_caching``), placed by the
+        session's own token estimate (its calibrated bytes per token); None when off."""
+        if not self.settings.prompt_caching:
+            return None
+        return Caching(self.limits.tokens.bytes_per_token)
 
     def prepare(self, request: Request) -> Prepared:
         """Pre-flight's view of ``request``: its exact body size and the max_tokens the body

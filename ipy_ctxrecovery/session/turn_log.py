@@ -43,7 +43,9 @@ class TurnLog:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    """Prompt tokens read from the provider's cache, summed."""
     cache_write_tokens: int = 0
+    """Prompt tokens written to the provider's cache, summed."""
     shrinks: list[Shrink] = field(default_factory=list)
     """Every shrink this turn applied, oldest first."""
     deadline: float | None = None
@@ -62,12 +64,12 @@ class TurnLog:
         """What happened, one rendered line (or block) per event that has something to say."""
         return tuple(line for line in (describe(e) for e in self.events) if line)
 
-    def add_usage(self, prompt: int | None, completion: int | None, *, cached: int = 0,
-                  written: int = 0) -> None:
+    def add_usage(self, prompt: int | None, completion: int | None, *,
+                  cached: int | None = 0, cache_write: int | None = 0) -> None:
         self.prompt_tokens += prompt or 0
         self.completion_tokens += completion or 0
         self.cached_tokens += cached or 0
-        self.cache_write_tokens += written or 0
+        self.cache_write_tokens += cache_write or 0
 
 
 class EventBus:

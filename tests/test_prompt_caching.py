@@ -1,0 +1,204 @@
+"""Prompt caching end to end: the Anthropic adapter's ``cache_control`` breakpoints (count,
+order, placement, the minimum length, the ``prompt_caching`` setting) read from the bodies
+the emulator received; the cache figures in ``Usage`` on both wires; and whole sessions
+reading most of their input from the emulator's caches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.history import Message
+from ipy_ctxrecovery.emulator import Emulator
+from ipy_ctxrecovery.providers import make_provider
+from ipy_ctxrecovery.providers.base import Caching, Request, ToolSpec
+
+BIG_SYSTEM = "You answer questions about the project. " * 150      # ~1,500 tokens
+BIG_TOOLS = tuple(ToolSpec(f"tool_{i}", "Looks things up in the project. " * 40,
+                           {"type": "object", "properties": {"q": {"type": "string"}}})
+                  for i in range(5))                              # ~1,700 tokens
+
+
+def breakpoints(body: dict[str, Any]) -> list[str]:
+    """Where the body's cache_control blocks are, in the API's order."""
+    found = [f"tools.{i}" for i, t in enumerate(body.get("tools") or ()) if "cache_control" in t]
+    system = body.get("system")
+    if isinstance(system, list):
+        found += [f"system.{i}" for i, b in enumerate(system) if "cache_control" in b]
+    for m, message in enumerate(body["messages"]):
+        content = message["content"]
+        if isinstance(content, list):
+            found += [f"messages.{m}.{i}" for i, b in enumerate(content) if "cache_control" in b]
+    return found
+
+
+def conversation(turns: int, words: int = 60) -> tuple[Message, ...]:
+    history: tuple[Message, ...] = (Message.system(BIG_SYSTEM),)
+    for i in range(turns):
+        history += (Message.user(f"question {i}: " + "why " * words),)
+        if i < turns - 1:
+            history += (Message.assistant(f"answer {i}: " + "because " * words),)
+    return history
+
+
+@pytest.fixture
+def emu() -> Any:
+    with Emulator(context_window=200_000) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def provider(emu: Any) -> Any:
+    p = make_provider("emulator:anthropic", emulator=emu)
+    yield p
+    p.close()
+
+
+def sent(provider: Any, emu: Any, request: Request) -> dict[str, Any]:
+    """The body the emulator received for ``request``, checked against the adapter's size."""
+    provider.send(request)
+    record = emu.requests[-1]
+    assert record.status == 200
+    assert provider.measure(request) == len(provider.encode(request)) == record.body_bytes
+    base, parts = provider.message_sizes(request)
+    assert base + sum(parts) == record.body_bytes
+    body: dict[str, Any] = record.body
+    return body
+
+
+def test_four_breakpoints_tools_system_then_the_conversation(provider: Any, emu: Any) -> None:
+    history = conversation(4)
+    body = sent(provider, emu, Request(history, max_tokens=50, tools=BIG_TOOLS, stream=False))
+    last = len(body["messages"]) - 1
+    assert breakpoints(body) == ["tools.4", "system.0", f"messages.{last - 2}.0",
+                                 f"messages.{last}.0"]
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert body["system"][0]["text"] == BIG_SYSTEM
+
+
+def test_a_tool_round_keeps_the_previous_turns_entry_in_reach(provider: Any, emu: Any) -> None:
+    """25 tool calls in one answer: the final breakpoint is more than 20 blocks past the
+    previous request's, so the earlier breakpoint on that request's last message is what
+    reads it."""
+    from ipy_ctxrecovery.core.history import ToolCall
+
+    history = conversation(2)
+    first = provider.send(Request(history, max_tokens=50, stream=False)).usage
+    calls = tuple(ToolCall(f"call_{i}", "tool_0", '{"q": "x"}') for i in range(25))
+    answer = Message.assistant("looking", calls)
+    results = tuple(Message.tool(f"call_{i}", f"result {i}") for i in range(25))
+    second = Request((*history, answer, *results), max_tokens=50, stream=False)
+    usage = provider.send(second).usage
+    # Everything the first request sent is read back, not only the system prompt.
+    assert usage.cached_tokens == first.prompt_tokens
+    body = emu.requests[-1].body
+    last = len(body["messages"]) - 1
+    assert breakpoints(body) == ["system.0", f"messages.{last - 2}.0", f"messages.{last}.24"]
+    assert provider.measure(second) == emu.requests[-1].body_bytes
+
+
+def test_no_breakpoint_below_the_minimum_cacheable_length(provider: Any, emu: Any) -> None:
+    small = (Message.system("Be brief."), Message.user("hi"), Message.assistant("hello"),
+             Message.user("and now?"))
+    on = sent(provider, emu, Request(small, max_tokens=50, tools=BIG_TOOLS[:1], stream=False))
+    assert breakpoints(on) == []
+    assert isinstance(on["system"], str)
+    off = sent(provider, emu, Request(small, max_tokens=50, tools=BIG_TOOLS[:1], stream=False,
+                                      caching=None))
+    assert on == off
+    # A big system prompt after small tools: the system and the messages get one, the
+    # tools (a prefix of ~400 tokens) none; the first turn has no earlier message.
+    one_turn = (Message.system(BIG_SYSTEM), Message.user("hi"))
+    body = sent(provider, emu, Request(one_turn, max_tokens=50, tools=BIG_TOOLS[:1],
+                                       stream=False))
+    assert breakpoints(body) == ["system.0", "messages.0.0"]
+
+
+def test_the_estimate_decides_the_minimum(provider: Any, emu: Any) -> None:
+    """~1,500 tokens at 4 bytes a token pass 1,024; at 10 bytes a token they do not."""
+    history = conversation(1)
+    body = sent(provider, emu, Request(history, max_tokens=50, stream=False))
+    assert breakpoints(body) == ["system.0", "messages.0.0"]
+    body = sent(provider, emu, Request(history, max_tokens=50, stream=False,
+                                       caching=Caching(bytes_per_token=10.0)))
+    assert breakpoints(body) == []
+
+
+def test_usage_carries_the_cache_figures_on_both_wires(emu: Any) -> None:
+    history = conversation(3, words=300)
+    for spec in ("emulator:anthropic", "emulator"):
+        p = make_provider(spec, emulator=emu)
+        try:
+            for stream in (False, True):
+                request = Request(history, max_tokens=50, stream=stream)
+                p.send(request)
+                usage = p.send(request).usage
+                assert usage.cached_tokens and usage.cached_tokens > 1024, (spec, stream, usage)
+                assert usage.prompt_tokens is not None and usage.uncached_input is not None
+                assert usage.uncached_input == usage.prompt_tokens - usage.cached_tokens \
+                    - (usage.cache_write_tokens or 0)
+                if spec == "emulator":
+                    assert usage.cache_write_tokens == 0     # OpenAI does not say
+                    assert usage.cached_tokens % 128 == 0
+                else:
+                    assert usage.cache_write_tokens == 0        # the same body: all read
+                    assert usage.cached_tokens == usage.prompt_tokens
+        finally:
+            p.close()
+
+
+def test_the_setting_switches_the_breakpoints_off(emu: Any) -> None:
+    for caching_on in (True, False):
+        session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
+                              settings=Settings(prompt_caching=caching_on),
+                              name=f"cache-{caching_on}")
+        reply = session.send("hello " * 50, stream=False)
+        raw = emu.requests[-1].raw
+        assert (b"cache_control" in raw) is caching_on
+        assert (reply.usage.cache_write_tokens or 0) > 0 if caching_on \
+            else not reply.usage.cache_write_tokens
+
+
+def test_a_ten_turn_anthropic_session_reads_most_input_from_cache(emu: Any) -> None:
+    session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM, name="ten")
+    shares = []
+    for turn in range(10):
+        reply = session.send(f"turn {turn}: " + "tell me more about it " * 20)
+        usage = reply.usage
+        assert usage.prompt_tokens and usage.cached_tokens is not None
+        shares.append(usage.cached_tokens / usage.prompt_tokens)
+        assert usage.uncached_input == usage.prompt_tokens - usage.cached_tokens \
+            - (usage.cache_write_tokens or 0)
+    assert shares[0] == 0
+    assert all(share > 0.75 for share in shares[1:]), shares
+    assert shares[-1] > 0.9, shares
+
+
+def test_an_openai_session_shows_cached_tokens_once_past_1024(emu: Any) -> None:
+    session = ChatSession("emulator", emulator=emu, system="Be helpful.", name="oa")
+    seen = []
+    for turn in range(8):
+        reply = session.send(f"turn {turn}: " + "tell me more about it " * 20)
+        seen.append((reply.usage.prompt_tokens, reply.usage.cached_tokens))
+    assert seen[0][1] == 0
+    for (before, _), (_, cached) in zip(seen, seen[1:], strict=False):
+        assert before is not None and cached is not None
+        if before < 1024:
+            assert cached == 0, seen
+        else:
+            assert cached >= 1024 and cached % 128 == 0 and cached > before - 128, seen
+    assert seen[-1][1], seen
+
+
+def test_the_turn_log_sums_cache_figures_as_reported() -> None:
+    from ipy_ctxrecovery.session.turn_log import TurnLog
+
+    log = TurnLog()
+    log.add_usage(100, 10)
+    assert (log.cached_tokens, log.cache_write_tokens) == (0, 0)
+    log.add_usage(2000, 20, cached=1500, cache_write=None)
+    log.add_usage(2100, 20, cached=1900, cache_write=150)
+    assert (log.prompt_tokens, log.completion_tokens) == (4200, 50)
+    assert (log.cached_tokens, log.cache_write_tokens) == (3400, 150)
