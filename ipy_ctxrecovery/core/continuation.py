@@ -87,6 +87,7 @@ from .history import TAG_CONTINUATION, Message
 
 __all__ = [
     "CONTINUATION_PROMPT",
+    "INCOMPLETE",
     "MAX_RETRACT_CHARS",
     "MIN_ANCHORED_OVERLAP_CHARS",
     "MIN_OVERLAP_CHARS",
@@ -111,6 +112,10 @@ CONTINUATION_PROMPT = (
     "Resume DIRECTLY from where you stopped — do not repeat any content.\n"
     "Continue the implementation or explanation from the exact point of interruption."
 )
+
+INCOMPLETE = "incomplete"
+"""The ``Message.meta`` key of an answer kept cut at ``max_tokens`` (escalations ran out,
+or it could not be continued): its value says why, in words. Not sent to the model."""
 
 MIN_OVERLAP_CHARS = 20
 """A continuation that starts with the previous part's last ≥ 20 chars repeated them
@@ -334,11 +339,31 @@ def _echo_patterns() -> tuple[re.Pattern[str], ...]:
 _ECHO = _echo_patterns()
 
 
+def _normalised_clause(text: str) -> str:
+    return " ".join(re.sub(r"[*_\"“”'`.!:;,—–-]", " ", text).lower().split())
+
+
+_ECHO_CLAUSES = tuple(_normalised_clause(c) for c in re.split(r"[.\n—]", CONTINUATION_PROMPT)
+                      if len(c.split()) >= 4)
+
+
+def _echo_fragment(line: str) -> bool:
+    """Whether ``line`` is the start of a clause of the prompt, of two words or more (an
+    echo cut off at the end of a continuation)."""
+    text = _normalised_clause(line)
+    return len(text.split()) >= 2 and len(text) >= 10 and \
+        any(clause.startswith(text) for clause in _ECHO_CLAUSES)
+
+
+
 def strip_echo(continuation: str) -> str:
     """``continuation`` without any echo of the continuation prompt (rule 5): each of its
     clauses is removed wherever it stands, and a line left blank by that goes too. The same
     string when there is none."""
     if not any(p.search(continuation) for p in _ECHO):
+        last = continuation.rpartition("\n")[2]
+        if _echo_fragment(last):
+            return continuation[:len(continuation) - len(last)].rstrip()
         return continuation
     lines = []
     for line in continuation.split("\n"):
@@ -348,6 +373,9 @@ def strip_echo(continuation: str) -> str:
         if cleaned != line and not cleaned.strip():
             continue
         lines.append(cleaned)
+    # An echo cut off by max_tokens leaves the start of a clause as the last line.
+    if lines and _echo_fragment(lines[-1]):
+        lines.pop()
     text = "\n".join(lines)
     # An echo at the start leaves the text after it to start at its first visible character.
     lead = len(continuation) - len(continuation.lstrip())
@@ -412,12 +440,22 @@ def _loose_repeat_only(sent: str, continuation: str) -> bool:
     return text in _normalised(sent[-_OVERLAP_SEARCH_CHARS:])[0]
 
 
+_OPENING = re.compile(r"[^\n]*?[.!?。！？](?=\s|$)|[^\n]+")
+_MAX_OPENING_CHARS = 200
+
+
 def _restarts(previous: str, continuation: str) -> bool:
-    """Whether ``continuation`` opens as ``previous`` does (rule 6)."""
-    ours, _ = _normalised(previous.lstrip()[:4 * MIN_RESTART_CHARS])
-    theirs, _ = _normalised(continuation.lstrip()[:4 * MIN_RESTART_CHARS])
-    return len(ours) >= MIN_RESTART_CHARS and ours[:MIN_RESTART_CHARS] == \
-        theirs[:MIN_RESTART_CHARS]
+    """Whether ``continuation`` opens as ``previous`` does (rule 6): the same first
+    sentence or line (the first :data:`MIN_RESTART_CHARS` at least, 200 at most)."""
+    found = _OPENING.match(previous.lstrip())
+    if found is None:
+        return False
+    ours, _ = _normalised(found.group()[:_MAX_OPENING_CHARS])
+    if len(ours) < MIN_RESTART_CHARS:
+        ours, _ = _normalised(previous.lstrip()[:4 * MIN_RESTART_CHARS])
+        ours = ours[:MIN_RESTART_CHARS]
+    theirs, _ = _normalised(continuation.lstrip()[:len(ours) * 2 + 16])
+    return len(ours) >= MIN_RESTART_CHARS and theirs.startswith(ours)
 
 
 # -- the held-back word (rule 7) -----------------------------------------------------------
