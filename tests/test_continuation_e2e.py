@@ -210,17 +210,22 @@ def test_emulator_prefill_is_continued_or_rejected_like_the_api(emulator: Any, s
 
 
 def test_the_sdk_sees_the_prefill_rejection_as_a_bad_request_not_a_limit(emulator: Any) -> None:
-    # Were a prefill ever sent to a model that rejects it, the turn fails with the API's
-    # own sentence — it is not taken for a context or payload limit.
-    from ipy_ctxrecovery.errors import ChatError
-    from ipy_ctxrecovery.failures import FailureKind
+    # Were a prefill ever sent to a model that rejects it, the continuation fails with the
+    # API's own sentence — it is not taken for a context or payload limit (nothing is
+    # compacted or cut) — and the answer so far is kept, cut, and said to be.
+    from ipy_ctxrecovery.core.continuation import INCOMPLETE
+    from ipy_ctxrecovery.core.events import Truncated
 
     emu = emulator(prefill="reject")
     provider = make_provider("anthropic:claude-haiku-4-5", client=emu.anthropic_client(max_retries=0))
     session = ChatSession(provider=provider, settings=SETTINGS, name="join-wrong")
-    with pytest.raises(ChatError) as failed:
-        session.send("[[words 70]]", max_tokens=9)
-    assert failed.value.failure.kind is FailureKind.OTHER
-    assert "prefill" in str(failed.value)
-    assert session.history == ()
+    events: list[Any] = []
+    session.subscribe(events.append)
+    reply = session.send("[[words 70]]", max_tokens=9)
+    assert reply.finish_reason == "length" and words(70).startswith(reply.text)
+    (cut,) = [e for e in events if isinstance(e, Truncated)]
+    assert "prefill" in cut.failed and cut.max_tokens == 9
+    assert [r.fault for r in emu.requests] == [None, "prefill"]   # not retried as a limit
+    user, answer = session.history
+    assert answer.text == reply.text and "prefill" in answer.meta[INCOMPLETE]
     session.close()

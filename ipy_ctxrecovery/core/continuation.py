@@ -300,7 +300,7 @@ _META_PHRASES = (
 _EMPH = r"[*_]{0,3}"
 _PHRASE = "(?:" + "|".join(_META_PHRASES) + ")"
 _META_OPENER = re.compile(
-    rf"\A\s*{_EMPH}(?:{_ACK}\s*[!.,]*\s+{_EMPH})?"
+    rf"\A\s*{_EMPH}(?:[¡¿]?{_ACK}\s*[!.,]*\s+{_EMPH})?[¡¿]?"
     rf"(?:[(\[]\s*{_PHRASE}\s*[)\]]|{_PHRASE}\s*(?:[:.!…]+|(?=\n)))"
     rf"{_EMPH}(?:\s+|\Z)", re.IGNORECASE)
 
@@ -331,7 +331,7 @@ def _echo_patterns() -> tuple[re.Pattern[str], ...]:
         first = r"(?:your|my|the)" if head == "your" else re.escape(head)
         body = gap.join([first, *map(re.escape, words[1:])])
         patterns.append(re.compile(
-            rf"[ \t]*[*_\"“”'`]*{body}[*_\"“”'`]*[ \t]*[.!:;,—–-]*[*_\"“”'`]*[ \t]*",
+            rf"[*_\"“”'`]*{body}[*_\"“”'`]*[ \t]*[.!:;,—–-]*[*_\"“”'`]*[ \t]*",
             re.IGNORECASE))
     return tuple(patterns)
 
@@ -370,8 +370,10 @@ def strip_echo(continuation: str) -> str:
         cleaned = line
         for pattern in _ECHO:
             cleaned = pattern.sub("", cleaned)
-        if cleaned != line and not cleaned.strip():
-            continue
+        if cleaned != line:
+            if not cleaned.strip():
+                continue
+            cleaned = cleaned.rstrip()
         lines.append(cleaned)
     # An echo cut off by max_tokens leaves the start of a clause as the last line.
     if lines and _echo_fragment(lines[-1]):
@@ -483,7 +485,9 @@ def _put_back(previous: str, sent: str, rest: str) -> str:
         return ""
     if held != word or (sent and not sent[-1].isspace()):
         return held                     # its own whitespace, or none in text without spaces
-    return word + ("\n" if starts_line and rest[:1] != "\n" else " ")
+    if rest[:1] == "\n":
+        return word
+    return word + ("\n" if starts_line else " ")
 
 
 # -- the join ------------------------------------------------------------------------------
@@ -684,7 +688,9 @@ class StreamedJoin:
         self._held[:] = [held]
         if held in self._tail:
             return True
-        cleaned = strip_meta_opener(held).strip()
+        cleaned = strip_echo(strip_meta_opener(held)).strip()
+        if len(cleaned) < self.HOLD and cleaned != held.strip():
+            return True                 # what is left once an opener or echo goes is short
         loose, _ = _normalised(cleaned)
         if _PROMPT_LOOSE.startswith(loose) or (loose and loose in self._loose()):
             return True
