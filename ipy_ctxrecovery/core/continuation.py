@@ -418,11 +418,12 @@ def _loose_overlap(sent: str, continuation: str) -> int:
     window = min(len(sent), _OVERLAP_SEARCH_CHARS)
     tail, _ = _normalised(sent[-window:])
     head, where = _normalised(continuation[:2 * window + 64])
-    if len(tail) < MIN_OVERLAP_CHARS or len(head) < MIN_OVERLAP_CHARS:
-        return 0
+    whole = window == len(sent)
     pi = _borders([*head, None, *tail])
     k = pi[-1]
-    if k < MIN_OVERLAP_CHARS or not head[:k].strip():
+    # As in rule 2, a shorter repeat counts when it is the whole of what was sent.
+    if not head[:k].strip() or (k < MIN_OVERLAP_CHARS
+                                and not (whole and k == len(tail.rstrip()) + (tail[-1:] == " "))):
         return 0
     end = where[k - 1] + 1
     # The repeat ends where the text it repeats does: its emphasis marks and the whitespace
@@ -444,6 +445,17 @@ def _loose_repeat_only(sent: str, continuation: str) -> bool:
 
 _OPENING = re.compile(r"[^\n]*?[.!?。！？](?=\s|$)|[^\n]+")
 _MAX_OPENING_CHARS = 200
+
+
+_MIN_RESTART_REPEAT = 8
+
+
+def _starts(previous: str, continuation: str, *, whole: bool) -> bool:
+    """Whether ``previous`` starts with all of ``continuation`` (at least 8 characters
+    unless ``whole``: nothing was sent), case, whitespace and emphasis set aside."""
+    theirs = _normalised(continuation.strip())[0]
+    return (whole or len(theirs) >= _MIN_RESTART_REPEAT) \
+        and _normalised(previous.strip())[0].startswith(theirs)
 
 
 def _restarts(previous: str, continuation: str) -> bool:
@@ -534,14 +546,15 @@ def join_report(previous: str, continuation: str) -> Joined:
     if not cleaned.strip():
         return Joined(previous, False, tuple(dropped))
     sent = previous[:resume_point(previous)]
-    if _only_repeats(sent, cleaned):
+    if _only_repeats(sent, cleaned) or _starts(previous, cleaned, whole=not sent.strip()):
+        # (The model began the same answer again, and was cut before it got past it.)
         return Joined(previous, False, tuple(dropped))
     skip = overlap(sent, cleaned)
     if not skip:
         fence = _reopened_fence(sent, cleaned)
         skip = fence + overlap(sent, cleaned[fence:]) if fence else 0
     restart = ""
-    if not skip and len(sent) >= MIN_OVERLAP_CHARS:
+    if not skip and sent.strip():
         if _loose_repeat_only(sent, cleaned):
             return Joined(previous, False, tuple(dropped))
         skip = _loose_overlap(sent, cleaned)
