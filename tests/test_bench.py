@@ -129,3 +129,12 @@ def test_bounds_prints_a_figure_per_case() -> None:
     assert "secret-like answer, turn_timeout=3: " in out
     assert out.count("timed-out turns, trickle-") == 2
     assert "figure read_file 3 lines of a 1 GB file: " in out
+
+
+def test_joins_prints_the_fidelity_of_each_join_before_and_after() -> None:
+    out = run("joins.py", "--quick")
+    assert out.count("    before (rules 1–4): recovered ") == 6, out
+    after = [line for line in out.splitlines() if line.startswith("    after  (rules 1–7)")]
+    assert len(after) == 6
+    for line in after:     # the emulator's small-model continuations all join exactly
+        assert "extra 0, meta/prompt text 0, exact yes" in line, line

@@ -233,7 +233,8 @@ class TurnRunner:
                     shown.finish()
             if failure is not None:
                 incomplete = self._not_continued(
-                    f"the continuation request failed: {failure}", cut_at, escalations, log)
+                    f"the continuation request failed: {str(failure).rstrip('.')}", cut_at,
+                    escalations, log)
                 message, stop = Message.assistant(), StopReason.LENGTH
                 break
             spec = sent.spec
