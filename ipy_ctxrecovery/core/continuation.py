@@ -343,6 +343,7 @@ def _normalised_clause(text: str) -> str:
     return " ".join(re.sub(r"[*_\"“”'`.!:;,—–-]", " ", text).lower().split())
 
 
+_MAX_CLAUSE_CHARS = 2 * max(map(len, CONTINUATION_PROMPT.split("\n")))
 _ECHO_CLAUSES = tuple(_normalised_clause(c) for c in re.split(r"[.\n—]", CONTINUATION_PROMPT)
                       if len(c.split()) >= 4)
 
@@ -350,6 +351,8 @@ _ECHO_CLAUSES = tuple(_normalised_clause(c) for c in re.split(r"[.\n—]", CONTI
 def _echo_fragment(line: str) -> bool:
     """Whether ``line`` is the start of a clause of the prompt, of two words or more (an
     echo cut off at the end of a continuation)."""
+    if len(line) > _MAX_CLAUSE_CHARS:
+        return False
     text = _normalised_clause(line)
     return len(text.split()) >= 2 and len(text) >= 10 and \
         any(clause.startswith(text) for clause in _ECHO_CLAUSES)
@@ -391,56 +394,83 @@ def strip_echo(continuation: str) -> str:
 _EMPHASIS_MARKS = frozenset("*_~")
 
 
-def _normalised(text: str) -> tuple[str, list[int]]:
-    """``text`` lower-cased, each whitespace run one space, emphasis marks left out; with
-    the index in ``text`` of each character kept."""
-    out: list[str] = []
-    where: list[int] = []
+_EMPHASIS_RUN = re.compile(r"[*_~]+")
+_SPACE_RUN = re.compile(r"\s+")
+
+
+def _flat(text: str) -> str:
+    """``text`` lower-cased, each whitespace run one space, emphasis marks left out."""
+    return _SPACE_RUN.sub(" ", _EMPHASIS_RUN.sub("", text)).lower()
+
+
+def _index_after(text: str, count: int) -> int:
+    """The index in ``text`` just after the first ``count`` characters of ``_flat(text)``."""
+    seen = 0
+    space = False
     for i, ch in enumerate(text):
+        if seen >= count:
+            return i
         if ch in _EMPHASIS_MARKS:
             continue
         if ch.isspace():
-            if out and out[-1] == " ":
-                continue
-            out.append(" ")
-            where.append(i)
+            if not space:
+                seen += 1
+            space = True
             continue
-        for low in ch.lower():
-            out.append(low)
-            where.append(i)
-    return "".join(out), where
+        space = False
+        seen += len(ch.lower())
+    return len(text)
 
 
 def _loose_overlap(sent: str, continuation: str) -> int:
     """Where ``continuation`` goes past a repeat of the end of ``sent`` that is at least
     :data:`MIN_OVERLAP_CHARS` long once case, whitespace and emphasis are set aside (rule
-    6's consistent restart); 0 when there is none."""
+    6's consistent restart), or is the whole of ``sent``; 0 when there is none."""
     window = min(len(sent), _OVERLAP_SEARCH_CHARS)
-    tail, _ = _normalised(sent[-window:])
-    head, where = _normalised(continuation[:2 * window + 64])
+    tail = _flat(sent[-window:])
+    head = _flat(continuation[:2 * window + 64])
     whole = window == len(sent)
-    pi = _borders([*head, None, *tail])
-    k = pi[-1]
-    # As in rule 2, a shorter repeat counts when it is the whole of what was sent.
-    if not head[:k].strip() or (k < MIN_OVERLAP_CHARS
-                                and not (whole and k == len(tail.rstrip()) + (tail[-1:] == " "))):
+    probe = head[:min(MIN_OVERLAP_CHARS, len(tail))]
+    if not probe.strip():
         return 0
-    end = where[k - 1] + 1
+    # The longest suffix of the tail that the head starts with: the first place it does.
+    at = tail.find(probe)
+    while at != -1:
+        k = len(tail) - at
+        if head.startswith(tail[at:]) and (k >= MIN_OVERLAP_CHARS or (whole and at == 0)):
+            break
+        at = tail.find(probe, at + 1)
+    else:
+        return 0
+    end = _index_after(continuation, k)
     # The repeat ends where the text it repeats does: its emphasis marks and the whitespace
     # after it go with it.
     while end < len(continuation) and (continuation[end] in _EMPHASIS_MARKS
-                                       or (head[k - 1] == " " and continuation[end].isspace())):
+                                       or (tail[-1] == " " and continuation[end].isspace())):
         end += 1
     return end
+
+
+def _may_repeat(sent: str, continuation: str) -> bool:
+    """A quick test that ``continuation`` may repeat text of ``sent``'s tail, case,
+    whitespace and emphasis set aside (its first three words are in it), or opens as
+    ``sent`` does: only then are rule 6's slower comparisons made."""
+    words = _flat(continuation[:256]).split()[:3]
+    if not words:
+        return False
+    pattern = r"[\s*_~]+".join(map(re.escape, words))
+    tail = sent[-_OVERLAP_SEARCH_CHARS:]
+    return re.search(pattern, tail, re.IGNORECASE) is not None \
+        or re.match(r"[\s*_~]*" + pattern, sent, re.IGNORECASE) is not None
 
 
 def _loose_repeat_only(sent: str, continuation: str) -> bool:
     """Whether ``continuation`` (≥ :data:`MIN_OVERLAP_CHARS`) only repeats text of ``sent``,
     case, whitespace and emphasis set aside."""
-    text, _ = _normalised(continuation.strip())
+    text = _flat(continuation.strip())
     if len(text) < MIN_OVERLAP_CHARS:
         return False
-    return text in _normalised(sent[-_OVERLAP_SEARCH_CHARS:])[0]
+    return text in _flat(sent[-_OVERLAP_SEARCH_CHARS:])
 
 
 _OPENING = re.compile(r"[^\n]*?[.!?。！？](?=\s|$)|[^\n]+")
@@ -453,22 +483,21 @@ _MIN_RESTART_REPEAT = 8
 def _starts(previous: str, continuation: str, *, whole: bool) -> bool:
     """Whether ``previous`` starts with all of ``continuation`` (at least 8 characters
     unless ``whole``: nothing was sent), case, whitespace and emphasis set aside."""
-    theirs = _normalised(continuation.strip())[0]
+    theirs = _flat(continuation.strip())
     return (whole or len(theirs) >= _MIN_RESTART_REPEAT) \
-        and _normalised(previous.strip())[0].startswith(theirs)
+        and _flat(previous.strip()[:2 * len(continuation) + 64]).startswith(theirs)
 
 
 def _restarts(previous: str, continuation: str) -> bool:
     """Whether ``continuation`` opens as ``previous`` does (rule 6): the same first
     sentence or line (the first :data:`MIN_RESTART_CHARS` at least, 200 at most)."""
-    found = _OPENING.match(previous.lstrip())
+    found = _OPENING.match(previous.lstrip()[:2 * _MAX_OPENING_CHARS])
     if found is None:
         return False
-    ours, _ = _normalised(found.group()[:_MAX_OPENING_CHARS])
+    ours = _flat(found.group()[:_MAX_OPENING_CHARS])
     if len(ours) < MIN_RESTART_CHARS:
-        ours, _ = _normalised(previous.lstrip()[:4 * MIN_RESTART_CHARS])
-        ours = ours[:MIN_RESTART_CHARS]
-    theirs, _ = _normalised(continuation.lstrip()[:len(ours) * 2 + 16])
+        ours = _flat(previous.lstrip()[:4 * MIN_RESTART_CHARS])[:MIN_RESTART_CHARS]
+    theirs = _flat(continuation.lstrip()[:len(ours) * 2 + 16])
     return len(ours) >= MIN_RESTART_CHARS and theirs.startswith(ours)
 
 
@@ -486,7 +515,7 @@ def _put_back(previous: str, sent: str, rest: str) -> str:
     visible = rest.lstrip()
     if not word or not visible:
         return ""
-    if visible.startswith(word) or _normalised(visible)[0].startswith(_normalised(word)[0]):
+    if visible.startswith(word) or _flat(visible[:2 * len(word) + 8]).startswith(_flat(word)):
         return ""
     starts_line = rest[:1] == "\n" or (not rest[:1].isspace() and _NEW_BLOCK.match(visible))
     if not (starts_line or visible[0].isupper()):
@@ -554,7 +583,7 @@ def join_report(previous: str, continuation: str) -> Joined:
         fence = _reopened_fence(sent, cleaned)
         skip = fence + overlap(sent, cleaned[fence:]) if fence else 0
     restart = ""
-    if not skip and sent.strip():
+    if not skip and sent.strip() and _may_repeat(sent, cleaned):
         if _loose_repeat_only(sent, cleaned):
             return Joined(previous, False, tuple(dropped))
         skip = _loose_overlap(sent, cleaned)
@@ -704,14 +733,14 @@ class StreamedJoin:
         cleaned = strip_echo(strip_meta_opener(held)).strip()
         if len(cleaned) < self.HOLD and cleaned != held.strip():
             return True                 # what is left once an opener or echo goes is short
-        loose, _ = _normalised(cleaned)
+        loose = _flat(cleaned)
         if _PROMPT_LOOSE.startswith(loose) or (loose and loose in self._loose()):
             return True
         return _restarts(self._tail, cleaned) and len(cleaned) <= len(self._tail.strip())
 
     def _loose(self) -> str:
         if not self._loose_tail:
-            self._loose_tail = _normalised(self._tail)[0]
+            self._loose_tail = _flat(self._tail)
         return self._loose_tail
 
     def flush(self) -> str:
@@ -733,4 +762,4 @@ class StreamedJoin:
         return out
 
 
-_PROMPT_LOOSE = _normalised(CONTINUATION_PROMPT)[0]
+_PROMPT_LOOSE = _flat(CONTINUATION_PROMPT)
