@@ -53,6 +53,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _repeat(text: str | None) -> int | str:
+    """``--continuation-repeat``: a number of characters, or a named repeat (0 when not given)."""
+    if text is None:
+        return 0
+    return int(text) if text.isdigit() else text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Run the ipy_ctxrecovery emulator: a local OpenAI "
                 "(/v1/chat/completions) and Anthropic (/v1/messages) API with faults.")
@@ -108,9 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  if args.max_request_body else {}),
             alternation=args.alternation, prefill=args.prefill,
             continuation_opener=args.continuation_opener,
-            **({"continuation_repeat": int(args.continuation_repeat)
-                if args.continuation_repeat.isdigit() else args.continuation_repeat}
-               if args.continuation_repeat is not None else {}),
+            continuation_repeat=_repeat(args.continuation_repeat),
             **{q.name: getattr(args, q.name) for q in quirks.QUIRKS
                if getattr(args, q.name) is not None},
         )
