@@ -10,7 +10,7 @@ from typing import Any
 from ipy_ctxrecovery import ChatSession
 from ipy_ctxrecovery.core import events as ev
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT as CONTINUATION_PROMPT_TEXT
-from ipy_ctxrecovery.core.wording import describe
+from ipy_ctxrecovery.core.wording import continuation_detail, describe
 from ipy_ctxrecovery.providers import make_provider
 
 
@@ -134,6 +134,8 @@ def test_a_continuation_that_only_restarts_or_opens_is_not_joined_and_said(emula
         assert reply.text == partial and reply.finish_reason == "length"
         (cut,) = [e for e in seen if isinstance(e, ev.Truncated)]
         assert cut.failed == f"all the model wrote was {why}" and cut.max_tokens == 20
+        assert continuation_detail(cut) == (f"answer cut at max_tokens 20, not continued: "
+                                            f"{cut.failed} · kept as it is, incomplete")
         assert session.history[-1].meta[INCOMPLETE].endswith(cut.failed)
         session.close()
     # A refusal is not joined either.
