@@ -167,3 +167,12 @@ def test_user_words_prints_the_rules_kept_with_and_without_pins() -> None:
     for label in ("pinned", "unpinned"):
         assert re.search(rf"^{label}: \d+/12 turns answered, \d+ compactions?, rules verbatim "
                          r"in the last request \d/4$", out, re.M), out
+
+
+def test_joins_prints_the_fidelity_of_each_join_before_and_after() -> None:
+    out = run("joins.py", "--quick")
+    assert out.count("    before (rules 1–4): recovered ") == 6, out
+    after = [line for line in out.splitlines() if line.startswith("    after  (rules 1–7)")]
+    assert len(after) == 6
+    for line in after:     # the emulator's small-model continuations all join exactly
+        assert "extra 0, meta/prompt text 0, exact yes" in line, line

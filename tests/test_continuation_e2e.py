@@ -20,6 +20,7 @@ from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.api import NO_PREFILL, PREFILL_WHITESPACE
+from ipy_ctxrecovery.emulator.replies import META_OPENERS
 from ipy_ctxrecovery.errors import ConfigError
 from ipy_ctxrecovery.providers import make_provider
 
@@ -52,6 +53,12 @@ STYLES: dict[str, dict[str, Any]] = {
     "repeats 30 chars": {"continuation_repeat": 30},
     "restarts the line": {"continuation_repeat": "line", "continuation_leading_space": False},
     "reopens the fence": {"continuation_repeat": "fence", "continuation_leading_space": False},
+    # What SmolLM2-135M does: restarts the answer (its opening in bold), writes a meta
+    # opener first, echoes the continuation prompt.
+    "restarts the answer": {"continuation_repeat": "restart"},
+    "meta opener": {"continuation_opener": "meta"},
+    "echoes the prompt": {"continuation_opener": "echo", "continuation_leading_space": False},
+    "meta opener and restart": {"continuation_opener": "meta", "continuation_repeat": "restart"},
 }
 LIMITS = (5, 9)
 SETTINGS = Settings(max_token_escalations=8)
@@ -96,6 +103,40 @@ def test_openai_wire_joins_every_cut_for_every_way_of_resuming(emulator: Any, st
         partial = last_messages(record)[-2]
         assert partial["role"] == "assistant"
         assert any(text.startswith(partial["content"]) for text in TEXTS.values())
+    session.close()
+
+
+def test_the_emulator_plays_small_model_continuations_over_http(emulator: Any) -> None:
+    emu = emulator(continuation_repeat="restart")
+    request, partial = "[[words 12]]", "w1 w2 w3 w4 w5 w6 w7 "
+    assert _continue(emu, request, partial) == "**w1 w2 w3 w4 w5 w6** w7 w8 w9 w10 w11 w12"
+    # The bold opening only where it ends before the resume point.
+    assert _continue(emu, request, "w1 w2 ") == "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12"
+    emu.configure(continuation_repeat=0, continuation_opener="meta")
+    assert _continue(emu, request, partial) == (
+        META_OPENERS[len(partial) % len(META_OPENERS)] + "\n\nw8 w9 w10 w11 w12")
+    emu.configure(continuation_opener="echo")
+    assert _continue(emu, request, partial) == CONTINUATION_PROMPT + "\n\nw8 w9 w10 w11 w12"
+    with pytest.raises(ConfigError, match="continuation_opener"):
+        emu.configure(continuation_opener="chatty")
+    with pytest.raises(ConfigError, match="continuation_repeat"):
+        emu.configure(continuation_repeat="rewrite")
+
+
+@pytest.mark.parametrize("style", ["meta opener", "echoes the prompt"])
+def test_no_meta_text_or_prompt_reaches_the_history_or_the_transcript(emulator: Any,
+                                                                      style: str) -> None:
+    emu = emulator(**STYLES[style])
+    session = ChatSession("emulator", emulator=emu, settings=SETTINGS,
+                          name=f"join-kept-{list(STYLES).index(style)}")
+    for limit in LIMITS:
+        assert session.send(request_of(TEXTS["lines"]), max_tokens=limit).text == TEXTS["lines"]
+    kept = [m.text for m in session.history if m.role.value == "assistant"]
+    assert kept == [TEXTS["lines"]] * len(LIMITS)
+    said = [m.text for m in session.transcript if m.role.value == "assistant"]
+    assert said == kept
+    assert not any(CONTINUATION_PROMPT.split("\n")[0] in t or "continu" in t.lower()
+                   for t in said)
     session.close()
 
 
@@ -210,17 +251,22 @@ def test_emulator_prefill_is_continued_or_rejected_like_the_api(emulator: Any, s
 
 
 def test_the_sdk_sees_the_prefill_rejection_as_a_bad_request_not_a_limit(emulator: Any) -> None:
-    # Were a prefill ever sent to a model that rejects it, the turn fails with the API's
-    # own sentence — it is not taken for a context or payload limit.
-    from ipy_ctxrecovery.errors import ChatError
-    from ipy_ctxrecovery.failures import FailureKind
+    # Were a prefill ever sent to a model that rejects it, the continuation fails with the
+    # API's own sentence — it is not taken for a context or payload limit (nothing is
+    # compacted or cut) — and the answer so far is kept, cut, and said to be.
+    from ipy_ctxrecovery.core.continuation import INCOMPLETE
+    from ipy_ctxrecovery.core.events import Truncated
 
     emu = emulator(prefill="reject")
     provider = make_provider("anthropic:claude-haiku-4-5", client=emu.anthropic_client(max_retries=0))
     session = ChatSession(provider=provider, settings=SETTINGS, name="join-wrong")
-    with pytest.raises(ChatError) as failed:
-        session.send("[[words 70]]", max_tokens=9)
-    assert failed.value.failure.kind is FailureKind.OTHER
-    assert "prefill" in str(failed.value)
-    assert session.history == ()
+    events: list[Any] = []
+    session.subscribe(events.append)
+    reply = session.send("[[words 70]]", max_tokens=9)
+    assert reply.finish_reason == "length" and words(70).startswith(reply.text)
+    (cut,) = [e for e in events if isinstance(e, Truncated)]
+    assert "prefill" in cut.failed and cut.max_tokens == 9
+    assert [r.fault for r in emu.requests] == [None, "prefill"]   # not retried as a limit
+    user, answer = session.history
+    assert answer.text == reply.text and "prefill" in answer.meta[INCOMPLETE]
     session.close()

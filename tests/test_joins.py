@@ -3,6 +3,7 @@ an answer can be cut, every way a model resumes in a new message, and the prefil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -16,10 +17,13 @@ from ipy_ctxrecovery.core.continuation import (
     CONTINUATION_PROMPT,
     MAX_RETRACT_CHARS,
     Resume,
+    StreamedJoin,
     join,
+    join_report,
     resume_for,
     resume_point,
     stitch,
+    strip_meta_opener,
 )
 from ipy_ctxrecovery.core.history import TAG_CONTINUATION, Role
 from ipy_ctxrecovery.providers.anthropic import AnthropicProvider
@@ -79,7 +83,8 @@ def test_a_cut_inside_a_code_block_keeps_indentation_and_the_block_open() -> Non
 def test_a_fence_without_info_string_is_kept_as_it_may_close_the_block() -> None:
     cut = "```\nx = 1\ny = 2"
     assert join(cut, "2\n```\nDone.") == "```\nx = 1\ny = 2\n```\nDone."
-    assert join(cut, "```\nmore") == "```\nx = 1\ny = ```\nmore"
+    # A fence starts a block: the held-back "2" is put back before it (rule 7).
+    assert join(cut, "```\nmore") == "```\nx = 1\ny = 2\n```\nmore"
 
 
 def test_cjk_text_without_spaces_is_glued_not_spaced() -> None:
@@ -318,16 +323,185 @@ def test_many_cuts_with_a_doubling_limit_give_the_text_back(text: str, data: Any
     assert resume.join(parts) == text
 
 
+def _subsequence(small: str, big: str) -> bool:
+    chars = iter(big)
+    return all(c in chars for c in small)
+
+
 @PROPS
 @given(st.lists(st.text(max_size=40), max_size=5))
 def test_stitch_never_invents_text(parts: list[str]) -> None:
-    # Each join is what was sent followed by a suffix of the continuation, or the
-    # previous answer unchanged: no character is made up.
+    # Each join is the previous answer unchanged; or what was sent (with the held-back
+    # word put back, and a space or line end after it) followed by what is left of the
+    # continuation once openers, echoes and repeats are dropped — its characters in its
+    # order; or, for a restart that replaced the answer, the continuation stripped. No
+    # character is made up.
     result = ""
     for part in parts:
         joined = stitch([result, part]) if result else part
         if result and joined != result:
             base = sent(result)
-            assert joined.startswith(base) and part.endswith(joined[len(base):])
+            if joined == part.strip():
+                pass                                        # a restart replaced it
+            else:
+                assert joined.startswith(base)
+                added = joined[len(base):]
+                held = result[len(base):].rstrip()
+                if held and added.startswith(held) and not _subsequence(added, part):
+                    added = added[len(held):].lstrip(" \n")
+                assert _subsequence(added, part), (result, part, joined)
         result = joined
     assert stitch(parts) == result
+
+
+# -- what small models write around the text (rules 5–7) ---------------------------------------
+
+FRIDGE = ("A household refrigerator is a versatile appliance. It keeps food cold and fresh. "
+          "Another essential")
+
+
+def test_a_restart_in_bold_is_a_consistent_restart_and_only_what_goes_past_is_added() -> None:
+    # SmolLM2-135M: "…Another essential **A household refrigerator is a versatile appliance**…"
+    restart = ("**A household refrigerator is a versatile appliance.** It keeps food cold "
+               "and fresh. Another essential part is the freezer.")
+    report = join_report(FRIDGE, restart)
+    assert report.text == FRIDGE + " part is the freezer."
+    assert report.restart == "extended" and report.added and not report.failed
+    # Case and whitespace set aside the same way; a repeat of the tail alone too.
+    assert join(FRIDGE, "a household  refrigerator IS a versatile\nappliance. It keeps food "
+                        "cold and fresh. Another essential part.") == FRIDGE + " part."
+    assert join(FRIDGE, "It keeps *food* cold and fresh. Another essential part.") == \
+        FRIDGE + " part."
+    # Cut again before it got past what was sent: nothing new yet.
+    assert join_report(FRIDGE, "**A household refrigerator is a versatile appliance.** It") \
+        .text == FRIDGE
+
+
+def test_an_inconsistent_restart_replaces_the_answer_only_when_it_is_longer() -> None:
+    longer = ("**A household refrigerator is a versatile appliance.** It stores food at low "
+              "temperatures, has a freezer, shelves and a door that seals, and runs all day.")
+    report = join_report(FRIDGE, longer)
+    assert report.text == longer and report.restart == "replaced" and report.added
+    shorter = "A household refrigerator is a versatile appliance. It hums."
+    report = join_report(FRIDGE, shorter)
+    assert report.text == FRIDGE and report.restart == "not joined" and report.failed
+    assert report.dropped == ("a restart of the answer",)
+    # A continuation that does not open as the answer does is text.
+    assert join(FRIDGE, "part is the freezer.") == FRIDGE.rsplit(" ", 1)[0] + " part is the freezer."
+
+
+META_OPENERS = [
+    "Here's the continuation:", "Here is the continuation:\n", "Continuing from where I left off:",
+    "Continuing:", "Sure, here is the rest of the answer:", "Sure! Here is the rest:",
+    "(continued)", "[Continued]", "**Continued:**", "Certainly! Let me continue.",
+    "Okay, picking up where I left off:", "Aqui está a continuação:", "Continuando de onde parei:",
+    "Claro! Aqui está o resto:", "Aquí está la continuación:", "¡Claro! Continuando:",
+    "Voici la suite :", "Bien sûr ! Voici la suite de la réponse :", "(suite)",
+    "Hier ist die Fortsetzung:", "Gerne! Hier ist der Rest der Antwort:", "(Fortsetzung)",
+]
+
+
+def test_meta_openers_are_dropped_at_the_join() -> None:
+    cut = "w1 w2 w3 w4"
+    for opener in META_OPENERS:
+        for gap in (" ", "\n", "\n\n"):
+            report = join_report(cut, opener + gap + "w4 w5 w6")
+            assert report.text == "w1 w2 w3 w4 w5 w6", (opener, gap)
+            assert report.dropped == ("a meta opener",)
+    # Two in a row, and one before a restart.
+    assert join(cut, "Sure! Here's the rest:\n\n(continued)\nw4 w5") == "w1 w2 w3 w4 w5"
+    assert join(FRIDGE, "Here's the continuation:\n\n**A household refrigerator is a versatile "
+                        "appliance.** It keeps food cold and fresh. Another essential part.") \
+        == FRIDGE + " part."
+    # Only meta text: nothing kept, and the join says so.
+    assert join_report(cut, "Here's the continuation:").failed
+
+
+def test_an_answer_that_starts_with_here_or_continuing_is_text() -> None:
+    cut = "The loop runs twice. The values"
+    for text in ("Here is why: the counter starts at one.", "Here the loop ends.",
+                 "Here is the rest of the data: 3, 4.", "Here, the value is 3.",
+                 "Continuing education is a choice.", "Suite à votre question, oui.",
+                 "Sure enough, it works.", "Continue reading the file: it is long."):
+        assert strip_meta_opener(text) == text, text
+        assert join_report(cut, text).dropped == (), text
+    # A meta phrase later in the continuation is text too.
+    assert join("w1 w2", "w2 and here's the continuation: w3") == "w1 w2 and here's the continuation: w3"
+
+
+def test_an_echo_of_the_continuation_prompt_is_removed_wherever_it_is() -> None:
+    cut = "w1 w2 w3 w4"
+    report = join_report(cut, CONTINUATION_PROMPT + "\n\nw4 w5")
+    assert report.text == "w1 w2 w3 w4 w5"
+    assert report.dropped == ("an echo of the continuation prompt",)
+    first = CONTINUATION_PROMPT.split("\n")[0]
+    assert join(cut, f"w4 w5. {first} w6") == "w1 w2 w3 w4 w5. w6"
+    assert join(cut, f"w4 w5\n{first}\nw6") == "w1 w2 w3 w4 w5\nw6"
+    # Its case, spacing, dashes and emphasis changed; "my response" for "your response".
+    assert join(cut, "RESUME directly from where you stopped - do not repeat any content.\n"
+                     "w4 w5") == "w1 w2 w3 w4 w5"
+    assert join(cut, "*My response was cut off at the token limit.* w4 w5") == "w1 w2 w3 w4 w5"
+    # An echo cut off by max_tokens at the end: its start is dropped too.
+    assert join(cut, "w4 w5\nResume DIRECTLY from where") == "w1 w2 w3 w4 w5"
+    # Only the echo: nothing kept.
+    assert join_report(cut, CONTINUATION_PROMPT).failed
+    assert CONTINUATION_PROMPT not in stitch([cut, "w4 " + CONTINUATION_PROMPT + " w5"])
+
+
+def test_the_held_back_word_comes_back_when_the_continuation_starts_anew() -> None:
+    cut = "The fridge keeps food cold."
+    assert sent(cut) == "The fridge keeps food "
+    report = join_report(cut, "It also has a freezer.")
+    assert report.text == "The fridge keeps food cold. It also has a freezer."
+    assert report.restored == "cold. "
+    assert join(cut, "\n\n## The freezer") == "The fridge keeps food cold.\n\n## The freezer"
+    assert join(cut, "- a freezer") == "The fridge keeps food cold.\n- a freezer"
+    # After a meta opener, the same.
+    assert join(cut, "Here's the continuation: It also has a freezer.") == \
+        "The fridge keeps food cold. It also has a freezer."
+    # Written again, or another word in its place (lower case): joined as it is.
+    assert join(cut, "cold. It hums.") == "The fridge keeps food cold. It hums."
+    assert join("The answer is forty-tw", "42, and that is all.") == "The answer is 42, and that is all."
+    # A sentence's first word alone is not put back before another sentence.
+    assert join("Food stays cold. It", "The freezer too.") == "Food stays cold. The freezer too."
+
+
+def test_the_prompt_text_never_reaches_a_joined_answer_through_a_stream() -> None:
+    resume = Resume()
+    parts = ["w1 w2 w3 w4 w5 w6 w7 w8"]
+    shown = resume.join(parts)
+    out = StreamedJoin(resume, parts, shown)
+    echoed = CONTINUATION_PROMPT + "\n\nw8 w9 w10"
+    streamed = "".join(out.feed(c) for c in echoed) + out.flush()
+    assert shown + streamed == "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"
+    # A restart in bold is held back until it goes past what is shown, then joined.
+    out = StreamedJoin(resume, [FRIDGE], FRIDGE)
+    restart = ("**A household refrigerator is a versatile appliance.** It keeps food cold "
+               "and fresh. Another essential part is the freezer.")
+    streamed = "".join(out.feed(c) for c in restart) + out.flush()
+    assert FRIDGE + streamed == FRIDGE + " part is the freezer."
+
+
+def _bold_restart(t: str, r: int) -> str:
+    # The answer over again, its first three words in bold (a small model's restart).
+    found = re.match(r"w\d+ w\d+ w\d+", t)
+    if found is None or found.end() > r or r < 40:
+        return t
+    return f"**{found.group()}**{t[found.end():]}"
+
+
+EXTRA: dict[str, Behaviour] = {
+    "meta opener": lambda t, r: META_OPENERS[r % len(META_OPENERS)] + "\n\n" + t[r:],
+    "echoes the prompt": lambda t, r: CONTINUATION_PROMPT + "\n\n" + t[r:],
+    "restarts in bold": _bold_restart,
+    "meta opener, restart in bold": lambda t, r: "Here's the continuation:\n" + _bold_restart(t, r),
+}
+
+
+@PROPS
+@given(documents(), st.data())
+def test_every_cut_and_every_small_model_resume_gives_the_text_back(text: str, data: Any) -> None:
+    k = data.draw(st.integers(1, len(text) - 1), label="cut")
+    name = data.draw(st.sampled_from(sorted(EXTRA)), label="model")
+    cut = text[:k]
+    assert join(cut, EXTRA[name](text, resume_point(cut))) == text

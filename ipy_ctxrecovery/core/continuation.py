@@ -44,9 +44,35 @@ Join rule for the continuation prompt (:func:`join`, :func:`resume_point`)
    indentation of a line) the continuation's leading spaces and tabs are dropped: the
    separator is already there. A leading newline is kept.
 
+5. **What a model writes around the text.** Before rules 2–4, the continuation loses a
+   *meta opener* at its very start — a first line or sentence about the continuing itself
+   ("Here's the continuation:", "Continuing from where I left off:", "Sure, here is the
+   rest of the answer:", "(continued)", and the same in Portuguese, Spanish, French and
+   German; :func:`strip_meta_opener`) — and every *echo of the continuation prompt*,
+   whole or any of its sentences, wherever it is (:func:`strip_echo`): neither is answer
+   text, and neither may land in the history. Only those exact forms are dropped: an
+   answer that starts "Here is why…" is text.
+6. **Restarts.** Failing rules 2–3, a continuation that repeats the end of what was sent
+   once case, whitespace and markdown emphasis (``*``, ``_``, ``~``) are set aside — at
+   least :data:`MIN_OVERLAP_CHARS` of it, typically the answer restarted from its
+   beginning with its opening in bold — is a *consistent restart*: what goes past what was
+   sent is appended. A continuation whose opening repeats the answer's opening
+   (:data:`MIN_RESTART_CHARS`, compared the same way) but then says something else is an
+   *inconsistent restart*: when it is longer than the partial answer, it replaces it (the
+   longer text is kept); otherwise the partial answer stays and the continuation is not
+   joined. (A restart that is a word-for-word prefix of what was sent only repeats it.)
+7. **The held-back word comes back.** When the continuation does not write the word held
+   back by rule 1 again, but starts a new sentence or block (a line break, an upper-case
+   letter, a heading, list item, quote, table row or fence), that word is put back before
+   it, so no word is lost: "…food cold." + "It also…" is "…food cold. It also…", not
+   "…food It also…". A continuation that goes on in lower case wrote another word in its
+   place, and is joined as it is.
+
 A continuation with nothing visible in it leaves the answer as it was, and so does one
 that only repeats what was sent (rule 2's repeats), cut off again before it got past them:
-the next request sends the same partial answer.
+the next request sends the same partial answer. :func:`join_report` says what a join did
+(:class:`Joined`): a continuation with text of which nothing was kept (all of it a meta
+opener, an echo, or a restart not joined) is a failed continuation for the session.
 """
 
 from __future__ import annotations
@@ -61,18 +87,24 @@ from .history import TAG_CONTINUATION, Message
 
 __all__ = [
     "CONTINUATION_PROMPT",
+    "INCOMPLETE",
     "MAX_RETRACT_CHARS",
     "MIN_ANCHORED_OVERLAP_CHARS",
     "MIN_OVERLAP_CHARS",
+    "MIN_RESTART_CHARS",
+    "Joined",
     "Resume",
     "StreamedJoin",
     "continuation_message",
     "join",
+    "join_report",
     "next_max_tokens",
     "overlap",
     "resume_for",
     "resume_point",
     "stitch",
+    "strip_echo",
+    "strip_meta_opener",
 ]
 
 CONTINUATION_PROMPT = (
@@ -80,6 +112,10 @@ CONTINUATION_PROMPT = (
     "Resume DIRECTLY from where you stopped — do not repeat any content.\n"
     "Continue the implementation or explanation from the exact point of interruption."
 )
+
+INCOMPLETE = "incomplete"
+"""The ``Message.meta`` key of an answer kept cut at ``max_tokens`` (escalations ran out,
+or it could not be continued): its value says why, in words. Not sent to the model."""
 
 MIN_OVERLAP_CHARS = 20
 """A continuation that starts with the previous part's last ≥ 20 chars repeated them
@@ -92,6 +128,10 @@ its indentation) and hold a visible character (repeated indentation alone is a s
 
 MAX_RETRACT_CHARS = 80
 """The longest run without whitespace that is still taken for a word and sent back whole."""
+
+MIN_RESTART_CHARS = 24
+"""A continuation whose first 24 characters (case, whitespace and emphasis set aside) are
+the answer's first 24 restarted the answer (rule 6)."""
 
 _OVERLAP_SEARCH_CHARS = 20_000
 """How far back a repeat is looked for; bounds the work on huge answers."""
@@ -220,22 +260,358 @@ def _only_repeats(sent: str, continuation: str) -> bool:
                                          or line.lstrip(_HORIZONTAL).startswith(continuation))
 
 
+# -- what a model writes around the text (rule 5) ------------------------------------------
+
+_ACK = (r"(?:sure|certainly|of\s+course|okay|ok|alright|all\s+right|absolutely|no\s+problem|"
+        r"got\s+it|claro|certo|com\s+certeza|tudo\s+bem|por\s+supuesto|vale|de\s+acuerdo|"
+        r"bien\s+s[uû]r|d'accord|très\s+bien|entendu|gerne|natürlich|klar|sicher|"
+        r"in\s+ordnung|selbstverständlich)")
+_WHERE = (r"(?:(?:from\s+|right\s+)?where\s+(?:i|we|it)\s+(?:left\s+off|stopped|was\s+"
+          r"(?:cut\s+off|interrupted)|ended)|from\s+the\s+(?:exact\s+)?point\s+of\s+"
+          r"interruption|from\s+(?:above|before|the\s+previous\s+(?:message|response|part)))")
+_WHAT = r"(?:answer|response|explanation|implementation|text|code|reply|message|list)"
+_META_PHRASES = (
+    # English
+    rf"here(?:'s|’s|\s+is|\s+are)\s+(?:the\s+)?(?:continuation|rest|remainder|remaining\s+"
+    rf"(?:part|text|content)|next\s+part|continued\s+{_WHAT})(?:\s+of\s+(?:the|my)\s+"
+    rf"{_WHAT})?(?:,?\s+{_WHERE})?",
+    rf"(?:i'll|i’ll|i\s+will|let\s+me|let's|let’s)\s+(?:now\s+)?(?:continue|resume|pick\s+up|"
+    rf"keep\s+going|go\s+on)(?:\s+(?:the|my)\s+{_WHAT})?(?:,?\s+{_WHERE})?",
+    rf"(?:continuing|resuming|picking\s+up)(?:\s+(?:the|my)\s+{_WHAT})?(?:,?\s+{_WHERE})?",
+    rf"(?:continuation|continued)(?:\s+of\s+(?:the|my)\s+{_WHAT})?(?:\s+{_WHERE})?",
+    # Portuguese
+    r"aqui\s+est[aá]\s+(?:a\s+continua[cç][aã]o|o\s+resto|o\s+restante)(?:\s+da\s+resposta)?",
+    r"(?:continuando|vou\s+continuar)(?:\s+de\s+onde\s+parei)?",
+    r"continua[cç][aã]o",
+    # Spanish
+    r"aqu[ií]\s+(?:est[aá]|tienes)\s+(?:la\s+continuaci[oó]n|el\s+resto)"
+    r"(?:\s+de\s+la\s+respuesta)?",
+    r"(?:continuando|contin[uú]o)(?:\s+(?:desde\s+)?donde\s+lo\s+dej[eé])?",
+    r"continuaci[oó]n",
+    # French
+    r"voici\s+la\s+suite(?:\s+de\s+(?:la|ma)\s+r[eé]ponse)?",
+    r"(?:je\s+continue|je\s+reprends|en\s+reprenant|suite)(?:\s+l[aà]\s+o[uù]\s+je\s+"
+    r"m['’][eé]tais\s+arr[eê]t[eé]e?)?",
+    # German
+    r"hier\s+ist\s+(?:die\s+fortsetzung|der\s+rest)(?:\s+der\s+antwort)?",
+    r"(?:ich\s+fahre\s+fort|ich\s+mache\s+weiter|fortsetzung|weiter\s+geht's)"
+    r"(?:,?\s+wo\s+ich\s+aufgeh[oö]rt\s+habe)?",
+)
+_EMPH = r"[*_]{0,3}"
+_PHRASE = "(?:" + "|".join(_META_PHRASES) + ")"
+_META_OPENER = re.compile(
+    rf"\A\s*{_EMPH}(?:[¡¿]?{_ACK}\s*[!.,]*\s+{_EMPH})?[¡¿]?"
+    rf"(?:[(\[]\s*{_PHRASE}\s*[)\]]|{_PHRASE}\s*(?:[:.!…]+|(?=\n)))"
+    rf"{_EMPH}(?:\s+|\Z)", re.IGNORECASE)
+
+
+def strip_meta_opener(continuation: str) -> str:
+    """``continuation`` without the meta openers at its very start (rule 5), and without
+    the whitespace after them; the same string when it has none."""
+    text = continuation
+    for _ in range(3):                  # "Sure! Here is the rest:\n\n(continued)\n"
+        found = _META_OPENER.match(text)
+        if found is None or not found.group().strip():
+            break
+        text = text[found.end():]
+    return continuation if text is continuation else text.lstrip()
+
+
+def _echo_patterns() -> tuple[re.Pattern[str], ...]:
+    """One pattern per clause of :data:`CONTINUATION_PROMPT` (split at its full stops,
+    dashes and line ends), matched whatever its case, spacing and emphasis."""
+    clauses = [c.strip() for c in re.split(r"[.\n—]", CONTINUATION_PROMPT)]
+    patterns = []
+    for clause in clauses:
+        words = clause.split()
+        if len(words) < 4:
+            continue
+        gap = r"[\s*_\"“”'`]+"
+        head = words[0].lower()
+        first = r"(?:your|my|the)" if head == "your" else re.escape(head)
+        body = gap.join([first, *map(re.escape, words[1:])])
+        patterns.append(re.compile(
+            rf"[*_\"“”'`]*{body}[*_\"“”'`]*[ \t]*[.!:;,—–-]*[*_\"“”'`]*[ \t]*",
+            re.IGNORECASE))
+    return tuple(patterns)
+
+
+_ECHO = _echo_patterns()
+
+
+def _normalised_clause(text: str) -> str:
+    return " ".join(re.sub(r"[*_\"“”'`.!:;,—–-]", " ", text).lower().split())
+
+
+_MAX_CLAUSE_CHARS = 2 * max(map(len, CONTINUATION_PROMPT.split("\n")))
+_ECHO_CLAUSES = tuple(_normalised_clause(c) for c in re.split(r"[.\n—]", CONTINUATION_PROMPT)
+                      if len(c.split()) >= 4)
+
+
+def _echo_fragment(line: str) -> bool:
+    """Whether ``line`` is the start of a clause of the prompt, of two words or more (an
+    echo cut off at the end of a continuation)."""
+    if len(line) > _MAX_CLAUSE_CHARS:
+        return False
+    text = _normalised_clause(line)
+    return len(text.split()) >= 2 and len(text) >= 10 and \
+        any(clause.startswith(text) for clause in _ECHO_CLAUSES)
+
+
+
+def strip_echo(continuation: str) -> str:
+    """``continuation`` without any echo of the continuation prompt (rule 5): each of its
+    clauses is removed wherever it stands, and a line left blank by that goes too. The same
+    string when there is none."""
+    if not any(p.search(continuation) for p in _ECHO):
+        last = continuation.rpartition("\n")[2]
+        if _echo_fragment(last):
+            return continuation[:len(continuation) - len(last)].rstrip()
+        return continuation
+    lines = []
+    for line in continuation.split("\n"):
+        cleaned = line
+        for pattern in _ECHO:
+            cleaned = pattern.sub("", cleaned)
+        if cleaned != line:
+            if not cleaned.strip():
+                continue
+            cleaned = cleaned.rstrip()
+        lines.append(cleaned)
+    # An echo cut off by max_tokens leaves the start of a clause as the last line.
+    if lines and _echo_fragment(lines[-1]):
+        lines.pop()
+    text = "\n".join(lines)
+    # An echo at the start leaves the text after it to start at its first visible character.
+    lead = len(continuation) - len(continuation.lstrip())
+    at_start = any((m := p.match(continuation, lead)) is not None and m.end() > lead
+                   for p in _ECHO)
+    return text.lstrip() if at_start else text
+
+
+# -- restarts (rule 6) ---------------------------------------------------------------------
+
+_EMPHASIS_MARKS = frozenset("*_~")
+
+
+_EMPHASIS_RUN = re.compile(r"[*_~]+")
+_SPACE_RUN = re.compile(r"\s+")
+
+
+def _flat(text: str) -> str:
+    """``text`` lower-cased, each whitespace run one space, emphasis marks left out."""
+    return _SPACE_RUN.sub(" ", _EMPHASIS_RUN.sub("", text)).lower()
+
+
+def _index_after(text: str, count: int) -> int:
+    """The index in ``text`` just after the first ``count`` characters of ``_flat(text)``."""
+    seen = 0
+    space = False
+    for i, ch in enumerate(text):
+        if seen >= count:
+            return i
+        if ch in _EMPHASIS_MARKS:
+            continue
+        if ch.isspace():
+            if not space:
+                seen += 1
+            space = True
+            continue
+        space = False
+        seen += len(ch.lower())
+    return len(text)
+
+
+def _loose_overlap(sent: str, continuation: str) -> int:
+    """Where ``continuation`` goes past a repeat of the end of ``sent`` that is at least
+    :data:`MIN_OVERLAP_CHARS` long once case, whitespace and emphasis are set aside (rule
+    6's consistent restart), or is the whole of ``sent``; 0 when there is none."""
+    window = min(len(sent), _OVERLAP_SEARCH_CHARS)
+    tail = _flat(sent[-window:])
+    head = _flat(continuation[:2 * window + 64])
+    whole = window == len(sent)
+    probe = head[:min(MIN_OVERLAP_CHARS, len(tail))]
+    if not probe.strip():
+        return 0
+    # The longest suffix of the tail that the head starts with: the first place it does.
+    at = tail.find(probe)
+    while at != -1:
+        k = len(tail) - at
+        if head.startswith(tail[at:]) and (k >= MIN_OVERLAP_CHARS or (whole and at == 0)):
+            break
+        at = tail.find(probe, at + 1)
+    else:
+        return 0
+    end = _index_after(continuation, k)
+    # The repeat ends where the text it repeats does: its emphasis marks and the whitespace
+    # after it go with it.
+    while end < len(continuation) and (continuation[end] in _EMPHASIS_MARKS
+                                       or (tail[-1] == " " and continuation[end].isspace())):
+        end += 1
+    return end
+
+
+def _may_repeat(sent: str, continuation: str) -> bool:
+    """A quick test that ``continuation`` may repeat text of ``sent``'s tail, case,
+    whitespace and emphasis set aside (its first three words are in it), or opens as
+    ``sent`` does: only then are rule 6's slower comparisons made."""
+    words = _flat(continuation[:256]).split()[:3]
+    if not words:
+        return False
+    pattern = r"[\s*_~]+".join(map(re.escape, words))
+    tail = sent[-_OVERLAP_SEARCH_CHARS:]
+    return re.search(pattern, tail, re.IGNORECASE) is not None \
+        or re.match(r"[\s*_~]*" + pattern, sent, re.IGNORECASE) is not None
+
+
+def _loose_repeat_only(sent: str, continuation: str) -> bool:
+    """Whether ``continuation`` (≥ :data:`MIN_OVERLAP_CHARS`) only repeats text of ``sent``,
+    case, whitespace and emphasis set aside."""
+    text = _flat(continuation.strip())
+    if len(text) < MIN_OVERLAP_CHARS:
+        return False
+    return text in _flat(sent[-_OVERLAP_SEARCH_CHARS:])
+
+
+_OPENING = re.compile(r"[^\n]*?[.!?。！？](?=\s|$)|[^\n]+")
+_MAX_OPENING_CHARS = 200
+
+
+_MIN_RESTART_REPEAT = 8
+
+
+def _starts(previous: str, continuation: str, *, whole: bool) -> bool:
+    """Whether ``previous`` starts with all of ``continuation`` (at least 8 characters
+    unless ``whole``: nothing was sent), case, whitespace and emphasis set aside."""
+    theirs = _flat(continuation.strip())
+    return (whole or len(theirs) >= _MIN_RESTART_REPEAT) \
+        and _flat(previous.strip()[:2 * len(continuation) + 64]).startswith(theirs)
+
+
+def _restarts(previous: str, continuation: str) -> bool:
+    """Whether ``continuation`` opens as ``previous`` does (rule 6): the same first
+    sentence or line (the first :data:`MIN_RESTART_CHARS` at least, 200 at most)."""
+    found = _OPENING.match(previous.lstrip()[:2 * _MAX_OPENING_CHARS])
+    if found is None:
+        return False
+    ours = _flat(found.group()[:_MAX_OPENING_CHARS])
+    if len(ours) < MIN_RESTART_CHARS:
+        ours = _flat(previous.lstrip()[:4 * MIN_RESTART_CHARS])[:MIN_RESTART_CHARS]
+    theirs = _flat(continuation.lstrip()[:len(ours) * 2 + 16])
+    return len(ours) >= MIN_RESTART_CHARS and theirs.startswith(ours)
+
+
+# -- the held-back word (rule 7) -----------------------------------------------------------
+
+_SENTENCE_END = frozenset(".!?:;。！？")
+_NEW_BLOCK = re.compile(r"(?:#{1,6}\s|[-*+>|]\s|\d{1,3}[.)]\s|```|~~~)")
+
+
+def _put_back(previous: str, sent: str, rest: str) -> str:
+    """The word held back from ``previous`` (the text after ``sent``) with its separator,
+    when ``rest`` does not write it again but starts a new sentence or block; else ''."""
+    held = previous[len(sent):]
+    word = held.rstrip()
+    visible = rest.lstrip()
+    if not word or not visible:
+        return ""
+    if visible.startswith(word) or _flat(visible[:2 * len(word) + 8]).startswith(_flat(word)):
+        return ""
+    starts_line = rest[:1] == "\n" or (not rest[:1].isspace() and _NEW_BLOCK.match(visible))
+    if not (starts_line or visible[0].isupper()):
+        return ""
+    # A sentence's first word alone, replaced by the model's new sentence, is a fragment.
+    opens = not sent.strip() or sent.rstrip()[-1] in _SENTENCE_END or sent.endswith("\n")
+    if opens and word[-1] not in _SENTENCE_END:
+        return ""
+    if held != word or (sent and not sent[-1].isspace()):
+        return held                     # its own whitespace, or none in text without spaces
+    if rest[:1] == "\n":
+        return word
+    return word + ("\n" if starts_line else " ")
+
+
+# -- the join ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """One continuation joined to the answer so far, and what the join did with it.
+
+    ``dropped``: what was left out of the continuation, in words ("a meta opener", "an echo
+    of the continuation prompt", "a restart of the answer"); ``restart``: ``""``,
+    ``"extended"`` (a consistent restart: what goes past was appended), ``"replaced"``
+    (the restart replaced the partial answer) or ``"not joined"``; ``restored``: the
+    held-back word put back (rule 7); ``added``: the continuation had visible text and
+    the joined answer is not the previous one.
+    """
+
+    text: str
+    added: bool
+    dropped: tuple[str, ...] = ()
+    restart: str = ""
+    restored: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The continuation had text, and all of it was dropped as a meta opener, an echo
+        or a restart: nothing of it is in the answer."""
+        return not self.added and bool(self.dropped)
+
+
+def join_report(previous: str, continuation: str) -> Joined:
+    """``previous`` continued by ``continuation``, a new message answering the continuation
+    prompt that was sent ``previous[:resume_point(previous)]`` (rules 1–7), with what the
+    join did."""
+    if not continuation.strip():
+        return Joined(previous, False)
+    dropped: list[str] = []
+    cleaned = strip_meta_opener(continuation)
+    if cleaned != continuation:
+        dropped.append("a meta opener")
+    echoless = strip_echo(cleaned)
+    if echoless != cleaned:
+        dropped.append("an echo of the continuation prompt")
+        cleaned = strip_meta_opener(echoless)
+    if not cleaned.strip():
+        return Joined(previous, False, tuple(dropped))
+    sent = previous[:resume_point(previous)]
+    if _only_repeats(sent, cleaned) or _starts(previous, cleaned, whole=not sent.strip()):
+        # (The model began the same answer again, and was cut before it got past it.)
+        return Joined(previous, False, tuple(dropped))
+    skip = overlap(sent, cleaned)
+    if not skip:
+        fence = _reopened_fence(sent, cleaned)
+        skip = fence + overlap(sent, cleaned[fence:]) if fence else 0
+    restart = ""
+    if not skip and sent.strip() and _may_repeat(sent, cleaned):
+        if _loose_repeat_only(sent, cleaned):
+            return Joined(previous, False, tuple(dropped))
+        skip = _loose_overlap(sent, cleaned)
+        if skip:
+            restart = "extended"
+        elif _restarts(previous, cleaned):
+            dropped.append("a restart of the answer")
+            if len(cleaned.strip()) > len(previous.strip()):
+                return Joined(cleaned.strip(), True, tuple(dropped), "replaced")
+            return Joined(previous, False, tuple(dropped), "not joined")
+    rest = cleaned[skip:]
+    if restart and rest[:1].isspace() and sent[-1:].isspace():
+        rest = rest.lstrip()
+    restored = _put_back(previous, sent, rest)
+    base = sent + restored
+    if restored and rest[:1] == "\n" and base.endswith("\n"):
+        rest = rest.lstrip("\n")
+    if base and base[-1] in _HORIZONTAL:
+        rest = rest.lstrip(_HORIZONTAL)
+    if not rest:
+        return Joined(previous, False, tuple(dropped), restart)
+    return Joined(base + rest, True, tuple(dropped), restart, restored)
+
+
 def join(previous: str, continuation: str) -> str:
     """``previous`` continued by ``continuation``, a new message answering the continuation
-    prompt that was sent ``previous[:resume_point(previous)]`` (rules 1–4)."""
-    if not continuation.strip():
-        return previous
-    sent = previous[:resume_point(previous)]
-    if _only_repeats(sent, continuation):
-        return previous
-    skip = overlap(sent, continuation)
-    if not skip:
-        fence = _reopened_fence(sent, continuation)
-        skip = fence + overlap(sent, continuation[fence:]) if fence else 0
-    rest = continuation[skip:]
-    if sent and sent[-1] in _HORIZONTAL:
-        rest = rest.lstrip(_HORIZONTAL)
-    return sent + rest
+    prompt that was sent ``previous[:resume_point(previous)]`` (rules 1–7)."""
+    return join_report(previous, continuation).text
 
 
 def _prefilled(previous: str, continuation: str) -> str:
@@ -279,6 +655,16 @@ class Resume:
         """The partial answers joined into one (see :func:`stitch`)."""
         return stitch(parts, prefilled=self.prefill)
 
+    def join_report(self, parts: Sequence[str], continuation: str) -> Joined:
+        """The partial answers so far continued by ``continuation``, with what the join did
+        (:func:`join_report`; after a prefill, a plain concatenation)."""
+        so_far = self.join(parts)
+        if not parts:
+            return Joined(continuation, bool(continuation.strip()))
+        if self.prefill:
+            return Joined(_prefilled(so_far, continuation), bool(continuation))
+        return join_report(so_far, continuation)
+
 
 def resume_for(provider: object, options: Mapping[str, Any] | None = None) -> Resume:
     """How ``provider`` continues a cut answer: by prefill when it has a
@@ -291,15 +677,20 @@ def resume_for(provider: object, options: Mapping[str, Any] | None = None) -> Re
 class StreamedJoin:
     """What to show of a continuation streamed after the text already shown, so the screen
     reads as the joined answer: the repeat the join drops (the retracted last word sent
-    again, a repeated line) is not shown twice.
+    again, a repeated line, a restart of the answer) is not shown twice, and neither are a
+    meta opener or an echo of the continuation prompt at its start.
 
     The continuation's first :attr:`HOLD` characters are held back until the join of the
-    answer so far with them can be told — longer while what is held is still text the
-    answer already ends with somewhere in its last ``_OVERLAP_SEARCH_CHARS`` (a model
-    sending a whole paragraph again) — then what the join adds to what is shown goes
-    out, and the rest of the stream passes through. When the join does not extend what
-    is shown (the model wrote the cut word differently), the held text goes out as sent.
-    Pure: fed deltas, it returns text to show.
+    answer so far with them can be told — longer while what is held may still be a repeat
+    (text the answer already has in its last ``_OVERLAP_SEARCH_CHARS``, case, whitespace
+    and emphasis set aside: a model sending a whole paragraph again), the continuation
+    prompt echoed, or a restart of the answer no longer than it — then what the join adds
+    to what is shown goes out, and the rest of the stream passes through. A restart that
+    replaces the answer goes out whole after a blank line (the front end then shows the
+    joined answer in place of the stream). When the join does not extend what is shown
+    (the model wrote the cut word differently), the held text goes out as sent, without
+    its opener and echo. An echo later in the stream is shown as it comes, and only left
+    out of the answer kept. Pure: fed deltas, it returns text to show.
     """
 
     HOLD = MIN_OVERLAP_CHARS + 2 * MAX_RETRACT_CHARS
@@ -311,6 +702,8 @@ class StreamedJoin:
         self._held: list[str] = []
         self._held_chars = 0
         self._passing = False
+        self._tail = shown[-_OVERLAP_SEARCH_CHARS:]
+        self._loose_tail = ""           # the tail normalised, once it is needed
 
     @property
     def shown(self) -> str:
@@ -324,18 +717,31 @@ class StreamedJoin:
             return delta
         self._held.append(delta)
         self._held_chars += len(delta)
-        if self._held_chars < self.HOLD or self._repeating():
+        if self._held_chars < self.HOLD or self._undecided():
             return ""
         return self.flush()
 
-    def _repeating(self) -> bool:
-        """What is held so far is text the answer shown has in its tail (a repeat may be
-        under way: the join can only drop it once it is whole)."""
+    def _undecided(self) -> bool:
+        """What is held so far may still be a repeat, an echo or a restart: the join can
+        only tell once it is whole."""
         if self._held_chars >= _OVERLAP_SEARCH_CHARS:
             return False
         held = "".join(self._held)
         self._held[:] = [held]
-        return held in self.shown[-_OVERLAP_SEARCH_CHARS:]
+        if held in self._tail:
+            return True
+        cleaned = strip_echo(strip_meta_opener(held)).strip()
+        if len(cleaned) < self.HOLD and cleaned != held.strip():
+            return True                 # what is left once an opener or echo goes is short
+        loose = _flat(cleaned)
+        if _PROMPT_LOOSE.startswith(loose) or (loose and loose in self._loose()):
+            return True
+        return _restarts(self._tail, cleaned) and len(cleaned) <= len(self._tail.strip())
+
+    def _loose(self) -> str:
+        if not self._loose_tail:
+            self._loose_tail = _flat(self._tail)
+        return self._loose_tail
 
     def flush(self) -> str:
         """Whatever is still held back, joined (at the continuation's end)."""
@@ -344,8 +750,16 @@ class StreamedJoin:
         self._passing = True
         held = "".join(self._held)
         self._held.clear()
-        joined = self._resume.join([*self._parts, held])
+        joined = self._resume.join_report(self._parts, held)
         shown = self.shown
-        out = joined[len(shown):] if joined.startswith(shown) else held
+        if joined.restart == "replaced":
+            out = "\n\n" + joined.text
+        elif joined.text.startswith(shown):
+            out = joined.text[len(shown):]
+        else:
+            out = strip_echo(strip_meta_opener(held))
         self._shown.append(out)
         return out
+
+
+_PROMPT_LOOSE = _flat(CONTINUATION_PROMPT)

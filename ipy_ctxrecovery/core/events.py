@@ -221,10 +221,15 @@ class Escalation(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Truncated(Event):
-    """The answer was still cut by max_tokens when the escalations ran out (it is kept as is)."""
+    """The answer was still cut by max_tokens when the escalations ran out (it is kept as is).
+
+    ``failed``: why it could not be continued at all, when that is what happened — the
+    continuation request failed, the model refused, or all it wrote was dropped at the
+    join (a restart, a meta opener, the prompt echoed); the answer is kept as it is, cut."""
 
     max_tokens: int
     escalations: int
+    failed: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

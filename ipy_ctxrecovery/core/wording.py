@@ -213,6 +213,9 @@ def truncated_line(e: ev.Truncated, model_limit: int | None = None,
                    model: str | None = None) -> str:
     """The answer was still cut when the escalations ran out. When the cut was the model's
     own output limit, raising max_tokens cannot help: that limit is named instead."""
+    if e.failed:
+        return (f"{WARN} the answer above was cut at max_tokens={e.max_tokens:,} and could not "
+                f"be continued ({e.failed}) — it is kept as it is, incomplete")
     tried = (f" after {plural(e.escalations, 'escalation')}" if e.escalations else "")
     if model_limit is not None and e.max_tokens >= model_limit:
         who = model or "the model"
@@ -1003,6 +1006,9 @@ def tool_detail(e: ev.ToolRun) -> str:
 
 
 def continuation_detail(e: ev.Escalation | ev.Truncated) -> str:
+    if isinstance(e, ev.Truncated) and e.failed:
+        return (f"answer cut at max_tokens {e.max_tokens:,}, not continued: {e.failed} · "
+                "kept as it is, incomplete")
     if isinstance(e, ev.Truncated):
         return (f"answer still cut at max_tokens {e.max_tokens:,} after "
                 f"{plural(e.escalations, 'continuation')} · kept as it is")

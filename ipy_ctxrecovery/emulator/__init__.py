@@ -83,7 +83,10 @@ followed by the request is one message — and the request is the last such piec
   ``continuation_leading_space=False`` starts the answer at its first visible character
   (the space or newline at the resume point is lost); ``continuation_repeat`` repeats N
   characters first, or restarts the interrupted ``"line"``, or (``"fence"``) writes the
-  opening fence line of a code block left open again first.
+  opening fence line of a code block left open again first, or (``"restart"``) starts
+  the answer over with its first words in bold; ``continuation_opener="meta"`` writes a
+  meta opener line first ("Here's the continuation:"), ``"echo"`` the continuation
+  prompt itself — what small models (SmolLM2-135M) do.
 * Prefill (Anthropic path): a request whose last message is an assistant turn is
   continued exactly from that text, as the API does (``prefill="continue"``, the default).
 

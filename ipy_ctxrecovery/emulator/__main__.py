@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..settings import SIZE_FORMS, parse_size, seconds_arg
 from . import quirks, roles
 from .faults import BODY_LIMIT_STYLES, WAF_STYLES
+from .replies import CONTINUATION_OPENERS, CONTINUATION_REPEATS
 from .server import PREFILL_MODES, Emulator
 
 PROG = "ipy-ctxrecovery-emulator"
@@ -52,6 +53,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _repeat(text: str | None) -> int | str:
+    """``--continuation-repeat``: a number of characters, or a named repeat (0 when not given)."""
+    if text is None:
+        return 0
+    return int(text) if text.isdigit() else text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Run the ipy_ctxrecovery emulator: a local OpenAI "
                 "(/v1/chat/completions) and Anthropic (/v1/messages) API with faults.")
@@ -80,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reject requests whose roles do not alternate, as this server does")
     p.add_argument("--prefill", choices=PREFILL_MODES, default="continue",
                    help="continue or reject a final assistant turn on /v1/messages")
+    p.add_argument("--continuation-repeat", default=None, metavar="N|" +
+                   "|".join(CONTINUATION_REPEATS),
+                   help="what an answer to the continuation prompt repeats first: N "
+                        "characters, the line, the fence, or a restart of the answer")
+    p.add_argument("--continuation-opener", choices=CONTINUATION_OPENERS, default=None,
+                   help="write a meta opener, or echo the continuation prompt, before "
+                        "the text of an answer to the continuation prompt")
     for flags, options in quirks.arguments():
         p.add_argument(*flags, **options)
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
@@ -99,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=args.token, **({"max_request_body": args.max_request_body}
                                  if args.max_request_body else {}),
             alternation=args.alternation, prefill=args.prefill,
+            continuation_opener=args.continuation_opener,
+            continuation_repeat=_repeat(args.continuation_repeat),
             **{q.name: getattr(args, q.name) for q in quirks.QUIRKS
                if getattr(args, q.name) is not None},
         )

@@ -23,6 +23,7 @@ from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, su
 
 __all__ = [
     "summary_answer",
+    "CONTINUATION_OPENERS",
     "CONTINUATION_REPEATS",
     "Continuation",
     "Plan",
@@ -64,8 +65,15 @@ _WORDS_RE = re.compile(r"\[\[words\s+(\d+)\s*\]\]")
 _ECHO_RE = re.compile(r"\[\[echo\]\]\n?")
 _FENCE_MARKS = ("```", "~~~")
 
-CONTINUATION_REPEATS = ("line", "fence")
+CONTINUATION_REPEATS = ("line", "fence", "restart")
 """Named repeats of :class:`Continuation` (besides a number of characters)."""
+CONTINUATION_OPENERS = ("meta", "echo")
+"""What :class:`Continuation` may write before the text, as small models do."""
+META_OPENERS = ("Here's the continuation:", "Continuing from where I left off:",
+                "Sure! Here is the rest of the answer:", "(continued)",
+                "Aqui está a continuação:")
+"""The meta openers the emulator writes in turn (``opener="meta"``), as SmolLM2 does."""
+_RESTART_WORDS = 6
 _TOOL_RE = re.compile(r"\[\[tool\s+([A-Za-z0-9_.:-]+)\s*")
 
 
@@ -124,12 +132,18 @@ class Continuation:
     message never starts with whitespace), so the space or newline at ``at`` is lost.
     ``repeat``: 0 resumes exactly at ``at``; a number N starts N characters earlier,
     repeating them; ``"line"`` restarts the interrupted line from its beginning;
-    ``"fence"`` inside an open code block writes its opening fence line again first.
+    ``"fence"`` inside an open code block writes its opening fence line again first;
+    ``"restart"`` starts the answer over from its beginning, its first words in bold when
+    they end before ``at`` ("**A household refrigerator is** a versatile…", as SmolLM2-135M
+    does), then goes on past ``at`` as the answer does.
+    ``opener``: ``"meta"`` writes a meta opener line first (:data:`META_OPENERS`, in turn
+    by ``at``); ``"echo"`` writes the continuation prompt back first.
     A prefilled Anthropic turn is always continued exactly; these apply to the prompt only.
     """
 
     leading_space: bool = True
     repeat: int | str = 0
+    opener: str | None = None
 
     def resume(self, full: str, at: int) -> str:
         start = at
@@ -137,12 +151,30 @@ class Continuation:
             start = max(0, at - self.repeat)
         elif self.repeat == "line":
             start = full.rfind("\n", 0, at) + 1
+        elif self.repeat == "restart":
+            start = 0
         text = full[start:]
         if self.repeat == "fence":
             fence = _open_fence_line(full[:at])
             if fence is not None:
                 text = fence + "\n" + text
-        return text if self.leading_space else text.lstrip()
+        elif self.repeat == "restart":
+            text = _bold_opening(text, at)
+        text = text if self.leading_space else text.lstrip()
+        if self.opener == "meta":
+            text = META_OPENERS[at % len(META_OPENERS)] + "\n\n" + text.lstrip()
+        elif self.opener == "echo":
+            text = CONTINUATION_PROMPT + "\n\n" + text.lstrip()
+        return text
+
+
+def _bold_opening(text: str, at: int) -> str:
+    """``text`` with its first words in bold, when they end before ``at``."""
+    found = re.match(rf"\s*(?:\S+[ ]){{1,{_RESTART_WORDS - 1}}}\S+", text)
+    if found is None or found.end() > at or "*" in found.group() or "\n" in found.group():
+        return text
+    lead = len(found.group()) - len(found.group().lstrip())
+    return f"{text[:lead]}**{found.group()[lead:]}**{text[found.end():]}"
 
 
 def _open_fence_line(text: str) -> str | None:

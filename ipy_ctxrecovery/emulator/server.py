@@ -176,6 +176,7 @@ class Emulator:
                  keep_requests: int = KEEP_REQUESTS,
                  keep_body_bytes: int | str = KEEP_BODY_BYTES,
                  continuation_leading_space: bool = True, continuation_repeat: int | str = 0,
+                 continuation_opener: str | None = None,
                  prefill: str = "continue", alternation: str | None = None,
                  served_models: tuple[str, ...] = ("emulator",),
                  string_content_only: bool = False, empty_stream_on_error: bool = False,
@@ -209,7 +210,8 @@ class Emulator:
                        waf_over=waf_over, drop_over=drop_over, latency=latency,
                        waf_style=waf_style, api_key=api_key,
                        continuation_leading_space=continuation_leading_space,
-                       continuation_repeat=continuation_repeat, prefill=prefill,
+                       continuation_repeat=continuation_repeat,
+                       continuation_opener=continuation_opener, prefill=prefill,
                        alternation=alternation, served_models=served_models,
                        string_content_only=string_content_only,
                        empty_stream_on_error=empty_stream_on_error, stream_usage=stream_usage)
@@ -242,6 +244,9 @@ class Emulator:
                 checked[name] = value
             elif name == "continuation_repeat":
                 checked[name] = _repeat(value)
+            elif name == "continuation_opener":
+                checked[name] = None if value is None else \
+                    faults._check(value, replies.CONTINUATION_OPENERS, name)
             elif name == "prefill":
                 checked[name] = faults._check(value, PREFILL_MODES, name)
             elif name == "alternation":
@@ -271,6 +276,9 @@ class Emulator:
     """False: answers to the continuation prompt start at their first visible character."""
     continuation_repeat: int | str
     """What an answer to the continuation prompt repeats first (``replies.Continuation``)."""
+    continuation_opener: str | None
+    """What an answer to the continuation prompt writes before the text: a ``meta`` opener,
+    or an ``echo`` of the prompt (``replies.Continuation``); None: nothing."""
     prefill: str
     """``continue`` a final assistant turn on the Anthropic path, or ``reject`` it (400)."""
     alternation: str | None
@@ -623,7 +631,8 @@ class _Handler(BaseHTTPRequestHandler):
             api_key=emu.api_key, context_window=emu.context_window,
             max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
             continuation=replies.Continuation(emu.continuation_leading_space,
-                                              emu.continuation_repeat),
+                                              emu.continuation_repeat,
+                                              emu.continuation_opener),
             prefill=emu.prefill, alternation=emu.alternation,
             string_content_only=emu.string_content_only,
             empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage,

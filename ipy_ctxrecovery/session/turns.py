@@ -13,6 +13,7 @@ a continued answer), tool calls and their full results.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from ..core import continuation as escalation
 from ..core.events import Escalation, StreamUsageMissing, ToolRun, Truncated
 from ..core.history import TAG_CONTINUATION, History, Message, ToolCall, storable, unstorable_at
+from ..errors import ChatError
 from ..providers.base import Response, StopReason, TextCallback, ToolSpec
 from ..settings import Settings
 from .deadline import Check, checker
@@ -211,17 +213,30 @@ class TurnRunner:
         """
         parts: list[str] = []
         escalations = 0
+        cut_at = 0                      # the max_tokens the last partial answer was cut at
+        incomplete = ""                 # why the answer is kept cut ("" while it is not)
         resume = escalation.resume_for(self.recovery.endpoint.provider, spec.options)
         shown = _Shown(on_text) if on_text is not None else None
         while True:
             request_history = history + resume.messages(parts)
             if shown is not None:
                 shown.start(resume, parts)
+            failure: ChatError | None = None
             try:
                 sent = self.recovery.send(request_history, spec, log, shown)
+            except ChatError as e:
+                if not parts:
+                    raise
+                failure = e             # a continuation failed: the answer so far stays
             finally:
                 if shown is not None:
                     shown.finish()
+            if failure is not None:
+                incomplete = self._not_continued(
+                    f"the continuation request failed: {str(failure).rstrip('.')}", cut_at,
+                    escalations, log)
+                message, stop = Message.assistant(), StopReason.LENGTH
+                break
             spec = sent.spec
             response = sent.response
             history = sent.history
@@ -229,7 +244,14 @@ class TurnRunner:
             if TAG_CONTINUATION in map(_tag, history):   # rarely: looked for at C speed
                 history = tuple(m for m in history if m.tag != TAG_CONTINUATION)
             message = response.message
-            if response.stop is not StopReason.LENGTH:
+            stop = response.stop
+            if parts and not message.tool_calls and stop is not StopReason.LENGTH:
+                why = _unjoinable(resume.join_report(parts, message.text), stop)
+                if why:
+                    incomplete = self._not_continued(why, cut_at, escalations, log)
+                    message, stop = Message.assistant(), StopReason.LENGTH
+                    break
+            if stop is not StopReason.LENGTH:
                 break
             # With no explicit max_tokens, where the answer was cut is the limit in force.
             current = spec.max_tokens or response.usage.completion_tokens \
@@ -240,6 +262,8 @@ class TurnRunner:
             if nxt is None:
                 # Out of escalations: the answer is kept as it is, cut — say so.
                 self.bus.emit(Truncated(max_tokens=current, escalations=escalations), log)
+                incomplete = (f"still cut at max_tokens={current} after "
+                              f"{escalations} escalations")
                 break
             escalations += 1
             self.bus.emit(Escalation(attempt=escalations, max_tokens=nxt, previous=current,
@@ -248,7 +272,28 @@ class TurnRunner:
             if message.tool_calls:
                 continue        # a cut tool call cannot be continued: ask again, larger
             parts.append(message.text)
+            cut_at = current
         if parts:
+            # (A continuation that could not be joined left an empty message: the parts.)
             text = resume.join([*parts, message.text])
             message = Message.assistant(text, message.tool_calls)
-        return history, message, response.stop, spec
+        if incomplete and not message.tool_calls:
+            # The history keeps the answer as it is, and says it is incomplete.
+            message = dataclasses.replace(message, meta={**message.meta,
+                                                         escalation.INCOMPLETE: incomplete})
+        return history, message, stop, spec
+
+    def _not_continued(self, why: str, cut_at: int, escalations: int, log: TurnLog) -> str:
+        """Say that the answer cut at ``cut_at`` could not be continued, and why."""
+        self.bus.emit(Truncated(max_tokens=cut_at, escalations=escalations, failed=why), log)
+        return f"cut at max_tokens={cut_at} and not continued: {why}"
+
+
+def _unjoinable(joined: escalation.Joined, stop: StopReason) -> str:
+    """Why a continuation that ended (not cut again) could not be joined ('' when it was):
+    the model refused, or everything it wrote was dropped at the join."""
+    if stop is StopReason.FILTERED:
+        return "the model refused to continue"
+    if joined.failed:
+        return "all the model wrote was " + " and ".join(joined.dropped)
+    return ""
