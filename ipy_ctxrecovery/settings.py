@@ -262,6 +262,11 @@ class Settings:
     """For a model the catalogue does not know, ask the server its window once (vLLM's,
     OpenRouter's and LM Studio's model lists say it)."""
 
+    # --- recall (session/recall.py) ---
+    recall_max_chars: int = 4_000
+    """The most characters one result of the built-in recall_transcript tool holds (at most
+    per_result_max_chars); 0 = the tool is never offered."""
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         return dataclasses.replace(self, **changes)

@@ -61,7 +61,7 @@ from .history import (
     ToolResult,
     latest_user_index,
 )
-from .prompts import summary_header
+from .prompts import summary_header, with_recall_hint
 
 __all__ = [
     "ChatBudget",
@@ -528,7 +528,7 @@ def _normalize_summary(raw: str, covered: int, settings: Settings,
     opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()
     if opening.startswith(_REFUSALS):
         return None, "the summarizer refused"
-    text = f"{summary_header(covered)}\n{body}"
+    text = f"{with_recall_hint(summary_header(covered))}\n{body}"
     if len(text) > settings.summary_max_chars:
         return None, (f"the summary is too long ({len(text)} chars > "
                       f"{settings.summary_max_chars})")

@@ -47,6 +47,7 @@ from ..core.catalogue import ModelInfo
 from ..core.events import EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import TokenEstimator
+from ..core.recall import shows_compaction
 from ..core.recovery.evidence import Caps
 from ..core.wording import plural
 from ..errors import ChatError, ConfigError, CtxRecoveryError
@@ -59,6 +60,7 @@ from .dry_run import dry_run
 from .endpoint import Endpoint, path_key
 from .learned import LearnedLimits, PathRegistry
 from .pipeline import Prepared, Preparer
+from .recall import make_recall
 from .recovery import RecoveryLoop
 from .redactor import Redactor, client_credentials
 from .sizing import RequestSizer, RequestSpec
@@ -151,6 +153,7 @@ class ChatSession:
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
         self._started = False   # this object has written its first record (see _record)
+        self._offer_recall()
 
     def _make_builtins(self, settings: Settings) -> list[Tool]:
         """The built-in tools ``settings`` ask for (read_file, under its root)."""
@@ -158,6 +161,28 @@ class ChatSession:
             return []
         root = settings.read_file_root or self._files_root
         return [make_read_file(root, self._files.results_dir)]
+
+    def _offer_recall(self) -> None:
+        """The built-in recall tool, offered once the session has compacted (``recall.py``)."""
+        if not self._builtin_tools:
+            return
+        settings = lambda: self.settings  # noqa: E731 - the settings in force at the call
+        tool = make_recall(self._recall_source, lambda: min(
+            settings().recall_max_chars, settings().per_result_max_chars))
+        self._toolbox.offer_after_compaction((tool,), self._compacted)
+
+    def _compacted(self, history: History) -> bool:
+        """Whether a request with ``history`` comes after a compaction of this session."""
+        if self.settings.recall_max_chars <= 0:
+            return False
+        return self._compactions > 0 or shows_compaction(history)
+
+    def _recall_source(self) -> History | None:
+        """What recall searches: the transcript on disk (redacted as stored); without one,
+        the in-memory record of what was said, masked the same way."""
+        if self._files.path.is_file():
+            return self._files.messages()
+        return tuple(self.redactor.message(m) for m in self._transcript) or None
 
     def _credentials(self) -> set[str]:
         """The credential strings this session's client sends (for the redactor)."""
@@ -361,6 +386,11 @@ class ChatSession:
         return self._toolbox.tools
 
     @property
+    def tools_after_compaction(self) -> tuple[Tool, ...]:
+        """Built-in tools offered only once the session has compacted (recall_transcript)."""
+        return self._toolbox.after_compaction
+
+    @property
     def provider(self) -> Provider:
         return self._endpoint.provider
 
@@ -433,7 +463,7 @@ class ChatSession:
         size (pre-flight's, a send's) is another quantity, said as "request"."""
         history = self._history if history is None else history
         request = dataclasses.replace(self._sizer.request(history, self._spec()),
-                                      tools=self._toolbox.default_specs())
+                                      tools=self._toolbox.default_specs(history))
         body = self._sizer.measure_request(request)
         return body, self.limits.tokens.estimate(body)
 

@@ -38,6 +38,10 @@ TOOL_LIMIT_RESULT = (
 )
 
 
+def _never(_history: History) -> bool:
+    return False
+
+
 class ToolBox:
     """The tools a session offers: built-in ones (``read_file``) and the user's."""
 
@@ -45,6 +49,25 @@ class ToolBox:
         self._builtin = {t.name: t for t in builtin}
         self._user = {t.name: t for t in user}
         self._builtin_off = False
+        self._later: dict[str, Tool] = {}
+        self._offer_later: Callable[[History], bool] = _never
+
+    def offer_after_compaction(self, tools: Iterable[Tool],
+                               when: Callable[[History], bool]) -> None:
+        """Offer ``tools`` (the built-in recall) in a request whose history ``when`` says
+        was compacted, never before: a session that never compacts sends the same tools
+        as without them (its prompt cache stays). ``offering(builtin=False)`` (a cell's
+        ``--no-read-file``) does not hide them. They run when called, offered or not."""
+        self._later = {t.name: t for t in tools}
+        self._offer_later = when
+
+    @property
+    def after_compaction(self) -> tuple[Tool, ...]:
+        """The tools offered only after a compaction (``%chat tools`` lists them)."""
+        return tuple(self._later.values())
+
+    def _offered_later(self, history: History) -> dict[str, Tool]:
+        return self._later if self._later and self._offer_later(history) else {}
 
     def replace(self, user: Iterable[Tool]) -> None:
         """Offer ``user`` tools from now on, beside the built-in ones."""
@@ -60,14 +83,18 @@ class ToolBox:
 
     @property
     def tools(self) -> tuple[Tool, ...]:
-        return tuple(self._tools.values())
+        """The tools offered now (those offered after a compaction once the session has
+        compacted)."""
+        return tuple({**self._tools, **self._offered_later(())}.values())
 
-    def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(t.spec for t in self._tools.values())
+    def specs(self, history: History = ()) -> tuple[ToolSpec, ...]:
+        """The tools a request carrying ``history`` offers."""
+        return tuple(t.spec for t in {**self._tools, **self._offered_later(history)}.values())
 
-    def default_specs(self) -> tuple[ToolSpec, ...]:
+    def default_specs(self, history: History = ()) -> tuple[ToolSpec, ...]:
         """The tools offered outside any :meth:`offering` block (the session's own set)."""
-        return tuple(t.spec for t in {**self._builtin, **self._user}.values())
+        return tuple(t.spec for t in {**self._builtin, **self._user,
+                                      **self._offered_later(history)}.values())
 
     @contextlib.contextmanager
     def offering(self, *, builtin: bool = True) -> Iterator[None]:
@@ -81,7 +108,7 @@ class ToolBox:
     def run(self, call: ToolCall, check: Check | None = None) -> tuple[str, bool]:
         """(content, is_error) for one call; an unknown tool is an error result.
         ``check``: the turn's deadline, for a tool that takes one (``Tool.checked``)."""
-        tool = self._tools.get(call.name)
+        tool = self._tools.get(call.name) or self._later.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return f"Error: there is no tool named {call.name!r} (tools: {known}).", True

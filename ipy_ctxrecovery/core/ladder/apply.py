@@ -53,7 +53,7 @@ from ..history import (
     Text,
     latest_user_index,
 )
-from ..prompts import PAYLOAD_NOTICE, compaction_notice
+from ..prompts import PAYLOAD_NOTICE, compaction_notice, with_recall_hint
 from .decide import Decision, LadderState, Level
 
 __all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflight_fit",
@@ -104,7 +104,8 @@ def _cut(h: Sequence[Message], k: int) -> tuple[History, int, bool]:
     after = [m for m in h[k:] if m.tag != TAG_COMPACTION_NOTICE]
     summarized = any(m.tag == TAG_SUMMARY for m in before)
     total = dropped + earlier
-    notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized)),),
+    said = with_recall_hint(compaction_notice(total, summarized=summarized))
+    notice = Message(Role.USER, (Text(said),),
                      TAG_COMPACTION_NOTICE, {_DROPPED_META: total})
     return (*before, notice, *after), dropped, True
 
