@@ -28,7 +28,7 @@ from ipy_ctxrecovery.core.history import (
     problems,
     to_openai,
 )
-from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
+from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header, with_recall_hint
 from ipy_ctxrecovery.core.wording import describe, describe_debug
 from ipy_ctxrecovery.settings import MiB, Settings, format_size
 
@@ -290,7 +290,7 @@ def test_spec_messages_exactly() -> None:
     assert (report.before_messages, report.after_messages) == (23, 9)
     assert report.after_bytes == wire_bytes(out) <= int(2.9 * MiB)
     assert out[1].tag == TAG_SUMMARY
-    assert out[1].text == "[STRUCTURED SUMMARY — covering 15 earlier messages]\n" + summary
+    assert out[1].text == with_recall_hint(summary_header(15)) + "\n" + summary
     assert out[2] == Message.user("request 5")     # the kept part opens an exchange
     check_invariants(h, out)
     assert problems(out) == []
@@ -404,7 +404,7 @@ def test_an_earlier_summary_is_summarized_again_not_stacked() -> None:
     assert report.applied
     assert [m.tag for m in out].count(TAG_SUMMARY) == 1
     # N counts original messages: 6 in the earlier summary + 1 + 12 messages since.
-    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 19 earlier messages]\n")
+    assert out[1].text.startswith(with_recall_hint(summary_header(19)) + "\n")
     assert "covering 2 earlier" not in out[1].text
     # The earlier summary is pinned in the bounded input even though older than the rest.
     assert "- a.py" in rec.inputs[0]
@@ -421,7 +421,7 @@ def test_markdown_header_from_the_summarizer_is_normalized() -> None:
     h: History = (*big_turns(2, 5_000), Message.user("latest"))
     rec = Recorder("## **[STRUCTURED SUMMARY — covering many messages]**\n\n## Commands run\n- ls")
     out, _ = compact(h, target_bytes=500, measure=wire_bytes, summarize=rec, settings=S)
-    assert out[0].text == "[STRUCTURED SUMMARY — covering 8 earlier messages]\n## Commands run\n- ls"
+    assert out[0].text == with_recall_hint(summary_header(8)) + "\n## Commands run\n- ls"
 
 
 def test_nothing_to_summarize_is_rejected_and_history_kept() -> None:
@@ -598,7 +598,7 @@ def test_with_the_emulators_extractive_summarizer() -> None:
     assert events.phases == ["start", "trim", "summarize", "applied"]
     summary = out[1]
     assert summary.tag == TAG_SUMMARY
-    header = f"[STRUCTURED SUMMARY — covering {report.summarized_messages} earlier messages]\n"
+    header = with_recall_hint(summary_header(report.summarized_messages)) + "\n"
     assert summary.text.startswith(header)
     assert summary.text.count("[STRUCTURED SUMMARY") == 1
     assert problems(out) == [] and wire_bytes(out) <= wire_bytes(h) // 3
