@@ -267,6 +267,7 @@ def label(turn: int, role: str) -> str:
 
 
 _LABEL_RE = re.compile(r"^— turn (\d+), ([a-z][\w .-]*) —$")
+_NOTE_RE = re.compile(r"^… (?:\d+ more passages are not shown|The search stopped)")
 
 
 def search(found: Sequence[Entry], query: Query, *, from_turn: int | None = None,
@@ -331,7 +332,7 @@ def parse_passages(text: str) -> list[Passage]:
             if current is not None:
                 out.append(Passage(current[0], current[1], tuple(lines)))
             current, lines = (int(found.group(1)), found.group(2)), []
-        elif current is not None and not line.startswith("… ") and line != "…":
+        elif current is not None and line != "…" and not _NOTE_RE.match(line):
             lines.append(line)
     if current is not None:
         out.append(Passage(current[0], current[1], tuple(lines)))

@@ -55,14 +55,14 @@ def make_recall(source: Callable[[], History | None], max_chars: Callable[[], in
     def checked(check: Callable[[], None], words: str = "", pattern: str = "",
                 from_turn: int | None = None, to_turn: int | None = None) -> str:
         if (from_turn is not None and from_turn < 1) or (to_turn is not None and to_turn < 1):
-            raise ToolError("turns are counted from 1; give from_turn and to_turn of 1 or more.")
+            raise ToolError("Turns are counted from 1; give from_turn and to_turn of 1 or more.")
         try:
             query = recall.compile_query(words, pattern)
         except recall.RecallError as e:
             raise ToolError(_sentence(e)) from None
         messages = source()
         if not messages:
-            raise ToolError("this session has no transcript to search yet.")
+            raise ToolError("This session has no transcript to search yet.")
         until = clock() + seconds
 
         def keep_going() -> bool:
