@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from re import _constants, _parser  # type: ignore[attr-defined]
+from typing import Any
 
 from .history import TAG_COMPACTION_NOTICE, TAG_SUMMARY, Message, Role
 
@@ -138,14 +139,14 @@ def _pattern_problem(pattern: str) -> str | None:
     repeats = {c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)}
     count = 0
 
-    def walk(items: Iterable[tuple[object, object]], inside: bool) -> str | None:
+    def walk(items: Iterable[tuple[Any, Any]], inside: bool) -> str | None:
         nonlocal count
         for op, av in items:
             if op in (c.GROUPREF, c.GROUPREF_EXISTS):
                 return "the pattern has a back-reference, which can take very long; search " \
                        "with words or a pattern without one."
             if op in repeats:
-                _low, high, sub = av  # type: ignore[misc]
+                _low, high, sub = av
                 if high > 1:
                     if inside:
                         return "the pattern repeats a repeat, which can take very long; " \
@@ -153,16 +154,16 @@ def _pattern_problem(pattern: str) -> str | None:
                     count += 1
                 problem = walk(sub, inside or high > 1)
             elif op is c.SUBPATTERN:
-                problem = walk(av[-1], inside)  # type: ignore[index]
+                problem = walk(av[-1], inside)
             elif op is c.BRANCH:
                 if inside:
                     return "the pattern repeats an alternation, which can take very long; " \
                            "search with words or list the alternatives apart."
                 problem = None
-                for branch in av[1]:  # type: ignore[index]
+                for branch in av[1]:
                     problem = problem or walk(branch, inside)
             elif op in (c.ASSERT, c.ASSERT_NOT):
-                problem = walk(av[1], inside)  # type: ignore[index]
+                problem = walk(av[1], inside)
             else:
                 problem = None
             if problem:
