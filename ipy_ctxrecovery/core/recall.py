@@ -15,8 +15,8 @@ Pure: the session (``session/recall.py``) reads the transcript and hands its mes
   at most a few milliseconds; ``keep_going`` (the session's time bound and the turn's
   deadline) is asked between messages.
 - **The result** lists the matching passages, oldest first: a label line per passage
-  (``— turn 3, assistant —``) and the matching lines with :data:`CONTEXT_LINES` lines of
-  context each, within ``max_chars`` (what does not fit is counted, never cut mid-line). A
+  (``— turn 3, assistant —``) and the matching lines (for words, the lines holding the most
+  of them) with :data:`CONTEXT_LINES` lines of context each, within ``max_chars`` (what does not fit is counted, never cut mid-line). A
   long line is shown as the part around its match, cut at word ends. Like every text the
   package writes for the model, nothing in it starts a line with a command word or puts a
   bracket after the conversation's text (``core/markers.py``): labels are delimited by
@@ -249,6 +249,12 @@ def _passage(entry: Entry, query: Query) -> list[str] | None:
             if h is not None}
     if not hits:
         return None
+    if len(query.words) > 1:
+        # The lines holding the most of the words: in a 600-line log where every line
+        # names the service, the one line that also holds the id.
+        held = {i: sum(w in lines[i].casefold() for w in query.words) for i in hits}
+        most = max(held.values())
+        hits = {i: h for i, h in hits.items() if held[i] == most}
     keep = sorted({j for i in hits for j in range(max(i - CONTEXT_LINES, 0),
                                                   min(i + CONTEXT_LINES + 1, len(lines)))})
     out: list[str] = []
