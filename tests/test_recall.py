@@ -239,6 +239,8 @@ def test_the_emulator_reads_a_recall_question() -> None:
     assert recall_arguments("Look up the model_name we chose in turn 4") == {
         "from_turn": 4, "to_turn": 4, "words": "model_name"}
     assert recall_arguments("Plot the churn rate") is None
+    assert recall_arguments("Which region did the requests come from?") is None
+    assert recall_arguments("What was the slowest service?") is None
     assert recall_arguments("what was it?") is None
 
 

@@ -365,9 +365,9 @@ def _parse_tools(text: str) -> list[tuple[str, str]]:
 
 # -- recall: a question about an earlier detail, when the request offers the recall tool --
 
-_RECALL_ASK_RE = re.compile(r"\b(?:recall|look\s+(?:it\s+)?up|look\s+back|remind\s+me|"
-                            r"what\s+(?:was|were|did)|which\s+\w+\s+(?:was|were|did))\b",
-                            re.IGNORECASE)
+_RECALL_ASK_RE = re.compile(r"\b(?:recall|look\s+(?:it\s+)?up|look\s+back|remind\s+me)\b|"
+                            r"\bwhat\s+(?:was|were|did)\b.*\b(?:turn|earlier|before|"
+                            r"previously)\b", re.IGNORECASE | re.DOTALL)
 _TURN_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5}
 _TURN_RE = re.compile(r"\b(first|second|third|fourth|fifth)\s+(?:turn|message)\b|"
                       r"\bturn\s+(\d{1,6})\b", re.IGNORECASE)
@@ -399,7 +399,9 @@ def _offered(tools: Any) -> set[str]:
 
 def recall_arguments(text: str) -> dict[str, Any] | None:
     """The recall tool's arguments for a question about an earlier detail, or None when
-    ``text`` asks no such question: its distinctive words, and the turn it names."""
+    ``text`` asks no such question (it says recall, look up, look back or remind me, or asks
+    what was… about a turn or something earlier): its distinctive words, and the turn it
+    names."""
     if not _RECALL_ASK_RE.search(text):
         return None
     args: dict[str, Any] = {}
