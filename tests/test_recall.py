@@ -27,6 +27,7 @@ from ipy_ctxrecovery.emulator.replies import recall_arguments
 from ipy_ctxrecovery.settings import Settings
 
 WIRES = ["emulator", "emulator:anthropic"]
+SUMMARIZE_PROMPT_START = SUMMARIZE_SYSTEM_PROMPT.split("\n")[0]
 FACT = "The churn threshold for this project is 0.37; keep it in mind."
 
 
@@ -91,10 +92,9 @@ def test_not_offered_before_a_compaction_and_offered_from_then_on(emulator: Any)
     session.close()
 
 
-def test_a_compaction_mid_turn_offers_it_in_the_request_that_carries_it(emulator: Any,
-                                                                          ) -> None:
-    # A 12 KB proxy cap: the turn that hits it is compacted by the recovery and resent, and
-    # that very request (which names the tool in its summary header) offers the tool.
+def test_a_compaction_inside_a_recovery_offers_it_from_the_next_round(emulator: Any) -> None:
+    # A 12 KB proxy cap: the turn that hits it is compacted by the recovery and resent with
+    # the tools it was fitted with; every request after that one offers the tool.
     emu = emulator(max_body="12KB")
     session = ChatSession("emulator", emulator=emu, name="recall-midturn")
     session.send(FACT)
@@ -103,13 +103,15 @@ def test_a_compaction_mid_turn_offers_it_in_the_request_that_carries_it(emulator
         if session.status().compactions:
             break
     assert session.status().compactions == 1
+    session.send("And now?")
     posts = [r for r in emu.requests if r.method == "POST"]
     rejected = next(i for i, r in enumerate(posts) if r.status == 413)
     assert all(recall.RECALL_TOOL not in _offered(r) for r in posts[:rejected + 1])
     resent = [r for r in posts[rejected + 1:]             # the summarizer's request aside
-              if SUMMARIZE_SYSTEM_PROMPT.split("\n")[0] not in json.dumps(r.body, ensure_ascii=False)]
-    assert resent and all(recall.RECALL_TOOL in _offered(r) for r in resent)
-    assert all(RECALL_HINT in json.dumps(r.body, ensure_ascii=False) for r in resent)
+              if SUMMARIZE_PROMPT_START not in json.dumps(r.body, ensure_ascii=False)]
+    assert RECALL_HINT in json.dumps(resent[0].body, ensure_ascii=False)
+    assert recall.RECALL_TOOL not in _offered(resent[0])      # as it was fitted
+    assert len(resent) >= 2 and all(recall.RECALL_TOOL in _offered(r) for r in resent[1:])
     session.close()
 
 

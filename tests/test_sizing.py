@@ -150,7 +150,7 @@ def test_the_request_alone_is_the_system_messages_and_the_latest_request(wire: s
     provider = make_provider(f"{wire}:emulator", client=client)
     settings = Settings(context_window=100_000)
     sizer = RequestSizer(Endpoint(provider, owned=False, client=client),
-                         LearnedLimits.fresh(settings), settings, lambda _history: ())
+                         LearnedLimits.fresh(settings), settings, tuple)
     spec = RequestSpec()
 
     def from_scratch(history: tuple[Message, ...]) -> int:

@@ -39,16 +39,14 @@ def make_recall(source: Callable[[], History | None], max_chars: Callable[[], in
 
     def recall_transcript(words: str = "", pattern: str = "", from_turn: int | None = None,
                           to_turn: int | None = None) -> str:
-        """Search the full transcript of this conversation, including the turns that were
-        compacted away. Give words (all must appear, any case) or a regular expression,
-        and optionally a turn range; it returns the matching passages with their turn
-        numbers and a few lines of context.
+        """Search the full transcript of this conversation, compacted turns included:
+        words (all must match) or a regular expression, optionally in a turn range.
 
         Args:
-            words: words separated by spaces; a message matches when it holds every one.
-            pattern: a regular expression (any case) instead of words.
-            from_turn: the first turn to search (turn 1 is the first user message).
-            to_turn: the last turn to search.
+            words: words that must all appear (any case).
+            pattern: a regular expression, instead of words.
+            from_turn: the first turn (1 is the first user message).
+            to_turn: the last turn.
         """
         return checked(_go_on, words, pattern, from_turn, to_turn)
 

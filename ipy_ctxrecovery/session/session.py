@@ -153,6 +153,7 @@ class ChatSession:
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
         self._started = False   # this object has written its first record (see _record)
+        self._compacted_in_turn = False   # a round of a turn started from a compacted history
         self._offer_recall()
 
     def _make_builtins(self, settings: Settings) -> list[Tool]:
@@ -169,13 +170,19 @@ class ChatSession:
         settings = lambda: self.settings  # noqa: E731 - the settings in force at the call
         tool = make_recall(self._recall_source, lambda: min(
             settings().recall_max_chars, settings().per_result_max_chars))
-        self._toolbox.offer_after_compaction((tool,), self._compacted)
+        self._toolbox.offer_after_compaction((tool,), self._compacted, self._note_round)
 
-    def _compacted(self, history: History) -> bool:
-        """Whether a request with ``history`` comes after a compaction of this session."""
+    def _compacted(self) -> bool:
+        """Whether this session has compacted (the recall tool is offered from then on)."""
         if self.settings.recall_max_chars <= 0:
             return False
-        return self._compactions > 0 or shows_compaction(history)
+        return self._compactions > 0 or self._compacted_in_turn
+
+    def _note_round(self, history: History) -> None:
+        """A round of a turn starts from ``history``: compacted earlier in the turn?"""
+        if not self._compacted_in_turn and shows_compaction(history):
+            self._compacted_in_turn = True
+            self._sizer.forget_encoding()
 
     def _recall_source(self) -> History | None:
         """What recall searches: the transcript on disk (redacted as stored); without one,
@@ -463,7 +470,7 @@ class ChatSession:
         size (pre-flight's, a send's) is another quantity, said as "request"."""
         history = self._history if history is None else history
         request = dataclasses.replace(self._sizer.request(history, self._spec()),
-                                      tools=self._toolbox.default_specs(history))
+                                      tools=self._toolbox.default_specs())
         body = self._sizer.measure_request(request)
         return body, self.limits.tokens.estimate(body)
 

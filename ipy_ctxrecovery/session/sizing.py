@@ -51,7 +51,7 @@ class RequestSizer:
     """Limits in force, and the bytes of a request (see the module docstring)."""
 
     def __init__(self, endpoint: Endpoint, limits: LearnedLimits, settings: Settings,
-                 tools: Callable[[History], tuple[ToolSpec, ...]]) -> None:
+                 tools: Callable[[], tuple[ToolSpec, ...]]) -> None:
         self.endpoint = endpoint
         self.limits = limits
         self.settings = settings
@@ -202,7 +202,7 @@ class RequestSizer:
 
     # -- bytes -------------------------------------------------------------------------------
     def request(self, history: History, spec: RequestSpec) -> Request:
-        return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(history),
+        return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
                        options=dict(spec.options), stream=spec.stream)
 
     def prepare(self, request: Request) -> Prepared:
