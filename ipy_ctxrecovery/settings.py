@@ -300,6 +300,11 @@ class Settings:
     """Of the compaction target, the share kept for the user's own messages verbatim after
     the summary, newest first (0 = keep none)."""
 
+    # --- recall (session/recall.py) ---
+    recall_max_chars: int = 4_000
+    """The most characters one result of the built-in recall_transcript tool holds (at most
+    per_result_max_chars); 0 = the tool is never offered."""
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         return dataclasses.replace(self, **changes)

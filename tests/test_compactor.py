@@ -33,6 +33,7 @@ from ipy_ctxrecovery.core.prompts import (
     SUMMARIZE_SYSTEM_PROMPT,
     compaction_notice,
     summary_header,
+    with_recall_hint,
 )
 from ipy_ctxrecovery.core.wording import describe, describe_debug
 from ipy_ctxrecovery.settings import MiB, Settings, format_size
@@ -297,7 +298,7 @@ def test_spec_messages_exactly() -> None:
     assert (report.before_messages, report.after_messages) == (23, 10)  # + the user's words
     assert report.after_bytes == wire_bytes(out) <= int(2.9 * MiB)
     assert out[1].tag == TAG_SUMMARY
-    assert out[1].text == "[STRUCTURED SUMMARY — covering 15 earlier messages]\n" + summary
+    assert out[1].text == with_recall_hint(summary_header(15)) + "\n" + summary
     assert out[2].tag == TAG_USER_WORDS            # the user's requests 1-4, verbatim
     assert out[3] == Message.user("request 5")     # the kept part opens an exchange
     check_invariants(h, out)
@@ -421,8 +422,8 @@ def test_past_the_request_bound_the_oldest_are_dropped_unread_and_told() -> None
     assert out[1].text.startswith(summary_header(report.summarized_messages) + "\n")
     notice = out[2]
     assert notice.tag == "compaction_notice"
-    assert notice.text == compaction_notice(report.dropped_unread, summarized=True,
-                                            unread=report.dropped_unread)
+    assert notice.text == with_recall_hint(compaction_notice(
+        report.dropped_unread, summarized=True, unread=report.dropped_unread))
     assert "left unread" in notice.text
     # The user's own requests stay verbatim after it (pins.py), the unread ones among them.
     assert out[3].tag == "user_words" and "request 0" in out[3].text and out[4:] == h[-1:]
@@ -491,7 +492,7 @@ def test_an_earlier_summary_is_summarized_again_not_stacked() -> None:
     assert report.applied
     assert [m.tag for m in out].count(TAG_SUMMARY) == 1
     # N counts original messages: 6 in the earlier summary + 1 + 12 messages since.
-    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 19 earlier messages]\n")
+    assert out[1].text.startswith(with_recall_hint(summary_header(19)) + "\n")
     assert "covering 2 earlier" not in out[1].text
     # The earlier summary opens the first request.
     assert "Message 1 of 14, the summary of earlier messages: [STRUCTURED SUMMARY" in rec.inputs[0]
@@ -508,7 +509,7 @@ def test_markdown_header_from_the_summarizer_is_normalized() -> None:
     h: History = (*big_turns(2, 5_000), Message.user("latest"))
     rec = Recorder("## **[STRUCTURED SUMMARY — covering many messages]**\n\n## Commands run\n- ls")
     out, _ = compact(h, target_bytes=500, measure=wire_bytes, summarize=rec, settings=S)
-    assert out[0].text == "[STRUCTURED SUMMARY — covering 8 earlier messages]\n## Commands run\n- ls"
+    assert out[0].text == with_recall_hint(summary_header(8)) + "\n## Commands run\n- ls"
 
 
 def test_nothing_to_summarize_is_rejected_and_history_kept() -> None:
@@ -686,7 +687,7 @@ def test_with_the_emulators_extractive_summarizer() -> None:
     assert events.phases == ["start", "trim", "summarize", "applied"]
     summary = out[1]
     assert summary.tag == TAG_SUMMARY
-    header = f"[STRUCTURED SUMMARY — covering {report.summarized_messages} earlier messages]\n"
+    header = with_recall_hint(summary_header(report.summarized_messages)) + "\n"
     assert summary.text.startswith(header)
     assert summary.text.count("[STRUCTURED SUMMARY") == 1
     assert problems(out) == [] and wire_bytes(out) <= wire_bytes(h) // 3

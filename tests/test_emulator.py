@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 import ipy_ctxrecovery.emulator as emulator_pkg
 from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.core.prompts import summary_header, with_recall_hint
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.faults import parse_fault
 from ipy_ctxrecovery.emulator.replies import Turn, count_tokens, plan, summarize
@@ -1003,7 +1004,7 @@ def test_summary_of_the_compactors_input_quotes_the_conversation_not_the_framing
     assert "src/app.py" in first
     assert "notes/plan.md" in first            # the earlier summary's fact, not its heading
     assert "notes/plan.md" in inputs[-1]       # carried forward in the summary so far
-    assert out[1].text.startswith("[STRUCTURED SUMMARY — covering 8 earlier messages]\n")
+    assert out[1].text.startswith(with_recall_hint(summary_header(8)) + "\n")
 
 
 def test_framing_lines_alone_give_only_the_header() -> None:

@@ -41,7 +41,12 @@ from ipy_ctxrecovery.core.ladder import (
 )
 from ipy_ctxrecovery.core.markers import LONG_MESSAGE_RE
 from ipy_ctxrecovery.core.pairing import repair_pairing
-from ipy_ctxrecovery.core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, compaction_notice
+from ipy_ctxrecovery.core.prompts import (
+    COMPACTION_NOTICE,
+    PAYLOAD_NOTICE,
+    compaction_notice,
+    with_recall_hint,
+)
 from ipy_ctxrecovery.core.wording import decision_lines
 from ipy_ctxrecovery.failures import Failure, FailureKind
 from ipy_ctxrecovery.settings import KiB, MiB, Settings, format_size
@@ -336,7 +341,7 @@ def test_emergency_keeps_systems_and_the_last_ten(store: ResultStore) -> None:
     assert kept[0].role is Role.USER
     assert result.removed_messages == 41 - 9
     notice = next(m for m in out if m.tag == TAG_COMPACTION_NOTICE)
-    assert notice.text == compaction_notice(32, summarized=False)
+    assert notice.text == with_recall_hint(compaction_notice(32, summarized=False))
     assert "32 earlier messages were dropped (not summarized)" in notice.text
     assert problems(out) == []
 
@@ -388,7 +393,7 @@ def test_latest_user_request_survives_a_long_tool_loop(level: Level,
     assert latest_user_index(out) is not None and out[latest_user_index(out)] == task
     assert out[out.index(task):] == hist[3:]          # the request and everything after it
     notice = next(m for m in out if m.tag == TAG_COMPACTION_NOTICE)
-    assert notice.text == compaction_notice(2, summarized=False)
+    assert notice.text == with_recall_hint(compaction_notice(2, summarized=False))
     assert "summarized." not in notice.text
     assert problems(out) == []
 

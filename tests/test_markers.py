@@ -29,7 +29,7 @@ import waf_corpus as corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipy_ctxrecovery.core import markers, prompts
+from ipy_ctxrecovery.core import markers, prompts, recall
 from ipy_ctxrecovery.core.budget import ResultStore, preview
 from ipy_ctxrecovery.core.compactor import compact
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
@@ -337,6 +337,14 @@ def _own_texts() -> dict[str, str]:
         "cut marker": markers.cut_marker(1234),
         "one-liner": markers.old_result_cleared(120, 9_000, "text", path),
         "pointer": markers.duplicate_pointer(5_000, "read_log", "call_3"),
+        "recall hint": prompts.RECALL_HINT,
+        "compaction notice, recall": prompts.with_recall_hint(
+            prompts.compaction_notice(3, summarized=False)),
+        "summary header, recall": prompts.with_recall_hint(prompts.summary_header(12)),
+        "recall label": recall.label(3, "tool result of read_log"),
+        "recall result": recall.search(recall.entries(
+            [Message.user("close the window"), Message.assistant("def close(self):\n    pass")]),
+            recall.compile_query("close"), max_chars=4_000),
     }
 
 
@@ -349,7 +357,7 @@ def test_the_packages_own_texts_start_no_line_with_a_command(name: str) -> None:
 
 
 FOLLOWERS = ["label", "tool label", "end mark", "omitted note", "old preview marker",
-             "long message marker", "cut marker",
+             "long message marker", "cut marker", "recall label", "recall hint",
              *[f"budget marker {i}" for i in range(4)]]
 
 

@@ -16,7 +16,7 @@ from ipy_ctxrecovery.core.budget import compaction_info
 from ipy_ctxrecovery.core.catalogue import ModelInfo
 from ipy_ctxrecovery.core.history import TAG_SUMMARY, History, ToolCall
 from ipy_ctxrecovery.core.ladder import Level
-from ipy_ctxrecovery.core.prompts import compaction_notice
+from ipy_ctxrecovery.core.prompts import compaction_notice, with_recall_hint
 from ipy_ctxrecovery.providers.base import Request
 from ipy_ctxrecovery.session.store import Transcript
 from ipy_ctxrecovery.session.tools import chat_tool
@@ -159,7 +159,7 @@ def test_messages_dropped_by_the_fit_agree_with_the_send(emulator: Any) -> None:
     assert session.what_if(text=text, cap="4KB").refused   # a 4 KB cap refuses it alone
     # What is left once the old messages are dropped: the system prompt, the notice the fit
     # adds (a configured cap is a hard limit: it must fit too) and the latest message.
-    notice = Message.user(compaction_notice(8, summarized=False))
+    notice = Message.user(with_recall_hint(compaction_notice(8, summarized=False)))
     left = session.provider.measure(Request(      # type: ignore[attr-defined]
         messages=(session.history[0], notice, Message.user(text)), max_tokens=None,
         stream=False, tools=tuple(t.spec for t in session.tools)))

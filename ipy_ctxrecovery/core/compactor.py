@@ -74,7 +74,7 @@ from .history import (
     ToolResult,
     latest_user_index,
 )
-from .prompts import compaction_notice, summary_header
+from .prompts import compaction_notice, summary_header, with_recall_hint
 
 __all__ = [
     "ChatBudget",
@@ -483,8 +483,8 @@ def _unread_notice(history: History, unread: int) -> Message:
             earlier += count if isinstance(count, int) else 0
             earlier_unread += was_unread if isinstance(was_unread, int) else 0
     total, total_unread = earlier + unread, earlier_unread + unread
-    return Message(Role.USER, (Text(compaction_notice(total, summarized=True,
-                                                      unread=total_unread)),),
+    return Message(Role.USER, (Text(with_recall_hint(compaction_notice(
+                       total, summarized=True, unread=total_unread))),),
                    TAG_COMPACTION_NOTICE, {_DROPPED_META: total, _UNREAD_META: total_unread})
 
 
@@ -643,7 +643,7 @@ def _normalize_summary(raw: str, covered: int, settings: Settings,
     opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()
     if opening.startswith(_REFUSALS):
         return None, "the summarizer refused"
-    text = f"{summary_header(covered)}\n{body}"
+    text = f"{with_recall_hint(summary_header(covered))}\n{body}"
     if len(text) > settings.summary_max_chars:
         return None, (f"the summary is too long ({len(text)} chars > "
                       f"{settings.summary_max_chars})")

@@ -44,7 +44,7 @@ from .history import (
     ToolResult,
     latest_user_index,
 )
-from .prompts import PAYLOAD_NOTICE, compaction_notice
+from .prompts import PAYLOAD_NOTICE, compaction_notice, with_recall_hint
 
 __all__ = ["DropFit", "Outline", "Sizes", "drop_fit", "first_defect", "outline", "shrink_results",
            "valid_pairs"]
@@ -231,7 +231,8 @@ class _Cutter:
                 tail = tuple(m for m in tail if m.tag != TAG_COMPACTION_NOTICE)
             summarized = any(m.tag == TAG_SUMMARY for m in before)
             total = dropped + self.earlier
-            notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized)),),
+            said = with_recall_hint(compaction_notice(total, summarized=summarized))
+            notice = Message(Role.USER, (Text(said),),
                              TAG_COMPACTION_NOTICE, {DROPPED_META: total})
             out = (*before, notice, *tail)
             noticed = True

@@ -12,6 +12,8 @@ one word after an HTTP method name (``tests/test_markers.py`` holds the list of 
 
 from __future__ import annotations
 
+from .recall import RECALL_TOOL
+
 __all__ = [
     "COMPACTION_NOTICE",
     "PAYLOAD_NOTICE",
@@ -19,9 +21,11 @@ __all__ = [
     "SUMMARIZE_SYSTEM_PROMPT",
     "SUMMARY_HEADER",
     "USER_WORDS_HEADER",
+    "RECALL_HINT",
     "compaction_notice",
     "explain_error",
     "summary_header",
+    "with_recall_hint",
 ]
 
 PAYLOAD_NOTICE = (
@@ -99,6 +103,21 @@ starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115
 def summary_header(covered: int) -> str:
     """``[STRUCTURED SUMMARY — covering N earlier messages]``."""
     return SUMMARY_HEADER.format(n=covered)
+
+
+RECALL_HINT = ("Earlier details can be looked up in the full transcript with the "
+               f"{RECALL_TOOL} tool.")
+"""The sentence that names the recall tool (``core/recall.RECALL_TOOL``), appended to every
+compaction notice and to a summary's header line: the tool is offered from the request
+that carries either (``session/recall.py``)."""
+
+
+def with_recall_hint(text: str) -> str:
+    """``text`` (a compaction notice, or a summary's header line) with :data:`RECALL_HINT`
+    appended: inside a bracketed notice's closing bracket, else after a space."""
+    if text.endswith("]") and text.startswith("[Context"):
+        return f"{text[:-1]} {RECALL_HINT}]"
+    return f"{text} {RECALL_HINT}"
 
 
 # -- trim -----------------------------------------------------------------------------------

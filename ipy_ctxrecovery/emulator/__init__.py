@@ -61,6 +61,13 @@ followed by the request is one message — and the request is the last such piec
   (``n`` = tool calls already in the history + 1), ``finish_reason="tool_calls"`` /
   ``stop_reason="tool_use"``. Once results arrive: ``Tool NAME returned <c> chars.`` per
   result, then the default (or ``[[words N]]``) reply.
+* Recall: when the request offers the ``recall_transcript`` tool (the package offers it
+  after a compaction) and the request asks about an earlier detail (``recall …``, ``look
+  up …``, ``look back …``, ``remind me …``, or ``what was …`` naming a turn or saying
+  earlier, before, previously), the reply is a call to it with up to three
+  distinctive words of the question (and ``from_turn``/``to_turn`` for "the first turn",
+  "turn 3"); once its result arrives, the answer quotes the passage line holding most of
+  those words: ``In turn N the user wrote: "…"``.
 * Summarization: any system message containing ``STRUCTURED SUMMARY``. The reply is an
   extractive summary of the user-supplied text: a ``[STRUCTURED SUMMARY — covering N
   earlier messages]`` line, then ``## Files`` / ``## Commands`` / ``## Errors and

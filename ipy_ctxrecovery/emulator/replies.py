@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import markers
+from ..core import recall as recall_format
 from ..core.continuation import CONTINUATION_PROMPT
 from ..core.cuts import head_cut
 from ..core.markers import MERGED_TEXT_JOIN
@@ -35,6 +36,7 @@ __all__ = [
     "paragraph_pieces",
     "plan",
     "prompt_tokens",
+    "recall_arguments",
     "summarize",
 ]
 
@@ -393,6 +395,78 @@ def _parse_tools(text: str) -> list[tuple[str, str]]:
     return found
 
 
+# -- recall: a question about an earlier detail, when the request offers the recall tool --
+
+_RECALL_ASK_RE = re.compile(r"\b(?:recall|look\s+(?:it\s+)?up|look\s+back|remind\s+me)\b|"
+                            r"\bwhat\s+(?:was|were|did)\b.*\b(?:turn|earlier|before|"
+                            r"previously)\b", re.IGNORECASE | re.DOTALL)
+_TURN_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5}
+_TURN_RE = re.compile(r"\b(first|second|third|fourth|fifth)\s+(?:turn|message)\b|"
+                      r"\bturn\s+(\d{1,6})\b", re.IGNORECASE)
+_RECALL_WORD_RE = re.compile(r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]|[A-Za-z0-9]")
+#: Words of a question that are not what it asks about.
+_RECALL_STOP = frozenset("""
+a about after again agreed all also am an and any are as asked at back be been before but by
+can chose could decided detail details did do does earlier exact exactly first fifth for
+fourth from gave had has have how i in is it its just look me mentioned message my number
+of on once or our please recall remind said say second set that the then there third this
+to told turn up use used value was we were what when where which who why with would you
+your conversation earlier start beginning
+""".split())  # noqa: SIM905 - a word list reads best as prose
+RECALL_WORDS_MAX = 3
+"""Search words the emulator takes from a recall question (every one must match)."""
+
+
+def _offered(tools: Any) -> set[str]:
+    """Names of the tools a request offers (Chat Completions, Messages or Responses)."""
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, Mapping):
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
+            if isinstance(name, str):
+                names.add(name)
+    return names
+
+
+def recall_arguments(text: str) -> dict[str, Any] | None:
+    """The recall tool's arguments for a question about an earlier detail, or None when
+    ``text`` asks no such question (it says recall, look up, look back or remind me, or asks
+    what was… about a turn or something earlier): its distinctive words, and the turn it
+    names."""
+    if not _RECALL_ASK_RE.search(text):
+        return None
+    args: dict[str, Any] = {}
+    turn = _TURN_RE.search(text)
+    if turn is not None:
+        n = _TURN_WORDS[turn.group(1).lower()] if turn.group(1) else int(turn.group(2))
+        args["from_turn"] = args["to_turn"] = max(n, 1)
+    rest = _TURN_RE.sub(" ", text)
+    words = [w for w in (m.group(0).lower() for m in _RECALL_WORD_RE.finditer(rest))
+             if w not in _RECALL_STOP and (len(w) > 2 or w.isdigit())]
+    picked = list(dict.fromkeys(words))[:RECALL_WORDS_MAX]
+    if not picked:
+        return None
+    args["words"] = " ".join(picked)
+    return args
+
+
+def _recall_answer(words: str, result: str) -> str:
+    """The answer after the recall tool's ``result``: the passage line that holds the most
+    search words, quoted with its turn and role."""
+    wanted = words.lower().split()
+    best: tuple[int, int, str, str] | None = None
+    for passage in recall_format.parse_passages(result):
+        for line in passage.lines:
+            score = sum(w in line.lower() for w in wanted)
+            if score and (best is None or score > best[0]):
+                best = (score, passage.turn, passage.role, line.strip())
+    if best is None:
+        first = result.strip().split("\n", 1)[0]
+        return f"I looked in the transcript and found nothing to quote: {first}"
+    return f'In turn {best[1]} the {best[2]} wrote: "{best[3]}"'
+
+
 def _echo(text: str) -> str | None:
     match = _ECHO_RE.search(text)
     return text[match.end():] if match else None
@@ -425,6 +499,18 @@ def _compose(turns: Sequence[Turn], tools: Any) -> tuple[str, tuple[tuple[str, s
     directives = _parse_tools(user_text)
     if directives and not results:
         return "", tuple(directives)
+    if not directives and recall_format.RECALL_TOOL in _offered(tools):
+        asked = recall_arguments(user_text)
+        if asked is not None and not results:
+            return "", ((recall_format.RECALL_TOOL, json.dumps(asked)),)
+        called = [args for t in after for name, args in t.tool_calls
+                  if name == recall_format.RECALL_TOOL]
+        if asked is not None and called and results:
+            try:
+                words = str(json.loads(called[-1]).get("words", ""))
+            except (ValueError, AttributeError):
+                words = ""
+            return _recall_answer(words, results[-1]), ()
     body = _echo(user_text)
     if body is None:
         body = _words(user_text)

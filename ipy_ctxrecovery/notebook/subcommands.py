@@ -453,9 +453,11 @@ def _tools(magics: ChatMagics, args: Any) -> None:
     offered = {tool.name: tool for tool in session.tools}
     print(f"offered to the model in session {args.session}:"
           + ("" if offered else " none"))
+    later = {tool.name for tool in session.tools_after_compaction}
     for name, tool in offered.items():
-        print(_wrapped(f"  {name}{' (built-in)' if _is_builtin(tool) else ''}: "
-                       f"{_first_line(tool)}"))
+        mark = " (built-in, offered after a compaction)" if name in later else \
+            " (built-in)" if _is_builtin(tool) else ""
+        print(_wrapped(f"  {name}{mark}: {_first_line(tool)}"))
     others = {name: tool for name, tool in registry.items() if name not in offered}
     if others:
         print("registered, not offered yet (add with %%chat --tools NAME):")
@@ -463,6 +465,12 @@ def _tools(magics: ChatMagics, args: Any) -> None:
             print(_wrapped(f"  {name}: {_first_line(tool)}"))
     elif not registry:
         print("register your own with @chat_tool (from ipy_ctxrecovery import chat_tool)")
+    waiting = [t for t in session.tools_after_compaction if t.name not in offered]
+    if waiting:
+        print("offered after a compaction (not yet: the session has not compacted):")
+        for tool in waiting:
+            print(_wrapped(f"  {tool.name} (built-in, offered after a compaction): "
+                           f"{_first_line(tool)}"))
 
 
 def _wrapped(text: str) -> str:
@@ -470,10 +478,13 @@ def _wrapped(text: str) -> str:
 
 
 def _is_builtin(tool: Any) -> bool:
-    """A tool the package itself provides (``read_file``), not one the user wrote."""
+    """A tool the package itself provides (``read_file``, ``recall_transcript``), not one
+    the user wrote."""
+    from ..session import recall as recall_module
     from ..session import tools as tools_module
 
-    return getattr(tool.function, "__module__", None) == tools_module.__name__
+    return getattr(tool.function, "__module__", None) in (tools_module.__name__,
+                                                          recall_module.__name__)
 
 
 def _first_line(tool: Any) -> str:

@@ -47,6 +47,7 @@ from ..core.catalogue import ModelInfo
 from ..core.events import BackgroundSummary, EventCallback, Failed, TurnFinished
 from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import TokenEstimator
+from ..core.recall import shows_compaction
 from ..core.recovery.evidence import Caps
 from ..core.wording import plural
 from ..errors import ChatError, ConfigError, CtxRecoveryError
@@ -60,6 +61,7 @@ from .dry_run import dry_run
 from .endpoint import Endpoint, path_key
 from .learned import LearnedLimits, PathRegistry
 from .pipeline import Prepared, Preparer
+from .recall import make_recall
 from .recovery import RecoveryLoop
 from .redactor import Redactor, client_credentials
 from .sizing import RequestSizer, RequestSpec
@@ -154,6 +156,8 @@ class ChatSession:
         self._history: History = (Message.system(system),) if system else ()
         self._transcript: list[Message] = list(self._files.messages())
         self._started = False   # this object has written its first record (see _record)
+        self._compacted_in_turn = False   # a round of a turn started from a compacted history
+        self._offer_recall()
 
     def _make_builtins(self, settings: Settings) -> list[Tool]:
         """The built-in tools ``settings`` ask for (read_file, under its root)."""
@@ -161,6 +165,34 @@ class ChatSession:
             return []
         root = settings.read_file_root or self._files_root
         return [make_read_file(root, self._files.results_dir)]
+
+    def _offer_recall(self) -> None:
+        """The built-in recall tool, offered once the session has compacted (``recall.py``)."""
+        if not self._builtin_tools:
+            return
+        settings = lambda: self.settings  # noqa: E731 - the settings in force at the call
+        tool = make_recall(self._recall_source, lambda: min(
+            settings().recall_max_chars, settings().per_result_max_chars))
+        self._toolbox.offer_after_compaction((tool,), self._compacted, self._note_round)
+
+    def _compacted(self) -> bool:
+        """Whether this session has compacted (the recall tool is offered from then on)."""
+        if self.settings.recall_max_chars <= 0:
+            return False
+        return self._compactions > 0 or self._compacted_in_turn
+
+    def _note_round(self, history: History) -> None:
+        """A round of a turn starts from ``history``: compacted earlier in the turn?"""
+        if not self._compacted_in_turn and shows_compaction(history):
+            self._compacted_in_turn = True
+            self._sizer.forget_encoding()
+
+    def _recall_source(self) -> History | None:
+        """What recall searches: the transcript on disk (redacted as stored); without one,
+        the in-memory record of what was said, masked the same way."""
+        if self._files.path.is_file():
+            return self._files.messages()
+        return tuple(self.redactor.message(m) for m in self._transcript) or None
 
     def _credentials(self) -> set[str]:
         """The credential strings this session's client sends (for the redactor)."""
@@ -371,6 +403,11 @@ class ChatSession:
     @property
     def tools(self) -> tuple[Tool, ...]:
         return self._toolbox.tools
+
+    @property
+    def tools_after_compaction(self) -> tuple[Tool, ...]:
+        """Built-in tools offered only once the session has compacted (recall_transcript)."""
+        return self._toolbox.after_compaction
 
     @property
     def provider(self) -> Provider:

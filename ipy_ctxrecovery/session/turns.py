@@ -40,6 +40,14 @@ TOOL_LIMIT_RESULT = (
 )
 
 
+def _never() -> bool:
+    return False
+
+
+def _ignore(_history: History) -> None:
+    return None
+
+
 class ToolBox:
     """The tools a session offers: built-in ones (``read_file``) and the user's."""
 
@@ -47,6 +55,34 @@ class ToolBox:
         self._builtin = {t.name: t for t in builtin}
         self._user = {t.name: t for t in user}
         self._builtin_off = False
+        self._later: dict[str, Tool] = {}
+        self._offer_later: Callable[[], bool] = _never
+        self._note: Callable[[History], None] = _ignore
+
+    def offer_after_compaction(self, tools: Iterable[Tool], when: Callable[[], bool],
+                               note: Callable[[History], None]) -> None:
+        """Offer ``tools`` (the built-in recall) while ``when()`` says the session has
+        compacted, never before: a session that never compacts sends the same tools as
+        without them (its prompt cache stays). ``note`` sees the history each round of a
+        turn starts from (:meth:`round_starts`), so a compaction made while a request was
+        being recovered offers them from the next round on — never inside the recovery,
+        whose fit measured the request with the tools it had. ``offering(builtin=False)``
+        (a cell's ``--no-read-file``) does not hide them. They run when called."""
+        self._later = {t.name: t for t in tools}
+        self._offer_later = when
+        self._note = note
+
+    def round_starts(self, history: History) -> None:
+        """A round of a turn is about to be sent with ``history``."""
+        self._note(history)
+
+    @property
+    def after_compaction(self) -> tuple[Tool, ...]:
+        """The tools offered only after a compaction (``%chat tools`` lists them)."""
+        return tuple(self._later.values())
+
+    def _offered_later(self) -> dict[str, Tool]:
+        return self._later if self._later and self._offer_later() else {}
 
     def replace(self, user: Iterable[Tool]) -> None:
         """Offer ``user`` tools from now on, beside the built-in ones."""
@@ -62,14 +98,17 @@ class ToolBox:
 
     @property
     def tools(self) -> tuple[Tool, ...]:
-        return tuple(self._tools.values())
+        """The tools offered now (those offered after a compaction once the session has
+        compacted)."""
+        return tuple({**self._tools, **self._offered_later()}.values())
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(t.spec for t in self._tools.values())
+        return tuple(t.spec for t in {**self._tools, **self._offered_later()}.values())
 
     def default_specs(self) -> tuple[ToolSpec, ...]:
         """The tools offered outside any :meth:`offering` block (the session's own set)."""
-        return tuple(t.spec for t in {**self._builtin, **self._user}.values())
+        return tuple(t.spec for t in {**self._builtin, **self._user,
+                                      **self._offered_later()}.values())
 
     @contextlib.contextmanager
     def offering(self, *, builtin: bool = True) -> Iterator[None]:
@@ -83,7 +122,7 @@ class ToolBox:
     def run(self, call: ToolCall, check: Check | None = None) -> tuple[str, bool]:
         """(content, is_error) for one call; an unknown tool is an error result.
         ``check``: the turn's deadline, for a tool that takes one (``Tool.checked``)."""
-        tool = self._tools.get(call.name)
+        tool = self._tools.get(call.name) or self._later.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return f"Error: there is no tool named {call.name!r} (tools: {known}).", True
@@ -152,6 +191,7 @@ class TurnRunner:
         limit_told = False
         max_rounds = self.settings.max_tool_rounds
         while True:
+            self.tools.round_starts(history)
             history, answer, stop, spec = self._answer(history, spec, log, on_text)
             answer = storable(answer)     # what is kept in memory is what can be saved
             if record is not None:

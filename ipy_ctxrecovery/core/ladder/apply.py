@@ -55,7 +55,7 @@ from ..history import (
     Text,
     latest_user_index,
 )
-from ..prompts import PAYLOAD_NOTICE, compaction_notice
+from ..prompts import PAYLOAD_NOTICE, compaction_notice, with_recall_hint
 from .decide import Decision, LadderState, Level
 
 __all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflight_fit",
@@ -109,8 +109,8 @@ def _cut(h: Sequence[Message], k: int) -> tuple[History, int, bool]:
     after = [m for m in h[k:] if m.tag != TAG_COMPACTION_NOTICE]
     summarized = any(m.tag == TAG_SUMMARY for m in before)
     total = dropped + earlier
-    notice = Message(Role.USER, (Text(compaction_notice(total, summarized=summarized,
-                                                        unread=unread)),),
+    notice = Message(Role.USER, (Text(with_recall_hint(compaction_notice(
+                         total, summarized=summarized, unread=unread))),),
                      TAG_COMPACTION_NOTICE, {_DROPPED_META: total, **(
                          {_UNREAD_META: unread} if unread else {})})
     return (*before, notice, *after), dropped, True
