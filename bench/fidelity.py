@@ -27,6 +27,8 @@ After each compaction (a turn after which a message of the history is gone), up 
 * ``summary requests`` and ``summary tokens`` (the emulator's count of their input) since
   the previous compaction.
 
+A last line does the same at the end of the conversation (all four rules stated).
+
 Every figure is counted from what the emulator received and what the session holds; no
 key, no network.
 """
@@ -134,7 +136,8 @@ def _history_text(session: ChatSession) -> str:
 
 
 def _recall_tool(session: ChatSession) -> Any:
-    for tool in session.tools:
+    offered = getattr(session, "tools_after_compaction", ())   # main before issue 27: none
+    for tool in (*session.tools, *offered):
         if tool.name.startswith("recall"):
             return tool
     return None
@@ -142,10 +145,11 @@ def _recall_tool(session: ChatSession) -> Any:
 
 def _recalls(tool: Any, planted: Planted) -> bool:
     """Whether the recall tool returns the fact when asked for its identifier."""
-    names = set(getattr(tool, "parameters", {}) or {})
+    schema = getattr(tool, "parameters", {}) or {}
+    names = set(schema.get("properties", schema))
     args: dict[str, Any] = {}
-    for key in ("query", "words", "pattern", "text"):
-        if not names or key in names:
+    for key in ("words", "query", "pattern", "text"):
+        if key in names:
             args[key] = planted.ident
             break
     try:
@@ -173,6 +177,8 @@ class Snapshot:
 class Run:
     wire: str
     snapshots: list[Snapshot] = field(default_factory=list)
+    end: Snapshot | None = None
+    compactions: int = 0
     answered: int = 0
     turns: int = 0
 
@@ -182,9 +188,9 @@ def run(wire: str, *, turns: int, cap: int, window: int, compactions: int) -> Ru
     with Emulator(context_window=window, max_body=cap) as emu:
         model = "emulator" if wire == "openai" else "emulator:anthropic"
         session = ChatSession(model, emulator=emu,
-                              settings=Settings(context_window=window),
+                              settings=Settings(context_window=window, read_file=False),
                               system="You are a careful data-science assistant.",
-                              builtin_tools=False, name=f"fidelity-{wire}")
+                              name=f"fidelity-{wire}")
         try:
             sent: list[Planted] = []
             seen_requests = 0
@@ -202,6 +208,7 @@ def run(wire: str, *, turns: int, cap: int, window: int, compactions: int) -> Ru
                 ids = {id(m) for m in history}
                 lost = previous_ids - ids
                 previous_ids = ids
+                out.compactions += bool(lost)
                 if not lost or len(out.snapshots) >= compactions:
                     continue
                 requests = emu.requests
@@ -210,6 +217,11 @@ def run(wire: str, *, turns: int, cap: int, window: int, compactions: int) -> Ru
                 texts = [t for t in (summary_request_text(r.body) for r in requests) if t]
                 new_texts = [t for t in (summary_request_text(r.body) for r in new) if t]
                 out.snapshots.append(_measure(session, sent, texts, new_texts, i))
+            requests = emu.requests
+            texts = [t for t in (summary_request_text(r.body) for r in requests) if t]
+            new_texts = [t for t in (summary_request_text(r.body)
+                                     for r in requests[seen_requests:]) if t]
+            out.end = _measure(session, sent, texts, new_texts, turns - 1)
         finally:
             session.close()
     return out
@@ -245,11 +257,16 @@ def report(result: Run) -> list[str]:
     lines = [f"## {result.wire} wire: {result.answered}/{result.turns} turns answered"]
     if not result.snapshots:
         lines.append("  no compaction happened")
-    for k, s in enumerate(result.snapshots, start=1):
+    rows = [(f"compaction {k} (after turn {s.turn})", s)
+            for k, s in enumerate(result.snapshots, start=1)]
+    if result.end is not None:
+        rows.append((f"end (turn {result.end.turn}, {result.compactions} compactions)",
+                     result.end))
+    for label, s in rows:
         recall = ("no recall tool" if s.recallable is None
                   else _share(s.recallable, s.compacted))
         lines.append(
-            f"  compaction {k} (after turn {s.turn}): "
+            f"  {label}: "
             f"read by a summarizer {_share(s.read, s.compacted)}; "
             f"rules kept verbatim {_share(s.rules_kept, s.rules_stated)}; "
             f"facts in history {_share(s.facts_in_history, s.compacted)}; "

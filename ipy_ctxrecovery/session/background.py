@@ -106,6 +106,8 @@ class BackgroundCompactor:
         self._pending: list[Event] = []     # told at the next turn, from its thread
         self.jobs = 0                       # background summaries started (for tests/bench)
         self._listeners: list[Callable[[str], None]] = []
+        self._last_size = 0                 # the history after the previous turn (bytes)
+        self._last_size_before = 0
 
     def listen(self, callback: Callable[[str], None]) -> Callable[[], None]:
         """Call ``callback(state)`` from the worker when its job ends."""
@@ -160,11 +162,15 @@ class BackgroundCompactor:
         if not _has_an_exchange_to_summarize(history):
             return False        # only notices before the latest request: nothing to gain
         size = self.sizer.measure(history, spec)
+        previous, self._last_size = self._last_size, size
+        self._last_size_before = previous
         trigger = self.sizer.compaction_trigger()
         if size < threshold or size > trigger:
             return False        # not yet worth it, or the next turn compacts anyway
-        # The same oldest messages a compaction at the trigger would replace.
-        target = max(1, size - (trigger - self.sizer.compaction_target()))
+        # The same oldest messages a compaction at the trigger would replace, and one turn's
+        # growth more: the swap comes at the first turn past the trigger, not at it.
+        growth = max(0, size - self._last_size_before) if self._last_size_before else 0
+        target = max(1, size - (trigger - self.sizer.compaction_target()) - growth)
         self._cancel.clear()
         with self._lock:
             self._ready, self._failed = None, None
@@ -278,10 +284,14 @@ class BackgroundCompactor:
         after = self.sizer.measure(swapped, spec)
         with self._lock:
             self._ready = None
-        if after >= size:
+        target = self.sizer.compaction_target()
+        if after > target + (self.sizer.compaction_trigger() - target) // 2:
+            # The history grew past what the summary was prepared for (a big paste): it
+            # would leave the history near the trigger, and the next turn would compact
+            # again. This turn compacts as before instead, so there are no more summaries.
             tell(BackgroundSummary(state="discarded",
                                    covered_messages=ready.report.summarized_messages,
-                                   reason="it does not make the history smaller"))
+                                   reason="it covers too little of what the history grew to"))
             return history
         log.shrinks.append(Shrink("compaction", history, len(swapped)))
         tell(BackgroundSummary(state="swapped",
