@@ -63,12 +63,14 @@ def _summary_requests(emu: Emulator) -> int:
 
 
 def run(name: str, *, background: bool, turns: int, latency: float, think: float,
-        window: int) -> Waits:
+        window: int, prepare: float | None = None) -> Waits:
     out = Waits(name)
     with Emulator(context_window=window, latency=latency) as emu:
         session = ChatSession("emulator", emulator=emu, name=f"latency-{name}",
                               settings=Settings(context_window=window,
-                                                background_compaction=background))
+                                                background_compaction=background,
+                                                **({} if prepare is None else
+                                                   {"prepare_summary_ratio": prepare})))
         events: list[Any] = []
         session.subscribe(events.append)
         try:
@@ -112,14 +114,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.6)
     parser.add_argument("--think", type=float, default=1.5)
     parser.add_argument("--window", type=int, default=8000)
+    parser.add_argument("--prepare", type=float, default=None,
+                        help="prepare_summary_ratio for the background client (default: "
+                             "the setting's default)")
+    parser.add_argument("--only", choices=("today", "background"), default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp:
         os.environ["IPY_CTXRECOVERY_DIR"] = tmp
         print(f"# latency: {args.turns} turns, {args.latency} s a request, {args.think} s "
               f"think time, window {args.window:,} tokens")
         for name, background in (("today", False), ("background", True)):
+            if args.only not in (None, name):
+                continue
             waits = run(name, background=background, turns=args.turns,
-                        latency=args.latency, think=args.think, window=args.window)
+                        latency=args.latency, think=args.think, window=args.window,
+                        prepare=args.prepare)
             print("\n".join(report(waits)))
     return 0
 

@@ -231,7 +231,7 @@ class Settings:
     background_compaction: bool = True
     """Prepare the summary in a worker ahead of need and swap it in when a turn needs room
     (``session/background.py``), so no turn waits for it."""
-    prepare_summary_ratio: float = 0.80
+    prepare_summary_ratio: float = 0.70
     """The share of the compaction trigger past which the summary is prepared: above
     ``compaction_target_fraction`` (where a compaction leaves the history), or a summary
     would be prepared again right after each one, with little to summarize yet."""
