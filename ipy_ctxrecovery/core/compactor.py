@@ -44,6 +44,7 @@ from typing import Literal
 
 from ..errors import redact
 from ..settings import Settings
+from . import facts as fact_check
 from . import markers
 from .cuts import head_cut, tail_cut
 from .events import CompactionPhase, EventCallback
@@ -62,6 +63,7 @@ from .history import (
     latest_user_index,
 )
 from .prompts import summary_header
+from .summary_check import refusal
 
 __all__ = [
     "ChatBudget",
@@ -116,6 +118,11 @@ class CompactionReport:
     summarized_messages: int = 0
     trimmed_blocks: int = 0
     rejected_reason: str | None = None
+    facts_kept: int = 0
+    facts_added: int = 0
+    facts_total: int = 0
+    """The facts of the replaced messages (``core/facts.py``): how many the summary kept,
+    how many were added back verbatim, out of how many."""
 
 
 # -- budget ---------------------------------------------------------------------------------
@@ -299,7 +306,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     except Exception as e:  # a provider failure rejects the summary; the turn goes on
         return unchanged(f"the summarizer failed ({type(e).__name__}: {redact(str(e))})")
 
-    text, reason = _normalize_summary(raw, covered, settings, replaced_chars)
+    text, reason, facts = _normalize_summary(raw, covered, settings, replaced_chars,
+                                             texts=[_fact_text(m) for m in old])
     if text is None:
         return unchanged(reason or "unusable summary")
     summary = Message(Role.USER, (Text(text),), tag=TAG_SUMMARY,
@@ -308,8 +316,13 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     b1 = measure(result)
     if b1 >= base_bytes:
         return unchanged("the summary does not make the history smaller")
-    phase("applied", n1=len(result), b1=b1, outcome="summary")
-    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks)
+    emit(CompactionPhase(phase="applied", before_messages=n0, after_messages=len(result),
+                         before_bytes=b0, after_bytes=b1, target_bytes=target_bytes,
+                         outcome="summary", facts_kept=facts.kept, facts_added=facts.added,
+                         facts_total=facts.total))
+    return result, CompactionReport(True, n0, len(result), b0, b1, len(chosen), trimmed_blocks,
+                                    facts_kept=facts.kept, facts_added=facts.added,
+                                    facts_total=facts.total)
 
 
 def _ignore(_event: object) -> None:
@@ -517,21 +530,49 @@ def _summarizer_input(messages: Sequence[Message], settings: Settings,
     return text
 
 
-def _normalize_summary(raw: str, covered: int, settings: Settings,
-                       replaced_chars: int) -> tuple[str | None, str | None]:
-    """The summary with the correct header, or (None, why it is unusable)."""
+def _fact_text(message: Message) -> str:
+    """The text of ``message`` whose facts a summary must keep: what the conversation wrote
+    (an earlier summary without its header, the arguments of its tool calls), nothing for
+    a text the package wrote."""
+    if _package_wrote(message):
+        return ""
+    text = message.text
+    if message.tag == TAG_SUMMARY:
+        text = _LEADING_HEADER_RE.sub("", text.strip(), count=1)
+    calls = [b.arguments for b in message.blocks if isinstance(b, ToolCall)]
+    return "\n".join([text, *calls]) if calls else text
+
+
+def _normalize_summary(raw: str, covered: int, settings: Settings, replaced_chars: int, *,
+                       texts: Sequence[str] = (), truncated: bool = False,
+                       ) -> tuple[str | None, str | None, fact_check.FactCheck]:
+    """The summary with the correct header and the facts of ``texts`` (the replaced
+    messages' texts, oldest first) it lacks appended verbatim within its bound, and how
+    many it kept and got back; or (None, why it is unusable, no check).
+
+    Refused: an empty summary, a refusal, one :func:`~.summary_check.refusal` refuses
+    (``truncated``: cut at its own ``max_tokens``), one over ``summary_max_chars`` or not
+    smaller than what it replaces. The facts go in after that, within both bounds.
+    """
+    no_check = fact_check.FactCheck()
     if not isinstance(raw, str) or not raw.strip():
-        return None, "the summary is empty"
+        return None, "the summary is empty", no_check
     body = _LEADING_HEADER_RE.sub("", raw.strip(), count=1).strip()
     if not body:
-        return None, "the summary is empty"
+        return None, "the summary is empty", no_check
     opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()
     if opening.startswith(_REFUSALS):
-        return None, "the summarizer refused"
+        return None, "the summarizer refused", no_check
+    facts = fact_check.extract(texts)
+    why = refusal(body, facts=facts, truncated=truncated)
+    if why is not None:
+        return None, why, no_check
     text = f"{summary_header(covered)}\n{body}"
     if len(text) > settings.summary_max_chars:
         return None, (f"the summary is too long ({len(text)} chars > "
-                      f"{settings.summary_max_chars})")
+                      f"{settings.summary_max_chars})"), no_check
     if len(text) >= replaced_chars:
-        return None, "the summary is not smaller than the messages it replaces"
-    return text, None
+        return None, "the summary is not smaller than the messages it replaces", no_check
+    bound = min(settings.summary_max_chars, replaced_chars - 1)
+    text, check = fact_check.append_missing(text, facts, bound)
+    return text, None, check

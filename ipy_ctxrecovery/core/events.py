@@ -132,6 +132,11 @@ class CompactionPhase(Event):
     target_bytes: int | None = None
     outcome: Literal["summary", "trim", "nothing"] | None = None
     reason: str | None = None
+    facts_kept: int | None = None
+    facts_added: int | None = None
+    facts_total: int | None = None
+    """An applied summary's fact check (``core/facts.py``): the facts of the replaced
+    messages it kept, those added back verbatim, and how many there were."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
