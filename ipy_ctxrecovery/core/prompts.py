@@ -16,6 +16,8 @@ __all__ = [
     "COMPACTION_NOTICE",
     "PAYLOAD_NOTICE",
     "SUMMARIZE_SYSTEM_PROMPT",
+    "SUMMARY_CODE_SECTIONS",
+    "SUMMARY_SECTIONS",
     "SUMMARY_HEADER",
     "compaction_notice",
     "explain_error",
@@ -63,29 +65,52 @@ def compaction_notice(dropped: int, *, summarized: bool) -> str:
 
 SUMMARY_HEADER = "[STRUCTURED SUMMARY — covering {n} earlier messages]"
 
-SUMMARIZE_SYSTEM_PROMPT = """\
-You compress the earlier part of a conversation between a user and an AI assistant that \
-uses tools, so that the conversation can continue within its context limit. You will be \
-given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
+SUMMARY_SECTIONS = ("Goal and constraints", "Data and variables", "Results and figures",
+                    "Decisions", "Open questions", "Current step")
+"""The sections every summary has, in order (a notebook session's substance)."""
+
+SUMMARY_CODE_SECTIONS = ("Files read and modified", "Commands run", "Errors and resolutions")
+"""The sections a summary adds where the conversation read or changed files, ran commands
+or met errors (a coding agent's)."""
+
+
+def _headings(names: tuple[str, ...]) -> str:
+    return "\n".join(f"## {name}" for name in names)
+
+
+SUMMARIZE_SYSTEM_PROMPT = f"""\
+You compress the earlier part of a conversation between a user and an AI assistant, so \
+that the conversation can continue within its context limit. It is often data work in a \
+notebook, with dataframes, columns, results and figures, and sometimes code written with \
+tools. You will be given those earlier messages, oldest first. Write a STRUCTURED SUMMARY \
+of them.
 
 Your first line is "[STRUCTURED SUMMARY — covering N earlier messages]". Below it come \
 these sections, each a heading followed by short bullet points ("none" when there is \
 nothing):
 
-## Files read
-## Files modified
-## Commands run
-## Key decisions
-## Errors and resolutions
-## Current task state
+{_headings(SUMMARY_SECTIONS)}
 
-In every section, keep exact file paths, names, identifiers, numbers and error messages. \
-Record what was done and what is still pending, not how the conversation went. Do not \
-invent anything that is not in the messages, and do not answer or continue the \
-conversation. Be as short as the facts allow, and write in the language of the \
-conversation."""
+Where the conversation read or changed files, ran commands or met errors, these follow:
+
+{_headings(SUMMARY_CODE_SECTIONS)}
+
+Goal and constraints: what the user wants, and every instruction, rule or correction the \
+user gave, in the user's own words. Data and variables: each dataframe, table or variable \
+with its source, shape and columns, named exactly. Results and figures: each number with \
+its unit, each figure or plot and what it showed. Decisions: what was chosen, and why. \
+Open questions: what is still unknown or undecided. Current step: what was being done \
+when these messages end, and what comes next.
+
+In every section, keep exact names, identifiers, column names, file paths, numbers with \
+their units, dates and error messages. Record what was done and what is still pending, \
+not how the conversation went. Do not invent anything that is not in the messages, and do \
+not answer or continue the conversation: write only the summary. When additional \
+instructions follow the messages, they say what the summary should focus on. Be as short \
+as the facts allow, and write in the language of the conversation, headings included."""
 """Plain prose whose lines start with words no firewall rule reads as a command (a line
-starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115)."""
+starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115), and no
+backtick, bracket after text or SQL function name before a parenthesis."""
 
 
 def summary_header(covered: int) -> str:

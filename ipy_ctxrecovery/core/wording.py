@@ -804,7 +804,19 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase]) -> str:
     if last.outcome == "nothing":
         return f"already within the {target} target · nothing changed"
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
-    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}"
+    facts = facts_detail(last)
+    return f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}" + (f" · {facts}" if facts else "")
+
+
+def facts_detail(e: ev.CompactionPhase) -> str:
+    """An applied summary's fact check: ``the summary kept 23 of 27 facts; 4 added back
+    verbatim`` ("" when the replaced messages had no facts, or for a trim)."""
+    if not e.facts_total or e.facts_kept is None:
+        return ""
+    text = f"the summary kept {e.facts_kept} of {plural(e.facts_total, 'fact')}"
+    if e.facts_added:
+        text += f"; {e.facts_added} added back verbatim"
+    return text
 
 
 def fit_detail(e: ev.FitBeforeSend) -> str:
