@@ -335,3 +335,34 @@ def test_a_cancelled_summary_counts_the_history_as_the_interrupt_line_does(
     # message — and says so.
     compaction = next(row for row in card if "compaction" in row)
     assert f"it was compacting {len(history) + 1} messages, " in compaction, compaction
+
+
+def test_the_card_and_the_panel_say_how_many_facts_the_summary_kept() -> None:
+    from ipy_ctxrecovery.notebook.panel import _tracker
+
+    facts = ["Load data/raw/sales_2024.csv: 1,234 rows, 12 columns, 3.2 GB.",
+             "The `unit_cost` column has a 12% lift for Acme Corp.",
+             "We fit maxDepth with XGBoost 2.0.3 until 2026-11-30."]
+    history = []
+    for i, text in enumerate(facts):
+        history += [Message.user(f"{text} " + LOREM * 10),
+                    Message.assistant(f"answer {i} " + LOREM * 10)]
+    history.append(Message.user("and now?"))
+
+    def size(h: Any) -> int:
+        return sum(len(m.text) for m in h)
+
+    rec = TurnRecord()
+    new, report = compactor.compact(
+        tuple(history), target_bytes=size(history) // 3, measure=size,
+        summarize=lambda _text: "## Data and variables\n- sales_2024.csv, 1234 rows, 3.2GB",
+        settings=Settings(), on_event=rec.feed)
+    assert report.applied and (report.facts_total, report.facts_kept) == (11, 2)
+    said = f"the summary kept 2 of 11 facts; {report.facts_added} added back verbatim"
+    assert report.facts_added == 9
+    rec.finish(prompt_tokens=1, completion_tokens=1, elapsed=1.0)
+    (line,) = [ln for ln in TurnCard(rec).text().splitlines() if "compaction" in ln]
+    assert line.endswith(f"· {said}")
+    assert said in TurnCard(rec).html()
+    apply = [row for row in _tracker(rec, running=False) if row[0] == "apply"]
+    assert apply[0][3].endswith(f"· {said}")

@@ -331,7 +331,7 @@ def _canonical(number: Decimal) -> str:
 def missing(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
     """The facts ``summary`` does not carry (comparison: module docstring), in the order
     given."""
-    found = {f.key for f in extract(summary)}
+    found = {f.key for f in extract(summary)} | _numbers(summary)
     values = {k[1] for k in found if k[0] == "number"}
     folded = " ".join(summary.split()).casefold()
     out = []
@@ -342,13 +342,27 @@ def missing(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
                 and fact.key[1] in values:
             continue                            # a bare number, kept with a unit
         if fact.kind in ("identifier", "path", "url", "date"):
-            if re.search(rf"(?<![\w]){re.escape(fact.text)}(?![\w])", summary):
+            if fact.text in summary and \
+                    re.search(rf"(?<![\w/.-]){re.escape(fact.text)}(?![\w/]|[.-]\w)", summary):
                 continue
         elif fact.kind in ("name", "quoted"):
             if re.search(rf"(?<!\w){re.escape(fact.key[1])}(?!\w)", folded):
                 continue
         out.append(fact)
     return tuple(out)
+
+
+def _numbers(text: str) -> set[tuple[str, ...]]:
+    """The keys of every number in ``text``, small ones too (a summary may keep ``seed=42``
+    as "the seed was 42")."""
+    out = set()
+    for m in _NUMBER_RE.finditer(text):
+        unit = m.group("unit")
+        value = text[m.start():m.end() if unit and unit.lower() in _UNITS else m.end("num")]
+        key = _number_key(value)
+        if key is not None:
+            out.add(key)
+    return out
 
 
 # -- append_missing --------------------------------------------------------------------------
