@@ -6,7 +6,14 @@ import re
 
 import waf_corpus as corpus
 
-from ipy_ctxrecovery.core.facts import FACTS_HEADING, Fact, FactCheck, append_missing, extract, missing
+from ipy_ctxrecovery.core.facts import (
+    FACTS_HEADING,
+    Fact,
+    FactCheck,
+    append_missing,
+    extract,
+    missing,
+)
 
 NOTEBOOK = [
     "Load data/raw/sales_2024.csv into df. It has 1,234 rows and 12 columns; memory is 3.2 GB.",

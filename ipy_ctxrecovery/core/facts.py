@@ -139,19 +139,7 @@ _UNITS = {
 _CURRENCIES = {"$": "usd", "€": "eur", "£": "gbp"}
 
 # Capitalised words that open sentences without naming anything.
-_COMMON = frozenset("""
-a an the this that these those then now here there we i i'm it its you your our my me us
-they he she his her them please can could would should will shall may might must let
-what why how when where which who whom whose yes no not ok okay also so but and or if
-in on at for with without after before by from to of as is are was were be been being
-do does did done have has had all some any each every most more less many much few one
-two three use using run try check show make add note next first second third last finally
-great thanks thank sure good fine right well see look keep drop read write take give get
-put set start stop find sort type print format replace compare load save plot fit train
-test split merge join group filter count sum mean compute calculate summarize explain tell
-ask answer hello hi hey dear because since though although however still just only even
-very really maybe perhaps instead otherwise meanwhile today tomorrow yesterday none
-""".split())
+_COMMON = frozenset(["a", "an", "the", "this", "that", "these", "those", "then", "now", "here", "there", "we", "i", "i'm", "it", "its", "you", "your", "our", "my", "me", "us", "they", "he", "she", "his", "her", "them", "please", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "let", "what", "why", "how", "when", "where", "which", "who", "whom", "whose", "yes", "no", "not", "ok", "okay", "also", "so", "but", "and", "or", "if", "in", "on", "at", "for", "with", "without", "after", "before", "by", "from", "to", "of", "as", "is", "are", "was", "were", "be", "been", "being", "do", "does", "did", "done", "have", "has", "had", "all", "some", "any", "each", "every", "most", "more", "less", "many", "much", "few", "one", "two", "three", "use", "using", "run", "try", "check", "show", "make", "add", "note", "next", "first", "second", "third", "last", "finally", "great", "thanks", "thank", "sure", "good", "fine", "right", "well", "see", "look", "keep", "drop", "read", "write", "take", "give", "get", "put", "set", "start", "stop", "find", "sort", "type", "print", "format", "replace", "compare", "load", "save", "plot", "fit", "train", "test", "split", "merge", "join", "group", "filter", "count", "sum", "mean", "compute", "calculate", "summarize", "explain", "tell", "ask", "answer", "hello", "hi", "hey", "dear", "because", "since", "though", "although", "however", "still", "just", "only", "even", "very", "really", "maybe", "perhaps", "instead", "otherwise", "meanwhile", "today", "tomorrow", "yesterday", "none"])
 
 
 
@@ -345,9 +333,9 @@ def missing(facts: Iterable[Fact], summary: str) -> tuple[Fact, ...]:
             if fact.text in summary and \
                     re.search(rf"(?<![\w/.-]){re.escape(fact.text)}(?![\w/]|[.-]\w)", summary):
                 continue
-        elif fact.kind in ("name", "quoted"):
-            if re.search(rf"(?<!\w){re.escape(fact.key[1])}(?!\w)", folded):
-                continue
+        elif fact.kind in ("name", "quoted") and fact.key[1] in folded and \
+                re.search(rf"(?<!\w){re.escape(fact.key[1])}(?!\w)", folded):
+            continue
         out.append(fact)
     return tuple(out)
 

@@ -18,8 +18,8 @@ from typing import Any
 from ..core import markers
 from ..core.continuation import CONTINUATION_PROMPT
 from ..core.cuts import head_cut
-from ..core.markers import MERGED_TEXT_JOIN
 from ..core.facts import FACTS_HEADING
+from ..core.markers import MERGED_TEXT_JOIN
 from ..core.prompts import (
     COMPACTION_NOTICE,
     PAYLOAD_NOTICE,

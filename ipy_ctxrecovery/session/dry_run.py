@@ -24,8 +24,8 @@ from typing import Any
 
 from ..core.budget import ResultStore
 from ..core.compactor import ChatBudget, CompactionReport
-from ..core.history import History
 from ..core.facts import extract
+from ..core.history import History
 from ..core.prompts import SUMMARY_CODE_SECTIONS, SUMMARY_SECTIONS, summary_header
 from ..emulator.replies import summary_answer
 from ..errors import ChatError
