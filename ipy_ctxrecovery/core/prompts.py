@@ -79,11 +79,9 @@ def _headings(names: tuple[str, ...]) -> str:
 
 
 SUMMARIZE_SYSTEM_PROMPT = f"""\
-You compress the earlier part of a conversation between a user and an AI assistant, so \
-that the conversation can continue within its context limit. It is often data work in a \
-notebook, with dataframes, columns, results and figures, and sometimes code written with \
-tools. You will be given those earlier messages, oldest first. Write a STRUCTURED SUMMARY \
-of them.
+You compress the earlier part of a conversation between a user and an AI assistant, \
+often data work in a notebook, so that it can continue within its context limit. You \
+will be given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
 
 Your first line is "[STRUCTURED SUMMARY — covering N earlier messages]". Below it come \
 these sections, each a heading followed by short bullet points ("none" when there is \
@@ -91,23 +89,15 @@ nothing):
 
 {_headings(SUMMARY_SECTIONS)}
 
-Where the conversation read or changed files, ran commands or met errors, these follow:
+and, where the conversation had them:
 
 {_headings(SUMMARY_CODE_SECTIONS)}
 
-Goal and constraints: what the user wants, and every instruction, rule or correction the \
-user gave, in the user's own words. Data and variables: each dataframe, table or variable \
-with its source, shape and columns, named exactly. Results and figures: each number with \
-its unit, each figure or plot and what it showed. Decisions: what was chosen, and why. \
-Open questions: what is still unknown or undecided. Current step: what was being done \
-when these messages end, and what comes next.
-
-In every section, keep exact names, identifiers, column names, file paths, numbers with \
-their units, dates and error messages. Record what was done and what is still pending, \
-not how the conversation went. Do not invent anything that is not in the messages, and do \
-not answer or continue the conversation: write only the summary. When additional \
-instructions follow the messages, they say what the summary should focus on. Be as short \
-as the facts allow, and write in the language of the conversation, headings included."""
+Keep the user's instructions and corrections in the user's words, each dataframe with its \
+shape and columns, each number with its unit, and exact names, identifiers, paths, dates \
+and error messages. Do not invent anything, and do not answer or continue the \
+conversation. Instructions after the messages, if any, say what to focus on. Be as short \
+as the facts allow, and write in the language of the conversation."""
 """Plain prose whose lines start with words no firewall rule reads as a command (a line
 starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115), and no
 backtick, bracket after text or SQL function name before a parenthesis."""
