@@ -8,7 +8,7 @@ import pytest
 from ipy_ctxrecovery.core import markers
 from ipy_ctxrecovery.core.facts import FACTS_HEADING, extract
 from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT, summary_header
-from ipy_ctxrecovery.core.summary_check import MIN_FACTS, refusal
+from ipy_ctxrecovery.core.summary_check import MIN_FACTS, refusal, without_preface
 
 REPLACED = extract([
     "Load data/raw/sales_2024.csv into df: 1,234 rows, 12 columns, 3.2 GB.",
@@ -27,6 +27,10 @@ FRAMING = "the summary is mostly the summarizer's own framing, not the conversat
 def test_a_real_summary_passes() -> None:
     assert refusal(GOOD, facts=REPLACED) is None
     assert refusal("Here is the summary:\n" + GOOD, facts=REPLACED) is None
+    assert refusal("Sure! Here's a summary of the conversation:\n\n" + GOOD,
+                   facts=REPLACED) is None
+    assert without_preface("Sure, here is the summary:\n\n" + GOOD) == GOOD
+    assert without_preface(GOOD) == GOOD
 
 
 def test_cut_at_its_own_max_tokens() -> None:

@@ -63,7 +63,7 @@ from .history import (
     latest_user_index,
 )
 from .prompts import summary_header
-from .summary_check import refusal
+from .summary_check import refusal, without_preface
 
 __all__ = [
     "ChatBudget",
@@ -557,7 +557,7 @@ def _normalize_summary(raw: str, covered: int, settings: Settings, replaced_char
     no_check = fact_check.FactCheck()
     if not isinstance(raw, str) or not raw.strip():
         return None, "the summary is empty", no_check
-    body = _LEADING_HEADER_RE.sub("", raw.strip(), count=1).strip()
+    body = _LEADING_HEADER_RE.sub("", without_preface(raw.strip()), count=1).strip()
     if not body:
         return None, "the summary is empty", no_check
     opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()

@@ -10,8 +10,10 @@ short clause (it is shown as "summary not used (…)"), or None. In order:
 1. **cut at its own ``max_tokens``** (``truncated``: the provider's finish reason; the
    session retries with a bigger ``max_tokens`` first, where the window allows);
 2. **answers instead of summarizing**: it opens as a reply (a greeting, "I'm ready to
-   help", "Sure", "Here is…" other than "Here is the summary"), or ends on a question to
-   the user that is not an item of a list ("What's your next question?");
+   help", "Sure", "Here is…"), or ends on a question to the user that is not an item of a
+   list ("What's your next question?"). A first line that only announces the summary
+   ("Sure, here is the summary:") is not counted, and the compactor drops it
+   (:func:`without_preface`);
 3. **mostly scaffolding**: once the summarizer's own framing is taken out (the preamble,
    message labels and end marks, the omission note, the instructions prefix, any sentence
    copied from the system prompt or the continuation prompt), less than a third of its
@@ -31,7 +33,7 @@ from .continuation import CONTINUATION_PROMPT
 from .facts import FACTS_HEADING, Fact, missing
 from .prompts import SUMMARIZE_SYSTEM_PROMPT
 
-__all__ = ["MIN_FACTS", "SCAFFOLDING_SHARE", "refusal"]
+__all__ = ["MIN_FACTS", "SCAFFOLDING_SHARE", "refusal", "without_preface"]
 
 MIN_FACTS = 3
 """A summary keeping none of the input's facts is refused when there were at least this many."""
@@ -75,7 +77,7 @@ def refusal(summary: str, *, facts: Sequence[Fact] = (), truncated: bool = False
     messages whose ``facts`` are given, or None (the checks: module docstring)."""
     if truncated:
         return "the summary was cut off at its own max_tokens"
-    body = summary.strip()
+    body = without_preface(summary.strip())
     if _answers(body):
         return "the summarizer answered the conversation instead of summarizing it"
     if _own_share(body) < SCAFFOLDING_SHARE:
@@ -83,6 +85,15 @@ def refusal(summary: str, *, facts: Sequence[Fact] = (), truncated: bool = False
     if len(facts) >= MIN_FACTS and len(missing(facts, body)) == len(facts):
         return f"the summary keeps none of the {len(facts)} facts of the messages it replaces"
     return None
+
+
+_PREFACE_RE = re.compile(r"\A[^\n]{0,80}\bsummary\b[^\n]{0,40}:[ \t]*\n", re.IGNORECASE)
+
+
+def without_preface(body: str) -> str:
+    """``body`` without an opening line that only announces it ("Sure, here is the
+    summary:"), which a model often writes before the summary itself."""
+    return _PREFACE_RE.sub("", body.lstrip(), count=1).lstrip("\n")
 
 
 def _answers(body: str) -> bool:
