@@ -12,6 +12,13 @@ Three public steps, all pure (the only calls out are ``measure``, ``summarize`` 
   the ``summarize`` callable. The summarizer's input is bounded and its output checked
   (ANCHORS weakness 7); an unusable summary leaves the history exactly as it was.
 
+The summary is checked against the messages it replaces: refused when it was cut at its
+own ``max_tokens``, answers instead of summarizing, is mostly the prompt's or the input's
+framing, or keeps none of their facts (``summary_check.py``, the reason in one clause);
+once accepted, the facts it lacks (identifiers, numbers with units, paths, names, quoted
+strings: ``facts.py``) are appended verbatim within ``summary_max_chars``, most recent
+first, and the report and the ``applied`` phase say how many it kept and got back.
+
 Summarizer input bound (``settings.summarizer_input_max_chars``): every message is
 rendered with a label opening its first line and an end mark closing its last
 (``[message 3 of 12, from the user] … [end of message 3]``, ``markers.py``), so no line
