@@ -117,3 +117,18 @@ def test_the_list_starts_no_command_and_ends_no_line_after_a_method() -> None:
 def test_an_earlier_summarys_list_is_read_a_fact_a_line() -> None:
     earlier = f"## Current step\n- going on\n\n{FACTS_HEADING}\n- Acme\n- unit_cost\n- 3.2 GB"
     assert texts(extract([earlier, "more"])) == ["Acme", "unit_cost", "3.2 GB"]
+
+
+def test_a_list_from_the_developers_conversation_reads_as_nothing_to_a_firewall() -> None:
+    import random
+
+    r = random.Random(5)
+    texts = [*corpus.code_turns(1, 8), *corpus.tool_turns(2, 8),
+             *(corpus.tool_result(r) for _ in range(4)), *(corpus.reply(r) for _ in range(8))]
+    facts = extract(texts)
+    text, check = append_missing("## Current step\n- the fix", facts, 16_000)
+    assert check.added > 20
+    listed = text.split(f"{FACTS_HEADING}\n")[1]
+    hazards = corpus.hazards("\n" + listed + "\n")
+    assert hazards["932100-932115"] == hazards["921110"] == 0
+    assert hazards["941370-close"] == 0 and "`" not in listed
