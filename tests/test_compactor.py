@@ -144,9 +144,13 @@ def test_target_is_below_the_trigger() -> None:
 
 def test_system_prompt_names_the_marker_and_sections() -> None:
     assert "STRUCTURED SUMMARY" in SUMMARIZE_SYSTEM_PROMPT
-    for section in ("Files read", "Files modified", "Commands", "Key decisions",
-                    "Errors and resolutions", "Current task state"):
-        assert section in SUMMARIZE_SYSTEM_PROMPT
+    # A notebook session's sections, then a coding agent's where relevant (issue 27).
+    for section in ("Goal and constraints", "Data and variables", "Results and figures",
+                    "Decisions", "Open questions", "Current step", "Files read and modified",
+                    "Commands run", "Errors and resolutions"):
+        assert f"\n## {section}\n" in SUMMARIZE_SYSTEM_PROMPT
+    assert "language of the conversation" in SUMMARIZE_SYSTEM_PROMPT
+    assert "Instructions after the messages" in SUMMARIZE_SYSTEM_PROMPT
     assert summary_header(7) == "[STRUCTURED SUMMARY — covering 7 earlier messages]"
 
 
