@@ -150,9 +150,13 @@ def test_target_is_below_the_trigger() -> None:
 
 def test_system_prompt_names_the_marker_and_sections() -> None:
     assert "STRUCTURED SUMMARY" in SUMMARIZE_SYSTEM_PROMPT
-    for section in ("Files read", "Files modified", "Commands", "Key decisions",
-                    "Errors and resolutions", "Current task state"):
-        assert section in SUMMARIZE_SYSTEM_PROMPT
+    # A notebook session's sections, then a coding agent's where relevant (issue 27).
+    for section in ("Goal and constraints", "Data and variables", "Results and figures",
+                    "Decisions", "Open questions", "Current step", "Files read and modified",
+                    "Commands run", "Errors and resolutions"):
+        assert f"\n## {section}\n" in SUMMARIZE_SYSTEM_PROMPT
+    assert "language of the conversation" in SUMMARIZE_SYSTEM_PROMPT
+    assert "Instructions after the messages" in SUMMARIZE_SYSTEM_PROMPT
     assert summary_header(7) == "[STRUCTURED SUMMARY — covering 7 earlier messages]"
 
 
@@ -419,7 +423,7 @@ def test_past_the_request_bound_the_oldest_are_dropped_unread_and_told() -> None
     assert report.dropped_unread > 0
     assert report.summarized_messages + report.dropped_unread == 24
     # The summary covers the messages read, and a notice after it tells the model the rest.
-    assert out[1].text.startswith(summary_header(report.summarized_messages) + "\n")
+    assert out[1].text.startswith(with_recall_hint(summary_header(report.summarized_messages)) + "\n")
     notice = out[2]
     assert notice.tag == "compaction_notice"
     assert notice.text == with_recall_hint(compaction_notice(
@@ -799,10 +803,97 @@ def test_a_compaction_keeps_the_messages_it_does_not_touch_byte_identical(
     assert "STRUCTURED SUMMARY" in _text(summary) and kept
     # Every kept message but the request the summary is merged with (one user turn on both
     # wires) is the same JSON as before the compaction; that request's text is kept whole.
-    assert [json.dumps(m, sort_keys=True) for m in kept] == \
-        [json.dumps(m, sort_keys=True) for m in before[len(before) - len(kept):]]
+    assert [json.dumps(_unmarked(m), sort_keys=True) for m in kept] == \
+        [json.dumps(_unmarked(m), sort_keys=True) for m in before[len(before) - len(kept):]]
     assert _text(summary).endswith(_text(before[len(before) - len(kept) - 1]))
     session.send("and one more")
     again = emu.requests[-1].body["messages"]
-    assert again[:len(after)] == after
+    # (the Anthropic wire's rolling cache breakpoint moves to the newest message; the cache
+    # matches the content before it, so the markers are left out of the comparison)
+    assert _unmarked(again[:len(after)]) == _unmarked(after)
     session.close()
+
+
+def _unmarked(value: object) -> object:
+    """``value`` without ``cache_control`` keys (prompt-cache breakpoints)."""
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value
+
+
+# -- the summary checked against what it replaces (issue 27) -------------------------------------
+
+def notebook_turns() -> History:
+    """Four exchanges with facts in them, and the latest request."""
+    facts = ["Load data/raw/sales_2024.csv: 1,234 rows, 12 columns, 3.2 GB in memory.",
+             "The `unit_cost` column shows a 12% lift for Acme Corp, p-value 0.05.",
+             "We fit maxDepth with XGBoost 2.0.3 and seed=42 until 2026-11-30.",
+             "The report is at https://example.com/report and reports/q3_summary.md."]
+    out: list[Message] = [Message.system("You help with data work.")]
+    for i, text in enumerate(facts):
+        out += [Message.user(f"{text} " + "Please go on with the analysis. " * 40),
+                Message.assistant(f"Noted, step {i}. " + "The analysis goes on. " * 40)]
+    return (*out, Message.user("and now?"))
+
+
+def test_the_fact_check_appends_what_the_summary_lost_within_its_bound() -> None:
+    h = notebook_turns()
+    facts = compactor.fact_check.extract([compactor._fact_text(m) for m in h[1:-1]])
+    summary = "## Data and variables\n- data/raw/sales_2024.csv with 1234 rows, 3.2GB"
+    events = Events()
+    out, report = compact(h, target_bytes=wire_bytes(h) // 3, measure=wire_bytes,
+                          summarize=Recorder(summary), settings=S, on_event=events)
+    assert report.applied and report.summarized_messages == 8
+    text = out[1].text
+    assert text.startswith(f"{with_recall_hint(summary_header(8))}\n{summary}\n\nFacts kept verbatim:\n")
+    listed = text.split("Facts kept verbatim:\n")[1].splitlines()
+    assert listed[0] == "- reports/q3_summary.md"           # the most recent first
+    assert "- 12 columns" in listed and "- Acme Corp" in listed and "- seed=42" not in listed
+    assert "- 42" in listed
+    assert (report.facts_total, report.facts_kept, report.facts_added) == \
+        (len(facts), 3, len(facts) - 3)
+    assert compactor.fact_check.missing(facts, text) == ()
+    applied = [e for e in events if isinstance(e, CompactionPhase) and e.phase == "applied"]
+    assert (applied[0].facts_kept, applied[0].facts_added, applied[0].facts_total) == \
+        (3, len(facts) - 3, len(facts))
+
+    # A tight bound: the list stops where the next fact would not fit.
+    tight = S.replace(summary_max_chars=len(with_recall_hint(summary_header(8))) + len(summary) + 60)
+    out, report = compact(h, target_bytes=wire_bytes(h) // 3, measure=wire_bytes,
+                          summarize=Recorder(summary), settings=tight)
+    assert report.applied and len(out[1].text) <= tight.summary_max_chars
+    replaced = [compactor._fact_text(m) for m in h[1:1 + report.summarized_messages]]
+    lost = compactor.fact_check.missing(compactor.fact_check.extract(replaced), summary)
+    listed = out[1].text.split("Facts kept verbatim:\n")[1].splitlines()
+    assert 0 < report.facts_added == len(listed) < len(lost)
+    assert listed == [f"- {f.text}" for f in reversed(lost)][:len(listed)]
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("I'm ready to help. What's your next question?",
+     "the summarizer answered the conversation instead of summarizing it"),
+    ("The previous message was cut off at token limit.",
+     "the summary keeps none of the 15 facts of the messages it replaces"),
+    ("… 6 older messages (12000 chars) omitted from this input to bound its size …",
+     "the summary is mostly the summarizer's own framing, not the conversation"),
+])
+def test_a_summary_that_is_not_one_is_refused_with_its_reason(reply: str, reason: str) -> None:
+    h = notebook_turns()
+    events = Events()
+    out, report = compact(h, target_bytes=wire_bytes(h) // 3, measure=wire_bytes,
+                          summarize=Recorder(reply), settings=S, on_event=events)
+    assert out is h and not report.applied and report.rejected_reason == reason
+    assert events.phases[-1] == "rejected"
+
+
+def test_a_summary_cut_at_its_max_tokens_is_refused() -> None:
+    text, reason, check = compactor._normalize_summary(
+        "## Current step\n- the plot of 3.2 GB", 4, S, 10_000, texts=["3.2 GB"], truncated=True)
+    assert text is None and reason == "the summary was cut off at its own max_tokens"
+    assert check.total == 0
+    text, reason, check = compactor._normalize_summary(
+        "## Current step\n- the plot", 4, S, 10_000, texts=["3.2 GB of unit_cost"])
+    assert reason is None and text is not None and text.endswith("- unit_cost\n- 3.2 GB")
+    assert (check.total, check.kept, check.added) == (2, 0, 2)

@@ -107,7 +107,7 @@ def _summarizer_inputs(h: History, bound: int, requests: int = 8) -> list[str]:
 
     def summarize(text: str) -> str:
         inputs.append(text)
-        return f"{prompts.summary_header(3)}\n## Files read\n- none"
+        return f"{prompts.summary_header(3)}\n## Current step\n- none: the retry loop of the worker was reviewed"
 
     def measure(history: History) -> int:
         return sum(len(m.text) for m in history)

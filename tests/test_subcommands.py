@@ -86,7 +86,12 @@ def test_compact_says_when_it_changes_nothing_or_misses_its_target(
         r"the latest request and what came after it \(2 messages\) are kept whole, beside "
         r"the summary; the next %%chat makes them older and summarizable; %chat reset starts "
         r"afresh \(%chat undo-compact restores\)", out[-1]), out[-1]
-    # Compacting again: the summary is all there is to summarize, and the emulator's is empty.
+    # Compacting again: the summary is all there is to summarize; the emulator's summary of
+    # it keeps its shortest line, and a summary of that one is empty.
+    ip.run_line_magic("chat", "compact")
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("✓ compacted: 1 message summarized into one, 3 → 3 messages"), \
+        out[-1]
     ip.run_line_magic("chat", "compact")
     out = capsys.readouterr().out.splitlines()
     assert re.fullmatch(

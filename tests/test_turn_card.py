@@ -406,3 +406,34 @@ def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
     assert step.detail.endswith(
         " · summary request 30,000 + 2,000 tokens (≈ $0.0950); each later request ≈ 80,000 "
         "input tokens smaller (≈ $0.2000 uncached)")
+
+
+def test_the_card_and_the_panel_say_how_many_facts_the_summary_kept() -> None:
+    from ipy_ctxrecovery.notebook.panel import _tracker
+
+    facts = ["Load data/raw/sales_2024.csv: 1,234 rows, 12 columns, 3.2 GB.",
+             "The `unit_cost` column has a 12% lift for Acme Corp.",
+             "We fit maxDepth with XGBoost 2.0.3 until 2026-11-30."]
+    history = []
+    for i, text in enumerate(facts):
+        history += [Message.user(f"{text} " + LOREM * 10),
+                    Message.assistant(f"answer {i} " + LOREM * 10)]
+    history.append(Message.user("and now?"))
+
+    def size(h: Any) -> int:
+        return sum(len(m.text) for m in h)
+
+    rec = TurnRecord()
+    new, report = compactor.compact(
+        tuple(history), target_bytes=size(history) // 3, measure=size,
+        summarize=lambda _text: "## Data and variables\n- sales_2024.csv, 1234 rows, 3.2GB",
+        settings=Settings(), on_event=rec.feed)
+    assert report.applied and (report.facts_total, report.facts_kept) == (11, 2)
+    said = f"the summary kept 2 of 11 facts; {report.facts_added} added back verbatim"
+    assert report.facts_added == 9
+    rec.finish(prompt_tokens=1, completion_tokens=1, elapsed=1.0)
+    (line,) = [ln for ln in TurnCard(rec).text().splitlines() if "compaction" in ln]
+    assert f"· {said}" in line
+    assert said in TurnCard(rec).html()
+    apply = [row for row in _tracker(rec, running=False) if row[0] == "apply"]
+    assert apply[0][3].endswith(f"· {said}")

@@ -108,7 +108,7 @@ def _label(message: Message) -> markers.SummaryLabel:
     return markers.SummaryLabel(message.role.value, tag=message.tag)
 
 
-def _package_wrote(message: Message) -> bool:
+def package_wrote(message: Message) -> bool:
     """Whether ``message``'s whole text is one the package wrote: a notice, a synthetic
     result, a one-liner standing for a tool result."""
     if message.tag in (TAG_COMPACTION_NOTICE, TAG_PAYLOAD_NOTICE, TAG_SYNTHETIC_RESULT):
@@ -122,7 +122,7 @@ def body_of(message: Message) -> str:
     whole-message texts without their outer brackets, ``markers.unbracket``) and its tool
     calls, one a line."""
     text = message.text
-    if _package_wrote(message):
+    if package_wrote(message):
         text = markers.unbracket(text)      # it follows other text here (markers.py)
     parts = [text]
     for b in message.blocks:

@@ -31,6 +31,13 @@ request with a bigger max_tokens) when given and while the request bound has roo
 cut, it is refused ("the summary was cut at its own max_tokens"). Truncation is decided
 before the summary's text is checked (``_normalize_summary``).
 
+The summary is checked against the messages it replaces: refused when it was cut at its
+own ``max_tokens``, answers instead of summarizing, is mostly the prompt's or the input's
+framing, or keeps none of their facts (``summary_check.py``, the reason in one clause);
+once accepted, the facts it lacks (identifiers, numbers with units, paths, names, quoted
+strings: ``facts.py``) are appended verbatim within ``summary_max_chars``, most recent
+first, and the report and the ``applied`` phase say how many it kept and got back.
+
 Split rule: the summarized part is the fewest oldest messages that reach the target, in
 units never split apart (a tool call with its results; system messages and the payload
 notice stay pinned; the latest request and everything after it are never summarized),
@@ -59,6 +66,7 @@ from typing import Literal
 from ..errors import redact
 from ..settings import Settings
 from . import chunking, markers, pins
+from . import facts as fact_check
 from .events import CompactionPhase, EventCallback
 from .history import (
     TAG_COMPACTION_NOTICE,
@@ -71,10 +79,12 @@ from .history import (
     Reasoning,
     Role,
     Text,
+    ToolCall,
     ToolResult,
     latest_user_index,
 )
 from .prompts import compaction_notice, summary_header, with_recall_hint
+from .summary_check import refusal, without_preface
 
 __all__ = [
     "ChatBudget",
@@ -158,6 +168,11 @@ class CompactionReport:
     new_rules: int = 0              # of them, pinned by this compaction
     unpinned_rules: int = 0         # rules past the pin's bound, left to the summary
     kept_user_messages: int = 0     # the user's messages kept verbatim after the summary
+    facts_kept: int = 0
+    facts_added: int = 0
+    facts_total: int = 0
+    """The facts of the replaced messages (``core/facts.py``): how many the summary kept,
+    how many were added back verbatim, out of how many."""
 
 
 # -- budget ---------------------------------------------------------------------------------
@@ -356,8 +371,8 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
         phase("summarize")
         if not chunk_plan.chunks:
             return unchanged("no message could be read within the summary-request bound")
-        text, reason = _summarize_chunks(chunk_plan, summarize, retry, settings, instructions,
-                                         should_cancel, cost)
+        text, reason, facts = _summarize_chunks(chunk_plan, summarize, retry, settings,
+                                                instructions, should_cancel, cost)
     except KeyboardInterrupt:
         phase("cancelled", n1=n0, b1=b0)
         raise
@@ -385,13 +400,15 @@ def compact(history: History, *, target_bytes: int, measure: Measure, summarize:
     rules: dict[str, int] = {
         "pinned_rules": len(kept.rules), "new_rules": kept.new_rules,
         "unpinned_rules": len(kept.unpinned), "kept_user_messages": kept.kept_messages}
+    rules.update(facts_kept=facts.kept, facts_added=facts.added, facts_total=facts.total)
     phase("applied", n1=len(result), b1=b1, outcome="summary", rules=rules)
     return result, CompactionReport(
         True, n0, len(result), b0, b1, len(chunk_plan.read), trimmed_blocks,
         chunks=chunk_plan.requests, summary_requests=cost.requests,
         summary_input_tokens=cost.input_tokens, summary_output_tokens=cost.output_tokens,
         dropped_unread=unread, pinned_rules=len(kept.rules), new_rules=kept.new_rules,
-        unpinned_rules=len(kept.unpinned), kept_user_messages=kept.kept_messages)
+        unpinned_rules=len(kept.unpinned), kept_user_messages=kept.kept_messages,
+        facts_kept=facts.kept, facts_added=facts.added, facts_total=facts.total)
 
 
 @dataclass(slots=True)
@@ -431,10 +448,13 @@ def _add(total: int | None, more: int | None) -> int | None:
 def _summarize_chunks(chunk_plan: chunking.ChunkPlan, summarize: Summarizer,
                       retry: Summarizer | None, settings: Settings, instructions: str | None,
                       should_cancel: Callable[[], bool] | None,
-                      cost: _Cost) -> tuple[str | None, str | None]:
+                      cost: _Cost) -> tuple[str | None, str | None, fact_check.FactCheck]:
     """The summary (with its header) of ``chunk_plan``'s messages, one request a chunk with
-    the summary so far carried forward; or (None, why it is unusable). ``cost`` gets the
-    requests sent and their tokens."""
+    the summary so far carried forward, and its fact check against every message read; or
+    (None, why it is unusable, no check). ``cost`` gets the requests sent and their tokens.
+    The facts are checked, and those missing appended, on the last request's summary: an
+    intermediate one is carried forward, not kept."""
+    no_check = fact_check.FactCheck()
     chunks = chunk_plan.chunks
     so_far: str | None = None
     covered = sum(_covered(m) for m in chunk_plan.read)
@@ -450,21 +470,22 @@ def _summarize_chunks(chunk_plan: chunking.ChunkPlan, summarize: Summarizer,
         _check_cancel(should_cancel)
         where = f" (request {k + 1} of {len(chunks)})" if len(chunks) > 1 else ""
         if reply.truncated:
-            return None, TRUNCATED + where
+            return None, TRUNCATED + where, no_check
         last = k == len(chunks) - 1
         # The checks of the summary's text (h/facts extends them) are _normalize_summary's;
         # truncation is decided above, before it is called. The summary so far is bounded
         # by the room the next request keeps for it (a chunk may be smaller than that).
-        text, reason = _normalize_summary(
+        text, reason, check = _normalize_summary(
             reply.text, covered, settings if last else settings.replace(
                 summary_max_chars=chunk_plan.summary_room),
-            replaced_chars if last else chunk_plan.summary_room + 1)
+            replaced_chars if last else chunk_plan.summary_room + 1,
+            texts=[_fact_text(m) for m in chunk_plan.read] if last else ())
         if text is None:
-            return None, (reason or "unusable summary") + where
+            return None, (reason or "unusable summary") + where, no_check
         if last:
-            return text, None
+            return text, None, check
         so_far = text.partition("\n")[2].strip() or text
-    return None, "no message could be read within the summary-request bound"
+    return None, "no message could be read within the summary-request bound", no_check
 
 
 def _ask(summarize: Summarizer, request: str, cost: _Cost) -> SummaryReply:
@@ -632,21 +653,49 @@ def _covered(message: Message) -> int:
 
 # -- the summarizer's output ----------------------------------------------------------------
 
-def _normalize_summary(raw: str, covered: int, settings: Settings,
-                       replaced_chars: int) -> tuple[str | None, str | None]:
-    """The summary with the correct header, or (None, why it is unusable)."""
+def _fact_text(message: Message) -> str:
+    """The text of ``message`` whose facts a summary must keep: what the conversation wrote
+    (an earlier summary without its header, the arguments of its tool calls), nothing for
+    a text the package wrote."""
+    if chunking.package_wrote(message):
+        return ""
+    text = message.text
+    if message.tag == TAG_SUMMARY:
+        text = _LEADING_HEADER_RE.sub("", text.strip(), count=1)
+    calls = [b.arguments for b in message.blocks if isinstance(b, ToolCall)]
+    return "\n".join([text, *calls]) if calls else text
+
+
+def _normalize_summary(raw: str, covered: int, settings: Settings, replaced_chars: int, *,
+                       texts: Sequence[str] = (), truncated: bool = False,
+                       ) -> tuple[str | None, str | None, fact_check.FactCheck]:
+    """The summary with the correct header and the facts of ``texts`` (the replaced
+    messages' texts, oldest first) it lacks appended verbatim within its bound, and how
+    many it kept and got back; or (None, why it is unusable, no check).
+
+    Refused: an empty summary, a refusal, one :func:`~.summary_check.refusal` refuses
+    (``truncated``: cut at its own ``max_tokens``), one over ``summary_max_chars`` or not
+    smaller than what it replaces. The facts go in after that, within both bounds.
+    """
+    no_check = fact_check.FactCheck()
     if not isinstance(raw, str) or not raw.strip():
-        return None, "the summary is empty"
-    body = _LEADING_HEADER_RE.sub("", raw.strip(), count=1).strip()
+        return None, "the summary is empty", no_check
+    body = _LEADING_HEADER_RE.sub("", without_preface(raw.strip()), count=1).strip()
     if not body:
-        return None, "the summary is empty"
+        return None, "the summary is empty", no_check
     opening = body.lstrip("#*_>`\"' \t\n").replace("’", "'").lower()
     if opening.startswith(_REFUSALS):
-        return None, "the summarizer refused"
+        return None, "the summarizer refused", no_check
+    facts = fact_check.extract(texts)
+    why = refusal(body, facts=facts, truncated=truncated)
+    if why is not None:
+        return None, why, no_check
     text = f"{with_recall_hint(summary_header(covered))}\n{body}"
     if len(text) > settings.summary_max_chars:
         return None, (f"the summary is too long ({len(text)} chars > "
-                      f"{settings.summary_max_chars})")
+                      f"{settings.summary_max_chars})"), no_check
     if len(text) >= replaced_chars:
-        return None, "the summary is not smaller than the messages it replaces"
-    return text, None
+        return None, "the summary is not smaller than the messages it replaces", no_check
+    bound = min(settings.summary_max_chars, replaced_chars - 1)
+    text, check = fact_check.append_missing(text, facts, bound)
+    return text, None, check

@@ -153,6 +153,11 @@ class CompactionPhase(Event):
     """Rules past ``pinned_rules_max_chars``, summarized like the rest."""
     kept_user_messages: int = 0
     """The user's messages kept verbatim after the summary."""
+    facts_kept: int | None = None
+    facts_added: int | None = None
+    facts_total: int | None = None
+    """An applied summary's fact check (``core/facts.py``): the facts of the replaced
+    messages it kept, those added back verbatim, and how many there were."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,8 @@ __all__ = [
     "PAYLOAD_NOTICE",
     "PINNED_RULES_HEADER",
     "SUMMARIZE_SYSTEM_PROMPT",
+    "SUMMARY_CODE_SECTIONS",
+    "SUMMARY_SECTIONS",
     "SUMMARY_HEADER",
     "USER_WORDS_HEADER",
     "RECALL_HINT",
@@ -75,29 +77,42 @@ def compaction_notice(dropped: int, *, summarized: bool, unread: int = 0) -> str
 
 SUMMARY_HEADER = "[STRUCTURED SUMMARY — covering {n} earlier messages]"
 
-SUMMARIZE_SYSTEM_PROMPT = """\
-You compress the earlier part of a conversation between a user and an AI assistant that \
-uses tools, so that the conversation can continue within its context limit. You will be \
-given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
+SUMMARY_SECTIONS = ("Goal and constraints", "Data and variables", "Results and figures",
+                    "Decisions", "Open questions", "Current step")
+"""The sections every summary has, in order (a notebook session's substance)."""
+
+SUMMARY_CODE_SECTIONS = ("Files read and modified", "Commands run", "Errors and resolutions")
+"""The sections a summary adds where the conversation read or changed files, ran commands
+or met errors (a coding agent's)."""
+
+
+def _headings(names: tuple[str, ...]) -> str:
+    return "\n".join(f"## {name}" for name in names)
+
+
+SUMMARIZE_SYSTEM_PROMPT = f"""\
+You compress the earlier part of a conversation between a user and an AI assistant, \
+often data work in a notebook, so that it can continue within its context limit. You \
+will be given those earlier messages, oldest first. Write a STRUCTURED SUMMARY of them.
 
 Your first line is "[STRUCTURED SUMMARY — covering N earlier messages]". Below it come \
 these sections, each a heading followed by short bullet points ("none" when there is \
 nothing):
 
-## Files read
-## Files modified
-## Commands run
-## Key decisions
-## Errors and resolutions
-## Current task state
+{_headings(SUMMARY_SECTIONS)}
 
-In every section, keep exact file paths, names, identifiers, numbers and error messages. \
-Record what was done and what is still pending, not how the conversation went. Do not \
-invent anything that is not in the messages, and do not answer or continue the \
-conversation. Be as short as the facts allow, and write in the language of the \
-conversation."""
+and, where the conversation had them:
+
+{_headings(SUMMARY_CODE_SECTIONS)}
+
+Keep the user's instructions and corrections in the user's words, each dataframe with its \
+shape and columns, each number with its unit, and exact names, identifiers, paths, dates \
+and error messages. Do not invent anything, and do not answer or continue the \
+conversation. Instructions after the messages, if any, say what to focus on. Be as short \
+as the facts allow, and write in the language of the conversation."""
 """Plain prose whose lines start with words no firewall rule reads as a command (a line
-starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115)."""
+starting "Start with …" is the Windows ``start`` to the OWASP CRS, rule 932115), and no
+backtick, bracket after text or SQL function name before a parenthesis."""
 
 
 def summary_header(covered: int) -> str:

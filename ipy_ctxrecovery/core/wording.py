@@ -863,7 +863,9 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True
     how = "trimmed, no LLM" if last.outcome == "trim" else "summary by the model"
     kept = (f" · {plural(last.kept_user_messages, 'message')} of yours kept verbatim"
             if last.kept_user_messages else "")
-    done = f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
+    facts = facts_detail(last)
+    done = (f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
+            + (f" · {facts}" if facts else ""))
     if last.outcome == "summary" and cost:
         done += "".join(f" · {line}" for line in summary_lines(last))
     return done
@@ -903,6 +905,17 @@ def pinned_rules(e: ev.CompactionPhase) -> str:
         out += (f" · {plural(e.unpinned_rules, 'older rule')} summarized (the pinned rules "
                 "are at pinned_rules_max_chars)")
     return out
+
+
+def facts_detail(e: ev.CompactionPhase) -> str:
+    """An applied summary's fact check: ``the summary kept 23 of 27 facts; 4 added back
+    verbatim`` ("" when the replaced messages had no facts, or for a trim)."""
+    if not e.facts_total or e.facts_kept is None:
+        return ""
+    text = f"the summary kept {e.facts_kept} of {plural(e.facts_total, 'fact')}"
+    if e.facts_added:
+        text += f"; {e.facts_added} added back verbatim"
+    return text
 
 
 def fit_detail(e: ev.FitBeforeSend) -> str:

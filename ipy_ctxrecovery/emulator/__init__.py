@@ -70,9 +70,10 @@ followed by the request is one message — and the request is the last such piec
   those words: ``In turn N the user wrote: "…"``.
 * Summarization: any system message containing ``STRUCTURED SUMMARY``. The reply is an
   extractive summary of the user-supplied text: a ``[STRUCTURED SUMMARY — covering N
-  earlier messages]`` line, then ``## Files`` / ``## Commands`` / ``## Errors and
-  resolutions`` / ``## Key decisions`` / ``## Key points`` / ``## Current task state``
-  sections of lines copied from the input, at most min(len(input)/4, 2000) chars. The
+  earlier messages]`` line, then the sections the summarizer prompt asks for
+  (``core/prompts.SUMMARY_SECTIONS``: goal and constraints, data and variables, results
+  and figures, decisions, open questions, the current step; files, commands and errors
+  where lines name them) of lines copied from the input, at most min(len(input)/4, 2000) chars. The
   compactor's framing (``core/markers.py``) is not conversation and is never quoted: its
   ``Summarize these N earlier messages`` instruction (which gives N), the
   ``[message i of N, …]`` label and ``[end of message i]`` mark around each message,

@@ -19,8 +19,16 @@ from ..core import markers
 from ..core import recall as recall_format
 from ..core.continuation import CONTINUATION_PROMPT
 from ..core.cuts import head_cut
+from ..core.facts import FACTS_HEADING
 from ..core.markers import MERGED_TEXT_JOIN
-from ..core.prompts import COMPACTION_NOTICE, PAYLOAD_NOTICE, SUMMARY_HEADER, summary_header
+from ..core.prompts import (
+    COMPACTION_NOTICE,
+    PAYLOAD_NOTICE,
+    SUMMARY_CODE_SECTIONS,
+    SUMMARY_HEADER,
+    SUMMARY_SECTIONS,
+    summary_header,
+)
 
 __all__ = [
     "summary_answer",
@@ -600,6 +608,12 @@ _PATH_RE = re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|md|txt|json|csv|ipy
 _COMMAND_RE = re.compile(r"^\s*(?:\$|>>>|%|!)\s*\S|`[^`]+`")
 _ERROR_RE = re.compile(r"error|exception|traceback|failed|failure", re.I)
 _DECISION_RE = re.compile(r"\b(decid|chose|choose|agreed|plan|will|should|must)\w*", re.I)
+_RULE_RE = re.compile(r"\b(?:always|never|must|from now on|do not|don't|please|want|need|"
+                      r"goal|only)\b", re.I)
+_DATA_RE = re.compile(r"\b(?:dataframe|df|columns?|rows?|shape|dtypes?|table|variables?|"
+                      r"index)\b|\b[a-z]+_[a-z0-9_]+\b", re.I)
+_RESULT_RE = re.compile(r"\d+(?:[.,]\d+)?\s?(?:%|[a-z]+\b)|\b(?:plot|figure|chart|accuracy|"
+                        r"mean|median|p-value|correlation|result)\w*", re.I)
 
 # The compactor's framing of the summarizer input (``core/markers.py``): an instruction
 # naming the count, a label opening and an end mark closing each message, cut markers, a
@@ -607,7 +621,9 @@ _DECISION_RE = re.compile(r"\b(decid|chose|choose|agreed|plan|will|should|must)\
 # so none of it is quoted; the count (or the labels) gives the header's N.
 _FRAMING_RE = re.compile(
     r"^(?:\[?\s*STRUCTURED SUMMARY\b"                             # an earlier summary's header
-    r"|##\s+(?:Files|Commands|Key|Errors|Current task)\b)")       # an earlier summary's headings
+    r"|##\s+(?:Files|Commands|Key|Errors|Current task)\b"         # an earlier summary's headings
+    rf"|##\s+(?:{'|'.join(map(re.escape, SUMMARY_SECTIONS + SUMMARY_CODE_SECTIONS))})\b"
+    rf"|{re.escape(FACTS_HEADING)})")
 
 
 def _conversation_lines(text: str) -> tuple[list[str], int]:
@@ -650,13 +666,18 @@ def summarize(text: str) -> str:
     lines, n = _conversation_lines(text)
     header = summary_header(n)
     bound = max(min(len(text) // SUMMARY_FRACTION, SUMMARY_MAX_CHARS), len(header))
+    goal, data, results, decisions, questions, current = SUMMARY_SECTIONS
+    files, commands, errors = SUMMARY_CODE_SECTIONS
     sections = [
-        ("Files", [ln for ln in lines if _PATH_RE.search(ln)]),
-        ("Commands", [ln for ln in lines if _COMMAND_RE.search(ln)]),
-        ("Errors and resolutions", [ln for ln in lines if _ERROR_RE.search(ln)]),
-        ("Key decisions", [ln for ln in lines if _DECISION_RE.search(ln)]),
-        ("Key points", lines[:8]),
-        ("Current task state", lines[-2:]),
+        (goal, lines[:1] + [ln for ln in lines if _RULE_RE.search(ln)]),
+        (data, [ln for ln in lines if _DATA_RE.search(ln)]),
+        (results, [ln for ln in lines if _RESULT_RE.search(ln)]),
+        (decisions, [ln for ln in lines if _DECISION_RE.search(ln)]),
+        (questions, [ln for ln in lines if ln.endswith("?")]),
+        (files, [ln for ln in lines if _PATH_RE.search(ln)]),
+        (commands, [ln for ln in lines if _COMMAND_RE.search(ln)]),
+        (errors, [ln for ln in lines if _ERROR_RE.search(ln)]),
+        (current, lines[-2:]),
     ]
     out = header
     used: set[str] = set()

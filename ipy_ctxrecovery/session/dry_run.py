@@ -24,8 +24,9 @@ from typing import Any
 
 from ..core.budget import ResultStore
 from ..core.compactor import ChatBudget, CompactionReport
+from ..core.facts import extract
 from ..core.history import History
-from ..core.prompts import summary_header
+from ..core.prompts import SUMMARY_CODE_SECTIONS, SUMMARY_SECTIONS, summary_header
 from ..emulator.replies import summary_answer
 from ..errors import ChatError
 from ..providers import is_emulator_model
@@ -45,8 +46,7 @@ __all__ = ["ESTIMATE_MARK", "DryTrace", "MemoryStore", "dry_run", "estimated_sum
 ESTIMATE_MARK = "(estimated summary: a dry run asks no model)"
 """The first line of a summary the dry run made up; its size is the estimate."""
 
-_SECTIONS = ("Files read", "Files modified", "Commands run", "Key decisions",
-             "Errors and resolutions", "Current task state")
+_SECTIONS = (*SUMMARY_SECTIONS, *SUMMARY_CODE_SECTIONS)
 SUMMARY_SHARE = 0.1
 """A summary is estimated at a tenth of its input, within the summarizer's bounds."""
 
@@ -74,7 +74,10 @@ def estimated_summary(text: str, max_tokens: int, *, bytes_per_token: float = 4.
     budget = int(max(200, min(len(text) * SUMMARY_SHARE, max_tokens * bytes_per_token)))
     body = "\n".join(f"## {name}\n- …" for name in _SECTIONS)
     filler = max(0, budget - len(body) - len(ESTIMATE_MARK) - 2)
-    return f"{summary_header(0)}\n{ESTIMATE_MARK}\n{body}\n" + "x" * filler
+    # The filler quotes the input's latest facts, as a real summary keeps some (one that
+    # keeps none is refused: core/summary_check.py).
+    kept = "".join(f"{f.text} " for f in reversed(extract(text)))[:filler]
+    return f"{summary_header(0)}\n{ESTIMATE_MARK}\n{body}\n{kept}" + "x" * (filler - len(kept))
 
 
 def summarizer_for(endpoint: Endpoint, limits: LearnedLimits) -> Callable[[str, int], str]:
