@@ -398,6 +398,7 @@ META_OPENERS = [
     "Claro! Aqui está o resto:", "Aquí está la continuación:", "¡Claro! Continuando:",
     "Voici la suite :", "Bien sûr ! Voici la suite de la réponse :", "(suite)",
     "Hier ist die Fortsetzung:", "Gerne! Hier ist der Rest der Antwort:", "(Fortsetzung)",
+    "Here's a revised version:",      # SmolLM2-135M on llama-cpp-python, rewriting
 ]
 
 

@@ -279,6 +279,9 @@ _META_PHRASES = (
     rf"keep\s+going|go\s+on)(?:\s+(?:the|my)\s+{_WHAT})?(?:,?\s+{_WHERE})?",
     rf"(?:continuing|resuming|picking\s+up)(?:\s+(?:the|my)\s+{_WHAT})?(?:,?\s+{_WHERE})?",
     rf"(?:continuation|continued)(?:\s+of\s+(?:the|my)\s+{_WHAT})?(?:\s+{_WHERE})?",
+    # a rewrite announced (SmolLM2-135M on llama-cpp-python: "Here's a revised version:")
+    rf"here(?:'s|’s|\s+is)\s+an?\s+(?:revised|rewritten|updated|new|improved)\s+version"
+    rf"(?:\s+of\s+(?:the|my)\s+{_WHAT})?",
     # Portuguese
     r"aqui\s+est[aá]\s+(?:a\s+continua[cç][aã]o|o\s+resto|o\s+restante)(?:\s+da\s+resposta)?",
     r"(?:continuando|vou\s+continuar)(?:\s+de\s+onde\s+parei)?",
