@@ -276,3 +276,26 @@ def test_the_panel_and_status_show_the_background_work_between_cells(emulator: A
     assert "background summary: ready" in str(session.status())
     panel.close()
     session.close()
+
+
+def test_the_swapping_turns_card_says_what_was_swapped_in(emulator: Any) -> None:
+    from ipy_ctxrecovery.notebook.turn_card import TurnCard, TurnRecord
+
+    session, _, _ = chat(emulator)
+    n = turns_until_ready(session)
+    for i in range(n, n + 30):
+        record = TurnRecord()
+        stop = session.subscribe(record.feed)
+        session.send(words(i), stream=False, max_tokens=50)
+        stop()
+        if any(isinstance(e, BackgroundSummary) and e.state == "swapped"
+               for step in record.steps for e in step.events):
+            break
+    else:
+        raise AssertionError("nothing was swapped in")
+    record.finish(elapsed=1.0)
+    row = next(line for line in TurnCard(record).text().splitlines()
+               if "background summary" in line and "swapped in" in line)
+    assert "no wait" in row and "messages replaced" in row
+    assert record.something_happened
+    session.close()

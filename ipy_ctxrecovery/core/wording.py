@@ -373,6 +373,20 @@ def _(e: ev.CompactionPhase) -> Verbosity:
     return "normal"
 
 
+def background_detail(e: ev.BackgroundSummary) -> str:
+    """The card's line for the summary prepared in the background (what was swapped in)."""
+    if e.state == "swapped":
+        n1 = e.after_messages if e.after_messages is not None else e.before_messages
+        return (f"swapped in, no wait: {plural(e.covered_messages, 'message')} replaced "
+                f"({e.before_messages} → {plural(n1, 'message')}, "
+                f"{format_size(e.before_bytes)} → {format_size(e.after_bytes or 0)})")
+    if e.state == "ready":
+        return f"ready: {plural(e.covered_messages, 'message')} → 1, swapped in when needed"
+    if e.state == "preparing":
+        return f"being prepared ({format_size(e.before_bytes)} of history)"
+    return f"{e.state}: {e.reason}"
+
+
 @shown_at.register
 def _(e: ev.BackgroundSummary) -> Verbosity:
     if e.state in ("preparing", "discarded"):
@@ -766,6 +780,7 @@ STAGE_NAMES: dict[str, str] = {
     "send": "send", "recovery": "recovery", "cap": "payload cap",
     "window": "context window", "notice": "note to the model", "retry": "retry",
     "tool": "tool", "continuation": "continuation", "failed": "failed",
+    "background": "background summary",
 }
 """The name of each step of a turn, as the card and the tracker show it."""
 

@@ -100,6 +100,7 @@ _DETAILS: dict[type, Callable[[Any], str]] = {
     ev.ToolRun: w.tool_detail,
     ev.Escalation: w.continuation_detail,
     ev.Truncated: w.continuation_detail,
+    ev.BackgroundSummary: w.background_detail,
 }
 
 _STAGES: dict[type, str] = {
@@ -107,6 +108,7 @@ _STAGES: dict[type, str] = {
     ev.BudgetApplied: "budget", ev.FitBeforeSend: "fit", ev.CapChanged: "cap",
     ev.WindowLearned: "window", ev.NoticeInjected: "notice", ev.Retrying: "retry",
     ev.ToolRun: "tool", ev.Escalation: "continuation", ev.Truncated: "continuation",
+    ev.BackgroundSummary: "background",
 }
 
 
@@ -216,7 +218,9 @@ class TurnRecord:
             failed = (isinstance(event, ev.Truncated)
                       or (isinstance(event, ev.ToolRun) and not event.ok))
             status: Status = "failed" if failed else \
-                "info" if isinstance(event, ev.NoticeInjected) else "done"
+                "info" if isinstance(event, ev.NoticeInjected) or (
+                    isinstance(event, ev.BackgroundSummary) and event.state != "swapped") \
+                else "done"
             self._add(_STAGES[type(event)], status, event)
 
     def text_arrived(self, delta: str) -> None:
