@@ -55,6 +55,19 @@ def turns_until_ready(session: ChatSession, limit: int = 40) -> int:
     raise AssertionError("no background summary was prepared")
 
 
+def send_until_swapped(session: ChatSession, events: list[Any],
+                       first: int) -> tuple[int, tuple[Message, ...]]:
+    """Turns from ``first`` on until one swaps the prepared summary in: (its number, the
+    history before it)."""
+    for i in range(first, first + 30):
+        events.clear()
+        before = session.history
+        session.send(words(i), stream=False, max_tokens=50)
+        if of(events, "swapped"):
+            return i, before
+    raise AssertionError("the prepared summary was never swapped in")
+
+
 def of(events: list[Any], state: str) -> list[BackgroundSummary]:
     return [e for e in events if isinstance(e, BackgroundSummary) and e.state == state]
 
@@ -80,15 +93,7 @@ def test_the_swap_keeps_what_was_appended_and_the_turn_does_not_summarize(
     session, events, _ = chat(emulator)
     n = turns_until_ready(session)
     ready = of(events, "ready") + [None]     # told at the next turn
-    before_swap: tuple[Message, ...] = ()
-    for i in range(n, n + 30):
-        events.clear()
-        before_swap = session.history
-        session.send(words(i), stream=False, max_tokens=50)
-        if of(events, "swapped"):
-            break
-    else:
-        raise AssertionError("the prepared summary was never swapped in")
+    i, before_swap = send_until_swapped(session, events, n)
     swapped = of(events, "swapped")[0]
     assert ready and swapped.covered_messages > 0
     # The turn that swapped asked for no summary of its own.
@@ -111,12 +116,7 @@ def test_the_swap_keeps_what_was_appended_and_the_turn_does_not_summarize(
 def test_undo_compact_restores_what_the_swap_replaced(emulator: Any) -> None:
     session, events, _ = chat(emulator)
     n = turns_until_ready(session)
-    for i in range(n, n + 30):
-        events.clear()
-        before = session.history
-        session.send(words(i), stream=False, max_tokens=50)
-        if of(events, "swapped"):
-            break
+    _, before = send_until_swapped(session, events, n)
     after = session.history
     session.undo_compact()
     restored = session.history

@@ -134,11 +134,7 @@ class Preparer:
 
     def unsent_budget(self, history: History, sent: int, log: TurnLog) -> History:
         """The tool-result budget on the messages after the first ``sent`` only."""
-        s = self.settings
-        budgeted, report = budget.enforce_budget(
-            history, store=self.store, turn_budget_chars=s.turn_budget_chars,
-            per_result_max_chars=s.per_result_max_chars, head_chars=s.budget_head_chars,
-            tail_chars=s.budget_tail_chars)
+        budgeted, report = self._enforce_budget(history)
         if not report.replaced:
             return history
         merged = history[:sent] + budgeted[sent:]
@@ -178,12 +174,15 @@ class Preparer:
                                        bytes_freed=report.bytes_freed), log)
         return compacted
 
-    def budget(self, history: History, log: TurnLog) -> History:
+    def _enforce_budget(self, history: History) -> tuple[History, budget.BudgetReport]:
         s = self.settings
-        budgeted, report = budget.enforce_budget(
+        return budget.enforce_budget(
             history, store=self.store, turn_budget_chars=s.turn_budget_chars,
             per_result_max_chars=s.per_result_max_chars, head_chars=s.budget_head_chars,
             tail_chars=s.budget_tail_chars)
+
+    def budget(self, history: History, log: TurnLog) -> History:
+        budgeted, report = self._enforce_budget(history)
         if not report.replaced:
             return history
         self._emit(BudgetApplied(replaced=report.replaced,
