@@ -252,6 +252,12 @@ def test_a_failed_background_summary_is_one_line_and_the_turn_goes_on() -> None:
     assert "\n" not in line and "compacts as usual" in line and "summarizer is down" in line
     # Every turn was answered; the history is whole.
     assert session.history[-1].role is Role.ASSISTANT
+    # Not asked again on the very next turns (it failed on nearly this history).
+    tried = len(of(events, "preparing"))
+    session.send(words(100), stream=False, max_tokens=50)
+    session._background.wait()      # noqa: SLF001
+    session.send(words(101), stream=False, max_tokens=50)
+    assert len(of(events, "preparing")) == tried
     session.close()
 
 

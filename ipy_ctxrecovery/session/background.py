@@ -26,7 +26,9 @@ covered. Here (issue 29):
   waits.
 * **Never worse than today.** No summary ready, or one that was discarded: the turn
   compacts as before. A failed or refused background summary is one line at the next
-  turn, never a failed cell.
+  turn, never a failed cell, and is not tried again until the history has grown by half
+  the way from the threshold to the trigger (a model that cannot summarize is not asked on
+  every turn).
 
 The core decides nothing here that it does not decide for a turn: the compaction is
 ``SessionCompactor.run``; this module owns the thread, the snapshot check and the events.
@@ -106,6 +108,8 @@ class BackgroundCompactor:
         self._pending: list[Event] = []     # told at the next turn, from its thread
         self.jobs = 0                       # background summaries started (for tests/bench)
         self._listeners: list[Callable[[str], None]] = []
+        self._size_now = 0                  # the history size of the job in flight
+        self._failed_at: int | None = None  # the history size a summary last failed at
         self._last_size = 0                 # the history after the previous turn (bytes)
         self._last_size_before = 0
 
@@ -167,6 +171,9 @@ class BackgroundCompactor:
         trigger = self.sizer.compaction_trigger()
         if size < threshold or size > trigger:
             return False        # not yet worth it, or the next turn compacts anyway
+        if self._failed_at is not None and \
+                self._failed_at <= size < self._failed_at + (trigger - threshold) // 2:
+            return False        # it failed on nearly this history: not again every turn
         # The same oldest messages a compaction at the trigger would replace, and one turn's
         # growth more: the swap comes at the first turn past the trigger, not at it.
         growth = max(0, size - self._last_size_before) if self._last_size_before else 0
@@ -174,6 +181,7 @@ class BackgroundCompactor:
         self._cancel.clear()
         with self._lock:
             self._ready, self._failed = None, None
+            self._size_now = size
             self._pending.append(BackgroundSummary(state="preparing",
                                                    before_messages=len(history),
                                                    before_bytes=size))
@@ -205,7 +213,7 @@ class BackgroundCompactor:
         except Exception as e:  # a background summary never fails a cell: one line later
             why = f"{type(e).__name__}: {e}"
             with self._lock:
-                self._failed = why
+                self._failed, self._failed_at = why, self._size_now
                 self._pending.append(BackgroundSummary(state="failed", reason=why,
                                                        before_messages=len(history)))
             return
@@ -217,12 +225,14 @@ class BackgroundCompactor:
             self._pending.extend(e for e in log.events if not isinstance(e, CompactionPhase))
             if not report.applied or not report.summarized_messages:
                 self._failed = report.rejected_reason or "nothing to summarize"
+                self._failed_at = self._size_now
                 self._pending.append(BackgroundSummary(
                     state="failed", reason=self._failed, before_messages=len(history),
                     prompt_tokens=log.prompt_tokens, completion_tokens=log.completion_tokens))
                 return
             self._ready = Prepared(history, new, report, log.prompt_tokens,
                                    log.completion_tokens)
+            self._failed_at = None
             self._pending.append(BackgroundSummary(
                 state="ready", covered_messages=report.summarized_messages,
                 before_messages=report.before_messages, after_messages=report.after_messages,
@@ -245,6 +255,7 @@ class BackgroundCompactor:
         """Cancel a job in flight (after its current request) and forget a ready summary:
         the history changed by other means (reset, undo, compact, new settings)."""
         self._cancel.set()
+        self._failed_at = None
         thread = self._thread
         if thread is not None and thread.is_alive():
             thread.join()
