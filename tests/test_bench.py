@@ -137,9 +137,10 @@ def test_fidelity_prints_each_compaction_on_both_wires() -> None:
     for wire in ("openai", "anthropic"):
         assert f"## {wire} wire: " in out, out
     assert out.count("compaction 1 (after turn ") == 2, out
+    assert out.count("  end (turn 11, ") == 2, out
     for figure in ("read by a summarizer ", "rules kept verbatim ", "facts in history ",
                    "facts recallable ", "summary requests "):
-        assert out.count(figure) == 2, out
+        assert out.count(figure) == 4, out         # compaction 1 and the end, both wires
 
 
 def test_cost_prints_the_three_clients_and_the_goal_ratios_for_both_wires() -> None:

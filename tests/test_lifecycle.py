@@ -411,8 +411,8 @@ def test_a_summary_the_caller_refuses_is_told_as_rejected_not_applied() -> None:
     from ipy_ctxrecovery.core.prompts import summary_header
     from ipy_ctxrecovery.session.sizing import RequestSpec
 
-    summary = summary_header(4) + "\n## Current task state\n- reading the logs"
-    with ChatSession(provider=FakeProvider([summary]), name="refused") as s:
+    summary = summary_header(4) + "\n## Current step\n- reading the logs of note 1 and note 2"
+    with ChatSession(provider=FakeProvider([summary] * 4), name="refused") as s:
         history = tuple(m for i in range(4) for m in (
             Message.user(f"question {i} " + "q" * 3000), Message.assistant("a" * 3000)))
         history += (Message.user("the latest request"),)

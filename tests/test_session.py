@@ -512,7 +512,8 @@ def test_a_turn_after_an_exact_fit_does_not_compact_again() -> None:
             return super().send(request, on_text)
 
     fake = Proxy()
-    s, _, _ = session(provider=fake)
+    # (no summary prepared ahead either: tests/test_background.py)
+    s, _, _ = session(provider=fake, settings=SETTINGS.replace(background_compaction=False))
     for i in range(4):
         s.send(f"note {i}: " + "x" * 3000)
     assert s.status().recoveries == 1

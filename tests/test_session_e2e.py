@@ -700,7 +700,9 @@ def _user_texts(record: Any) -> str:
 def test_a_long_history_is_summarized_in_chunks_within_the_cap(emulator: Any,
                                                                wire: str) -> None:
     emu = emulator(context_window=200_000, max_body="24KB")
-    session = ChatSession(wire, emulator=emu, builtin_tools=False, name=f"chunks-{wire[-3:]}")
+    # (the summaries run in the turns, where their requests are counted: not prepared ahead)
+    session = ChatSession(wire, emulator=emu, builtin_tools=False, name=f"chunks-{wire[-3:]}",
+                          settings=Settings(background_compaction=False))
     events: list[Event] = []
     session.subscribe(events.append)
     texts = [filler(i, 3_000) for i in range(12)]
@@ -728,7 +730,8 @@ def test_a_long_history_is_summarized_in_chunks_within_the_cap(emulator: Any,
 def test_past_the_summary_request_bound_the_oldest_are_dropped_and_told(emulator: Any) -> None:
     emu = emulator(context_window=200_000, max_body="24KB")
     session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="chunks-bound",
-                          settings=Settings(summary_max_requests=1))
+                          settings=Settings(summary_max_requests=1,
+                                            background_compaction=False))
     events: list[Event] = []
     session.subscribe(events.append)
     for i in range(12):
@@ -754,7 +757,8 @@ def test_the_summarizers_reply_says_when_it_was_cut_and_a_cut_one_is_retried(
     from ipy_ctxrecovery.session.compaction import SessionCompactor
 
     emu = emulator(context_window=200_000)
-    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="chunks-cut")
+    session = ChatSession("emulator", emulator=emu, builtin_tools=False, name="chunks-cut",
+                          settings=Settings(background_compaction=False))
     for i in range(6):
         session.send(filler(i, 2_000), stream=False)
     sizer, bus = session._sizer, session.bus        # the session's own, as it builds them
@@ -764,9 +768,11 @@ def test_the_summarizers_reply_says_when_it_was_cut_and_a_cut_one_is_retried(
     assert reply.output_tokens == 5 and reply.input_tokens
     asked: list[int] = []
 
+    said = " ".join(session.history[0].text.split()[:40])   # a summary keeps some facts
+
     def cut_once(text: str, tokens: int, _log: Any) -> SummaryReply:
         asked.append(tokens)
-        return SummaryReply("## Current task state\n- item0-1", truncated=len(asked) == 1)
+        return SummaryReply(f"## Current step\n- {said}", truncated=len(asked) == 1)
 
     compactor = SessionCompactor(sizer, bus, session.settings, summarize=cut_once)
     spec = RequestSpec(max_tokens=None, stream=False)
