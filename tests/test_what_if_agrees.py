@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ipy_ctxrecovery import ChatSession, Emulator
@@ -30,6 +30,9 @@ def _asks_for_a_summary(record: object) -> bool:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=st.integers(1, 9), size=st.integers(100, 4000), latest=st.integers(10, 3000),
        wire=st.sampled_from(["emulator", "emulator:anthropic"]))
+# CI found it: the plan placed an Anthropic cache breakpoint by another calibration than
+# the run (37 bytes apart); breakpoints are now placed at the fixed chars_per_token.
+@example(turns=8, size=2024, latest=1485, wire="emulator:anthropic")
 def test_the_planned_recovery_of_a_413_is_the_one_that_runs(turns: int, size: int,
                                                            latest: int, wire: str) -> None:
     with Emulator(context_window=200_000) as emu, ChatSession(wire, emulator=emu) as s:

@@ -208,11 +208,15 @@ class RequestSizer:
 
     @property
     def caching(self) -> Caching | None:
-        """The cache breakpoints a request asks for (``prompt_caching``), placed by the
-        session's own token estimate (its calibrated bytes per token); None when off."""
+        """The cache breakpoints a request asks for (``prompt_caching``); None when off.
+
+        Placed at the fixed ``chars_per_token``, not the calibrated estimate: the body must
+        not depend on what a summary request happened to calibrate, or a plan (``what_if``,
+        which calibrates nothing) would measure other bytes than the request that runs. A
+        breakpoint a little below the model's minimum is ignored by the API, not refused."""
         if not self.settings.prompt_caching:
             return None
-        return Caching(self.limits.tokens.bytes_per_token)
+        return Caching(self.settings.chars_per_token)
 
     def prepare(self, request: Request) -> Prepared:
         """Pre-flight's view of ``request``: its exact body size and the max_tokens the body
