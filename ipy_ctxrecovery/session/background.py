@@ -106,6 +106,9 @@ class BackgroundCompactor:
         self._ready: Prepared | None = None
         self._failed: str | None = None
         self._pending: list[Event] = []     # told at the next turn, from its thread
+        self._calibrations: list[tuple[int, int | None, int | None]] = []
+        """The usage of answered summary requests, taken into the token calibration at the
+        next turn (from its thread), so what a card and the status say does not move."""
         self.jobs = 0                       # background summaries started (for tests/bench)
         self._listeners: list[Callable[[str], None]] = []
         self._size_now = 0                  # the history size of the job in flight
@@ -268,10 +271,19 @@ class BackgroundCompactor:
             self._thread = None
 
     def take_events(self) -> list[Event]:
-        """What the worker has to say, for the turn that is starting to tell."""
+        """What the worker has to say, for the turn that is starting to tell; the usage its
+        requests reported goes into the token calibration now."""
         with self._lock:
             out, self._pending = self._pending, []
+            calibrations, self._calibrations = self._calibrations, []
+        for body, prompt, completion in calibrations:
+            self.sizer.limits.on_success(body, prompt, completion)
         return out
+
+    def calibration(self, body: int, prompt: int | None, completion: int | None) -> None:
+        """A summary request of the worker's was answered (kept for :meth:`take_events`)."""
+        with self._lock:
+            self._calibrations.append((body, prompt, completion))
 
     def swap(self, history: History, spec: RequestSpec, log: TurnLog,
              tell: Callable[[Event], None]) -> History:

@@ -50,12 +50,17 @@ class SessionCompactor:
 
     def __init__(self, sizer: RequestSizer, bus: EventBus, settings: Settings,
                  summarize: Summarizer | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 calibrate: Callable[[int, int | None, int | None], None] | None = None,
+                 ) -> None:
         self.sizer = sizer
         self.bus = bus
         self.settings = settings
         self.sleep = sleep
         self._summarize = summarize if summarize is not None else self._ask_model
+        self._calibrate = calibrate
+        """Where an answered summary request's usage goes (None: the token calibration at
+        once; a worker keeps it for the next turn, so the figures shown do not move)."""
 
     def _ask_model(self, text: str, max_tokens: int, log: TurnLog | None) -> SummaryReply:
         request = Request(messages=(Message.system(prompts.SUMMARIZE_SYSTEM_PROMPT),
@@ -102,6 +107,10 @@ class SessionCompactor:
                     # A summary request is not fitted by the ladder: a limit it showed holds
                     # for the turn's request too, which is then fitted without a summary.
                     self._tell(effect.learned, log)
+                    # A window it overflowed holds for the turn's request too: learned here
+                    # (a summary prepared in the background is the first to meet it).
+                    self._tell(tuple(limits.learn_window(error.failure, self.sizer.window)),
+                               log)
                     raise error
                 elif isinstance(effect, flow.Refresh):
                     self.sizer.endpoint.refresh()
@@ -122,7 +131,8 @@ class SessionCompactor:
             raise ChatError(failure, outcome.reason) from error
         # An unstreamed reply's usage calibrates the token estimate like a turn's (a server
         # that leaves usage out of streams calibrates from these alone).
-        limits.on_success(size, response.usage.prompt_tokens, response.usage.completion_tokens)
+        (self._calibrate or limits.on_success)(size, response.usage.prompt_tokens,
+                                               response.usage.completion_tokens)
         if log is not None:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,

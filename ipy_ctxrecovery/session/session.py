@@ -220,7 +220,8 @@ class ChatSession:
                                  mask=self.redactor.own)
         self._background = BackgroundCompactor(
             self._sizer, settings,
-            lambda bus: SessionCompactor(self._sizer, bus, self.settings, sleep=sleep))
+            lambda bus: SessionCompactor(self._sizer, bus, self.settings, sleep=sleep,
+                                         calibrate=self._background.calibration))
         self._preparer.swap = self._background.swap
 
     def _configure(self, settings: Settings) -> None:
