@@ -114,7 +114,6 @@ class BackgroundCompactor:
         self._size_now = 0                  # the history size of the job in flight
         self._failed_at: int | None = None  # the history size a summary last failed at
         self._last_size = 0                 # the history after the previous turn (bytes)
-        self._last_size_before = 0
 
     def listen(self, callback: Callable[[str], None]) -> Callable[[], None]:
         """Call ``callback(state)`` from the worker when its job ends."""
@@ -170,7 +169,6 @@ class BackgroundCompactor:
             return False        # only notices before the latest request: nothing to gain
         size = self.sizer.measure(history, spec)
         previous, self._last_size = self._last_size, size
-        self._last_size_before = previous
         trigger = self.sizer.compaction_trigger()
         if size < threshold or size > trigger:
             return False        # not yet worth it, or the next turn compacts anyway
@@ -179,7 +177,7 @@ class BackgroundCompactor:
             return False        # it failed on nearly this history: not again every turn
         # The same oldest messages a compaction at the trigger would replace, and one turn's
         # growth more: the swap comes at the first turn past the trigger, not at it.
-        growth = max(0, size - self._last_size_before) if self._last_size_before else 0
+        growth = max(0, size - previous) if previous else 0
         target = max(1, size - (trigger - self.sizer.compaction_target()) - growth)
         self._cancel.clear()
         with self._lock:
