@@ -166,10 +166,18 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_PRICES": "prices",
     "CHATCLI_BACKGROUND_COMPACTION": "background_compaction",
     "CHATCLI_PROMPT_CACHING": "prompt_caching",
+    "CHATCLI_SERVER_COMPACTION": "server_compaction",
+    "CHATCLI_OPENAI_API": "openai_api",
+    "CHATCLI_OPENAI_STORE": "openai_store",
 }
 
 _FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window",
-                          "background_compaction", "prompt_caching"})
+                          "background_compaction", "prompt_caching", "openai_store"})
+CHOICES: Mapping[str, tuple[str, ...]] = {
+    "server_compaction": ("auto", "on", "off"),
+    "openai_api": ("auto", "chat", "responses"),
+}
+"""Fields that take one word of a few (the first is the default)."""
 _TEXT_FIELDS = frozenset({"read_file_root", "prices"})
 _FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True,
                "false": False, "0": False, "no": False, "off": False}
@@ -294,6 +302,21 @@ class Settings:
     """Price overrides, ``model=in/cached/write/out`` pairs (USD per million tokens, comma
     separated) or a JSON object (``CHATCLI_PRICES``); see :func:`parse_prices`."""
 
+    # --- the providers' own context management (docs/server-compaction.md) ---
+    server_compaction: str = "auto"
+    """The provider's server-side compaction: "auto" (on where the provider and the model
+    support it), "on" (asked for; a model without it is told in one line) or "off". While
+    the server compacts, the package's own summary does not run for the window; the
+    payload-cap fit, microcompact and the tool-result budget still do."""
+    openai_api: str = "auto"
+    """The OpenAI wire's API: "chat" (Chat Completions), "responses" (the Responses API),
+    or "auto": the Responses API on OpenAI's own service, Chat Completions on any other
+    server (of unknown capability) and on the emulator."""
+    openai_store: bool = False
+    """On the Responses API, let the server store responses (``store=true``) and send only
+    what is new after ``previous_response_id``. Off (the default): nothing is kept on the
+    server and every request carries the history (``store=false``)."""
+
     # --- the user's words kept across compactions (core/pins.py) ---
     pinned_rules_max_chars: int = 4_000
     """Characters: the most the pinned message of the user's standing instructions holds;
@@ -320,6 +343,11 @@ class Settings:
         """
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in CHOICES:
+                if value not in CHOICES[f.name]:
+                    raise ConfigError(f"{_label(f.name)}={value!r} is not one of "
+                                      f"{', '.join(CHOICES[f.name])}.")
+                continue
             if f.name in _FLAG_FIELDS:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{f.name}={value!r} is not on or off; use True or False.")
@@ -503,6 +531,11 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
     """Turn one textual value into the field's type, or raise a ConfigError naming ``key``."""
     if raw is None:
         return None
+    if name in CHOICES:
+        word = str(raw).strip().lower()
+        if word not in CHOICES[name]:
+            raise ConfigError(f"{key}={raw!r} is not one of {', '.join(CHOICES[name])}.")
+        return word
     if name in _FLAG_FIELDS:
         if isinstance(raw, bool):
             return raw

@@ -85,6 +85,9 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_PRICES": "gpt-4o=1/0.5/0/2",
         "CHATCLI_BACKGROUND_COMPACTION": "off",
         "CHATCLI_PROMPT_CACHING": "off",
+        "CHATCLI_SERVER_COMPACTION": "On",
+        "CHATCLI_OPENAI_API": "responses",
+        "CHATCLI_OPENAI_STORE": "yes",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -98,6 +101,9 @@ def test_from_env_reads_every_variable() -> None:
     assert s.summary_max_requests == 3
     assert s.prices == "gpt-4o=1/0.5/0/2"
     assert s.prompt_caching is False and Settings().prompt_caching is True
+    assert (s.server_compaction, s.openai_api, s.openai_store) == ("on", "responses", True)
+    assert (Settings().server_compaction, Settings().openai_api) == ("auto", "auto")
+    assert Settings().openai_store is False
     assert set(ENV_VARS) == {k for k in env if k.startswith("CHATCLI_")}
 
 
@@ -217,3 +223,14 @@ def test_max_reply_is_a_size_with_a_floor() -> None:
     with pytest.raises(ConfigError, match=r"max_reply=1 KB is below 64 KB") as caught:
         Settings().updated({"max_reply": "1KB"})
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("key", "raw"), [("CHATCLI_SERVER_COMPACTION", "sometimes"),
+                                          ("CHATCLI_OPENAI_API", "completions")])
+def test_a_choice_outside_its_words_is_one_sentence_naming_them(key: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({key: raw})
+    said = str(info.value)
+    assert said.startswith(f"{key}={raw!r} is not one of ") and said.count(".") == 1
+    with pytest.raises(ConfigError, match="is not one of auto, on, off"):
+        Settings(server_compaction="maybe")

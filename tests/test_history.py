@@ -202,3 +202,21 @@ def test_packed_and_unpacked_texts_behave_alike() -> None:
         assert Message.from_dict(message.to_dict()) == message
         assert message.text == text and message.char_size() == len(text)
     assert Text(long) != Text(long + "x")
+
+
+def test_a_server_compaction_round_trips_and_may_open_the_conversation() -> None:
+    from ipy_ctxrecovery.core.history import (
+        TAG_SERVER_COMPACTION,
+        Compaction,
+        is_server_compaction,
+    )
+
+    block = Compaction("anthropic", '{"type":"compaction","content":"s","encrypted_content":"e"}',
+                       "s")
+    held = Message(Role.ASSISTANT, (block,), tag=TAG_SERVER_COMPACTION)
+    assert Message.from_dict(held.to_dict()) == held
+    assert is_server_compaction(held) and not is_server_compaction(Message.user("hi"))
+    assert held.char_size() == len(block.data)
+    opened = (Message.system("rules"), held, Message.assistant("answer"), Message.user("next"))
+    assert h.problems(opened) == []
+    assert h.problems((Message.assistant("answer"), Message.user("next"))) != []

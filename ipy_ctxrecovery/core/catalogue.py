@@ -11,10 +11,12 @@ assistant turn (:data:`PREFILL_FAMILIES`); unknown models are taken not to.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "PREFILL_FAMILIES", "ModelInfo", "family", "lookup"]
+__all__ = ["DEFAULT_MODEL_INFO", "MODELS", "PREFILL_FAMILIES", "SERVER_COMPACTION_FAMILIES",
+           "ModelInfo", "family", "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,12 @@ class ModelInfo:
     assistant_prefill: bool = False
     """The model continues the text of a final assistant turn (a *prefill*) instead of
     rejecting it; see :data:`PREFILL_FAMILIES`."""
+    server_compaction: bool = False
+    """The provider compacts this model's conversations on its server when asked
+    (Anthropic's ``compact_20260112`` edit, OpenAI's Responses ``context_management``)."""
+    min_compact_trigger: int = 0
+    """Tokens: the lowest compaction trigger the provider accepts for it (Anthropic's is
+    50,000); a budget below it is kept by the package's own compaction."""
 
 
 # family -> (context window tokens, max output tokens), from the providers' model pages
@@ -149,6 +157,20 @@ PREFILL_FAMILIES: frozenset[str] = frozenset({
     "emulator",
 })
 
+# Families whose provider compacts on its server when asked, with the lowest trigger (input
+# tokens) it accepts. Anthropic: "Compaction is supported on ... Claude Mythos Preview,
+# Opus 4.7, Opus 4.6, Sonnet 4.6"; "Default trigger is 150,000 tokens, minimum 50,000"
+# (platform.claude.com/docs/en/build-with-claude/compaction). A family not listed is never
+# asked under "auto" (``server_compaction="on"`` asks all the same). The emulator compacts
+# any conversation past a trigger of at least 1,000 tokens.
+SERVER_COMPACTION_FAMILIES: Mapping[str, int] = {
+    "claude-opus-4-6": 50_000,
+    "claude-opus-4-7": 50_000,
+    "claude-sonnet-4-6": 50_000,
+    "claude-mythos-preview": 50_000,
+    "emulator": 1_000,
+}
+
 DEFAULT_MODEL_INFO = ModelInfo("unknown", 8_192, 4_096, guessed=True)
 """Conservative guess for a model the catalogue does not know (e.g. a local vLLM model)."""
 
@@ -189,9 +211,13 @@ def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
                          DEFAULT_MODEL_INFO.max_output_tokens, guessed=True)
     else:
         window, output = MODELS[best]
-        info = ModelInfo(model, window, output, assistant_prefill=best in PREFILL_FAMILIES)
+        compacts = family(model, SERVER_COMPACTION_FAMILIES)
+        info = ModelInfo(model, window, output, assistant_prefill=best in PREFILL_FAMILIES,
+                         server_compaction=compacts is not None,
+                         min_compact_trigger=SERVER_COMPACTION_FAMILIES.get(compacts or "", 0))
     if context_window is not None:
-        info = ModelInfo(info.name, context_window, min(info.max_output_tokens, context_window),
-                         guessed=False, window_overridden=True,
-                         assistant_prefill=info.assistant_prefill)
+        info = dataclasses.replace(
+            info, context_window=context_window,
+            max_output_tokens=min(info.max_output_tokens, context_window),
+            guessed=False, window_overridden=True)
     return info

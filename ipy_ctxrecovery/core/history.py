@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "Block",
+    "Compaction",
     "History",
     "Message",
     "Reasoning",
@@ -30,6 +31,7 @@ __all__ = [
     "ages",
     "char_size",
     "from_openai",
+    "is_server_compaction",
     "latest_user_index",
     "problems",
     "storable",
@@ -102,6 +104,27 @@ class Reasoning:
 
     text: str
     signature: str | None = None
+    id: str | None = None
+    """The provider's id for it (OpenAI Responses reasoning items), sent back with it;
+    ``signature`` then holds the item's ``encrypted_content``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A provider's server-side compaction: what the server wrote in place of everything
+    before it (Anthropic's ``compaction`` block, OpenAI's ``compaction`` item).
+
+    ``data`` is the block or item as the server sent it (JSON text, without any
+    ``cache_control``) and goes back verbatim: its ``encrypted_content`` and ``signature``
+    must round-trip unchanged. ``summary`` is the readable text the server wrote, where
+    it wrote one (Anthropic's ``content``); None for an opaque item (OpenAI's) or a
+    compaction that failed (Anthropic's null content, which the server treats as a no-op).
+    """
+
+    wire: str
+    """The wire whose server wrote it ("anthropic" or "openai"): only that one reads it."""
+    data: str
+    summary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +144,7 @@ class ToolResult:
     name: str | None = None
 
 
-Block = Text | Reasoning | ToolCall | ToolResult
+Block = Text | Reasoning | ToolCall | ToolResult | Compaction
 
 # Tags mark messages the package itself wrote, so they can be found, replaced, not stacked.
 TAG_PAYLOAD_NOTICE = "payload_notice"
@@ -133,6 +156,9 @@ TAG_PINNED_RULES = "pinned_rules"
 """The user's standing instructions, kept verbatim across compactions (``core/pins.py``)."""
 TAG_USER_WORDS = "user_words"
 """The user's own messages a summary replaced, kept verbatim after it (``core/pins.py``)."""
+TAG_SERVER_COMPACTION = "server_compaction"
+"""An assistant message holding only a :class:`Compaction`: the provider's server
+summarized everything before it, which is no longer sent (the transcript keeps it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +227,8 @@ class Message:
                 total += len(b.text)
             elif isinstance(b, ToolCall):
                 total += len(b.name) + len(b.arguments) + len(b.id)
+            elif isinstance(b, Compaction):
+                total += len(b.data)
             else:
                 total += len(b.content) + len(b.call_id)
         return total
@@ -227,7 +255,13 @@ def _block_to_dict(block: Block) -> dict[str, Any]:
     if isinstance(block, Text):
         return {"type": "text", "text": block.text}
     if isinstance(block, Reasoning):
-        return {"type": "reasoning", "text": block.text, "signature": block.signature}
+        out = {"type": "reasoning", "text": block.text, "signature": block.signature}
+        if block.id is not None:
+            out["id"] = block.id
+        return out
+    if isinstance(block, Compaction):
+        return {"type": "compaction", "wire": block.wire, "data": block.data,
+                "summary": block.summary}
     if isinstance(block, ToolCall):
         return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
     return {"type": "tool_result", "call_id": block.call_id, "content": block.content,
@@ -239,7 +273,9 @@ def _block_from_dict(data: Mapping[str, Any]) -> Block:
     if kind == "text":
         return Text(data["text"])
     if kind == "reasoning":
-        return Reasoning(data["text"], data.get("signature"))
+        return Reasoning(data["text"], data.get("signature"), data.get("id"))
+    if kind == "compaction":
+        return Compaction(data["wire"], data["data"], data.get("summary"))
     if kind == "tool_call":
         return ToolCall(data["id"], data["name"], data.get("arguments", "{}"))
     if kind == "tool_result":
@@ -303,6 +339,11 @@ def ages(history: Sequence[Message]) -> list[int]:
     return result
 
 
+def is_server_compaction(message: Message) -> bool:
+    """Whether ``message`` is a provider's server compaction (:data:`TAG_SERVER_COMPACTION`)."""
+    return any(isinstance(b, Compaction) for b in message.blocks)
+
+
 def latest_user_index(history: Sequence[Message]) -> int | None:
     """Index of the latest real user request (not a notice, summary or continuation)."""
     fallback = None
@@ -319,13 +360,14 @@ def latest_user_index(history: Sequence[Message]) -> int | None:
 def problems(history: Sequence[Message]) -> list[str]:
     """What makes ``history`` unsendable; empty when valid.
 
-    Rules: the first non-system message is ``user``; every assistant message's tool calls
+    Rules: the first non-system message is ``user`` (or a server compaction, which stands
+    for everything before it); every assistant message's tool calls
     are answered, each exactly once, by the ``tool`` messages that immediately follow it;
     no ``tool`` message stands anywhere else.
     """
     found: list[str] = []
     first = next((m for m in history if m.role is not Role.SYSTEM), None)
-    if first is not None and first.role is not Role.USER:
+    if first is not None and first.role is not Role.USER and not is_server_compaction(first):
         found.append(f"first non-system message is {first.role.value}, not user")
     i = 0
     n = len(history)

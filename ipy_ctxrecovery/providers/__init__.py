@@ -8,6 +8,7 @@ OpenAI (or whatever a given ``client=`` speaks).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -190,9 +191,8 @@ def _emulator_info(emulator: Any, window: int | None) -> ModelInfo:
     default = lookup("emulator")
     emu_window = getattr(emulator, "context_window", None) or default.context_window
     output = getattr(emulator, "max_output_tokens", None) or min(default.max_output_tokens, emu_window)
-    prefill = default.assistant_prefill
-    info = ModelInfo("emulator", emu_window, output, assistant_prefill=prefill)
+    info = dataclasses.replace(default, context_window=emu_window, max_output_tokens=output)
     if window is not None and window != emu_window:
-        info = ModelInfo("emulator", window, min(output, window), window_overridden=True,
-                         assistant_prefill=prefill)
+        info = dataclasses.replace(info, context_window=window,
+                                   max_output_tokens=min(output, window), window_overridden=True)
     return info

@@ -35,7 +35,11 @@ __all__ = [
     "AdvertisesWindow",
     "Caching",
     "Cancel",
+    "ClearToolUses",
     "Closable",
+    "ContextEdit",
+    "ContextManagement",
+    "CountsTokens",
     "DefaultsMaxTokens",
     "Measurable",
     "Prepared",
@@ -99,6 +103,46 @@ class Caching:
 
 
 @dataclass(frozen=True, slots=True)
+class ClearToolUses:
+    """Anthropic's ``clear_tool_uses_20250919`` edit: past ``trigger`` input tokens the
+    server clears old tool results (their inputs too with ``clear_inputs``), keeping the
+    latest ``keep`` tool uses, and only when it clears at least ``clear_at_least`` tokens."""
+
+    trigger: int
+    keep: int = 3
+    clear_at_least: int = 0
+    exclude_tools: tuple[str, ...] = ()
+    clear_inputs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContextManagement:
+    """What a request asks of the provider's own context management (the
+    ``server_compaction`` setting and context editing; see docs/server-compaction.md).
+
+    A provider that cannot do a part of it leaves that part out of the body: asking is
+    never an error. ``compact_trigger`` (input tokens) turns on server compaction:
+    Anthropic's ``compact_20260112`` edit, OpenAI's Responses ``context_management``
+    ``compact_threshold``."""
+
+    compact_trigger: int | None = None
+    compact_instructions: str | None = None
+    clear_tool_uses: ClearToolUses | None = None
+    clear_thinking: bool = False
+    """Anthropic's ``clear_thinking_20251015``: old thinking blocks are cleared."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEdit:
+    """An edit the server applied to a request's context before the model read it
+    (Anthropic's ``context_management.applied_edits``)."""
+
+    kind: str                   # "clear_tool_uses" | "clear_thinking"
+    cleared_tokens: int = 0
+    cleared_items: int = 0      # tool uses or thinking turns cleared
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     messages: History
     max_tokens: int | None = None
@@ -114,6 +158,8 @@ class Request:
     """Set when the caller has given up on this send (the provider stops and lets go)."""
     caching: Caching | None = Caching()
     """Cache breakpoints to place (None: none; the ``prompt_caching`` setting)."""
+    context: ContextManagement | None = None
+    """The provider's own context management to ask for (None: none)."""
 
 
 class StopReason(StrEnum):
@@ -166,6 +212,10 @@ class Response:
     usage: Usage
     body_bytes: int             # size of the request body that produced it
     raw_stop: str | None = None
+    edits: tuple[ContextEdit, ...] = ()
+    """Edits the server applied to the request's context (context editing)."""
+    response_id: str | None = None
+    """The provider's id for this reply (the Responses API's, for ``previous_response_id``)."""
     streamed: bool = False
     """Read from an event stream. A streamed reply whose ``usage`` is not ``reported`` is a
     server that leaves usage out of streams (llama-cpp-python, servers that ignore
@@ -196,6 +246,17 @@ class Measurable(Protocol):
 
     def measure(self, request: Request) -> int:
         """``len(encode(request))`` computed cheaply; within 1% of it, ideally exact."""
+        ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """Optional provider capability: the exact input tokens of a request, from the
+    provider's own counter (Anthropic's ``count_tokens``, the Responses API's
+    ``input_tokens``, an OpenAI-compatible server's tokenize endpoint). One bounded
+    request; None when the server has no counter or did not answer."""
+
+    def count_tokens(self, request: Request) -> int | None:
         ...
 
 

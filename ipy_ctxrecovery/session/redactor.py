@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
-from ..core.history import Message, Reasoning, Text, ToolCall, ToolResult
+from ..core.history import Compaction, Message, Reasoning, Text, ToolCall, ToolResult
 from ..redaction import MIN_CREDENTIAL, mask_exact, mask_secrets, url_credentials
 
 __all__ = ["Redactor", "client_credentials"]
@@ -165,6 +165,15 @@ class Redactor:
             text = self.stored(block.text)
             # A provider's signature covers the exact text: a masked one cannot be sent back.
             return block if text == block.text else Reasoning(text, None)
+        if isinstance(block, Compaction):
+            # The server's summary may repeat a secret of the conversation. A masked block
+            # no longer matches its signature: a session resumed from disk sends it as the
+            # provider's failed compaction would be (a no-op), and the transcript has all.
+            summary = None if block.summary is None else self.stored(block.summary)
+            data = self.stored(block.data)
+            if summary == block.summary and data == block.data:
+                return block
+            return Compaction(block.wire, data, summary)
         if isinstance(block, ToolCall):
             arguments = self.arguments(block.arguments)
             return block if arguments == block.arguments else replace(block, arguments=arguments)

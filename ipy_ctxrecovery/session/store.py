@@ -96,7 +96,17 @@ from .._files import (
     read_regular,
     write_private_atomic,
 )
-from ..core.history import Block, History, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from ..core.history import (
+    Block,
+    Compaction,
+    History,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from ..core.pairing import repair_pairing
 from ..errors import ConfigError, SessionInUse
 from .redactor import Redactor
@@ -335,7 +345,12 @@ def _block(data: Any) -> Block:
         return Text(_str(data.get("text"), "a text block's text"))
     if kind == "reasoning":
         return Reasoning(_str(data.get("text"), "a reasoning block's text"),
-                         _opt_str(data.get("signature"), "a reasoning signature"))
+                         _opt_str(data.get("signature"), "a reasoning signature"),
+                         _opt_str(data.get("id"), "a reasoning item's id"))
+    if kind == "compaction":
+        return Compaction(_str(data.get("wire"), "a compaction's wire"),
+                          _str(data.get("data"), "a compaction's data"),
+                          _opt_str(data.get("summary"), "a compaction's summary"))
     if kind == "tool_call":
         return ToolCall(_str(data.get("id"), "a tool call's id"),
                         _str(data.get("name"), "a tool call's name"),
