@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import context as managing
 from . import faults, quirks, replies, roles, wire
 from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
-__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "respond"]
+__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "respond"]
 
 NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
               "end with a user message.")
@@ -36,7 +37,7 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             continuation: replies.Continuation | None = None, prefill: str = "continue",
             alternation: str | None = None, string_content_only: bool = False,
             empty_stream_on_error: bool = False, stream_usage: bool = True,
-            cache: PromptCache | None = None,
+            cache: PromptCache | None = None, betas: frozenset[str] = frozenset(),
             ) -> tuple[str | None, Answer | Streamed]:
     """The provider's answer to a parsed request body, and the fault label if it is one
     (``auth``, ``output_limit``, ``context``, ``prefill``, ``alternation``, ``content``).
@@ -44,7 +45,9 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     ``continuation`` is how the continuation prompt is answered; ``prefill`` is
     ``continue`` or ``reject``; ``alternation`` a :data:`roles.STYLES` name or None; the
     next three are the OpenAI path's :mod:`quirks <.quirks>`; ``cache`` the emulator's
-    prompt caches (:mod:`.cache`), read and written by an answered request only.
+    prompt caches (:mod:`.cache`), read and written by an answered request only;
+    ``betas`` the request's ``anthropic-beta`` names, which turn on the Anthropic path's
+    context management (:mod:`.context`).
     """
     if api_key is not None and presented_key != api_key:
         return "auth", faults.auth_error(wire_name, presented_key)
@@ -60,8 +63,15 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     def refused(label: str, answer: Answer) -> tuple[str, Answer | Streamed]:
         return label, (quirks.empty_stream() if empty_stream else answer)
 
+    managed: managing.Managed | None = None
     if wire_name == "anthropic":
-        turns = replies.anthropic_turns(body)
+        checked = managing.manage(body, betas)
+        if isinstance(checked, managing.Rejection):
+            return None, managing.rejection_answer(checked)
+        managed = checked
+        # What the model reads: compaction blocks applied, edits made, or a new summary.
+        read = managed.plan_body or managed.body
+        turns = replies.anthropic_turns(read)
         param = "max_tokens"
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
@@ -116,16 +126,18 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
                         prefill=prefilled is not None)
     cached = CacheUsage()
     if wire_name == "anthropic":
+        assert managed is not None
         if cache is not None:
-            cached = cache.anthropic(body)
+            cached = cache.anthropic(managed.plan_body or managed.body)
         ident = new_id("msg_emu")
         headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
         if stream:
-            return None, (headers, wire.anthropic_events(plan, model=model, ident=ident,
-                                                         cache=cached))
-        return None, Answer(200, wire.anthropic_message(plan, model=model, ident=ident,
-                                                        cache=cached),
-                            (("Content-Type", "application/json"), *headers))
+            events = wire.anthropic_events(plan, model=model, ident=ident, cache=cached)
+            return None, (headers, managing.finish_events(events, managed))
+        message = wire.anthropic_message(plan, model=model, ident=ident, cache=cached)
+        if managed.requested or managed.compaction_beta:
+            message = managing.finish_message(message, managed)
+        return None, Answer(200, message, (("Content-Type", "application/json"), *headers))
     if cache is not None:
         cached = cache.openai(model, turns, tools)
     ident = new_id("chatcmpl-emu")
@@ -139,6 +151,24 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     return None, Answer(200, wire.openai_completion(plan, model=model, ident=ident,
                                                     cache=cached),
                         (("Content-Type", "application/json"), *headers))
+
+
+def count_tokens(body: Any, *, presented_key: str | None, api_key: str | None,
+                 betas: frozenset[str] = frozenset()) -> Answer:
+    """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` by the token rule, with
+    compaction blocks and the clearing edits applied (never a new compaction)."""
+    if api_key is not None and presented_key != api_key:
+        return faults.auth_error("anthropic", presented_key)
+    if not isinstance(body, dict):
+        return faults.bad_request(
+            "anthropic", "We could not parse the JSON body of your request. (HINT: This "
+            "likely means you aren't using your HTTP library correctly.)")
+    if not isinstance(body.get("messages"), list):
+        return faults.bad_request("anthropic", "messages: Field required")
+    managed = managing.manage(body, betas, count_only=True)
+    if isinstance(managed, managing.Rejection):
+        return managing.rejection_answer(managed)
+    return managing.count_answer(managed)
 
 
 def _prefill_text(body: dict[str, Any]) -> str | None:

@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..redaction import MASK
 from ..settings import parse_size
 from . import api, faults, quirks, replies, roles
+from .context import betas_of
 from .cache import PromptCache
 from .faults import Answer, Fault
 
@@ -49,6 +50,7 @@ __all__ = ["Emulator", "RequestRecord"]
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 MODELS_PATH = "/v1/models"
 #: Seconds a connection may sit idle (or a client may stall mid-body) before it is closed.
 SOCKET_TIMEOUT = 30.0
@@ -561,7 +563,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         emu = self.emulator
         path = _request_path(self.path)
-        wire_name = _wire_of(path)
+        counting = path.rstrip("/").endswith(COUNT_TOKENS_PATH)
+        wire_name = "anthropic" if counting else _wire_of(path)
         declared = self._declared_length()
 
         def record(status: int | None, fault_label: str | None, raw: bytes | None = None,
@@ -626,6 +629,12 @@ class _Handler(BaseHTTPRequestHandler):
             record(answer.status, None, raw, body, stream)
             self._send(answer)
             return
+        if counting:
+            answer = api.count_tokens(body, presented_key=self._presented_key(wire_name),
+                                      api_key=emu.api_key, betas=self._betas())
+            record(answer.status, "auth" if answer.status == 401 else None, raw, body)
+            self._send(answer)
+            return
         label, answer_or_stream = api.respond(
             wire_name, body, presented_key=self._presented_key(wire_name),
             api_key=emu.api_key, context_window=emu.context_window,
@@ -636,7 +645,7 @@ class _Handler(BaseHTTPRequestHandler):
             prefill=emu.prefill, alternation=emu.alternation,
             string_content_only=emu.string_content_only,
             empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage,
-            cache=emu.cache)
+            cache=emu.cache, betas=self._betas())
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":
@@ -688,6 +697,10 @@ class _Handler(BaseHTTPRequestHandler):
         """The request's headers for its record, credential values masked."""
         return tuple((k, MASK if _CREDENTIAL_HEADER.search(k) else v)
                      for k, v in self.headers.items())
+
+    def _betas(self) -> frozenset[str]:
+        """The request's ``anthropic-beta`` names (:mod:`.context`)."""
+        return betas_of(self.headers.get("anthropic-beta"))
 
     def _presented_key(self, wire_name: str) -> str | None:
         auth = self.headers.get("Authorization", "")
