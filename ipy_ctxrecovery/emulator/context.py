@@ -315,7 +315,7 @@ def _clear_tool_uses(body: dict[str, Any], edit: Mapping[str, Any]) -> dict[str,
         if msg.get("role") != "user" or not isinstance(content, list):
             continue
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result" \
+            if isinstance(block, dict) and block.get("type") == "tool_result" \
                     and block.get("tool_use_id") in ids \
                     and block.get("content") != CLEARED_TOOL_RESULT:
                 block["content"] = CLEARED_TOOL_RESULT
@@ -365,7 +365,7 @@ def summary_of(messages: Sequence[Any], *, instructions: str | None = None) -> s
     the latest :data:`QUOTED_REQUESTS`), the latest one named, and the ``instructions``
     it was given."""
     turns = replies.anthropic_turns({"messages": list(messages)})
-    covered, quoted = 0, []
+    covered, quoted = 0, list[str]()
     if turns and turns[0].role == "assistant":
         covered, quoted = _earlier_requests(turns[0].text)
     asked = [text for t in turns if (text := replies._real_text(t)) is not None]

@@ -42,8 +42,8 @@ from ..errors import ConfigError
 from ..redaction import MASK
 from ..settings import parse_size
 from . import api, faults, quirks, replies, roles
-from .context import betas_of
 from .cache import PromptCache
+from .context import betas_of
 from .faults import Answer, Fault
 
 __all__ = ["Emulator", "RequestRecord"]
