@@ -27,6 +27,22 @@ a tool round added (the API looks back only 20). At most four; each only where t
 it ends is estimated to reach the model's minimum cacheable length
 (``core.caching.min_cacheable_tokens``). ``measure`` counts them: the size is exact.
 
+Context management (``Request.context``): the body goes through the SDK's beta messages
+resource with ``context_management.edits`` and the ``betas`` the API documents —
+``clear_thinking_20251015`` (only when the request turns thinking on; listed first, as the
+API requires), ``clear_tool_uses_20250919`` (``context-management-2025-06-27``) and
+``compact_20260112`` with an ``input_tokens`` trigger and the instructions
+(``compact-2026-01-12``; left out when the trigger is below the model's
+``min_compact_trigger``, which the API refuses). A ``compaction`` block in a reply becomes
+a :class:`Compaction` — ``data`` the block as sent (JSON, without ``cache_control``),
+``summary`` its ``content`` — first in the reply's message; the session keeps it as a
+message of its own (``TAG_SERVER_COMPACTION``) and it goes back verbatim, merged with the
+answer that followed it, with the compaction beta whenever the history holds one (a
+breakpoint may be set on it like on any block). A ``Compaction`` of another wire goes as
+the text of its summary, or not at all. ``context_management.applied_edits`` becomes
+``Response.edits``. :meth:`AnthropicProvider.count_tokens` asks ``messages.count_tokens``
+(the beta one with context management) once, bounded, with no retries.
+
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
 ``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
 for small windows such as the emulator's, where the input must fit next to it).
@@ -36,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +64,17 @@ import httpx2
 
 from ..core.caching import BREAKPOINT, min_cacheable_tokens
 from ..core.catalogue import ModelInfo
-from ..core.history import Block, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from ..core.history import (
+    TAG_SERVER_COMPACTION,
+    Block,
+    Compaction,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from ..errors import ConfigError
 from ._common import (
     PrefixFold,
@@ -63,10 +90,20 @@ from ._common import (
 )
 from ._guard import ReplyRefused
 from ._replies import no_answer
-from ._wire import for_body
-from .base import Request, Response, StopReason, TextCallback, Usage
+from ._wire import FastCall, JsonFloat, for_body, prove_call
+from .base import (
+    ClearToolUses,
+    ContextEdit,
+    ContextManagement,
+    Request,
+    Response,
+    StopReason,
+    TextCallback,
+    Usage,
+)
 
-__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_anthropic"]
+__all__ = ["COMPACT_BETA", "CONTEXT_BETA", "DEFAULT_MAX_TOKENS", "AnthropicProvider",
+           "context_management", "to_anthropic"]
 
 DEFAULT_MAX_TOKENS = 4096
 """Sent when a request sets no max_tokens (capped by the model's output limit)."""
@@ -83,6 +120,18 @@ STOP_REASONS = {
 }
 
 _RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "max_tokens"})
+
+COMPACT_BETA = "compact-2026-01-12"
+"""The beta header of server compaction (platform.claude.com/docs/en/build-with-claude/compaction)."""
+CONTEXT_BETA = "context-management-2025-06-27"
+"""The beta header of context editing (…/build-with-claude/context-editing)."""
+COMPACT_EDIT = "compact_20260112"
+CLEAR_TOOL_USES_EDIT = "clear_tool_uses_20250919"
+CLEAR_THINKING_EDIT = "clear_thinking_20251015"
+_EDIT_KINDS = {CLEAR_TOOL_USES_EDIT: "clear_tool_uses", CLEAR_THINKING_EDIT: "clear_thinking"}
+_NOT_COUNTED = frozenset({"extra_body", "extra_headers", "extra_query", "timeout"})
+COUNT_TIMEOUT = 10.0
+"""Seconds :meth:`AnthropicProvider.count_tokens` waits for its one request."""
 
 _SDK_ERRORS: tuple[type[BaseException], ...] = (anthropic.AnthropicError, httpx2.HTTPError)
 
@@ -216,7 +265,75 @@ def _block(block: Block) -> dict[str, Any] | None:
         if block.is_error:
             result["is_error"] = True
         return result
+    if isinstance(block, Compaction):
+        return _compaction_param(block)
     return None
+
+
+def _compaction_param(block: Compaction) -> dict[str, Any] | None:
+    """A compaction block as the server sent it (a new object each time); another wire's
+    as the text of its summary, or nothing."""
+    if block.wire == "anthropic":
+        try:
+            value = json.loads(block.data, parse_float=JsonFloat, parse_constant=JsonFloat)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict) and value.get("type") == "compaction":
+            value.pop("cache_control", None)
+            return value
+    return {"type": "text", "text": for_body(block.summary)} if block.summary else None
+
+
+def _thinking_on(options: Mapping[str, Any]) -> bool:
+    extra = options.get("extra_body")
+    return any(isinstance(t, Mapping) and t.get("type") not in (None, "disabled")
+               for t in (options.get("thinking"),
+                         extra.get("thinking") if isinstance(extra, Mapping) else None))
+
+
+def _clear_edit(clear: ClearToolUses) -> dict[str, Any]:
+    edit: dict[str, Any] = {"type": CLEAR_TOOL_USES_EDIT,
+                            "trigger": {"type": "input_tokens", "value": clear.trigger},
+                            "keep": {"type": "tool_uses", "value": clear.keep}}
+    if clear.clear_at_least:
+        edit["clear_at_least"] = {"type": "input_tokens", "value": clear.clear_at_least}
+    if clear.exclude_tools:
+        edit["exclude_tools"] = list(clear.exclude_tools)
+    if clear.clear_inputs:
+        edit["clear_tool_inputs"] = True
+    return edit
+
+
+def context_management(context: ContextManagement | None, *, thinking: bool = False,
+                       min_trigger: int = 0) -> tuple[list[str], dict[str, Any] | None]:
+    """(betas, ``context_management``) for ``context``: the edits the API takes, in the
+    order it requires (thinking clearing first), each with its beta header. Clearing
+    thinking only when ``thinking`` is on; compaction only from ``min_trigger`` up."""
+    if context is None:
+        return [], None
+    edits: list[dict[str, Any]] = []
+    betas: list[str] = []
+    if context.clear_thinking and thinking:
+        edits.append({"type": CLEAR_THINKING_EDIT})
+    if context.clear_tool_uses is not None:
+        edits.append(_clear_edit(context.clear_tool_uses))
+    if edits:
+        betas.append(CONTEXT_BETA)
+    trigger = context.compact_trigger
+    if trigger is not None and trigger >= max(min_trigger, 1):
+        edit: dict[str, Any] = {"type": COMPACT_EDIT,
+                                "trigger": {"type": "input_tokens", "value": trigger}}
+        if context.compact_instructions:
+            edit["instructions"] = context.compact_instructions
+        edits.append(edit)
+        betas.append(COMPACT_BETA)
+    return betas, ({"edits": edits} if edits else None)
+
+
+def _holds_compaction(messages: Sequence[Message]) -> bool:
+    """Whether the history holds a server compaction message (it must then go with the
+    compaction beta)."""
+    return any(m.tag == TAG_SERVER_COMPACTION for m in messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +365,16 @@ def _mark_messages(messages: list[dict[str, Any]], marks: _Marks) -> None:
             content[-1] = _marked(content[-1])
 
 
+@functools.lru_cache(maxsize=8)
+def _count_parameter_names(function: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(function).parameters) - {"self"}
+
+
+def _count_parameters(count: Callable[..., Any]) -> frozenset[str]:
+    """The keyword arguments ``count_tokens`` takes (its bound method's function's)."""
+    return _count_parameter_names(getattr(count, "__func__", count))
+
+
 class _Refused(ReplyRefused, anthropic.AnthropicError):
     """A reply refused for its size (``_guard``), as the SDK's own error: not retried."""
 
@@ -261,6 +388,7 @@ class AnthropicProvider(SDKAdapter):
     refusal = _Refused
     _system_fold: PrefixFold | None = None
     _last_marks: tuple[Request, _Marks] | None = None
+    _counter: Any = None
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -297,9 +425,19 @@ class AnthropicProvider(SDKAdapter):
         return True
 
     # -- request building ---------------------------------------------------------------
+    def _context(self, request: Request) -> tuple[list[str], dict[str, Any] | None]:
+        """(betas, ``context_management``) of ``request`` (see the module docstring)."""
+        betas, management = context_management(
+            request.context, thinking=_thinking_on(request.options),
+            min_trigger=self.info.min_compact_trigger)
+        if COMPACT_BETA not in betas and _holds_compaction(request.messages):
+            betas.append(COMPACT_BETA)
+        return betas, management
+
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
         self._check_open()
-        create = self.client.messages.create
+        betas, management = self._context(request)
+        create = self.client.beta.messages.create if betas else self.client.messages.create
         kwargs, extra = split_options(create, request.options, _RESERVED)
         system = self._system_of(request.messages)
         messages = _messages(request.messages) if convert else []
@@ -323,6 +461,12 @@ class AnthropicProvider(SDKAdapter):
             kwargs["system"] = [_marked({"type": "text", "text": system})]
         if convert:
             _mark_messages(messages, marks)
+        if management is not None:
+            kwargs["context_management"] = management
+        if betas:
+            given = kwargs.get("betas")
+            kwargs["betas"] = list(dict.fromkeys([*(given if isinstance(given, list) else ()),
+                                                  *betas]))
         kwargs["stream"] = request.stream
         if not request.stream and "timeout" not in kwargs:
             # The SDK refuses non-streaming calls with a large max_tokens unless a timeout
@@ -334,6 +478,40 @@ class AnthropicProvider(SDKAdapter):
 
     def _resource(self, client: Any) -> Any:
         return client.messages
+
+    def _resource_for(self, client: Any, kwargs: Mapping[str, Any]) -> Any:
+        """The beta messages resource for a request with ``betas``, else the plain one."""
+        return client.beta.messages if "betas" in kwargs else client.messages
+
+    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        return self._resource_for(client, kwargs).create(**kwargs)
+
+    def _prove(self, probe: dict[str, Any], sdk_request: httpx2.Request) -> FastCall | None:
+        if type(self.client) is not self.plain_client:
+            return None
+        resource_type = type(self._resource_for(self.client, probe))
+        return prove_call(resource_type, self.client, probe, sdk_request,
+                          lambda call, body: self._capture.request(lambda c: call.send(c, body)))
+
+    def count_tokens(self, request: Request) -> int | None:
+        """The request's input tokens from the API's own counter (``CountsTokens``): one
+        request through ``messages.count_tokens`` (the beta one when the request has
+        context management or a compaction), at most :data:`COUNT_TIMEOUT` seconds, no
+        retries; None when the server has no counter or did not answer."""
+        kwargs = self._kwargs(dataclasses.replace(request, caching=None, stream=True))
+        if self._counter is None:
+            self._counter = self.client.with_options(max_retries=0, timeout=COUNT_TIMEOUT)
+        failures: tuple[type[BaseException], ...] = (*self._sdk_errors(), AttributeError,
+                                                      TypeError)
+        try:
+            count = self._resource_for(self._counter, kwargs).count_tokens
+            named = _count_parameters(count)
+            result = count(**{k: v for k, v in kwargs.items()
+                              if k in named and k not in _NOT_COUNTED})
+        except failures:
+            return None
+        tokens = field(result, "input_tokens")
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
     def _marks(self, request: Request, tools: list[dict[str, Any]],
                system: str | None) -> _Marks:
@@ -502,7 +680,47 @@ def _reply_block(block: Any) -> Block | None:
     if kind == "tool_use":
         return ToolCall(field(block, "id") or "", field(block, "name") or "",
                         json.dumps(field(block, "input"), ensure_ascii=False))
+    if kind == "compaction":
+        return _compaction(_as_dict(block))
     return None  # redacted_thinking, server tool blocks: not representable in our history
+
+
+def _as_dict(block: Any) -> dict[str, Any]:
+    """A reply block as the JSON the server sent (the SDK's model of it: the fields set)."""
+    if isinstance(block, dict):
+        return dict(block)
+    to_dict = getattr(block, "to_dict", None)
+    return dict(to_dict(mode="json")) if callable(to_dict) else {"type": field(block, "type")}
+
+
+def _compaction(block: dict[str, Any]) -> Compaction:
+    """A server compaction block read from a reply: ``data`` as sent, minus cache_control."""
+    block.pop("cache_control", None)
+    content = block.get("content")
+    return Compaction("anthropic", json.dumps(block, ensure_ascii=False, separators=(",", ":")),
+                      content if isinstance(content, str) else None)
+
+
+def _first_compaction(blocks: list[Block]) -> list[Block]:
+    """The reply's blocks with its compaction first (the contract's order)."""
+    held = [b for b in blocks if isinstance(b, Compaction)]
+    return held + [b for b in blocks if not isinstance(b, Compaction)] if held else blocks
+
+
+def _edits(management: Any) -> tuple[ContextEdit, ...]:
+    """``context_management.applied_edits`` as :class:`ContextEdit` s."""
+    applied = field(management, "applied_edits") if management is not None else None
+    out = []
+    for edit in applied or ():
+        kind = _EDIT_KINDS.get(field(edit, "type") or "")
+        if kind is None:
+            continue
+        tokens = field(edit, "cleared_input_tokens")
+        items = field(edit, "cleared_tool_uses" if kind == "clear_tool_uses"
+                      else "cleared_thinking_turns")
+        out.append(ContextEdit(kind, tokens if isinstance(tokens, int) else 0,
+                               items if isinstance(items, int) else 0))
+    return tuple(out)
 
 
 def _read_message(message: Any, size: int, api: str) -> Response:
@@ -513,15 +731,19 @@ def _read_message(message: Any, size: int, api: str) -> Response:
         raise no_answer(size, api, "no content in it" if content is None
                         else "an empty content list")
     blocks = [b for b in (_reply_block(x) for x in content or ()) if b is not None]
-    return Response(Message(Role.ASSISTANT, tuple(blocks)), _stop(raw),
-                    _usage(field(message, "usage")), size, raw)
+    return Response(Message(Role.ASSISTANT, tuple(_first_compaction(blocks))), _stop(raw),
+                    _usage(field(message, "usage")), size, raw,
+                    edits=_edits(field(message, "context_management")))
 
 
 class _BlockParts:
-    __slots__ = ("id", "input_given", "kind", "name", "parts", "signature")
+    __slots__ = ("id", "input_given", "kind", "name", "parts", "signature", "whole")
 
     def __init__(self, start: Any) -> None:
         self.kind: str = getattr(start, "type", "")
+        # A compaction block: as it started, its compaction_delta fields set on it.
+        self.whole: dict[str, Any] | None = _as_dict(start) if self.kind == "compaction" \
+            else None
         self.id: str = getattr(start, "id", "") or ""
         self.name: str = getattr(start, "name", "") or ""
         self.signature: str = getattr(start, "signature", "") or ""
@@ -542,6 +764,8 @@ class _BlockParts:
             return Reasoning(joined, self.signature or None)
         if self.kind == "tool_use":
             return ToolCall(self.id, self.name, joined or "{}")
+        if self.whole is not None:
+            return _compaction(self.whole)
         return None
 
 
@@ -550,6 +774,7 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
     blocks: dict[int, _BlockParts] = {}
     stop: str | None = None
     usage = Usage()
+    edits: tuple[ContextEdit, ...] = ()
     for event in stream:
         kind = getattr(event, "type", None)
         if kind in _ANSWER_EVENTS:
@@ -576,16 +801,21 @@ def _read_stream(stream: Any, on_text: TextCallback | None, size: int, api: str,
                 if parts.input_given:           # deltas follow after all: they are the input
                     parts.parts, parts.input_given = [], False
                 parts.parts.append(delta.partial_json)
+            elif dkind == "compaction_delta" and parts.whole is not None:
+                # One delta with the whole content (the SDK's accumulator sets, not adds).
+                for name in ("content", "encrypted_content"):
+                    parts.whole[name] = getattr(delta, name, None)
         elif kind == "message_delta":
             stop = event.delta.stop_reason or stop
             usage = _usage(event.usage, usage)
+            edits = _edits(getattr(event, "context_management", None)) or edits
     if stop is None:
         raise incomplete_reply(size, api, "no stop_reason arrived", empty=not progress.said)
     if not blocks and stop != "refusal":
         raise no_answer(size, api, "an event stream without a content block")
     result = [b for b in (blocks[i].block() for i in sorted(blocks)) if b is not None]
-    return Response(Message(Role.ASSISTANT, tuple(result)), _stop(stop), usage, size, stop,
-                    streamed=True)
+    return Response(Message(Role.ASSISTANT, tuple(_first_compaction(result))), _stop(stop),
+                    usage, size, stop, edits=edits, streamed=True)
 
 
 # Events that are part of an answer (``message_start`` carries the usage); ``ping`` is not.
