@@ -158,15 +158,23 @@ PREFILL_FAMILIES: frozenset[str] = frozenset({
 })
 
 # Families whose provider compacts on its server when asked, with the lowest trigger (input
-# tokens) it accepts. Anthropic: "Compaction is supported on ... Claude Mythos Preview,
-# Opus 4.7, Opus 4.6, Sonnet 4.6"; "Default trigger is 150,000 tokens, minimum 50,000"
-# (platform.claude.com/docs/en/build-with-claude/compaction). A family not listed is never
-# asked under "auto" (``server_compaction="on"`` asks all the same). The emulator compacts
-# any conversation past a trigger of at least 1,000 tokens.
+# tokens) it accepts. Anthropic: "Compaction is supported on the following models: Claude
+# Fable 5, Claude Mythos 5, Claude Mythos Preview, Claude Opus 5, Claude Opus 4.8, Claude
+# Opus 4.7, Claude Opus 4.6, Claude Sonnet 5, Claude Sonnet 4.6"; the trigger's "value must
+# be at least 50,000 tokens", default 150,000 (platform.claude.com/docs/en/build-with-claude/
+# compaction, fetched 2026-08-02). A family is matched as the catalogue's own family of the
+# model (``claude-opus-5-5`` is not ``claude-opus-5``: the page does not list it). A family
+# not listed is never asked under "auto" (``server_compaction="on"`` asks all the same). The
+# emulator compacts any conversation past a trigger of at least 1,000 tokens.
 SERVER_COMPACTION_FAMILIES: Mapping[str, int] = {
     "claude-opus-4-6": 50_000,
     "claude-opus-4-7": 50_000,
+    "claude-opus-4-8": 50_000,
+    "claude-opus-5": 50_000,
     "claude-sonnet-4-6": 50_000,
+    "claude-sonnet-5": 50_000,
+    "claude-fable-5": 50_000,
+    "claude-mythos-5": 50_000,
     "claude-mythos-preview": 50_000,
     "emulator": 1_000,
 }
@@ -211,7 +219,9 @@ def lookup(model: str, *, context_window: int | None = None) -> ModelInfo:
                          DEFAULT_MODEL_INFO.max_output_tokens, guessed=True)
     else:
         window, output = MODELS[best]
-        compacts = family(model, SERVER_COMPACTION_FAMILIES)
+        # The model's own family, so a longer family the page does not list is not taken
+        # for a shorter one it does (claude-opus-5-5 for claude-opus-5).
+        compacts = best if best in SERVER_COMPACTION_FAMILIES else None
         info = ModelInfo(model, window, output, assistant_prefill=best in PREFILL_FAMILIES,
                          server_compaction=compacts is not None,
                          min_compact_trigger=SERVER_COMPACTION_FAMILIES.get(compacts or "", 0))

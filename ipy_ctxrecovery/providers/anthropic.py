@@ -696,6 +696,9 @@ def _as_dict(block: Any) -> dict[str, Any]:
 def _compaction(block: dict[str, Any]) -> Compaction:
     """A server compaction block read from a reply: ``data`` as sent, minus cache_control."""
     block.pop("cache_control", None)
+    # ``type`` first, the rest as sent: a streamed block (started, then its delta set on
+    # it) reads as the same data as the whole one.
+    block = {"type": block.get("type"), **block}
     content = block.get("content")
     return Compaction("anthropic", json.dumps(block, ensure_ascii=False, separators=(",", ":")),
                       content if isinstance(content, str) else None)
