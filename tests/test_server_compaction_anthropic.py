@@ -488,3 +488,32 @@ def test_the_catalogue_says_which_models_compact() -> None:
         assert not lookup(model).server_compaction, model
     info = lookup("emulator")
     assert (info.server_compaction, info.min_compact_trigger) == (True, TRIGGER)
+
+
+def test_a_failed_compaction_replaces_nothing() -> None:
+    # Null content: the API's no-op. Kept, it would make the session drop the history.
+    from ipy_ctxrecovery.providers.anthropic import _read_message
+
+    usage = {"input_tokens": 10, "output_tokens": 2}
+    reply = _read_message({"content": [{"type": "compaction", "content": None},
+                                       {"type": "text", "text": "hi"}],
+                           "stop_reason": "end_turn", "usage": usage}, 100, "Anthropic")
+    assert reply.message.blocks == (Message.assistant("hi").blocks[0],)
+    held = _read_message({"content": [{"type": "text", "text": "hi"},
+                                      {"type": "compaction", "content": "gist",
+                                       "cache_control": {"type": "ephemeral"}}],
+                          "stop_reason": "end_turn", "usage": usage}, 100, "Anthropic")
+    first = held.message.blocks[0]
+    assert isinstance(first, Compaction) and first.summary == "gist"
+    assert json.loads(first.data) == {"type": "compaction", "content": "gist"}
+
+
+def test_the_users_own_betas_go_by_the_beta_resource(emu: Emulator,
+                                                    provider: AnthropicProvider) -> None:
+    provider.send(Request((Message.user("hi"),), options={"betas": ["some-beta-2026-01-01"]}))
+    record = emu.requests[-1]
+    assert record.header("anthropic-beta") == "some-beta-2026-01-01"
+    assert "betas" not in record.body
+    provider.send(Request((Message.user("hi"),), context=_compact(),
+                          options={"betas": ["some-beta-2026-01-01"]}))
+    assert emu.requests[-1].header("anthropic-beta") == f"some-beta-2026-01-01,{COMPACT_BETA}"

@@ -2,7 +2,7 @@
 
 The embedded default model and the test bench: a real HTTP server on 127.0.0.1 that
 speaks ``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST /v1/messages``
-(Anthropic Messages), streamed (SSE) or not, so the official SDKs talk to it unmodified::
+(Anthropic Messages; ``POST /v1/messages/count_tokens`` too), streamed (SSE) or not, so the official SDKs talk to it unmodified::
 
     from ipy_ctxrecovery.emulator import Emulator
 
@@ -110,6 +110,25 @@ it is read (``cache_read_input_tokens``); each breakpoint whose prefix reaches t
 minimum (1,024 tokens; 2,048 for Haiku 3/3.5, 4,096 for Haiku 4.5 and Opus 4.5+) writes
 its entry for its ``ttl`` (``5m`` default, ``1h``), the tokens past the read being
 ``cache_creation_input_tokens``; ``input_tokens`` is the rest of the prompt.
+
+Context management (Anthropic path)
+-----------------------------------
+``context.py``, with the ``anthropic-beta`` names the API documents (``compact-2026-01-12``,
+``context-management-2025-06-27``; without them ``context_management`` gets the API's 400):
+``compact_20260112`` — past its ``trigger`` (at least 1,000 tokens here, the catalogue's
+``min_compact_trigger`` for ``emulator``; 50,000 on the API) the reply starts with a
+``compaction`` block whose ``content`` names how many messages and user requests it
+replaced and quotes the requests (an earlier summary's carried over), sealed by its
+``encrypted_content``; the answer is computed on that summary and the request it answers;
+streamed as ``content_block_start`` + one ``compaction_delta``; ``usage.iterations`` as
+the API reports them; ``pause_after_compaction`` stops after the block. A compaction block
+sent back hides everything before it (and counts as its content); a changed one is
+refused (``compaction_content_mismatch``). ``clear_tool_uses_20250919`` and
+``clear_thinking_20251015`` edit what the token rule counts and are reported in
+``context_management.applied_edits``. ``POST /v1/messages/count_tokens`` answers
+``{"input_tokens": N}`` by the same rule, applying compaction blocks and clearing edits
+(never compacting); it is recorded in ``emu.requests`` and goes through the middleboxes
+and scripted faults like any request.
 
 Faults
 ------

@@ -184,6 +184,12 @@ def _edits(body: Mapping[str, Any], betas: frozenset[str]) -> list[dict[str, Any
     return out
 
 
+def _has_compaction(messages: Sequence[Any]) -> bool:
+    return any(isinstance(block, Mapping) and block.get("type") == "compaction"
+               for message in messages if isinstance(message, Mapping)
+               and isinstance(message.get("content"), list) for block in message["content"])
+
+
 def _compaction_point(messages: Sequence[Any], betas: frozenset[str]
                       ) -> tuple[int, int, str] | Rejection | None:
     """(message, block, content) of the last compaction block with content, None when
@@ -407,6 +413,10 @@ def manage(body: Mapping[str, Any], betas: frozenset[str], *, count_only: bool =
     messages = body.get("messages")
     if not isinstance(messages, list):
         return Managed(dict(body))
+    if not edits and "context_management" not in body and not _has_compaction(messages):
+        # The usual request: nothing to apply, nothing more to count.
+        return Managed(body if isinstance(body, dict) else dict(body),
+                       compaction_beta=COMPACT_BETA in betas)
     dropped = _after_compaction(messages, betas)
     if isinstance(dropped, Rejection):
         return dropped

@@ -331,9 +331,14 @@ def context_management(context: ContextManagement | None, *, thinking: bool = Fa
 
 
 def _holds_compaction(messages: Sequence[Message]) -> bool:
-    """Whether the history holds a server compaction message (it must then go with the
-    compaction beta)."""
-    return any(m.tag == TAG_SERVER_COMPACTION for m in messages)
+    """Whether the history opens with a server compaction message (it then goes with the
+    compaction beta). It can only be the first message after the system ones: it replaced
+    everything before it (``history.problems``), and the API refuses a compaction block
+    anywhere else (the SDK's ``CompactionBlockMisplacedError``). O(1) for pre-flight."""
+    for m in messages:
+        if m.role is not Role.SYSTEM:
+            return m.tag == TAG_SERVER_COMPACTION
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +437,8 @@ class AnthropicProvider(SDKAdapter):
             min_trigger=self.info.min_compact_trigger)
         if COMPACT_BETA not in betas and _holds_compaction(request.messages):
             betas.append(COMPACT_BETA)
+        if not betas and request.options.get("betas"):
+            betas = [""]          # the user's own betas: the beta resource takes them
         return betas, management
 
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
@@ -465,8 +472,8 @@ class AnthropicProvider(SDKAdapter):
             kwargs["context_management"] = management
         if betas:
             given = kwargs.get("betas")
-            kwargs["betas"] = list(dict.fromkeys([*(given if isinstance(given, list) else ()),
-                                                  *betas]))
+            kwargs["betas"] = [b for b in dict.fromkeys(
+                [*(given if isinstance(given, list | tuple) else ()), *betas]) if b]
         kwargs["stream"] = request.stream
         if not request.stream and "timeout" not in kwargs:
             # The SDK refuses non-streaming calls with a large max_tokens unless a timeout
@@ -693,15 +700,19 @@ def _as_dict(block: Any) -> dict[str, Any]:
     return dict(to_dict(mode="json")) if callable(to_dict) else {"type": field(block, "type")}
 
 
-def _compaction(block: dict[str, Any]) -> Compaction:
-    """A server compaction block read from a reply: ``data`` as sent, minus cache_control."""
+def _compaction(block: dict[str, Any]) -> Compaction | None:
+    """A server compaction block read from a reply: ``data`` as sent, minus cache_control.
+    None for a compaction that failed (null content: the API's no-op, which replaced
+    nothing, so the history must keep what came before it)."""
+    if not isinstance(block.get("content"), str):
+        return None
     block.pop("cache_control", None)
     # ``type`` first, the rest as sent: a streamed block (started, then its delta set on
     # it) reads as the same data as the whole one.
     block = {"type": block.get("type"), **block}
     content = block.get("content")
     return Compaction("anthropic", json.dumps(block, ensure_ascii=False, separators=(",", ":")),
-                      content if isinstance(content, str) else None)
+                      str(content))
 
 
 def _first_compaction(blocks: list[Block]) -> list[Block]:
