@@ -517,3 +517,16 @@ def test_the_users_own_betas_go_by_the_beta_resource(emu: Emulator,
     provider.send(Request((Message.user("hi"),), context=_compact(),
                           options={"betas": ["some-beta-2026-01-01"]}))
     assert emu.requests[-1].header("anthropic-beta") == f"some-beta-2026-01-01,{COMPACT_BETA}"
+
+
+def test_a_prompt_over_the_window_is_too_long_even_to_compact() -> None:
+    with Emulator(context_window=3_000) as emu:
+        provider = make_provider("emulator:anthropic", emulator=emu)
+        try:
+            fits = provider.send(Request(_long_history(8), context=_compact()))
+            assert isinstance(fits.message.blocks[0], Compaction)
+            with pytest.raises(Exception, match="prompt is too long"):
+                provider.send(Request(_long_history(30), context=_compact(), retries=False))
+            assert emu.requests[-1].fault == "context"
+        finally:
+            provider.close()

@@ -115,6 +115,10 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     else:
         context = faults.context_error(wire_name, window=context_window, prompt=prompt,
                                        max_tokens=max_tokens, max_tokens_param=param)
+    if context is None and managed is not None and managed.compaction is not None:
+        # The compaction step reads the whole prompt: it must fit the window itself.
+        context = faults.context_error(wire_name, window=context_window,
+                                       prompt=managed.compaction_usage[0], max_tokens=None)
     if context is not None:
         return refused("context", context)
     limits = [context_window - prompt]
