@@ -530,3 +530,13 @@ def test_a_prompt_over_the_window_is_too_long_even_to_compact() -> None:
             assert emu.requests[-1].fault == "context"
         finally:
             provider.close()
+
+
+def test_a_server_without_a_counter_is_asked_once(emu: Emulator,
+                                                  provider: AnthropicProvider) -> None:
+    request = Request((Message.user("hi"),))
+    emu.fail_next(404)
+    before = emu.received
+    assert provider.count_tokens(request) is None
+    assert provider.count_tokens(request) is None
+    assert emu.received == before + 1

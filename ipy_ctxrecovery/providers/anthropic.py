@@ -394,6 +394,7 @@ class AnthropicProvider(SDKAdapter):
     _system_fold: PrefixFold | None = None
     _last_marks: tuple[Request, _Marks] | None = None
     _counter: Any = None
+    _no_counter = False
 
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
@@ -504,7 +505,10 @@ class AnthropicProvider(SDKAdapter):
         """The request's input tokens from the API's own counter (``CountsTokens``): one
         request through ``messages.count_tokens`` (the beta one when the request has
         context management or a compaction), at most :data:`COUNT_TIMEOUT` seconds, no
-        retries; None when the server has no counter or did not answer."""
+        retries; None when the server has no counter (then never asked again) or did not
+        answer."""
+        if self._no_counter:
+            return None
         kwargs = self._kwargs(dataclasses.replace(request, caching=None, stream=True))
         if self._counter is None:
             self._counter = self.client.with_options(max_retries=0, timeout=COUNT_TIMEOUT)
@@ -515,7 +519,13 @@ class AnthropicProvider(SDKAdapter):
             named = _count_parameters(count)
             result = count(**{k: v for k, v in kwargs.items()
                               if k in named and k not in _NOT_COUNTED})
-        except failures:
+        except failures as exc:
+            # No such endpoint (a gateway's 404/405, Bedrock's "not supported"): not asked
+            # again. A transient failure (overloaded, timed out) is asked again next time.
+            status = getattr(exc, "status_code", None)
+            if status in (404, 405) or isinstance(exc, AttributeError | TypeError) or (
+                    type(exc) is anthropic.AnthropicError):
+                self._no_counter = True
             return None
         tokens = field(result, "input_tokens")
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
