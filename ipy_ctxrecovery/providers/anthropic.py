@@ -332,12 +332,15 @@ def context_management(context: ContextManagement | None, *, thinking: bool = Fa
 
 def _holds_compaction(messages: Sequence[Message]) -> bool:
     """Whether the history opens with a server compaction message (it then goes with the
-    compaction beta). It can only be the first message after the system ones: it replaced
-    everything before it (``history.problems``), and the API refuses a compaction block
-    anywhere else (the SDK's ``CompactionBlockMisplacedError``). O(1) for pre-flight."""
+    compaction beta). It comes first after the system messages — it replaced everything
+    before it (``history.problems``), and the API refuses a compaction block anywhere else
+    (the SDK's ``CompactionBlockMisplacedError``) — or after other messages the package
+    wrote (tagged): only the history's head is looked at, O(1) for pre-flight."""
     for m in messages:
-        if m.role is not Role.SYSTEM:
-            return m.tag == TAG_SERVER_COMPACTION
+        if m.tag == TAG_SERVER_COMPACTION:
+            return True
+        if m.role is not Role.SYSTEM and m.tag is None:
+            return False
     return False
 
 
