@@ -540,3 +540,30 @@ def test_a_server_without_a_counter_is_asked_once(emu: Emulator,
     assert provider.count_tokens(request) is None
     assert provider.count_tokens(request) is None
     assert emu.received == before + 1
+
+
+def test_count_tokens_goes_through_the_middleboxes_and_is_recorded(
+        emu: Emulator, provider: AnthropicProvider) -> None:
+    request = Request(_long_history())
+    emu.script("413:nginx")
+    assert provider.count_tokens(request) is None
+    record = emu.requests[-1]
+    assert (record.path, record.status, record.fault) == ("/v1/messages/count_tokens", 413,
+                                                          "413:nginx")
+    counted = provider.count_tokens(request)                # a 413 is no proof of no counter
+    assert counted is not None and emu.requests[-1].status == 200
+    assert emu.requests[-1].body_bytes == record.body_bytes
+
+
+def test_clearing_tool_inputs_clears_more(emu: Emulator, provider: AnthropicProvider) -> None:
+    history = list(_tool_history())
+    history[1] = Message.assistant("", [ToolCall("toolu_0", "recall", json.dumps(
+        {"q": "x" * 3_000}))])
+    results = []
+    for inputs in (False, True):
+        context = ContextManagement(clear_tool_uses=ClearToolUses(trigger=1_000, keep=1,
+                                                                  clear_inputs=inputs))
+        results.append(provider.send(Request(tuple(history), context=context)).edits)
+    (results_only,), (with_inputs,) = results
+    assert results_only.cleared_items == with_inputs.cleared_items == 5
+    assert with_inputs.cleared_tokens > results_only.cleared_tokens + 700
