@@ -22,6 +22,7 @@ from ipy_ctxrecovery.core.exact_count import conclude, plan_count
 from ipy_ctxrecovery.core.history import Message
 from ipy_ctxrecovery.core.wording import status_text
 from ipy_ctxrecovery.errors import ConfigError
+from ipy_ctxrecovery.notebook.turn_card import TurnCard, TurnRecord, card_wanted
 from ipy_ctxrecovery.providers.base import CountsTokens, Request
 from ipy_ctxrecovery.providers.openai import OpenAIProvider
 from ipy_ctxrecovery.providers.tokenize import TEMPLATE_ALLOWANCE, tokenize_url
@@ -234,6 +235,13 @@ def test_near_the_window_the_request_is_counted_once_and_shown(emulator: Any) ->
     status = s.status()
     assert status.counted_tokens == pf.counted_tokens
     assert f"input counted exactly: {pf.counted_tokens:,} tokens" in status_text(status)
+    record = TurnRecord(session=s.name)
+    for event in events:
+        record.feed(event)
+    card = TurnCard(record).text()
+    assert card_wanted("auto", record)                  # a count is worth a card
+    assert f"{pf.counted_tokens:,} of {WINDOW:,} tokens (counted exactly)" in card
+    assert f"input counted exactly: {pf.counted_tokens:,} tokens · within the window" in card
 
 
 def _near(emu: Any, bytes_per_token: float) -> tuple[ChatSession, list[ev.Event]]:
@@ -248,7 +256,8 @@ def _near(emu: Any, bytes_per_token: float) -> tuple[ChatSession, list[ev.Event]
 
 def test_a_request_the_window_rejects_is_compacted_on_the_count(emulator: Any) -> None:
     # The 14th turn's request ≈ 4,320 tokens: over the 4,096 window; at 4.6 bytes/token
-    # the estimate says ≈ 3,850 — under it. Counted, the request is compacted and never sent as it was.
+    # the estimate says ≈ 3,850 — under it. Counted, the request is compacted and never
+    # sent as it was.
     for tokenize, rejected in ((False, 1), (True, 0)):
         emu = emulator(context_window=WINDOW, tokenize=tokenize)
         s, events = _near(emu, 4.6)
@@ -263,6 +272,7 @@ def test_a_request_the_window_rejects_is_compacted_on_the_count(emulator: Any) -
             assert pf.counted_tokens is not None and pf.counted_tokens > WINDOW
             assert pf.action == "compact" and "window" in pf.reasons
             assert any(isinstance(e, ev.CompactionPhase) for e in events)
+            assert s.status().counted_tokens is None    # what was sent is not what was counted
 
 
 def test_a_request_that_fits_is_sent_as_is_on_the_count(emulator: Any) -> None:

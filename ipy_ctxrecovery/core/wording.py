@@ -480,9 +480,9 @@ def _(e: ev.Preflight) -> str:
         return describe(e)
     cap = (f"{format_size(e.cap)} {e.cap_source} cap" if e.cap else "no cap")
     reserve = f" + max_tokens {e.max_tokens:,}" if e.max_tokens else ""
-    tokens = (f"= {counted_exactly(e.counted_tokens)}" if e.counted_tokens is not None
-              else f"≈ {e.est_tokens:,} tokens")
-    return (f"{DETAIL} pre-flight: request {format_size(e.body_bytes)} {tokens}"
+    tokens = (f", {counted_exactly(e.counted_tokens)}" if e.counted_tokens is not None
+              else f" ≈ {e.est_tokens:,} tokens")
+    return (f"{DETAIL} pre-flight: request {format_size(e.body_bytes)}{tokens}"
             f"{reserve}; {e.window:,}-token window, {cap} — ok")
 
 
@@ -825,9 +825,12 @@ def tokens_against_window(tokens: int, window: int | None, source: str | None = 
 
 
 def sizes_before(e: ev.Preflight) -> str:
-    """The turn's first request, as pre-flight measured it."""
-    return (f"request {size_against_cap(e.body_bytes, e.cap, e.cap_source)} · "
-            f"{tokens_against_window(e.est_tokens, e.window)}")
+    """The turn's first request, as pre-flight measured it (its tokens counted exactly
+    when the provider counted them: exact pre-flight)."""
+    tokens = tokens_against_window(e.est_tokens, e.window)
+    if e.counted_tokens is not None and e.window:
+        tokens = f"{e.counted_tokens:,} of {e.window:,} tokens (counted exactly)"
+    return f"request {size_against_cap(e.body_bytes, e.cap, e.cap_source)} · {tokens}"
 
 
 def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:

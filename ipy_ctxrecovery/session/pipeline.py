@@ -81,8 +81,8 @@ class Preparer:
         """Asks the provider for a request's exact input tokens (exact pre-flight,
         ``core/exact_count.py``); None: never asked (a dry run, a provider that cannot)."""
         self.last_count: int | None = None
-        """The input tokens the provider counted for the latest request prepared (None:
-        that request was estimated, not counted)."""
+        """The input tokens the provider counted for the latest request prepared, as it
+        was sent (None: estimated, or compacted after the count)."""
         self._counted: tuple[Request, int | None] | None = None
 
     def _emit(self, event: Event, log: TurnLog) -> None:
@@ -231,6 +231,8 @@ class Preparer:
             log.shrinks.append(Shrink("compaction", history, len(compacted)))
             body = sizer.measure(compacted, spec)
         fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
+        if fitted is not history:
+            self.last_count = None      # the request sent is not the one counted
         if fitted is not compacted:
             # Room was made for the answer: the max_tokens lowered for the body before the
             # cut may be larger again (never above what was reserved).
