@@ -57,6 +57,15 @@ def test_no_count_without_a_counter_a_window_or_a_reason(kwargs: dict[str, Any],
     assert not plan.ask and plan.why == why
 
 
+def test_no_count_where_the_chat_budget_compacts_anyway() -> None:
+    # window 10,000, answer 3,000: the window budget is 7,000; the chat budget 7,500.
+    near = {"window": 10_000, "reserve": 3_000, "margin": 0.10, "chat_budget": 7_500}
+    assert plan_count(7_400, **near).ask                 # the count may change both
+    assert plan_count(7_900, **near).ask                 # within the margin of the budget
+    plan = plan_count(8_600, window=10_000, reserve=1_500, margin=0.10, chat_budget=7_500)
+    assert not plan.ask and plan.why == "compacts_anyway"   # near 8,500, far over 7,500
+
+
 def test_margin_zero_never_counts() -> None:
     assert not any(plan_count(est, window=10_000, reserve=None, margin=0.0).ask
                    for est in (9_999, 10_000, 10_001))
@@ -306,3 +315,25 @@ def test_a_server_without_the_endpoint_is_asked_once_a_session(emulator: Any) ->
     asked = _tokenize_requests(emu)
     assert [r.status for r in asked] == [404]
     assert all(e.counted_tokens is None for e in events if isinstance(e, ev.Preflight))
+
+
+def test_an_answer_reservation_is_not_lowered_needlessly(emulator: Any) -> None:
+    # Default chat budget (75%): a request of ≈ 2,450 tokens with max_tokens 1,500 asked
+    # is near the window budget (4,096 − 1,500). At 3.7 bytes/token the estimate says
+    # ≈ 2,720 + 1,500 > 4,096 and would lower max_tokens; counted, it fits as asked.
+    outcomes = {}
+    for tokenize in (False, True):
+        emu = emulator(context_window=WINDOW, tokenize=tokenize)
+        s = ChatSession("emulator", emulator=emu, builtin_tools=False, max_tokens=1_500,
+                        settings=Settings(background_compaction=False))
+        events: list[ev.Event] = []
+        s.subscribe(events.append)
+        _fill(s, 7)
+        s.estimator.bytes_per_token = 3.7
+        events.clear()
+        s.send(f"turn 7 {FILLER}", stream=False)
+        chat = [r for r in emu.requests if r.path == "/v1/chat/completions"][-1]
+        lowered = [e for e in events if isinstance(e, ev.MaxTokensLowered)]
+        outcomes[tokenize] = (chat.body["max_tokens"], lowered)
+    assert outcomes[False][0] < 1_500 and outcomes[False][1]
+    assert outcomes[True] == (1_500, [])

@@ -39,10 +39,14 @@ class CountPlan:
 
 def plan_count(est_tokens: int, *, window: int | None, reserve: int | None, margin: float,
                can_count: bool = True, compacts_anyway: bool = False,
-               counted_already: bool = False) -> CountPlan:
+               chat_budget: int | None = None, counted_already: bool = False) -> CountPlan:
     """Ask for an exact count when ``est_tokens`` is within ``margin`` × ``window`` of the
     window budget (``window`` − ``reserve``), on either side: just under (it may not fit
     after all) or just over (it may fit after all). ``margin`` 0 never asks.
+
+    Not when the count could change nothing: ``compacts_anyway`` (the payload cap compacts
+    the request whatever its tokens), or ``est_tokens`` clearly over ``chat_budget`` (the
+    chat budget of the window, in tokens: the history is compacted there in any case).
 
     >>> plan_count(7_900, window=8_192, reserve=None, margin=0.10).ask
     True
@@ -59,6 +63,8 @@ def plan_count(est_tokens: int, *, window: int | None, reserve: int | None, marg
     if compacts_anyway:
         return CountPlan(False, "compacts_anyway", budget)
     slack = math.ceil(margin * window) if margin > 0 else -1
+    if chat_budget is not None and est_tokens > chat_budget + slack:
+        return CountPlan(False, "compacts_anyway", budget)
     if est_tokens < budget - slack:
         return CountPlan(False, "far_under", budget)
     if est_tokens > budget + slack:

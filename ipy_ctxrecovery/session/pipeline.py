@@ -245,14 +245,17 @@ class Preparer:
         near the window budget (``core/exact_count.plan_count``) and the provider can count;
         else None (the estimate decides). At most one count request per send: the count of
         an equal request is reused. A count calibrates bytes/token as a reply's usage does."""
-        sizer, limits = self.sizer, self.sizer.limits
+        sizer, limits, s = self.sizer, self.sizer.limits, self.settings
         self.last_count = None
-        cap = limits.caps.effective()
+        cap, window = limits.caps.effective(), sizer.enforced_window
+        # What compacts the request whatever its tokens: the cap's shares (bytes alone).
+        over_cap = cap is not None \
+            and body > min(s.preflight_cap_fraction, s.cap_budget_fraction) * cap
         plan = exact_count.plan_count(
-            sizer.estimate(body), window=sizer.enforced_window,
-            reserve=reserve, margin=self.settings.exact_count_margin,
-            can_count=self.count is not None,
-            compacts_anyway=cap is not None and body > self.settings.preflight_cap_fraction * cap)
+            sizer.estimate(body), window=window, reserve=reserve,
+            margin=s.exact_count_margin, can_count=self.count is not None,
+            compacts_anyway=over_cap,
+            chat_budget=math.floor(window * s.chat_budget_ratio) if window else None)
         if not plan.ask or self.count is None:
             return None
         memo = self._counted
