@@ -259,9 +259,8 @@ class OpenAIProvider(SDKAdapter):
         request through the SDK's client, a few seconds at most, no retry
         (``base.CountsTokens``)."""
         tokenizer = self._tokenizer
-        if not tokenizer.available:
+        if not tokenizer.available or self._closed:
             return None
-        self._check_open()
         tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                    "parameters": plain(t.parameters)}}
                  for t in request.tools]
