@@ -152,9 +152,10 @@ def test_the_emulator_without_the_endpoint_answers_404(emulator: Any) -> None:
 
 
 @contextlib.contextmanager
-def _llama_cpp_server(count: int) -> Iterator[tuple[int, list[Any]]]:
+def _llama_cpp_server(count: int, status: int = 200) -> Iterator[tuple[int, list[Any]]]:
     """A server answering /tokenize as llama.cpp's does (tools/server: ``content`` only, a
-    body without it gets ``{"tokens": []}``): ``count`` tokens for any text."""
+    body without it gets ``{"tokens": []}``): ``count`` tokens for any text; or failing
+    with ``status``."""
     seen: list[Any] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -163,7 +164,7 @@ def _llama_cpp_server(count: int) -> Iterator[tuple[int, list[Any]]]:
             seen.append((self.path, body))
             text = isinstance(body, dict) and isinstance(body.get("content"), str)
             data = json.dumps({"tokens": list(range(count)) if text else []}).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -337,3 +338,16 @@ def test_an_answer_reservation_is_not_lowered_needlessly(emulator: Any) -> None:
         outcomes[tokenize] = (chat.body["max_tokens"], lowered)
     assert outcomes[False][0] < 1_500 and outcomes[False][1]
     assert outcomes[True] == (1_500, [])
+
+
+def test_a_failing_count_is_ignored_and_not_taken_for_a_missing_endpoint() -> None:
+    with _llama_cpp_server(5, status=500) as (port, seen):
+        client = openai.OpenAI(api_key="x", base_url=f"http://127.0.0.1:{port}/v1")
+        provider = OpenAIProvider("local", client=client)
+        request = Request(messages=(Message.user("hello"),))
+        try:
+            assert provider.count_tokens(request) is None
+            assert provider.count_tokens(request) is None
+        finally:
+            provider.close()
+    assert len(seen) == 2                  # no retry within a count; asked again next time
