@@ -217,6 +217,11 @@ class Settings:
     # --- pre-flight (SPEC §2) ---
     preflight_cap_fraction: float = 0.85
     preflight_budget_ratio: float = 0.40
+    exact_count_margin: float = 0.10
+    """Exact pre-flight (``core/exact_count.py``): a request whose estimated input is
+    within this share of the window of the window budget (the window less the answer's
+    reservation), either side, is counted once by the provider's own token counter where
+    it has one, and decided on that count; 0 = never count."""
     no_cap_warn_bytes: int = int(2.5 * MiB)
     assumed_cap_bytes: int = 4 * MiB
     likely_payload_min_bytes: int = 500 * KiB
@@ -413,6 +418,12 @@ class Settings:
         if not 0 <= self.exact_fit_margin < 1:
             raise ConfigError(f"exact_fit_margin={self.exact_fit_margin!r} must be a fraction "
                               "in [0, 1).")
+        if isinstance(self.exact_count_margin, bool) \
+                or not isinstance(self.exact_count_margin, int | float) \
+                or not 0 <= self.exact_count_margin <= 1:
+            raise ConfigError(f"exact_count_margin={self.exact_count_margin!r} must be a "
+                              "fraction in [0, 1] (0.10: count requests within 10% of the "
+                              "window; 0: never count).")
         for name in ("summarizer_input_max_chars", "summary_max_chars"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be at least 1.")

@@ -73,6 +73,9 @@ class Preflight(Event):
     budget_bytes: int | None = None
     budget_of: Literal["window", "cap"] | None = None
     budget_share: float | None = None
+    counted_tokens: int | None = None
+    """The input tokens as the provider counted them (exact pre-flight,
+    ``core/exact_count.py``; then ``est_tokens`` is this count); None: estimated."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

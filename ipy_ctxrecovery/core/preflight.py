@@ -88,6 +88,7 @@ class PreflightResult:
     max_tokens: int | None = None
     warned: bool = False                  # the one-shot no-cap warning is given now
     budget: ChatBudget | None = None      # the chat budget the body is over ("budget")
+    counted: bool = False                 # est_tokens is the provider's exact count
 
     def event(self) -> Preflight:
         budget = self.budget
@@ -96,7 +97,8 @@ class PreflightResult:
                          max_tokens=self.max_tokens, action=self.action, reasons=self.reasons,
                          budget_bytes=budget.bytes if budget is not None else None,
                          budget_of=budget.of if budget is not None else None,
-                         budget_share=budget.share if budget is not None else None)
+                         budget_share=budget.share if budget is not None else None,
+                         counted_tokens=self.est_tokens if self.counted else None)
 
     @property
     def message(self) -> str | None:
@@ -106,7 +108,8 @@ class PreflightResult:
 
 def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEstimator,
           window_tokens: int, max_tokens: int | None, warned: bool,
-          window_known: bool = True, chat_budget: ChatBudget | None = None) -> PreflightResult:
+          window_known: bool = True, chat_budget: ChatBudget | None = None,
+          counted: int | None = None) -> PreflightResult:
     """The 85%/0.40 rule against the cap, the one-shot 2.5 MB warning, the window check,
     and the chat budget (``chat_budget``: the compaction trigger; a body within the cap
     and the window but over it is compacted too, with its own reason).
@@ -116,9 +119,11 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
     Window hit: the estimated prompt plus ``max_tokens`` would not fit; the suggested
     ``budget_ratio`` leaves room for ``max_tokens``. ``window_known`` False: the window is
     only a guess (a model missing from the catalogue), so it is reported, not enforced.
+    ``counted``: the provider's exact count of the input tokens (``core/exact_count.py``),
+    decided on instead of the estimate.
     """
     cap = caps.effective()
-    est = estimator.estimate(body_bytes)
+    est = counted if counted is not None else estimator.estimate(body_bytes)
     reserve = max_tokens or 0
     reasons: list[Literal["cap", "window", "budget", "no_cap"]] = []
     ratio: float | None = None
@@ -151,4 +156,5 @@ def check(body_bytes: int, *, settings: Settings, caps: Caps, estimator: TokenEs
     return PreflightResult(body_bytes=body_bytes, est_tokens=est, cap=cap, window=window_tokens,
                            action=action, budget_ratio=ratio, reasons=tuple(reasons),
                            cap_source=caps.source, max_tokens=max_tokens, warned=give_warning,
-                           budget=chat_budget if over_budget else None)
+                           budget=chat_budget if over_budget else None,
+                           counted=counted is not None)

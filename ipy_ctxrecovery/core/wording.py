@@ -319,6 +319,9 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         *cache,
         f"compactions: {status.compactions} · recoveries: {status.recoveries}",
     ]
+    counted = getattr(status, "counted_tokens", None)
+    if counted is not None:
+        lines.append(f"pre-flight: {counted_exactly(counted)} (the latest request)")
     background = getattr(status, "background", "idle")
     if background != "idle":
         lines.append(f"background summary: {BACKGROUND_WORDS.get(background, background)}")
@@ -440,8 +443,7 @@ def _(e: ev.Preflight) -> str:
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
                      f"({format_size(e.cap)}) — compacting")
     if "window" in e.reasons:
-        what = f"≈{e.est_tokens:,} tokens" + (f" + max_tokens {e.max_tokens:,}"
-                                              if e.max_tokens else "")
+        what = _input_tokens(e) + (f" + max_tokens {e.max_tokens:,}" if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
                      "compacting")
     if "budget" in e.reasons and e.budget_bytes is not None:
@@ -478,8 +480,22 @@ def _(e: ev.Preflight) -> str:
         return describe(e)
     cap = (f"{format_size(e.cap)} {e.cap_source} cap" if e.cap else "no cap")
     reserve = f" + max_tokens {e.max_tokens:,}" if e.max_tokens else ""
-    return (f"{DETAIL} pre-flight: request {format_size(e.body_bytes)} ≈ {e.est_tokens:,} "
-            f"tokens{reserve}; {e.window:,}-token window, {cap} — ok")
+    tokens = (f", {counted_exactly(e.counted_tokens)}" if e.counted_tokens is not None
+              else f" ≈ {e.est_tokens:,} tokens")
+    return (f"{DETAIL} pre-flight: request {format_size(e.body_bytes)}{tokens}"
+            f"{reserve}; {e.window:,}-token window, {cap} — ok")
+
+
+def counted_exactly(tokens: int) -> str:
+    """Exact pre-flight's words for a request the provider counted (``core/exact_count``)."""
+    return f"input counted exactly: {tokens:,} tokens"
+
+
+def _input_tokens(e: ev.Preflight) -> str:
+    """The request's input tokens as pre-flight decided on them: counted or estimated."""
+    if e.counted_tokens is not None:
+        return f"{e.counted_tokens:,} tokens (counted exactly)"
+    return f"≈{e.est_tokens:,} tokens"
 
 
 @describe.register
@@ -809,9 +825,12 @@ def tokens_against_window(tokens: int, window: int | None, source: str | None = 
 
 
 def sizes_before(e: ev.Preflight) -> str:
-    """The turn's first request, as pre-flight measured it."""
-    return (f"request {size_against_cap(e.body_bytes, e.cap, e.cap_source)} · "
-            f"{tokens_against_window(e.est_tokens, e.window)}")
+    """The turn's first request, as pre-flight measured it (its tokens counted exactly
+    when the provider counted them: exact pre-flight)."""
+    tokens = tokens_against_window(e.est_tokens, e.window)
+    if e.counted_tokens is not None and e.window:
+        tokens = f"{e.counted_tokens:,} of {e.window:,} tokens (counted exactly)"
+    return f"request {size_against_cap(e.body_bytes, e.cap, e.cap_source)} · {tokens}"
 
 
 def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:
@@ -833,6 +852,10 @@ def preflight_verdict(e: ev.Preflight) -> str:
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config CHATCLI_MAX_PAYLOAD=SIZE")
+    if e.counted_tokens is not None:
+        parts.append(counted_exactly(e.counted_tokens))
+        if e.action == "ok":
+            parts.append("within the window")
     return " · ".join(parts) or ("within the window and the cap" if e.cap
                                  else "within the window")
 

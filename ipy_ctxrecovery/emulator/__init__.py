@@ -13,6 +13,11 @@ speaks ``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST /v1/me
 
 Standalone: ``python -m ipy_ctxrecovery.emulator --port 8765 --max-body 256KB``.
 
+It counts tokens as an OpenAI-compatible server does: ``POST /tokenize`` at its root, in
+vLLM's shape (``{"model", "messages", "tools"}`` → ``{"count", "max_model_len",
+"tokens"}``), by the token rule below — the ``prompt_tokens`` the same chat request
+reports (:mod:`.tokenize`). ``Emulator(tokenize=False)`` plays a server without one (404).
+
 It also answers requests sent to it as a forward proxy (absolute-form targets): a client
 built with ``http_client=openai.DefaultHttpxClient(proxy=emu.url)`` and any ``http://``
 base URL reaches it, as through a corporate proxy that is also the gateway.

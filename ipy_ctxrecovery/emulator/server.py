@@ -45,6 +45,7 @@ from . import api, faults, quirks, replies, roles
 from .cache import PromptCache
 from .context import betas_of
 from .faults import Answer, Fault
+from .tokenize import TOKENIZE_PATH, tokenize_answer
 
 __all__ = ["Emulator", "RequestRecord"]
 
@@ -182,7 +183,7 @@ class Emulator:
                  prefill: str = "continue", alternation: str | None = None,
                  served_models: tuple[str, ...] = ("emulator",),
                  string_content_only: bool = False, empty_stream_on_error: bool = False,
-                 stream_usage: bool = True,
+                 stream_usage: bool = True, tokenize: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         #: This emulator's prompt caches (:mod:`.cache`); ``clock`` gives their time.
@@ -217,6 +218,7 @@ class Emulator:
                        alternation=alternation, served_models=served_models,
                        string_content_only=string_content_only,
                        empty_stream_on_error=empty_stream_on_error, stream_usage=stream_usage)
+        self.configure(tokenize=tokenize)
 
     # ------------------------------------------------------------------ configuration
 
@@ -240,7 +242,7 @@ class Emulator:
                 checked[name] = float(value)
             elif name == "api_key":
                 checked[name] = value or None
-            elif name == "continuation_leading_space":
+            elif name in ("continuation_leading_space", "tokenize"):
                 if not isinstance(value, bool):
                     raise ConfigError(f"{name}={value!r} must be True or False.")
                 checked[name] = value
@@ -294,6 +296,9 @@ class Emulator:
     """A refused streamed request gets HTTP 200 and an empty event stream (:mod:`.quirks`)."""
     stream_usage: bool
     """False: streamed replies carry no usage, whatever the request asks (:mod:`.quirks`)."""
+    tokenize: bool
+    """Serve ``POST /tokenize`` (vLLM's shape, the emulator's token rule: :mod:`.tokenize`);
+    False: a server without one (404)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -576,6 +581,9 @@ class _Handler(BaseHTTPRequestHandler):
         if declared is not None and declared > emu.max_request_body:
             self._too_large(wire_name, declared, record)
             return
+        if emu.tokenize and path.rstrip("/") == TOKENIZE_PATH:
+            self._tokenize(declared, record)
+            return
         fault = emu._next_fault(middlebox=True)
 
         # 1. Middleboxes: they act on the size before the provider sees anything.
@@ -659,6 +667,27 @@ class _Handler(BaseHTTPRequestHandler):
             # ``label``: a refusal answered as an empty stream (``empty_stream_on_error``).
             record(200, fault_label or label, raw, body, stream)
             self._send_stream(headers, events, broken=broken, wire_name=wire_name)
+
+    def _tokenize(self, declared: int | None, record: Callable[..., None]) -> None:
+        """``POST /tokenize`` (:mod:`.tokenize`): the size limits of the path apply as to any
+        request; scripted faults are left for the requests they were queued for."""
+        emu = self.emulator
+        try:
+            raw = self._read_body(declared)
+        except _TooLarge as e:
+            self._too_large(None, e.size, record)
+            return
+        if emu.max_body is not None and len(raw) > emu.max_body:
+            self._middlebox(faults.body_too_large(emu.body_limit_style), declared, record,
+                            raw_read=raw)
+            return
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        answer = tokenize_answer(body, context_window=emu.context_window)
+        record(answer.status, None, raw)
+        self._send(answer)
 
     def _too_large(self, wire_name: str | None, size: int, record: Callable[..., None]) -> None:
         """The emulator's own limit: 413 in the provider's format, the body never read."""

@@ -293,8 +293,9 @@ class TurnRecord:
             if step.stage not in _ROUTINE or step.status in ("failed", "cancelled"):
                 return True
             first = step.events[0]
-            if isinstance(first, ev.Preflight) and first.action != "ok":
-                return True
+            if isinstance(first, ev.Preflight) and (first.action != "ok"
+                                                     or first.counted_tokens is not None):
+                return True     # a compaction asked for, or a count sent (exact pre-flight)
         return False
 
     @property

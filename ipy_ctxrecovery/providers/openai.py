@@ -57,6 +57,7 @@ from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
+from .tokenize import Tokenizer, tokenize_url
 
 __all__ = ["TEXT_JOIN", "OpenAIProvider", "to_wire", "uses_max_completion_tokens"]
 
@@ -194,6 +195,7 @@ class OpenAIProvider(SDKAdapter):
         self._bind(model_id, client, prefix="openai", endpoint="/chat/completions",
                    connection_error=openai.APIConnectionError, info=info, spec=spec,
                    on_close=on_close, owns_client=owns_client)
+        self._tokenizer = Tokenizer(tokenize_url(getattr(client, "base_url", None)))
 
     # -- request building ---------------------------------------------------------------
     def _kwargs(self, request: Request, *, convert: bool = True) -> dict[str, Any]:
@@ -249,6 +251,25 @@ class OpenAIProvider(SDKAdapter):
         except Exception:  # any answer but a usable one means "not told"
             return None
         return None
+
+    def count_tokens(self, request: Request) -> int | None:
+        """The request's input tokens from the server's tokenize endpoint (vLLM's, llama.cpp
+        server's: ``providers/tokenize.py``), or None: no endpoint (remembered, so asked
+        once), OpenAI's own service (none there: nothing sent), or no usable answer. One
+        request through the SDK's client, a few seconds at most, no retry
+        (``base.CountsTokens``)."""
+        tokenizer = self._tokenizer
+        if not tokenizer.available or self._closed:
+            return None
+        tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                   "parameters": plain(t.parameters)}}
+                 for t in request.tools]
+        try:
+            messages = to_wire(request.messages)
+        except (TypeError, ValueError):
+            return None
+        return tokenizer.count(self.client, model=self.model_id, messages=messages,
+                               tools=tools or None, texts=lambda: _texts(messages))
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         return _SDK_ERRORS
@@ -426,6 +447,23 @@ def _messages_size(sizes: Sequence[_Sized]) -> int:
 
 
 # -- reading replies ------------------------------------------------------------------------
+
+def _texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The texts of wire messages (contents and tool-call arguments), for a tokenizer that
+    reads plain text (``providers/tokenize.py``)."""
+    out: list[str] = []
+    for d in messages:
+        content = d.get("content")
+        if isinstance(content, str) and content:
+            out.append(content)
+        elif isinstance(content, list):
+            out.extend(p["text"] for p in content if isinstance(p, dict)
+                       and isinstance(p.get("text"), str))
+        for call in d.get("tool_calls") or ():
+            function = call.get("function") or {}
+            out.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    return out
+
 
 def _reasoning_of(obj: Any) -> str | None:
     """``reasoning_content`` (DeepSeek/vLLM) or ``reasoning`` (OpenRouter/Ollama), if sent."""

@@ -144,8 +144,9 @@ class _DrySizer(RequestSizer):
             else len(provider.encode(request))
         return request, bytes(int(size))
 
-    def compaction_trigger(self, ratio: float | None = None) -> int:
-        budget = self.chat_budget(ratio)
+    def compaction_trigger(self, ratio: float | None = None, *,
+                           bytes_per_token: float | None = None) -> int:
+        budget = self.chat_budget(ratio, bytes_per_token=bytes_per_token)
         if self.record is not None and self.record.trigger is None:
             self.record.trigger = budget.bytes
             self.record.budget, self.record.budget_ratio = budget, ratio

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core import budget, ladder, microcompact, preflight
+from ..core import budget, exact_count, ladder, microcompact, preflight
 from ..core.budget import ResultStore
 from ..core.events import (
     BudgetApplied,
@@ -36,14 +36,16 @@ from ..core.events import (
 from ..core.history import History, Message
 from ..errors import ChatError
 from ..failures import Failure, FailureKind
+from ..providers.base import Request
 from ..settings import Settings, format_size
 from .compaction import SessionCompactor
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog
 
-__all__ = ["Prepared", "Preparer", "Swap"]
+__all__ = ["Count", "Prepared", "Preparer", "Swap"]
 
 Swap = Callable[[History, RequestSpec, TurnLog, Callable[[Event], None]], History]
+Count = Callable[[Request], int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,13 @@ class Preparer:
         self.swap: Swap | None = None
         """Swaps in a summary prepared in the background when the history needs room
         (``background.py``); None: no background compaction (a dry run)."""
+        self.count: Count | None = None
+        """Asks the provider for a request's exact input tokens (exact pre-flight,
+        ``core/exact_count.py``); None: never asked (a dry run, a provider that cannot)."""
+        self.last_count: int | None = None
+        """The input tokens the provider counted for the latest request prepared, as it
+        was sent (None: estimated, or compacted after the count)."""
+        self._counted: tuple[Request, int | None] | None = None
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
@@ -197,17 +206,23 @@ class Preparer:
         self.check_request_fits(history, spec)
         asked = spec.max_tokens is not None
         requested = self.reserve_answer(history, spec, log, asked=asked)
-        body = sizer.prepare(sizer.request(history, requested)).size   # exact, not encoded
-        spec = self.fit_max_tokens(body, requested, log, asked=asked)
+        request = sizer.request(history, requested)
+        body = sizer.prepare(request).size   # exact, not encoded
+        counted = self.exact_count(request, body, sizer.reserved_tokens(requested))
+        # A counted body is judged against the chat budget in its own tokens.
+        exact = body / counted if counted else None
+        spec = self.fit_max_tokens(body, requested, log, asked=asked, counted=counted)
         reserve = sizer.reserved_tokens(spec)
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
                              max_tokens=reserve, warned=limits.warned_no_cap,
-                             window_known=sizer.window_known, chat_budget=sizer.chat_budget())
+                             window_known=sizer.window_known,
+                             chat_budget=sizer.chat_budget(bytes_per_token=exact),
+                             counted=counted)
         if pf.warned:
             limits.warned_no_cap = True
         self._emit(pf.event(), log)
-        trigger = sizer.compaction_trigger(pf.budget_ratio)
+        trigger = sizer.compaction_trigger(pf.budget_ratio, bytes_per_token=exact)
         if pf.action != "compact" and body <= trigger:
             return history, spec, body
         target = self.sizer.compaction_target(pf.budget_ratio)
@@ -216,12 +231,43 @@ class Preparer:
             log.shrinks.append(Shrink("compaction", history, len(compacted)))
             body = sizer.measure(compacted, spec)
         fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
+        if fitted is not history:
+            self.last_count = None      # the request sent is not the one counted
         if fitted is not compacted:
             # Room was made for the answer: the max_tokens lowered for the body before the
             # cut may be larger again (never above what was reserved).
             body = sizer.measure(fitted, requested)
             spec = self.fit_max_tokens(body, requested, log, asked=asked)
         return fitted, spec, body
+
+    def exact_count(self, request: Request, body: int, reserve: int | None) -> int | None:
+        """The provider's exact count of ``request``'s input tokens when its estimate is
+        near the window budget (``core/exact_count.plan_count``) and the provider can count;
+        else None (the estimate decides). At most one count request per send: the count of
+        an equal request is reused. A count calibrates bytes/token as a reply's usage does."""
+        sizer, limits, s = self.sizer, self.sizer.limits, self.settings
+        self.last_count = None
+        cap, window = limits.caps.effective(), sizer.enforced_window
+        # What compacts the request whatever its tokens: the cap's shares (bytes alone).
+        over_cap = cap is not None \
+            and body > min(s.preflight_cap_fraction, s.cap_budget_fraction) * cap
+        plan = exact_count.plan_count(
+            sizer.estimate(body), window=window, reserve=reserve,
+            margin=s.exact_count_margin, can_count=self.count is not None,
+            compacts_anyway=over_cap,
+            chat_budget=math.floor(window * s.chat_budget_ratio) if window else None)
+        if not plan.ask or self.count is None:
+            return None
+        memo = self._counted
+        if memo is not None and memo[0] == request:
+            counted = memo[1]
+        else:
+            counted = exact_count.conclude(self.count(request))
+            self._counted = (request, counted)
+            if counted is not None:
+                limits.tokens.calibrate(body, counted)
+        self.last_count = counted
+        return counted
 
     def check_request_fits(self, history: History, spec: RequestSpec) -> None:
         """Refuse, before anything is compacted, a request that cannot fit even with every
@@ -283,7 +329,7 @@ class Preparer:
         return spec.with_max_tokens(bound)
 
     def fit_max_tokens(self, body: int, spec: RequestSpec, log: TurnLog, *,
-                       asked: bool) -> RequestSpec:
+                       asked: bool, counted: int | None = None) -> RequestSpec:
         """Lower max_tokens before sending when prompt + answer cannot fit the window.
 
         The reservation the body carries (asked for, or the provider's default) is lowered
@@ -295,7 +341,8 @@ class Preparer:
         requested = sizer.reserved_tokens(spec)
         if requested is None:
             return spec
-        est, window = sizer.estimate(body), sizer.window
+        est = counted if counted is not None else sizer.estimate(body)
+        window = sizer.window
         limit = sizer.limits.output_limit
         if limit is not None and requested > limit:
             # The provider rejected a larger max_tokens earlier in this session.

@@ -52,7 +52,7 @@ from ..core.recovery.evidence import Caps
 from ..core.wording import plural
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..providers import is_emulator_model
-from ..providers.base import Provider, TextCallback, Usage
+from ..providers.base import CountsTokens, Provider, Request, TextCallback, Usage
 from ..settings import Settings
 from .background import BackgroundCompactor
 from .compaction import SessionCompactor
@@ -223,6 +223,15 @@ class ChatSession:
             lambda bus: SessionCompactor(self._sizer, bus, self.settings, sleep=sleep,
                                          calibrate=self._background.calibration))
         self._preparer.swap = self._background.swap
+        self._preparer.count = self._count_tokens
+
+    def _count_tokens(self, request: Request) -> int | None:
+        """The provider's exact count of ``request``'s input tokens (exact pre-flight; the
+        preparer asks only near the window): None from a provider that cannot count."""
+        provider = self._endpoint.provider
+        if not isinstance(provider, CountsTokens):
+            return None
+        return provider.count_tokens(request)
 
     def _configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -503,7 +512,7 @@ class ChatSession:
             compactions=self._compactions, recoveries=self._recovery.recoveries,
             cap_note=limits.visible_cap_note, cached_tokens=self._cached_tokens,
             cache_write_tokens=self._cache_write_tokens, cost=self._cost(),
-            background=self._background.state)
+            background=self._background.state, counted_tokens=self._preparer.last_count)
 
     def _cost(self) -> float | None:
         """The estimated USD of every token this session was billed (None: price unknown)."""

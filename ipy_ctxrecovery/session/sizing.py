@@ -185,17 +185,21 @@ class RequestSizer:
         room -= math.ceil(max(room, 0) * self.settings.exact_fit_margin)
         return max(self.settings.min_answer_tokens, room)
 
-    def chat_budget(self, ratio: float | None = None) -> compactor.ChatBudget:
+    def chat_budget(self, ratio: float | None = None, *,
+                    bytes_per_token: float | None = None) -> compactor.ChatBudget:
         """The compaction trigger (``chat_budget_ratio`` of the window by default) and what
-        sets it, with the cap and calibration known now."""
+        sets it, with the cap and calibration known now. ``bytes_per_token``: the exact
+        ratio of a body the provider counted (exact pre-flight), for the trigger of that
+        body alone."""
         return compactor.chat_budget(
             self.settings, window_tokens=self.enforced_window,
-            bytes_per_token=self.limits.tokens.bytes_per_token,
+            bytes_per_token=bytes_per_token or self.limits.tokens.bytes_per_token,
             cap=self.limits.caps.effective(),
             ratio=ratio if ratio is not None else self.settings.chat_budget_ratio)
 
-    def compaction_trigger(self, ratio: float | None = None) -> int:
-        return self.chat_budget(ratio).bytes
+    def compaction_trigger(self, ratio: float | None = None, *,
+                           bytes_per_token: float | None = None) -> int:
+        return self.chat_budget(ratio, bytes_per_token=bytes_per_token).bytes
 
     def compaction_target(self, ratio: float | None = None) -> int:
         """Where compaction aims (hysteresis below the trigger), with the cap known now."""

@@ -82,6 +82,9 @@ class SessionStatus:
     background: str = "idle"
     """The summary prepared in the background: ``idle``, ``preparing``, ``ready`` or
     ``failed`` (``session/background.py``)."""
+    counted_tokens: int | None = None
+    """The latest request's input tokens as the provider counted them (exact pre-flight,
+    ``core/exact_count.py``); None: it was estimated."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
