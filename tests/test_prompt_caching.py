@@ -202,3 +202,70 @@ def test_the_turn_log_sums_cache_figures_as_reported() -> None:
     log.add_usage(2100, 20, cached=1900, cache_write=150)
     assert (log.prompt_tokens, log.completion_tokens) == (4200, 50)
     assert (log.cached_tokens, log.cache_write_tokens) == (3400, 150)
+
+
+def test_a_breakpoint_never_lands_on_a_thinking_block(provider: Any, emu: Any) -> None:
+    """The API takes no cache_control on a thinking block: a message ending in one is
+    marked on the block before it, and one that is only thinking is not marked."""
+    from ipy_ctxrecovery.core.history import Reasoning, Role, Text
+
+    only_thinking = Message(Role.ASSISTANT, (Reasoning("thought " * 20, "sig-1"),))
+    ends_thinking = Message(Role.ASSISTANT, (Text("partial answer"),
+                                             Reasoning("more thought", "sig-2")))
+    history = (Message.system(BIG_SYSTEM), Message.user("question: " + "why " * 60),
+               only_thinking, Message.user("go on"), ends_thinking)
+    body = sent(provider, emu, Request(history, max_tokens=50, stream=False,
+                                       caching=Caching(keep=3)))
+    # messages: 0 user, 1 assistant (thinking only), 2 user, 3 assistant (text, thinking)
+    assert breakpoints(body) == ["system.0", "messages.3.0"]
+    assert body["messages"][3]["content"][1]["type"] == "thinking"
+    # The emulator refuses what the API refuses.
+    from ipy_ctxrecovery.emulator.cache import breakpoint_error
+
+    body["messages"][3]["content"][1]["cache_control"] = {"type": "ephemeral"}
+    assert breakpoint_error(body) == ("messages.3.content.1.thinking.cache_control: "
+                                      "Extra inputs are not permitted")
+
+
+def tool_history(turns: int) -> tuple[Message, ...]:
+    """A system prompt, then ``turns`` rounds of a request, a tool call and its ~2,000-token
+    result, each answered."""
+    from ipy_ctxrecovery.core.history import ToolCall
+
+    history: tuple[Message, ...] = (Message.system(BIG_SYSTEM),)
+    for i in range(turns):
+        history += (Message.user(f"read part {i}"),
+                    Message.assistant("", (ToolCall(f"call_{i}", "tool_0", '{"q": "x"}'),)),
+                    Message.tool(f"call_{i}", f"part {i}: " + "log line here\n" * 600),
+                    Message.assistant(f"part {i} is fine"))
+    return history
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_kept_prefix_is_read_by_the_request_that_rewrites_after_it(
+        provider: Any, emu: Any, keep: bool) -> None:
+    """A rewrite of turn 8's result (a batched microcompact) breaks the prefix from there:
+    with a breakpoint after the first 8 turns (``Caching.keep``, in both requests) they are
+    read back; without it only the system prompt is, since the entries the previous
+    request wrote all end after the rewrite."""
+    history = tool_history(10)
+    kept = 1 + 4 * 8
+    caching = Caching(keep=kept) if keep else Caching()
+    first = Request((*history, Message.user("next")), max_tokens=50, stream=False,
+                    caching=caching)
+    provider.send(first)
+    rewritten = list(history)
+    rewritten[kept + 2] = Message.tool("call_8", "[Old tool result cleared]")
+    second = Request((*rewritten, Message.user("next")), max_tokens=50, stream=False,
+                     caching=caching)
+    usage = provider.send(second).usage
+    assert provider.measure(second) == emu.requests[-1].body_bytes
+    prefix = provider.send(Request(history[:kept], max_tokens=50, stream=False,
+                                   caching=None)).usage.prompt_tokens
+    system_only = provider.send(Request(history[:1] + (Message.user("x"),), max_tokens=50,
+                                        stream=False, caching=None)).usage.prompt_tokens
+    assert prefix is not None and system_only is not None
+    if keep:
+        assert usage.cached_tokens >= prefix - 10, (usage, prefix)
+    else:
+        assert usage.cached_tokens <= system_only, (usage, system_only)

@@ -80,6 +80,12 @@ class Preparer:
         self._kept: tuple[History, History, int | None] | None = None
         sizer.keep = self.keep
 
+    def follow(self, other: Preparer) -> None:
+        """Continue after ``other``'s previous request (its history, when it was prepared,
+        its clock): a dry run or a plan then batches rewrites as the session's next
+        request will, not as a first request would (``docs/caching.md``)."""
+        self._sent, self._sent_at, self.clock = other._sent, other._sent_at, other.clock
+
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
 
