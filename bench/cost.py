@@ -15,19 +15,27 @@ through a :class:`ChatSession` against the emulator, by three clients:
   compacts when the window is full ("as far as the window lets it").
 
 From the request bodies the emulator received (every request: turns, tool rounds, summary
-requests), input tokens (body bytes / 4) are weighted as billed:
+requests), input tokens (body bytes / 4) are weighted as billed, on the bench's clock
+(turns ``--gap`` 30 s apart, and a ``--pause`` of 360 s before the middle turn: past both
+providers' 5-minute TTL, so every client loses its cache once, and the session's idle rule
+sees the same clock):
 
-* OpenAI: the longest prefix shared with the previous request (tools, then each message),
-  cached past the first 1,024 tokens in 128-token steps, at 0.1×; the rest at 1×.
-* Anthropic: breakpoints assumed at the end of the tools, of the system prompt and of the
-  last message (what h/cachewire adds; so the bench stands alone). A request reads the
-  longest prefix ending at a breakpoint an earlier request wrote (the last-message
-  breakpoint looks back 20 blocks) at 0.1×, and writes the rest at 1.25×; below 1,024
-  tokens nothing is cached.
+* OpenAI: the longest prefix shared with any recent request (one used in the last 5
+  minutes; tools, then each message, then the characters of the first message that
+  differs), cached past the first 1,024 tokens in 128-token steps, at 0.1×; the rest at 1×.
+* Anthropic: the ``cache_control`` breakpoints the body carries (none for ``today``: main
+  sent none), per block (each tool, system block, content block; ``cache_control`` left
+  out of the key). A request reads the furthest entry found at a breakpoint or the 20
+  blocks before it (0.1×), writes up to its last breakpoint (1.25×), and pays the rest in
+  full; an entry lives 5 minutes after its last read or write; below 1,024 tokens nothing
+  is cached (the emulator's own rules, ``emulator/cache.py``, metered independently).
 
 Printed per wire and kind: each client's weighted input tokens, its cached share, its
-compactions; then the ratios against the goals (≤ 0.5× today; within 10% of append-only;
-OpenAI cacheable prefix ≥ 95% of append-only's share; Anthropic ≥ 80% of input from cache).
+compactions and the tokens it sent for the first time; then the ratios against the goals
+(≤ 0.5× today; within 10% of append-only; OpenAI cacheable prefix ≥ 95% of append-only's
+share; Anthropic ≥ 80% of input from cache); the share of repeated input (tokens an earlier
+request carried) read from cache; and the floor no cache lowers: first-time tokens in full,
+every other token read at 0.1×.
 """
 
 from __future__ import annotations
@@ -136,12 +144,22 @@ class Meter:
     new: int = 0
     """Tokens past the longest prefix any earlier request carried: what any client pays
     uncached once (OpenAI)."""
+    fresh: int = 0
+    """Tokens of units (messages, blocks) no earlier request carried anywhere: sent for
+    the first time, so billed uncached by any cache (each turn's new tool result, a
+    preview or a summary when it first appears)."""
     _recent: list[tuple[float, list[str], list[int]]] = field(default_factory=list)
     _entries: dict[str, float] = field(default_factory=dict)
+    _seen: set[int] = field(default_factory=set)
 
     def add(self, body: dict[str, Any], now: float = 0.0) -> None:
         parts, marks = units(body, self.wire)
         self.requests += 1
+        for p in parts:
+            key = hash(p)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.fresh += tokens(len(p))
         if self.wire == "openai":
             self._openai(parts, now)
         else:
@@ -248,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wires", default="openai,anthropic")
     parser.add_argument("--kinds", default="tools,plain")
     parser.add_argument("--window", type=int, default=200_000)
+    parser.add_argument("--gap", type=float, default=30.0,
+                        help="seconds between two turns on the bench's clock")
+    parser.add_argument("--pause", type=float, default=360.0,
+                        help="seconds more before the middle turn (past the 5-minute TTL; 0: none)")
     args = parser.parse_args(argv)
     wires, kinds = args.wires.split(","), args.kinds.split(",")
     for name in wires:
@@ -258,18 +280,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown kind {name!r}; use tools or plain")
     for wire in wires:
         for kind in kinds:
-            print(f"== {wire} {kind}: {args.turns} turns, {args.window:,}-token window")
+            print(f"== {wire} {kind}: {args.turns} turns, {args.window:,}-token window, "
+                  f"{args.gap:g} s apart, a {args.pause:g} s pause before turn {args.turns // 2}")
             meters: dict[str, Meter] = {}
             fits = True
             for client in CLIENTS:
-                meter, compactions = run(wire, kind, client, args.turns, args.window)
+                meter, compactions = run(wire, kind, client, args.turns, args.window,
+                                         gap=args.gap, pause=args.pause)
                 meters[client] = meter
                 if client == "append-only":
                     fits = compactions == 0
                 share = meter.cached / meter.total if meter.total else 0.0
                 print(f"  {client:<11} {meter.weighted:>13,.0f} weighted input tokens of "
                       f"{meter.total:>11,} ({share:.0%} read from cache, "
-                      f"{meter.requests} requests, {compactions} compactions)")
+                      f"{meter.requests} requests, {compactions} compactions, "
+                      f"{meter.fresh:,} sent for the first time)")
             today, ours, append = (meters[c] for c in CLIENTS)
             print(f"ratio {wire} {kind} batched/today: {ours.weighted / today.weighted:.2f} "
                   "(goal ≤ 0.50)")
@@ -278,6 +303,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{'' if fits else '; append-only compacted: it does not fit'})")
             ours_share = ours.cached / ours.total if ours.total else 0.0
             append_share = append.cached / append.total if append.total else 0.0
+            for name in ("batched", "append-only"):
+                m = meters[name]
+                repeated = m.total - m.fresh
+                print(f"repeated input read from cache {wire} {kind} {name}: "
+                      f"{m.cached / repeated if repeated else 0.0:.2f} (of {repeated:,} tokens "
+                      "an earlier request carried)")
+            # What no cache can lower: each token sent for the first time is billed in full
+            # (Anthropic: written, 1.25x), every other token read at 0.1x.
+            first = WRITE if wire == "anthropic" else 1.0
+            floor = ours.fresh * first + (ours.total - ours.fresh) * READ
+            print(f"floor {wire} {kind} batched, every repeated token read from cache: "
+                  f"{floor:,.0f} = {floor / today.weighted:.2f}x today "
+                  f"(first-time tokens alone: {ours.fresh * first / today.weighted:.2f}x)")
             if wire == "openai":
                 ratio = ours_share / append_share if append_share else float("nan")
                 print(f"ratio {wire} {kind} cached share batched/append-only: {ratio:.2f} "
