@@ -20,12 +20,18 @@ the request does not turn on extended thinking, which rejects a prefill. Elsewhe
 continuation prompt is used.
 
 Prompt caching (``Request.caching``, the ``prompt_caching`` setting, on by default): a
-``cache_control`` breakpoint on the last tool, on the system prompt (then sent as one text
-block), on the last block of the last message, and on the last block of the message two
-before it — the previous request's last message, so its entry is read however many blocks
-a tool round added (the API looks back only 20). At most four; each only where the prefix
-it ends is estimated to reach the model's minimum cacheable length
-(``core.caching.min_cacheable_tokens``). ``measure`` counts them: the size is exact.
+``cache_control`` breakpoint on the last block of the last message; at the end of the
+prefix the session expects to keep (``Caching.keep``: before the first message a batched
+rewrite may still change, so the request that rewrites reads what comes before it — the
+entries of the last messages all end after the rewrite); on the last block of the message
+two before the last — the previous request's last message, so its entry is read however
+many blocks a tool round added (the API looks back only 20); on the system prompt (then
+sent as one text block) and on the last tool. At most four: the previous request's
+breakpoint gives way first when the last one's lookback reaches it, then the tools' (the
+system's entry covers them). Each only where the prefix it ends is estimated to reach the
+model's minimum cacheable length (``core.caching.min_cacheable_tokens``), and never on a
+thinking block (the API takes none there: the block before it, or none). ``measure``
+counts them: the size is exact.
 
 ``max_tokens`` is required by the API: when a request leaves it unset the adapter sends
 ``min(4096, info.max_output_tokens, info.context_window // 2)`` (the last term only matters
