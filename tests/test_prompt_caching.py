@@ -269,3 +269,36 @@ def test_the_kept_prefix_is_read_by_the_request_that_rewrites_after_it(
         assert usage.cached_tokens >= prefix - 10, (usage, prefix)
     else:
         assert usage.cached_tokens <= system_only, (usage, system_only)
+
+
+def _log_part(part: int) -> str:
+    """Return one part of the log."""
+    return f"part {part}\n" + "\n".join(f"line {i}: " + "value " * 12 for i in range(120))
+
+
+def test_a_tool_session_keeps_its_cache_across_batched_rewrites(emu: Any, tmp_path: Any) -> None:
+    """A ~6,000-token paste, then twelve tool turns on the Anthropic wire with batched
+    rewrites every other turn: with the breakpoint after the prefix no batch touches, a
+    rewriting request reads the paste from the cache; without it (the entries of the last
+    messages all end after the rewrite) it writes the paste again, every batch."""
+    paste = "notes: " + "the service restarts at noon and logs to /var/log/app. " * 440
+    totals = {}
+    for keep in (True, False):
+        session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
+                              tools=[_log_part], builtin_tools=False, files_root=tmp_path,
+                              name=f"keep-{keep}")
+        if not keep:
+            session._sizer.keep = None
+        session.send(paste, stream=False)
+        read = written = 0
+        for i in range(12):
+            usage = session.send(f"look at part {i} [[tool _log_part {{\"part\": {i}}}]]",
+                                 stream=False).usage
+            read += usage.cached_tokens
+            written += usage.cache_write_tokens
+        totals[keep] = (read, written)
+        session.close()
+        emu.reset()
+    # Each batch reads what it would have written: at least two pastes in all.
+    assert totals[True][0] - totals[False][0] > 12_000, totals
+    assert totals[False][1] - totals[True][1] > 12_000, totals
