@@ -302,3 +302,20 @@ def test_a_tool_session_keeps_its_cache_across_batched_rewrites(emu: Any, tmp_pa
     # Each batch reads what it would have written: at least two pastes in all.
     assert totals[True][0] - totals[False][0] > 12_000, totals
     assert totals[False][1] - totals[True][1] > 12_000, totals
+
+
+def test_the_size_is_exact_wherever_the_kept_prefix_ends(provider: Any) -> None:
+    """``measure`` counts the kept breakpoint wherever it lands: on a merged tool result,
+    an assistant message with thinking, a system message (none), the last message."""
+    from ipy_ctxrecovery.core.history import Reasoning, Role, Text
+
+    history = (*tool_history(3), Message(Role.ASSISTANT, (Reasoning("why", "sig"),
+                                                          Text("so"))),
+               Message.tool("call_2", "late result"), Message.system("note"),
+               Message.user("next"))
+    for keep in range(len(history) + 1):
+        request = Request(history, max_tokens=50, tools=BIG_TOOLS, stream=False,
+                          caching=Caching(keep=keep))
+        body = provider.encode(request)
+        assert provider.measure(request) == len(body), keep
+        assert body.count(b"cache_control") <= 4, keep
