@@ -139,6 +139,18 @@ def test_answer_lands_in_out_and_underscore_with_metadata(chat: ChatMagics, ip: 
     assert meta["actions"] == [] and meta["finish_reason"] == "end"
 
 
+def test_the_output_metadata_carries_the_prompt_cache_split(chat: ChatMagics, ip: Any) -> None:
+    """Past 1,024 tokens the emulator's OpenAI cache serves the repeated prefix: the
+    second answer's metadata says how much, and the uncached rest."""
+    long = "Here is what the log says, keep it in mind. " * 150      # ~1,700 tokens
+    cell(ip, "", long)
+    cell(ip, "", "and what failed?")
+    usage = ip.user_ns["_"]._repr_mimebundle_()[1]["ipy_ctxrecovery"]["usage"]
+    assert usage["cached_tokens"] >= 1024 and usage["cached_tokens"] % 128 == 0, usage
+    assert usage["cache_write_tokens"] == 0, usage
+    assert usage["uncached_input"] == usage["prompt_tokens"] - usage["cached_tokens"], usage
+
+
 def test_trailing_semicolon_silences_the_output(chat: ChatMagics, ip: Any,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     cell(ip, "", "first")

@@ -407,3 +407,37 @@ def test_a_session_rewrites_when_the_window_needs_it(emulator: object, tmp_path:
     texts = _tool_texts(emu.requests[-1].body)  # type: ignore[attr-defined]
     assert any("omitted" in t or "cleared" in t for t in texts)
     assert session.status().compactions == 0  # type: ignore[attr-defined]
+
+
+def test_dry_run_and_what_if_batch_rewrites_as_the_run_does(emulator: object,
+                                                             tmp_path: Path) -> None:
+    """Both know the previous request: while the rewrites wait (below the bound) they
+    plan none, as the next send makes none; idle past the TTL they plan them, as it does."""
+    from ipy_ctxrecovery.core.events import MicrocompactApplied
+
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+    now = [1000.0]
+    session._preparer.clock = lambda: now[0]  # type: ignore[attr-defined]
+    for i in range(5):
+        _turn(session, i)
+
+    def planned() -> tuple[bool, int]:
+        dry = session.dry_run("and now?")  # type: ignore[attr-defined]
+        plan = session.what_if(text="and now?", stream=False)  # type: ignore[attr-defined]
+        rewrites = any(isinstance(e, MicrocompactApplied) for e in dry.steps)
+        assert rewrites == any("omitted" in m.text or "cleared" in m.text
+                               for m in plan.planned if m.tool_result is not None)
+        assert plan.after_bytes == dry.body_bytes
+        return rewrites, plan.after_bytes
+
+    assert planned()[0] is False
+    size = planned()[1]
+    session.send("and now?", stream=False)  # type: ignore[attr-defined]
+    assert all("omitted" not in t for t in _tool_texts(emu.requests[-1].body))  # type: ignore[attr-defined]
+    assert emu.requests[-1].body_bytes == size  # type: ignore[attr-defined]
+    now[0] += S.cache_ttl_seconds + 1
+    rewrites, size = planned()
+    assert rewrites is True
+    session.send("and now?", stream=False)  # type: ignore[attr-defined]
+    assert any("omitted" in t or "cleared" in t for t in _tool_texts(emu.requests[-1].body))  # type: ignore[attr-defined]
+    assert emu.requests[-1].body_bytes == size  # type: ignore[attr-defined]

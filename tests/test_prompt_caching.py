@@ -202,3 +202,120 @@ def test_the_turn_log_sums_cache_figures_as_reported() -> None:
     log.add_usage(2100, 20, cached=1900, cache_write=150)
     assert (log.prompt_tokens, log.completion_tokens) == (4200, 50)
     assert (log.cached_tokens, log.cache_write_tokens) == (3400, 150)
+
+
+def test_a_breakpoint_never_lands_on_a_thinking_block(provider: Any, emu: Any) -> None:
+    """The API takes no cache_control on a thinking block: a message ending in one is
+    marked on the block before it, and one that is only thinking is not marked."""
+    from ipy_ctxrecovery.core.history import Reasoning, Role, Text
+
+    only_thinking = Message(Role.ASSISTANT, (Reasoning("thought " * 20, "sig-1"),))
+    ends_thinking = Message(Role.ASSISTANT, (Text("partial answer"),
+                                             Reasoning("more thought", "sig-2")))
+    history = (Message.system(BIG_SYSTEM), Message.user("question: " + "why " * 60),
+               only_thinking, Message.user("go on"), ends_thinking)
+    body = sent(provider, emu, Request(history, max_tokens=50, stream=False,
+                                       caching=Caching(keep=3)))
+    # messages: 0 user, 1 assistant (thinking only), 2 user, 3 assistant (text, thinking)
+    assert breakpoints(body) == ["system.0", "messages.3.0"]
+    assert body["messages"][3]["content"][1]["type"] == "thinking"
+    # The emulator refuses what the API refuses.
+    from ipy_ctxrecovery.emulator.cache import breakpoint_error
+
+    body["messages"][3]["content"][1]["cache_control"] = {"type": "ephemeral"}
+    assert breakpoint_error(body) == ("messages.3.content.1.thinking.cache_control: "
+                                      "Extra inputs are not permitted")
+
+
+def tool_history(turns: int) -> tuple[Message, ...]:
+    """A system prompt, then ``turns`` rounds of a request, a tool call and its ~2,000-token
+    result, each answered."""
+    from ipy_ctxrecovery.core.history import ToolCall
+
+    history: tuple[Message, ...] = (Message.system(BIG_SYSTEM),)
+    for i in range(turns):
+        history += (Message.user(f"read part {i}"),
+                    Message.assistant("", (ToolCall(f"call_{i}", "tool_0", '{"q": "x"}'),)),
+                    Message.tool(f"call_{i}", f"part {i}: " + "log line here\n" * 600),
+                    Message.assistant(f"part {i} is fine"))
+    return history
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_kept_prefix_is_read_by_the_request_that_rewrites_after_it(
+        provider: Any, emu: Any, keep: bool) -> None:
+    """A rewrite of turn 8's result (a batched microcompact) breaks the prefix from there:
+    with a breakpoint after the first 8 turns (``Caching.keep``, in both requests) they are
+    read back; without it only the system prompt is, since the entries the previous
+    request wrote all end after the rewrite."""
+    history = tool_history(10)
+    kept = 1 + 4 * 8
+    caching = Caching(keep=kept) if keep else Caching()
+    first = Request((*history, Message.user("next")), max_tokens=50, stream=False,
+                    caching=caching)
+    provider.send(first)
+    rewritten = list(history)
+    rewritten[kept + 2] = Message.tool("call_8", "[Old tool result cleared]")
+    second = Request((*rewritten, Message.user("next")), max_tokens=50, stream=False,
+                     caching=caching)
+    usage = provider.send(second).usage
+    assert provider.measure(second) == emu.requests[-1].body_bytes
+    prefix = provider.send(Request(history[:kept], max_tokens=50, stream=False,
+                                   caching=None)).usage.prompt_tokens
+    system_only = provider.send(Request(history[:1] + (Message.user("x"),), max_tokens=50,
+                                        stream=False, caching=None)).usage.prompt_tokens
+    assert prefix is not None and system_only is not None
+    if keep:
+        assert usage.cached_tokens >= prefix - 10, (usage, prefix)
+    else:
+        assert usage.cached_tokens <= system_only, (usage, system_only)
+
+
+def _log_part(part: int) -> str:
+    """Return one part of the log."""
+    return f"part {part}\n" + "\n".join(f"line {i}: " + "value " * 12 for i in range(120))
+
+
+def test_a_tool_session_keeps_its_cache_across_batched_rewrites(emu: Any, tmp_path: Any) -> None:
+    """A ~6,000-token paste, then twelve tool turns on the Anthropic wire with batched
+    rewrites every other turn: with the breakpoint after the prefix no batch touches, a
+    rewriting request reads the paste from the cache; without it (the entries of the last
+    messages all end after the rewrite) it writes the paste again, every batch."""
+    paste = "notes: " + "the service restarts at noon and logs to /var/log/app. " * 440
+    totals = {}
+    for keep in (True, False):
+        session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
+                              tools=[_log_part], builtin_tools=False, files_root=tmp_path,
+                              name=f"keep-{keep}")
+        if not keep:
+            session._sizer.keep = None
+        session.send(paste, stream=False)
+        read = written = 0
+        for i in range(12):
+            usage = session.send(f"look at part {i} [[tool _log_part {{\"part\": {i}}}]]",
+                                 stream=False).usage
+            read += usage.cached_tokens
+            written += usage.cache_write_tokens
+        totals[keep] = (read, written)
+        session.close()
+        emu.reset()
+    # Each batch reads what it would have written: at least two pastes in all.
+    assert totals[True][0] - totals[False][0] > 12_000, totals
+    assert totals[False][1] - totals[True][1] > 12_000, totals
+
+
+def test_the_size_is_exact_wherever_the_kept_prefix_ends(provider: Any) -> None:
+    """``measure`` counts the kept breakpoint wherever it lands: on a merged tool result,
+    an assistant message with thinking, a system message (none), the last message."""
+    from ipy_ctxrecovery.core.history import Reasoning, Role, Text
+
+    history = (*tool_history(3), Message(Role.ASSISTANT, (Reasoning("why", "sig"),
+                                                          Text("so"))),
+               Message.tool("call_2", "late result"), Message.system("note"),
+               Message.user("next"))
+    for keep in range(len(history) + 1):
+        request = Request(history, max_tokens=50, tools=BIG_TOOLS, stream=False,
+                          caching=Caching(keep=keep))
+        body = provider.encode(request)
+        assert provider.measure(request) == len(body), keep
+        assert body.count(b"cache_control") <= 4, keep

@@ -48,11 +48,11 @@ from .budget import (
     detect_kind,
 )
 from .cuts import head_cut, tail_cut
-from .history import History, Message, Role, ages
+from .history import History, Message, Role, ages, latest_user_index
 
 __all__ = ["CACHE_READ_SHARE", "CACHE_WRITE_SHARE", "REWRITE_HORIZON_TURNS",
            "MicrocompactReport", "RewriteDecision", "detect_kind", "microcompact",
-           "rewrite_now"]
+           "rewrite_now", "settled"]
 
 _role = operator.attrgetter("role")
 
@@ -116,6 +116,31 @@ def microcompact(history: History, *, settings: Settings,
     if not (truncated or summarized):
         return history, MicrocompactReport(0, 0, 0)
     return tuple(out), MicrocompactReport(truncated, summarized, freed)
+
+
+def settled(history: History, *, settings: Settings) -> int | None:
+    """How many leading messages of ``history`` microcompact and the tool-result budget
+    will not rewrite again (short of a compaction): the messages before the first tool
+    result that may still become a preview or a one-liner, or be budgeted in its own turn.
+    None when no result may (nothing after the prefix will change but by appending).
+
+    The prompt cache keeps this prefix across a batched rewrite, which changes messages
+    after it only (``docs/caching.md``)."""
+    if Role.TOOL not in map(_role, history):
+        return None
+    latest = latest_user_index(history)
+    for i, m in enumerate(history):
+        if m.role is not Role.TOOL or m.tool_result is None:
+            continue
+        if latest is not None and i > latest:
+            return i                       # this turn's results: the budget may cut them
+        info = compaction_info(m)
+        if info is not None and info.level >= LEVEL_SUMMARY:
+            continue
+        original = info.original_chars if info is not None else len(m.tool_result.content)
+        if original >= settings.microcompact_min_chars:
+            return i
+    return None
 
 
 def _utf8_len(text: str) -> int:

@@ -17,9 +17,9 @@ read (``cache_read_input_tokens``) and its life starts again. Every breakpoint w
 prefix reaches the model's minimum (``caching.min_cacheable_tokens``) then writes (or
 refreshes) its entry for its ``ttl`` (``5m`` by default, ``1h``): the tokens from the read
 up to the last such breakpoint are ``cache_creation_input_tokens`` (split by TTL in
-``cache_creation``), and ``input_tokens`` is what remains. More than four breakpoints, or
-a ``cache_control`` that is not ``{"type": "ephemeral"}`` with a ``5m``/``1h`` ttl, is a
-400 (:func:`breakpoint_error`). A refused request reads and writes nothing.
+``cache_creation``), and ``input_tokens`` is what remains. More than four breakpoints,
+a ``cache_control`` that is not ``{"type": "ephemeral"}`` with a ``5m``/``1h`` ttl, or one
+on a thinking block, is a 400 (:func:`breakpoint_error`). A refused request reads and writes nothing.
 """
 
 from __future__ import annotations
@@ -185,6 +185,15 @@ def _controls(body: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 def breakpoint_error(body: Mapping[str, Any]) -> str | None:
     """The API's 400 message for the request's ``cache_control`` blocks, or None if valid."""
+    for m, message in enumerate(body.get("messages") or ()):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for i, block in enumerate(content if isinstance(content, list) else ()):
+            # The SDK's ThinkingBlockParam and RedactedThinkingBlockParam have no
+            # cache_control (its text and tool_use blocks do): the API refuses one there.
+            if isinstance(block, Mapping) and block.get("cache_control") is not None \
+                    and block.get("type") in ("thinking", "redacted_thinking"):
+                return (f"messages.{m}.content.{i}.{block['type']}.cache_control: "
+                        "Extra inputs are not permitted")
     controls = _controls(body)
     for where, value in controls:
         if not isinstance(value, Mapping) or value.get("type") != "ephemeral":

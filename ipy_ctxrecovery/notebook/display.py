@@ -239,10 +239,15 @@ def usage_dict(usage: Any) -> dict[str, int | None]:
         return {}
     if isinstance(usage, Mapping):
         return {str(k): v for k, v in usage.items()}
-    return {
+    out = {
         "prompt_tokens": getattr(usage, "prompt_tokens", None),
         "completion_tokens": getattr(usage, "completion_tokens", None),
     }
+    # The prompt cache's share of the input, as the provider reported it (docs/caching.md).
+    for name in ("cached_tokens", "cache_write_tokens", "uncached_input"):
+        if hasattr(usage, name):
+            out[name] = getattr(usage, name)
+    return out
 
 
 class EventPrinter:

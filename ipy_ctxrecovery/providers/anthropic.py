@@ -20,12 +20,18 @@ the request does not turn on extended thinking, which rejects a prefill. Elsewhe
 continuation prompt is used.
 
 Prompt caching (``Request.caching``, the ``prompt_caching`` setting, on by default): a
-``cache_control`` breakpoint on the last tool, on the system prompt (then sent as one text
-block), on the last block of the last message, and on the last block of the message two
-before it — the previous request's last message, so its entry is read however many blocks
-a tool round added (the API looks back only 20). At most four; each only where the prefix
-it ends is estimated to reach the model's minimum cacheable length
-(``core.caching.min_cacheable_tokens``). ``measure`` counts them: the size is exact.
+``cache_control`` breakpoint on the last block of the last message; at the end of the
+prefix the session expects to keep (``Caching.keep``: before the first message a batched
+rewrite may still change, so the request that rewrites reads what comes before it — the
+entries of the last messages all end after the rewrite); on the last block of the message
+two before the last — the previous request's last message, so its entry is read however
+many blocks a tool round added (the API looks back only 20); on the system prompt (then
+sent as one text block) and on the last tool. At most four: the previous request's
+breakpoint gives way first when the last one's lookback reaches it, then the tools' (the
+system's entry covers them). Each only where the prefix it ends is estimated to reach the
+model's minimum cacheable length (``core.caching.min_cacheable_tokens``), and never on a
+thinking block (the API takes none there: the block before it, or none). ``measure``
+counts them: the size is exact.
 
 Context management (``Request.context``): the body goes through the SDK's beta messages
 resource with ``context_management.edits`` and the ``betas`` the API documents —
@@ -62,7 +68,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from ..core.caching import BREAKPOINT, min_cacheable_tokens
+from ..core.caching import BREAKPOINT, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, min_cacheable_tokens
 from ..core.catalogue import ModelInfo
 from ..core.history import (
     TAG_SERVER_COMPACTION,
@@ -346,13 +352,13 @@ def _holds_compaction(messages: Sequence[Message]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Marks:
-    """Where a request's cache breakpoints go: the last tool, the system block, the last
-    block of the last message, the last block of the message two before it."""
+    """Where a request's cache breakpoints go: the last tool, the system block, and the
+    message blocks ``at`` (``(message index, block index)`` in ``to_anthropic``'s messages,
+    in order)."""
 
     tools: bool = False
     system: bool = False
-    final: bool = False
-    earlier: bool = False
+    at: tuple[tuple[int, int], ...] = ()
 
 
 _NO_MARKS = _Marks()
@@ -367,10 +373,29 @@ def _marked(block: dict[str, Any]) -> dict[str, Any]:
 
 def _mark_messages(messages: list[dict[str, Any]], marks: _Marks) -> None:
     """Set the message breakpoints of ``marks`` on ``to_anthropic``'s messages."""
-    for wanted, at in ((marks.final, -1), (marks.earlier, -3)):
-        if wanted and len(messages) >= -at:
-            content = messages[at]["content"]
-            content[-1] = _marked(content[-1])
+    for at, block in marks.at:
+        content = messages[at]["content"]
+        content[block] = _marked(content[block])
+
+
+def _markable_from_end(m: Message) -> int | None:
+    """How many converted blocks of ``m`` come after its last one that may carry a
+    breakpoint (0: its last block), or None when it has none: the API takes no
+    ``cache_control`` on a thinking block, so a message ending in one is marked on the
+    block before it."""
+    blocks = [b for b in m.blocks if _block(b) is not None]
+    for back, block in enumerate(reversed(blocks)):
+        if not isinstance(block, Reasoning):
+            return back
+    return None
+
+
+def _position(at: int, group: tuple[int, Message]) -> tuple[int, int] | None:
+    """The breakpoint on message ``at`` of ``group`` ``(blocks, its last history message)``:
+    its last block that is not thinking, or None."""
+    count, last = group
+    back = _markable_from_end(last)
+    return None if back is None or back >= count else (at, count - 1 - back)
 
 
 @functools.lru_cache(maxsize=8)
@@ -535,11 +560,15 @@ class AnthropicProvider(SDKAdapter):
 
     def _marks(self, request: Request, tools: list[dict[str, Any]],
                system: str | None) -> _Marks:
-        """The breakpoints ``request`` gets: on the last tool, the system block, the last
-        message and the one two before it (the previous turn's last message, so that turn's
-        entry is found however many blocks the turn added), each only where the prefix it
+        """The breakpoints ``request`` gets, at most four, each only where the prefix it
         ends is estimated (``Request.caching``) to reach the model's minimum cacheable
-        length. At most four; decided from sizes, so ``measure`` and ``encode`` agree."""
+        length; decided from sizes, so ``measure`` and ``encode`` agree. Wanted, in order
+        of need: the last block of the last message; the end of ``Caching.keep`` (the
+        prefix the session expects to keep, so a rewrite after it still reads it); the
+        last block of the message two before the last (the previous turn's last message,
+        needed only when more than 20 blocks follow it: else the last one's lookback
+        finds its entry); the system block; the last tool (the system's entry covers the
+        tools too). Never on a thinking block."""
         caching = request.caching
         if caching is None:
             return _NO_MARKS
@@ -549,29 +578,70 @@ class AnthropicProvider(SDKAdapter):
         if system is not None:
             done += converted_size(system)
         on_system = system is not None and done >= least
-        runs, tail = self._tail(request.messages)
-        total = done + self._messages_size(request.messages)
-        return _Marks(on_tools, on_system, runs >= 1 and total >= least,
-                      runs >= 3 and total - tail >= least)
+        messages = request.messages
+        runs, tail, groups = self._tail(messages)
+        total = done + self._messages_size(messages)
+        final = earlier = keep = None
+        redundant = False
+        if runs >= 1 and total >= least and groups:
+            final = _position(runs - 1, groups[0])
+        if runs >= 3 and len(groups) >= 3 and total - tail >= least:
+            earlier = _position(runs - 3, groups[2])
+            if earlier is not None and final is not None:
+                # Blocks from the earlier breakpoint to the last one: within the lookback,
+                # the last one finds the earlier entry on its own.
+                apart = groups[2][0] - 1 - earlier[1] + groups[1][0] + final[1] + 1
+                redundant = apart <= LOOKBACK_BLOCKS
+        if caching.keep is not None and 0 < caching.keep < len(messages):
+            keep = self._keep_position(messages[:caching.keep], done, least)
+        at = {p for p in (keep, final, None if redundant else earlier) if p is not None}
+        room = MAX_BREAKPOINTS - len(at)
+        on_system = on_system and room >= 1
+        room -= on_system
+        on_tools = on_tools and room >= 1
+        room -= on_tools
+        if redundant and earlier is not None and room >= 1:
+            at.add(earlier)            # a free slot: kept as before, harmless
+        return _Marks(on_tools, on_system, tuple(sorted(at)))
 
-    def _tail(self, messages: tuple[Message, ...]) -> tuple[int, int]:
-        """(messages ``to_anthropic`` sends, bytes of its last two): from the size fold and
-        the memoized sizes of the history's tail."""
+    def _keep_position(self, prefix: tuple[Message, ...], done: int,
+                       least: float) -> tuple[int, int] | None:
+        """Where the breakpoint after ``prefix`` (the first messages of the history) goes."""
+        state = self._folded(prefix)
+        _, units, role, _, count = state
+        if role is None or done + _finish(state) < least:
+            return None
+        last = next((m for m in reversed(prefix) if self._memo.get(m, _message_size)), None)
+        if last is None:
+            return None
+        back = _markable_from_end(last)
+        return None if back is None or back >= count else (units, count - 1 - back)
+
+    def _tail(self, messages: tuple[Message, ...]
+              ) -> tuple[int, int, list[tuple[int, Message]]]:
+        """(messages ``to_anthropic`` sends, bytes of its last two, for each of its last
+        three ``(blocks, the history message its last block comes from)``, last first):
+        from the size fold and the memoized sizes of the history's tail."""
         _, units, role, _, _ = self._folded(messages)
         runs = units + (role is not None)
         seen, last, tail = 0, None, 0
+        groups: list[tuple[int, Message]] = []
         for m in reversed(messages):
             item = self._memo.get(m, _message_size)
             if item is None:
                 continue
             if item[0] != last:
                 seen += 1
-                if seen > 2:
+                if seen > 3:
                     break
                 last = item[0]
-                tail += _EMPTY_MESSAGE[item[0]]
-            tail += item[1] + item[2]
-        return runs, tail
+                groups.append((0, m))
+                if seen <= 2:
+                    tail += _EMPTY_MESSAGE[item[0]]
+            groups[-1] = (groups[-1][0] + item[2], groups[-1][1])
+            if seen <= 2:
+                tail += item[1] + item[2]
+        return runs, tail, groups
 
     def _marks_size(self, request: Request) -> int:
         """The bytes the message breakpoints add (those on tools and system are in their
@@ -582,7 +652,7 @@ class AnthropicProvider(SDKAdapter):
             last = self._last_marks
         assert last is not None
         marks = last[1]
-        return _BREAKPOINT_BYTES * (marks.final + marks.earlier)
+        return _BREAKPOINT_BYTES * len(marks.at)
 
     @property
     def default_max_tokens(self) -> int:

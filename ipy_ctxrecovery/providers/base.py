@@ -100,6 +100,11 @@ class Caching:
     ``bytes_per_token`` body bytes a token, to reach the model's minimum cacheable length."""
 
     bytes_per_token: float = 4.0
+    keep: int | None = None
+    """How many leading messages of the history the session expects to send unchanged
+    for a while (before the first one a batched rewrite may still change): a breakpoint
+    after them, so the request that rewrites a later message still reads them from the
+    cache (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,9 +192,12 @@ class _TracingPreparer(Preparer):
 
 def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: LearnedLimits,
           tools: ToolBox, store: ResultStore, settings: Settings,
-          current: Settings | None = None) -> DryTrace:
+          current: Settings | None = None, after: Preparer | None = None) -> DryTrace:
     """Run the preparation pipeline on ``history`` without sending or changing anything,
     recording every step (:class:`DryTrace`).
+
+    ``after``: the session's preparer, whose previous request this one follows (batched
+    rewrites wait or not as they will when the request is sent); None: a first request.
 
     ``settings`` are the ones to try; ``current`` the ones ``limits`` were learned under
     (when they differ, the configured cap and window follow ``settings``). A request
@@ -223,6 +226,8 @@ def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: Le
     compactor.record = record
     preparer = _TracingPreparer(sizer, compactor, memory, bus, settings)
     preparer.record = record
+    if after is not None:
+        preparer.follow(after)
     try:
         record.prepared = preparer.prepare(history, spec, TurnLog())
     except ChatError as e:
@@ -232,7 +237,8 @@ def trace(history: History, spec: RequestSpec, *, endpoint: Endpoint, limits: Le
 
 def dry_run(history: History, spec: RequestSpec, *, endpoint: Endpoint,
             limits: LearnedLimits, tools: ToolBox, store: ResultStore,
-            settings: Settings, current: Settings | None = None) -> Prepared:
+            settings: Settings, current: Settings | None = None,
+            after: Preparer | None = None) -> Prepared:
     """Run the preparation pipeline on ``history`` without sending or changing anything.
 
     ``settings`` are the ones to try; ``current`` the ones ``limits`` were learned under
@@ -240,7 +246,7 @@ def dry_run(history: History, spec: RequestSpec, *, endpoint: Endpoint,
     :class:`ChatError` a send would raise before sending (a message that cannot fit).
     """
     result = trace(history, spec, endpoint=endpoint, limits=limits, tools=tools, store=store,
-                   settings=settings, current=current)
+                   settings=settings, current=current, after=after)
     if result.refused is not None:
         raise result.refused
     assert result.prepared is not None

@@ -84,18 +84,51 @@ class Preparer:
         """The input tokens the provider counted for the latest request prepared, as it
         was sent (None: estimated, or compacted after the count)."""
         self._counted: tuple[Request, int | None] | None = None
+        self._previous: History = ()
+        """``_sent`` as this request's preparation began: the request before it."""
+        self._kept: tuple[History, History, int | None] | None = None
+        sizer.keep = self.keep
+
+    def follow(self, other: Preparer) -> None:
+        """Continue after ``other``'s previous request (its history, when it was prepared,
+        its clock): a dry run or a plan then batches rewrites as the session's next
+        request will, not as a first request would (``docs/caching.md``)."""
+        self._sent, self._sent_at, self.clock = other._sent, other._sent_at, other.clock
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
 
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
+        self._previous = self._sent
         history = self.rewrites(history, spec, log)
         if self.swap is not None:
             history = self.swap(history, spec, log, lambda event: self._emit(event, log))
         history, spec, body = self.preflight(history, spec, log)
         self._sent, self._sent_at = history, self.clock()
         return Prepared(history, spec, body, tuple(log.events[start:]))
+
+    def keep(self, history: History) -> int | None:
+        """The leading messages of ``history`` that later requests are expected to carry
+        unchanged, for the cache breakpoint after them (``Caching.keep``, Anthropic's wire):
+        up to the first message a batched rewrite may still change
+        (``microcompact.settled``), and no further than what the previous request carried
+        as it is — so the request that rewrites reads the prefix before the rewrite, and
+        the requests between two batches keep reading the part no batch touches.
+        None where nothing may change but by appending."""
+        if getattr(self.sizer.endpoint.provider, "wire", None) != "anthropic":
+            return None
+        kept = self._kept
+        if kept is not None and kept[0] is history and kept[1] is self._previous:
+            return kept[2]
+        value = microcompact.settled(history, settings=self.settings)
+        previous = self._previous
+        if previous:
+            shared = _first_change(previous, history)
+            if shared < len(previous):
+                value = shared if value is None else min(value, shared)
+        self._kept = (history, previous, value)
+        return value
 
     # -- batched rewrites ------------------------------------------------------------------
     def rewrites(self, history: History, spec: RequestSpec, log: TurnLog) -> History:

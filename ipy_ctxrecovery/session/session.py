@@ -623,7 +623,7 @@ class ChatSession:
         return dry_run(history, self._spec(max_tokens, options=options),
                        endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
                        store=self._store, settings=settings or self.settings,
-                       current=self.settings)
+                       current=self.settings, after=self._preparer)
 
     def what_if(self, settings: Settings | None = None, /, *, text: str | None = None,
                 size: int | None = None, max_tokens: int | None = None,
@@ -643,7 +643,7 @@ class ChatSession:
                             endpoint=self._endpoint, limits=self.limits, tools=self._toolbox,
                             store=self._store, current=self.settings, settings=settings,
                             overrides=overrides, name=f"session {self.name}", size=size,
-                            history_size=self.history_size())
+                            history_size=self.history_size(), after=self._preparer)
 
     def _tell_background(self, log: TurnLog) -> None:
         """The background summary's news, told in this turn (never printed from the worker,

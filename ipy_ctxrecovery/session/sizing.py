@@ -207,8 +207,19 @@ class RequestSizer:
 
     # -- bytes -------------------------------------------------------------------------------
     def request(self, history: History, spec: RequestSpec) -> Request:
+        caching = self.caching
+        keep = self.keep
+        if caching is not None and keep is not None:
+            kept = keep(history)
+            if kept is not None:
+                caching = Caching(caching.bytes_per_token, keep=kept)
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
-                       options=dict(spec.options), stream=spec.stream, caching=self.caching)
+                       options=dict(spec.options), stream=spec.stream, caching=caching)
+
+    keep: Callable[[History], int | None] | None = None
+    """The leading messages of a history expected to be sent unchanged for a while
+    (``Caching.keep``; the preparer's :meth:`~.pipeline.Preparer.keep`); None: no such
+    breakpoint."""
 
     @property
     def caching(self) -> Caching | None:

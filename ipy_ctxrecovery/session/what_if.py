@@ -784,11 +784,13 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
          limits: LearnedLimits, tools: ToolBox, store: ResultStore, current: Settings,
          settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
          name: str = "this session", size: int | None = None,
-         history_size: tuple[int, int] | None = None) -> Plan:
+         history_size: tuple[int, int] | None = None, after: Preparer | None = None) -> Plan:
     """The plan of the next request on ``history`` plus the next user message
     (:func:`next_message`: ``text``, ``size`` bytes, or one like the last) under
     ``settings``/``overrides`` (see the module docstring). ``history_size``: the
-    history's own measure, shown beside the request's (``Plan.history_size``)."""
+    history's own measure, shown beside the request's (``Plan.history_size``). ``after``:
+    the session's preparer, whose previous request the planned one follows (batched
+    rewrites are planned as the run will batch them)."""
     chosen = resolve_settings(current, settings, overrides)
     if not any(m.role is not Role.SYSTEM for m in history) and text is None and size is None:
         raise CtxRecoveryError(f"{name} has no history yet: send a message first, or give "
@@ -797,7 +799,7 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
     full = history + ((Message.user(text),) if text else ())
     tracked = _tracked(full)
     record = trace(tracked, spec, endpoint=endpoint, limits=limits, tools=tools, store=store,
-                   settings=chosen, current=current)
+                   settings=chosen, current=current, after=after)
     sizer = record.sizer
     before = sizer.measure(tracked, spec)
     latest = latest_user_index(tracked)
