@@ -511,6 +511,8 @@ def _(e: ev.FitBeforeSend) -> str:
 
 @describe.register
 def _(e: ev.MicrocompactApplied) -> str:
+    if e.on_server:
+        return server_clearing_line(e)
     return (f"{CUT} microcompact: {e.truncated} truncated, {e.summarized} summarized, "
             f"{format_size(e.bytes_freed)} freed")
 
@@ -844,6 +846,8 @@ def answer_size_detail(e: ev.MaxTokensLowered) -> str:
 
 
 def microcompact_detail(e: ev.MicrocompactApplied) -> str:
+    if e.on_server:
+        return server_clearing_detail(e)
     return (f"old tool results: {e.truncated} shortened, {e.summarized} cleared to one line · "
             f"{format_size(e.bytes_freed)} freed")
 
@@ -1265,3 +1269,68 @@ def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens
     if saved_usd is not None:
         saved += f" ({money(saved_usd)} uncached)"
     return f"{paid}; {saved}"
+
+
+# -- the provider's server compaction and context editing (docs/server-compaction.md) -------
+
+def server_compaction_words(summary_chars: int | None) -> str:
+    """How ``%chat history`` names a server compaction's content: its summary's size, or
+    "opaque" for an encrypted one (OpenAI's)."""
+    if summary_chars is None:
+        return "opaque (the provider's encrypted summary)"
+    return f"summary of {plural(summary_chars, 'character')}"
+
+
+def server_compacted_detail(e: ev.ServerCompacted) -> str:
+    """The card's (and the panel's) line for a server compaction."""
+    kind = server_compaction_words(e.summary_chars)
+    return (f"{e.wire} server: {plural(e.replaced_messages, 'message')} → 1 ({kind}); "
+            f"history {format_size(e.before_bytes)} → {format_size(e.after_bytes)}")
+
+
+@describe.register
+def _(e: ev.ServerCompacted) -> str:
+    return (f"{DONE} The provider compacted the conversation on its server: "
+            f"{plural(e.replaced_messages, 'message')} replaced by its compaction "
+            f"({server_compaction_words(e.summary_chars)}; history "
+            f"{format_size(e.before_bytes)} → {format_size(e.after_bytes)}); the transcript "
+            "keeps them, and %chat undo-compact brings them back")
+
+
+shown_at.register(ev.ServerCompacted, lambda e: "quiet")   # context changed
+
+
+def server_note_line(e: ev.ServerCompactionNote) -> str:
+    """The one line a ``server_compaction`` note is told in."""
+    if e.note == "unsupported_model":
+        return (f"{INFO} server_compaction=on: {e.model or 'this model'} is not known to "
+                "compact on its server; it is asked all the same, and the package's own "
+                "summary waits for the server")
+    if e.note == "unsupported_api":
+        return (f"{INFO} server_compaction=on: this provider's API cannot compact on its "
+                "server (Chat Completions has no such thing); the package compacts as "
+                "before")
+    by = "payload cap" if e.of == "cap" else "context window"
+    return (f"{INFO} server compaction: the {by} needs compaction by ≈{e.derived_tokens:,} "
+            f"tokens, below the server's lowest trigger ({e.trigger_tokens:,}); the package "
+            "keeps the history within it as before (its own summary runs)")
+
+
+@describe.register
+def _(e: ev.ServerCompactionNote) -> str:
+    return server_note_line(e)
+
+
+def server_note_detail(e: ev.ServerCompactionNote) -> str:
+    return server_note_line(e).removeprefix(f"{INFO} ")
+
+
+def server_clearing_line(e: ev.MicrocompactApplied) -> str:
+    return (f"{CUT} microcompact on the server: {plural(e.summarized, 'old tool use')} "
+            f"cleared by the provider (≈{e.cleared_tokens:,} tokens the model did not "
+            "read; the body sent was not smaller)")
+
+
+def server_clearing_detail(e: ev.MicrocompactApplied) -> str:
+    return (f"on the server: {plural(e.summarized, 'tool use')} cleared · "
+            f"≈{e.cleared_tokens:,} tokens")

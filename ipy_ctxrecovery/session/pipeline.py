@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core import budget, ladder, microcompact, preflight
+from ..core import budget, compactor, ladder, microcompact, preflight
 from ..core.budget import ResultStore
 from ..core.events import (
     BudgetApplied,
@@ -81,6 +81,8 @@ class Preparer:
 
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
+        for note in self.sizer.server.notes():
+            self._emit(note, log)
         history = self.rewrites(history, spec, log)
         if self.swap is not None:
             history = self.swap(history, spec, log, lambda event: self._emit(event, log))
@@ -126,11 +128,22 @@ class Preparer:
         compaction trigger, the window or a payload limit): then pending rewrites go first."""
         sizer, limits = self.sizer, self.sizer.limits
         body = sizer.measure(history, spec)
+        if sizer.server.compacts():
+            # The server keeps the window: only a known hard limit makes the body shrink.
+            return self._over_hard_limit(body, sizer.reserved_tokens(spec))
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
                              max_tokens=sizer.reserved_tokens(spec), warned=True,
                              window_known=sizer.window_known, chat_budget=sizer.chat_budget())
         return pf.action == "compact" or body > sizer.compaction_trigger(pf.budget_ratio)
+
+    def _over_hard_limit(self, body: int, reserved: int | None) -> bool:
+        """Whether ``body`` is over the payload cap in force or, with its answer, over a
+        known window (what :meth:`fit_known_limits` fits to)."""
+        sizer = self.sizer
+        cap = sizer.limits.caps.effective()
+        return (cap is not None and body > cap) or (
+            sizer.window_known and sizer.estimate(body) + (reserved or 0) > sizer.window)
 
     def unsent_budget(self, history: History, sent: int, log: TurnLog) -> History:
         """The tool-result budget on the messages after the first ``sent`` only."""
@@ -207,6 +220,9 @@ class Preparer:
         if pf.warned:
             limits.warned_no_cap = True
         self._emit(pf.event(), log)
+        if sizer.server.compacts():
+            return self.fit_for_server(history, body, reserve, requested, spec, log,
+                                       asked=asked)
         trigger = sizer.compaction_trigger(pf.budget_ratio)
         if pf.action != "compact" and body <= trigger:
             return history, spec, body
@@ -221,6 +237,26 @@ class Preparer:
             # cut may be larger again (never above what was reserved).
             body = sizer.measure(fitted, requested)
             spec = self.fit_max_tokens(body, requested, log, asked=asked)
+        return fitted, spec, body
+
+    def fit_for_server(self, history: History, body: int, reserve: int | None,
+                       requested: RequestSpec, spec: RequestSpec, log: TurnLog, *,
+                       asked: bool) -> tuple[History, RequestSpec, int]:
+        """Pre-flight while the server compacts (``docs/server-compaction.md``): no LLM
+        summary and no trim — over the chat budget the server compacts (the request
+        carries its trigger). Only a body over a known hard limit — the payload cap in
+        force, or the window with the answer's reservation — is fitted, by
+        :meth:`fit_known_limits` aimed just under that limit (not at the compaction
+        target): tool results become previews of their saved files first, then the
+        oldest units go (the system prompt, the pinned rules and the server's compaction
+        message stay). A proxy's cap is not the server's business."""
+        if not self._over_hard_limit(body, reserve):
+            return history, spec, body
+        fitted = self.fit_known_limits(history, body, reserve, spec, compactor.NO_LIMIT, log)
+        if fitted is history:
+            return history, spec, body
+        body = self.sizer.measure(fitted, requested)
+        spec = self.fit_max_tokens(body, requested, log, asked=asked)
         return fitted, spec, body
 
     def check_request_fits(self, history: History, spec: RequestSpec) -> None:
