@@ -783,6 +783,7 @@ STAGE_NAMES: dict[str, str] = {
     "window": "context window", "notice": "note to the model", "retry": "retry",
     "tool": "tool", "continuation": "continuation", "failed": "failed",
     "background": "background summary",
+    "server_compaction": "server compaction",
 }
 """The name of each step of a turn, as the card and the tracker show it."""
 
@@ -1334,3 +1335,22 @@ def server_clearing_line(e: ev.MicrocompactApplied) -> str:
 def server_clearing_detail(e: ev.MicrocompactApplied) -> str:
     return (f"on the server: {plural(e.summarized, 'tool use')} cleared · "
             f"≈{e.cleared_tokens:,} tokens")
+
+
+def server_plan_line(*, carried: bool, compacts: bool, trigger_tokens: int,
+                     derived_tokens: int, request_tokens: int, of: str | None) -> str:
+    """A plan's (``what_if``, ``dry_run``) line for the provider's server compaction."""
+    if not carried:
+        return ("server compaction: asked, but this provider's API cannot carry it — the "
+                "package compacts as before")
+    if not compacts:
+        by = "payload cap" if of == "cap" else "context window"
+        return (f"server compaction: trigger {trigger_tokens:,} tokens is the server's "
+                f"lowest, above the ≈{derived_tokens:,} the {by} allows — the package "
+                "compacts as before")
+    line = (f"server compaction: the provider compacts past {trigger_tokens:,} input tokens "
+            "(no LLM summary of the package's)")
+    if request_tokens > trigger_tokens:
+        line += (f" — this request (≈{request_tokens:,} tokens) is over it: the server "
+                 "would compact it (its summary cannot be predicted here)")
+    return line
