@@ -20,6 +20,7 @@ from ipy_ctxrecovery.core.events import (
     Event,
     FitBeforeSend,
     MicrocompactApplied,
+    Preflight,
     ServerCompacted,
     ServerCompactionNote,
 )
@@ -65,7 +66,13 @@ def test_the_trigger_is_the_budget_in_tokens_clamped_up_to_the_servers_lowest() 
         (100_000, 100_000, False, "window")
     # A 64 KB proxy: 70% of it is ≈11k tokens, below Anthropic's 50,000.
     cap = sc.trigger(ChatBudget(45_875, "cap", 0.7), bytes_per_token=4.0, min_trigger=50_000)
-    assert (cap.tokens, cap.derived, cap.clamped, cap.of) == (50_000, 11_468, True, "cap")
+    assert (cap.tokens, cap.derived, cap.clamped, cap.of) == (50_000, 11_000, True, "cap")
+    # Rounded down to two figures: a calibration that moves a little keeps the body.
+    assert sc.trigger(ChatBudget(24_576, "window", 0.75), bytes_per_token=4.0,
+                      min_trigger=1_000).tokens == 6_100
+    assert sc.trigger(ChatBudget(24_600, "window", 0.75), bytes_per_token=4.01,
+                      min_trigger=1_000).tokens == 6_100
+    assert [sc.steady(n) for n in (7, 99, 150, 6_144, 123_456)] == [7, 99, 150, 6_100, 120_000]
     # No term at all: the server's lowest, not a clamp.
     none = sc.trigger(ChatBudget(NO_LIMIT), bytes_per_token=4.0, min_trigger=1_000)
     assert (none.tokens, none.clamped) == (1_000, False)
@@ -140,7 +147,7 @@ def test_each_request_carries_the_trigger_derived_from_the_chat_budget() -> None
     s.send("hello")
     context = fake.requests[-1].context
     assert context is not None and context.clear_tool_uses is None
-    assert context.compact_trigger == int(8_192 * Settings().chat_budget_ratio)
+    assert context.compact_trigger == sc.steady(int(8_192 * Settings().chat_budget_ratio))
     assert b'"context_management"' in fake.bodies[-1]
     # A payload cap lowers it: 70% of 32 KB at the calibrated bytes/token.
     capped = compacting(window=8_192)
@@ -259,6 +266,12 @@ def test_no_client_summary_while_the_server_compacts() -> None:
     # The window itself is still a hard limit: the history was fitted (the oldest dropped).
     fits = [e for e in events if isinstance(e, FitBeforeSend)]
     assert fits and {f.over for f in fits} == {"window"}
+    # Pre-flight says what it leaves to the server, and never "compacting".
+    said = [describe(e) for e in events if isinstance(e, Preflight) and e.action != "ok"]
+    assert said and all(e.server_compacts for e in events if isinstance(e, Preflight))
+    assert any("the provider compacts on its server" in line or "fitting" in line
+               for line in said)
+    assert not any("compacting" in line for line in said)
 
 
 def test_a_clamped_trigger_leaves_the_package_compacting_and_says_so_once() -> None:

@@ -75,6 +75,9 @@ class Preflight(Event):
     budget_bytes: int | None = None
     budget_of: Literal["window", "cap"] | None = None
     budget_share: float | None = None
+    server_compacts: bool = False
+    """The provider compacts on its server (``docs/server-compaction.md``): over the chat
+    budget it is the server that compacts; only a hard limit is fitted here."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

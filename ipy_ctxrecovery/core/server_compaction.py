@@ -39,6 +39,7 @@ __all__ = [
     "replace_before",
     "server_compacts",
     "split_reply",
+    "steady",
     "trigger",
     "use",
 ]
@@ -93,16 +94,27 @@ class Trigger:
 
 
 def trigger(budget: ChatBudget, *, bytes_per_token: float, min_trigger: int) -> Trigger:
-    """``budget`` (bytes) in tokens at ``bytes_per_token``, clamped up to ``min_trigger``.
+    """``budget`` (bytes) in tokens at ``bytes_per_token`` (:func:`steady`), clamped up to
+    ``min_trigger``.
 
     A budget with no term (``NO_LIMIT``: neither a window nor a cap) leaves the trigger to
     the server's lowest (which is then no clamp: nothing asked for less)."""
     if budget.bytes >= NO_LIMIT or budget.of is None:
         return Trigger(max(1, min_trigger), max(1, min_trigger), False, None)
-    derived = max(1, int(budget.bytes / max(bytes_per_token, 1e-9)))
+    derived = steady(max(1, int(budget.bytes / max(bytes_per_token, 1e-9))))
     if derived < min_trigger:
         return Trigger(min_trigger, derived, True, budget.of)
     return Trigger(derived, derived, False, budget.of)
+
+
+def steady(tokens: int) -> int:
+    """``tokens`` rounded down to two significant figures (6,144 → 6,100; 11,468 →
+    11,000): the calibrated bytes/token moves a little after every reply, and a trigger
+    that followed it would change the body (and what a plan measured) on every turn."""
+    if tokens < 100:
+        return tokens
+    unit = 10 ** (len(str(tokens)) - 2)
+    return tokens // unit * unit
 
 
 def server_compacts(decision: Use, when: Trigger | None) -> bool:

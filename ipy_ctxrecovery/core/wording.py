@@ -438,18 +438,28 @@ def _(e: ev.Preflight) -> str:
     if "cap" in e.reasons and e.cap:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} ≈ "
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
-                     f"({format_size(e.cap)}) — compacting")
+                     f"({format_size(e.cap)}) — {_acting(e)}")
     if "window" in e.reasons:
         what = f"≈{e.est_tokens:,} tokens" + (f" + max_tokens {e.max_tokens:,}"
                                               if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
-                     "compacting")
+                     f"{_acting(e, hard=True)}")
     if "budget" in e.reasons and e.budget_bytes is not None:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} is over the chat "
-                     f"budget, {format_size(e.budget_bytes)} ({_budget_term(e)}) — compacting")
+                     f"budget, {format_size(e.budget_bytes)} ({_budget_term(e)}) — "
+                     f"{_acting(e)}")
     if "no_cap" in e.reasons:
         lines.append(no_cap_warning(e.body_bytes))
     return "\n".join(lines)
+
+
+def _acting(e: ev.Preflight, *, hard: bool = False) -> str:
+    """What pre-flight does about what it found: compacting, or — while the provider
+    compacts on its server — leaving that to the server (a hard limit is fitted)."""
+    if not e.server_compacts:
+        return "compacting"
+    return "fitting (no summary: the server compacts)" if hard else \
+        "the provider compacts on its server"
 
 
 def chat_budget_term(*, share: float | None, of: str | None, window: int, cap: int | None,
@@ -827,12 +837,12 @@ def preflight_verdict(e: ev.Preflight) -> str:
     """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
     if "cap" in e.reasons:
-        parts.append("near the cap → compacting")
+        parts.append(f"near the cap → {_acting(e)}")
     if "window" in e.reasons:
-        parts.append("prompt + answer over the window → compacting")
+        parts.append(f"prompt + answer over the window → {_acting(e, hard=True)}")
     if "budget" in e.reasons and e.budget_bytes is not None:
         parts.append(f"over the chat budget, {format_size(e.budget_bytes)} "
-                     f"({_budget_term(e)}) → compacting")
+                     f"({_budget_term(e)}) → {_acting(e)}")
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config CHATCLI_MAX_PAYLOAD=SIZE")

@@ -18,6 +18,7 @@ A body that pre-flight already knows is too big is fitted here, never sent blind
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -219,8 +220,10 @@ class Preparer:
                              window_known=sizer.window_known, chat_budget=sizer.chat_budget())
         if pf.warned:
             limits.warned_no_cap = True
-        self._emit(pf.event(), log)
-        if sizer.server.compacts():
+        compacts = sizer.server.compacts()
+        event = pf.event()
+        self._emit(dataclasses.replace(event, server_compacts=True) if compacts else event, log)
+        if compacts:
             return self.fit_for_server(history, body, reserve, requested, spec, log,
                                        asked=asked)
         trigger = sizer.compaction_trigger(pf.budget_ratio)
