@@ -424,3 +424,48 @@ def test_usage_of_a_compaction_reply_is_counted() -> None:
     s, _ = chat(fake)
     reply = s.send("q")
     assert reply.usage == Usage(10, 5, 0, 0)
+
+
+def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from ipy_ctxrecovery.notebook import get_magics
+
+    loaded_shell.run_cell_magic("chat", "", "first")
+    session = get_magics().workspace.session()
+    compaction = Message(Role.ASSISTANT, (Compaction("anthropic", "{}", "We  discussed\nX."),),
+                         tag=TAG_SERVER_COMPACTION)
+    opaque = Message(Role.ASSISTANT, (Compaction("openai", "{}", None),),
+                     tag=TAG_SERVER_COMPACTION)
+    session._history = (compaction, Message.assistant("ok"), opaque)
+    capsys.readouterr()
+    loaded_shell.run_line_magic("chat", "history")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith(
+        "assistant [server compaction: replaces everything before it] We discussed X.")
+    assert "opaque (the provider's encrypted summary) from the openai server" in lines[3]
+
+
+def test_a_resumed_session_keeps_its_server_compaction() -> None:
+    fake = compacting(["a1", compaction_reply("a2", "S"), "a3"])
+    s, _ = chat(fake, name="resumed-compaction")
+    for text in ("q1", "q2"):
+        s.send(text)
+    kept = s.history
+    s.close()
+    again = ChatSession.resume("resumed-compaction", provider=compacting(["a3"]),
+                               settings=Settings())
+    assert again.history == kept
+    again.send("q3")
+    assert problems(again.history) == []
+    assert again.history[1].tag == TAG_SERVER_COMPACTION
+    again.close()
+
+
+def test_the_recall_tool_is_offered_after_a_server_compaction() -> None:
+    fake = compacting([compaction_reply("a1"), "a2"])
+    s, _ = chat(fake)
+    s.send("q1")
+    assert "recall_transcript" not in [t.name for t in fake.requests[0].tools]
+    s.send("q2")
+    assert "recall_transcript" in [t.name for t in fake.requests[-1].tools]
