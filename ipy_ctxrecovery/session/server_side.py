@@ -50,6 +50,7 @@ class ServerSide:
     def __init__(self, sizer: RequestSizer) -> None:
         self.sizer = sizer
         self._told: set[str] = set()
+        self._last_clearable: tuple[History, float, int] | None = None
 
     # -- the decision ----------------------------------------------------------------------
     def decision(self) -> sc.Use:
@@ -89,16 +90,24 @@ class ServerSide:
         when = self.trigger()
         clear = None
         settings = self.sizer.settings
-        if sc.server_compacts(decision, when) \
-                and getattr(self.sizer.endpoint.provider, "wire", None) == "anthropic":
-            bpt = self.sizer.limits.tokens.bytes_per_token
-            heavy = sc.clearable_tool_tokens(history, keep=KEEP_TOOL_USES,
-                                             bytes_per_token=bpt)
-            if heavy >= settings.microcompact_clear_at_least:
-                clear = ClearToolUses(
-                    trigger=max(1, int(when.tokens * settings.compaction_target_fraction)),
-                    keep=KEEP_TOOL_USES, clear_at_least=settings.microcompact_clear_at_least)
+        anthropic = getattr(self.sizer.endpoint.provider, "wire", None) == "anthropic"
+        if anthropic and sc.server_compacts(decision, when) \
+                and self._clearable(history) >= settings.microcompact_clear_at_least:
+            clear = ClearToolUses(
+                trigger=max(1, int(when.tokens * settings.compaction_target_fraction)),
+                keep=KEEP_TOOL_USES, clear_at_least=settings.microcompact_clear_at_least)
         return ContextManagement(compact_trigger=when.tokens, clear_tool_uses=clear)
+
+    def _clearable(self, history: History) -> int:
+        """``clearable_tool_tokens`` of ``history``, once per history (a fit measures the
+        same candidate several times, each measure building its request)."""
+        bpt = self.sizer.limits.tokens.bytes_per_token
+        last = self._last_clearable
+        if last is not None and last[0] is history and last[1] == bpt:
+            return last[2]
+        tokens = sc.clearable_tool_tokens(history, keep=KEEP_TOOL_USES, bytes_per_token=bpt)
+        self._last_clearable = (history, bpt, tokens)
+        return tokens
 
     def notes(self) -> list[Event]:
         """The setting's notes not told yet this session (each once)."""
