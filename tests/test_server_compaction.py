@@ -469,3 +469,14 @@ def test_the_recall_tool_is_offered_after_a_server_compaction() -> None:
     assert "recall_transcript" not in [t.name for t in fake.requests[0].tools]
     s.send("q2")
     assert "recall_transcript" in [t.name for t in fake.requests[-1].tools]
+
+
+def test_status_says_what_the_server_compaction_does() -> None:
+    s, _ = chat(compacting(window=8_192))
+    assert str(s.status()).splitlines()[-1] == \
+        "server compaction: on, past 6,100 input tokens (no summary of the package's)"
+    s2, _ = chat(compacting(), Settings(server_compaction="off"))
+    assert s2.status().server_compaction is None
+    assert "server compaction" not in str(s2.status())
+    s3, _ = chat(FakeProvider((), wire="openai"), Settings(server_compaction="on"))
+    assert "cannot carry it" in str(s3.status())

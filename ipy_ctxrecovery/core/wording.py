@@ -322,6 +322,9 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
     background = getattr(status, "background", "idle")
     if background != "idle":
         lines.append(f"background summary: {BACKGROUND_WORDS.get(background, background)}")
+    server = getattr(status, "server_compaction", None)
+    if server:
+        lines.append(f"server compaction: {server}")
     return "\n".join(lines)
 
 
@@ -1364,3 +1367,13 @@ def server_plan_line(*, carried: bool, compacts: bool, trigger_tokens: int,
         line += (f" — this request (≈{request_tokens:,} tokens) is over it: the server "
                  "would compact it (its summary cannot be predicted here)")
     return line
+
+
+def server_status(*, carried: bool, compacts: bool, trigger_tokens: int) -> str:
+    """``%chat status``'s words for the provider's server compaction, when asked."""
+    if not carried:
+        return "asked, but this provider's API cannot carry it (the package compacts)"
+    if not compacts:
+        return (f"asked past {trigger_tokens:,} tokens, the server's lowest, too late for "
+                "the budget (the package compacts)")
+    return f"on, past {trigger_tokens:,} input tokens (no summary of the package's)"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..core import compactor
+from ..core import compactor, wording
 from ..core import server_compaction as sc
 from ..core.events import Event, MicrocompactApplied, ServerCompacted, ServerCompactionNote
 from ..core.history import History, Message
@@ -77,6 +77,15 @@ class ServerSide:
         if not decision.asked:
             return False
         return sc.server_compacts(decision, self.trigger())
+
+    def status_words(self) -> str | None:
+        """What ``%chat status`` says of it (None: not asked)."""
+        decision = self.decision()
+        if not decision.asked:
+            return None
+        when = self.trigger()
+        return wording.server_status(carried=decision.carried, compacts=self.compacts(),
+                                     trigger_tokens=when.tokens)
 
     # -- the request -----------------------------------------------------------------------
     def context(self, history: History) -> ContextManagement | None:

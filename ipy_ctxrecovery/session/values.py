@@ -82,6 +82,9 @@ class SessionStatus:
     background: str = "idle"
     """The summary prepared in the background: ``idle``, ``preparing``, ``ready`` or
     ``failed`` (``session/background.py``)."""
+    server_compaction: str | None = None
+    """What the provider's server compaction does for this session, in words (None: not
+    asked; ``docs/server-compaction.md``)."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
