@@ -63,12 +63,17 @@ class FakeProvider:
 
     def __init__(self, script: Iterable[Script] = (), *, model: str = "fake",
                  window: int = 8192, max_output: int = 4096, wire: str | None = None,
-                 server_compaction: bool = False, min_compact_trigger: int = 0) -> None:
+                 server_compaction: bool = False, min_compact_trigger: int = 0,
+                 compacts: bool = False) -> None:
         self.model = model
         self.info = ModelInfo(model, window, max_output, server_compaction=server_compaction,
                               min_compact_trigger=min_compact_trigger)
         if wire is not None:
             self.wire = wire    # "anthropic": its API carries server compaction
+        self.compacts = compacts
+        """Answer like a server that compacts: a request past its ``compact_trigger``
+        (input tokens, a quarter of the body's bytes) gets a compaction and an echo."""
+        self.compactions = 0
         self.script: deque[Script] = deque(script)
         self.requests: list[Request] = []
         self.bodies: list[bytes] = []
@@ -109,6 +114,13 @@ class FakeProvider:
         if item is None:
             latest = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
             item = f"echo: {latest[:60]}"
+            trigger = request.context.compact_trigger if request.context else None
+            if self.compacts and trigger is not None and len(body) // 4 > trigger:
+                self.compactions += 1
+                reply = compaction_reply(item, f"summary {self.compactions} of "
+                                               f"{len(request.messages)} messages")
+                item = Response(reply.message, reply.stop, Usage(len(body) // 4, 5),
+                                len(body))
         if isinstance(item, str):
             item = Response(Message.assistant(item), StopReason.END,
                             Usage(len(body) // 4, len(item) // 4), len(body))

@@ -251,27 +251,43 @@ def test_no_client_summary_while_the_server_compacts() -> None:
     settings = Settings(background_compaction=True)
     plain = FakeProvider((), window=2_048)
     baseline, base_events = long_chat(plain, settings)
-    baseline_requests = plain.requests
     assert any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in base_events)
-    fake = compacting(window=2_048, min_compact_trigger=100)
+    assert any(r.messages[0].text == SUMMARIZE_SYSTEM_PROMPT for r in plain.requests)
+    fake = compacting(window=2_048, min_compact_trigger=100, compacts=True)
     s, events = long_chat(fake, settings)
+    assert fake.compactions >= 2
+    assert len([e for e in events if isinstance(e, ServerCompacted)]) == fake.compactions
     assert not any(isinstance(e, CompactionPhase) for e in events)
     assert not any(isinstance(e, BackgroundSummary) for e in events)
     assert s._background.jobs == 0
-    # No summary request was ever sent (the baseline sent some).
-    assert any(r.messages[0].text == SUMMARIZE_SYSTEM_PROMPT for r in baseline_requests)
     assert not any(r.messages and r.messages[0].text == SUMMARIZE_SYSTEM_PROMPT
                    for r in fake.requests)
     assert all(r.context is not None for r in fake.requests)
-    # The window itself is still a hard limit: the history was fitted (the oldest dropped).
-    fits = [e for e in events if isinstance(e, FitBeforeSend)]
-    assert fits and {f.over for f in fits} == {"window"}
+    assert len(fake.requests) == 12     # one request a turn: nothing else was asked
     # Pre-flight says what it leaves to the server, and never "compacting".
     said = [describe(e) for e in events if isinstance(e, Preflight) and e.action != "ok"]
     assert said and all(e.server_compacts for e in events if isinstance(e, Preflight))
-    assert any("the provider compacts on its server" in line or "fitting" in line
+    assert all("the provider compacts on its server" in line or "fitting" in line
                for line in said)
     assert not any("compacting" in line for line in said)
+    assert not [e for e in events if isinstance(e, ServerCompactionNote)]
+
+
+def test_a_server_that_does_not_compact_hands_the_window_back_to_the_package() -> None:
+    """"on" for a model the catalogue does not know: asked, and the package's summary
+    waits — until a reply past the trigger comes back without a compaction. Then it is
+    told once, and the package compacts itself."""
+    fake = FakeProvider((), window=2_048, wire="anthropic")     # never compacts
+    s, events = long_chat(fake, Settings(server_compaction="on"), turns=12)
+    notes = [e.note for e in events if isinstance(e, ServerCompactionNote)]
+    assert notes == ["unsupported_model", "not_compacting"]
+    said = describe(next(e for e in events if isinstance(e, ServerCompactionNote)
+                         and e.note == "not_compacting"))
+    assert "this server does not compact" in said
+    assert any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in events)
+    assert not s._sizer.server.compacts() and s.limits.server_did_not_compact
+    assert "the server did not compact past its trigger" in str(s.status())
+    assert "did not compact past its trigger" in "\n".join(s.what_if(size=100).summary_lines())
 
 
 def test_a_clamped_trigger_leaves_the_package_compacting_and_says_so_once() -> None:
@@ -290,18 +306,22 @@ def test_a_clamped_trigger_leaves_the_package_compacting_and_says_so_once() -> N
 
 def test_the_cap_fit_still_works_while_the_server_compacts() -> None:
     """A configured 8 KB cap under a window the server keeps (its trigger is 70% of the cap,
-    not clamped): a server that has not compacted yet leaves the body growing past the cap.
-    The fit keeps every body under it — by dropping the oldest, never by a summary — and
-    only at the cap itself, not at the chat budget."""
-    fake = compacting(window=200_000, min_compact_trigger=100)
-    s, events = long_chat(fake, Settings(max_payload=8 * 1024), turns=10, size=1_200)
+    not clamped). A turn that jumps from under the trigger to over the cap would be
+    rejected before the server ever saw it: the fit keeps it under the cap — dropping the
+    oldest, never by a summary, and only at the cap itself, not at the chat budget — and
+    the server then compacts that request."""
+    fake = compacting(window=200_000, min_compact_trigger=100, compacts=True)
+    s, events = chat(fake, Settings(max_payload=8 * 1024))
+    for text in ("a" * 2_000, "b" * 2_500, "c" * 4_500, "d" * 100, "e" * 3_000, "f" * 5_000):
+        s.send(text)
     assert all(len(b) <= 8 * 1024 for b in fake.bodies)
     fits = [e for e in events if isinstance(e, FitBeforeSend)]
     assert fits and all(f.over == "cap" for f in fits)
     assert all(f.goal_bytes >= int(8 * 1024 * (1 - s.settings.exact_fit_margin)) - 1
                for f in fits)           # aimed just under the cap, not at the target
+    assert fake.compactions >= 1 and any(isinstance(e, ServerCompacted) for e in events)
     assert not any(isinstance(e, CompactionPhase) for e in events)
-    assert len(fake.requests) == 10     # no summary request
+    assert len(fake.requests) == 6      # no summary request
 
 
 class Proxy(FakeProvider):
@@ -318,14 +338,18 @@ class Proxy(FakeProvider):
 
 
 def test_a_proxy_413_is_fitted_without_a_summary_while_the_server_compacts() -> None:
+    """No cap known at first: the trigger is the window's, above the proxy's limit, so a
+    body passes the limit before the server compacts. One 413; the ladder drops (no
+    summary), the cap is learned, and from then on the trigger follows it — the server
+    compacts below the cap, and no request is rejected again."""
     fake = Proxy((), wire="anthropic", server_compaction=True, min_compact_trigger=100,
-                 window=200_000)
-    s, events = long_chat(fake, Settings(background_compaction=False), turns=9, size=1_500)
-    assert s.status().recoveries == 1          # the cap was learned from the 413
-    assert len(fake.requests) - len(fake.bodies) == 1     # at most one rejection
+                 window=200_000, compacts=True)
+    s, events = long_chat(fake, Settings(background_compaction=False), turns=16, size=1_500)
+    assert s.status().recoveries == 1
+    assert len(fake.requests) - len(fake.bodies) == 1     # one rejection in 16 turns
     assert not any(isinstance(e, CompactionPhase) for e in events)
     assert not any(r.messages[0].text == SUMMARIZE_SYSTEM_PROMPT for r in fake.requests)
-    # Once the cap is known, the trigger follows it: the server compacts below the cap.
+    assert fake.compactions >= 1
     trigger = fake.requests[-1].context.compact_trigger  # type: ignore[union-attr]
     assert trigger * s.limits.tokens.bytes_per_token <= Proxy.limit
 

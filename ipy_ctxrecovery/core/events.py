@@ -364,9 +364,11 @@ class ServerCompactionNote(Event):
     ``unsupported_model`` ("on", a model not known to compact on its server: asked all the
     same), ``unsupported_api`` ("on", an API that cannot carry it: the package compacts as
     before), ``clamped`` (the budget's trigger, ``derived_tokens`` set by ``of``, is below
-    the server's lowest, ``trigger_tokens``: the package keeps the body within it)."""
+    the server's lowest, ``trigger_tokens``: the package keeps the body within it),
+    ``not_compacting`` (a reply to ``derived_tokens`` input tokens, past the trigger, came
+    without a compaction: the package compacts itself from then on)."""
 
-    note: Literal["unsupported_model", "unsupported_api", "clamped"]
+    note: Literal["unsupported_model", "unsupported_api", "clamped", "not_compacting"]
     model: str = ""
     trigger_tokens: int = 0
     derived_tokens: int = 0

@@ -1324,6 +1324,11 @@ def server_note_line(e: ev.ServerCompactionNote) -> str:
         return (f"{INFO} server_compaction=on: this provider's API cannot compact on its "
                 "server (Chat Completions has no such thing); the package compacts as "
                 "before")
+    if e.note == "not_compacting":
+        return (f"{WARN} server compaction: a request of {e.derived_tokens:,} input tokens, "
+                f"past the {e.trigger_tokens:,}-token trigger, came back without a "
+                "compaction — this server does not compact; the package compacts itself "
+                "from now on")
     by = "payload cap" if e.of == "cap" else "context window"
     return (f"{INFO} server compaction: the {by} needs compaction by ≈{e.derived_tokens:,} "
             f"tokens, below the server's lowest trigger ({e.trigger_tokens:,}); the package "
@@ -1336,7 +1341,7 @@ def _(e: ev.ServerCompactionNote) -> str:
 
 
 def server_note_detail(e: ev.ServerCompactionNote) -> str:
-    return server_note_line(e).removeprefix(f"{INFO} ")
+    return server_note_line(e).removeprefix(f"{INFO} ").removeprefix(f"{WARN} ")
 
 
 def server_clearing_line(e: ev.MicrocompactApplied) -> str:
@@ -1351,11 +1356,15 @@ def server_clearing_detail(e: ev.MicrocompactApplied) -> str:
 
 
 def server_plan_line(*, carried: bool, compacts: bool, trigger_tokens: int,
-                     derived_tokens: int, request_tokens: int, of: str | None) -> str:
+                     derived_tokens: int, request_tokens: int, of: str | None,
+                     ignored: bool = False) -> str:
     """A plan's (``what_if``, ``dry_run``) line for the provider's server compaction."""
     if not carried:
         return ("server compaction: asked, but this provider's API cannot carry it — the "
                 "package compacts as before")
+    if ignored:
+        return ("server compaction: asked, but this server did not compact past its trigger "
+                "— the package compacts as before")
     if not compacts:
         by = "payload cap" if of == "cap" else "context window"
         return (f"server compaction: trigger {trigger_tokens:,} tokens is the server's "
@@ -1369,10 +1378,14 @@ def server_plan_line(*, carried: bool, compacts: bool, trigger_tokens: int,
     return line
 
 
-def server_status(*, carried: bool, compacts: bool, trigger_tokens: int) -> str:
+def server_status(*, carried: bool, compacts: bool, trigger_tokens: int,
+                  ignored: bool = False) -> str:
     """``%chat status``'s words for the provider's server compaction, when asked."""
     if not carried:
         return "asked, but this provider's API cannot carry it (the package compacts)"
+    if ignored:
+        return ("asked, but the server did not compact past its trigger (the package "
+                "compacts)")
     if not compacts:
         return (f"asked past {trigger_tokens:,} tokens, the server's lowest, too late for "
                 "the budget (the package compacts)")

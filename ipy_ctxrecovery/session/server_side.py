@@ -72,9 +72,10 @@ class ServerSide:
                           min_trigger=sizer.endpoint.info.min_compact_trigger)
 
     def compacts(self) -> bool:
-        """Whether the server keeps the window now (then no client LLM summary for it)."""
+        """Whether the server keeps the window now (then no client LLM summary for it):
+        asked, carried, not clamped — and not shown to ignore the ask."""
         decision = self.decision()
-        if not decision.asked:
+        if not decision.asked or self.sizer.limits.server_did_not_compact:
             return False
         return sc.server_compacts(decision, self.trigger())
 
@@ -85,7 +86,8 @@ class ServerSide:
             return None
         when = self.trigger()
         return wording.server_status(carried=decision.carried, compacts=self.compacts(),
-                                     trigger_tokens=when.tokens)
+                                     trigger_tokens=when.tokens,
+                                     ignored=self.sizer.limits.server_did_not_compact)
 
     # -- the request -----------------------------------------------------------------------
     def context(self, history: History) -> ContextManagement | None:
@@ -106,6 +108,20 @@ class ServerSide:
                 trigger=max(1, int(when.tokens * settings.compaction_target_fraction)),
                 keep=KEEP_TOOL_USES, clear_at_least=settings.microcompact_clear_at_least)
         return ContextManagement(compact_trigger=when.tokens, clear_tool_uses=clear)
+
+    def _did_not_compact(self, response: Response) -> list[Event]:
+        """A reply without a compaction to a request past the trigger (by the server's own
+        count, with a tenth to spare): this server does not compact — learned, told once,
+        and the package compacts itself from then on (a model "on" asked that lacks it)."""
+        prompt = response.usage.prompt_tokens
+        if prompt is None or not self.compacts():
+            return []
+        when = self.trigger()
+        if prompt <= when.tokens * 1.1:
+            return []
+        self.sizer.limits.server_did_not_compact = True
+        return [ServerCompactionNote(note="not_compacting", trigger_tokens=when.tokens,
+                                     derived_tokens=prompt)]
 
     def _clearable(self, history: History) -> int:
         """``clearable_tool_tokens`` of ``history``, once per history (a fit measures the
@@ -149,6 +165,7 @@ class ServerSide:
                 on_server=True, cleared_tokens=sum(e.cleared_tokens for e in cleared)))
         compaction, message = sc.split_reply(response.message)
         if compaction is None:
+            events.extend(self._did_not_compact(response))
             return history, message, events
         block = sc.compaction_of(compaction)
         assert block is not None

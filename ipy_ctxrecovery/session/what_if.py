@@ -881,7 +881,8 @@ def _server_line(sizer: RequestSizer, before: int) -> str | None:
     when = server.trigger()
     return server_plan_line(carried=decision.carried, compacts=server.compacts(),
                             trigger_tokens=when.tokens, derived_tokens=when.derived,
-                            request_tokens=sizer.estimate(before), of=when.of)
+                            request_tokens=sizer.estimate(before), of=when.of,
+                            ignored=sizer.limits.server_did_not_compact)
 
 
 def _prepare_at(trigger: int | None, settings: Settings) -> int | None:
