@@ -202,8 +202,9 @@ def test_a_manual_compactions_summary_tokens_are_counted_and_saved(
 def test_a_compaction_during_a_turn_counts_its_summary_tokens_in_the_turn_and_session(
         emulator: Any, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
     # The summary is asked for in the turn (not prepared ahead: tests/test_background.py).
-    s = ChatSession(model, emulator=emulator(context_window=4096),
-                    settings=Settings(background_compaction=False), name="auto")
+    s = ChatSession(model, emulator=emulator(context_window=4096),   # the package's own
+                    settings=Settings(background_compaction=False, server_compaction="off"),
+                    name="auto")
     paid = paid_usage(s, monkeypatch)
     for i in range(12):
         start = len(paid)

@@ -59,7 +59,11 @@ API_KEY = "sk-test-e2e-0123456789abcdefSECRET"
 # Limits scaled down with the windows/caps, so tests stay fast.
 SMALL = Settings(per_result_max_chars=2_000, turn_budget_chars=6_000, budget_head_chars=800,
                  budget_tail_chars=200, microcompact_min_chars=600,
-                 microcompact_head_chars=300, microcompact_tail_chars=100)
+                 microcompact_head_chars=300, microcompact_tail_chars=100,
+                 server_compaction="off")
+# The package's own compaction: under "auto" the emulator compacts on its server on the
+# Anthropic wire, and the package's summary then does not run (docs/server-compaction.md).
+OWN = Settings(server_compaction="off")
 
 
 def body_history(record: Any) -> History:
@@ -458,7 +462,7 @@ def test_sizes_are_measured_without_the_sdk_encoding_each_candidate(emulator: An
     # pre-flight measurement of a request that compaction then replaced).
     emu = emulator(context_window=4096)
     session = ChatSession(wire, emulator=emu, tools=[fetch], builtin_tools=False,
-                          name=f"encodes-{wire.replace(':', '-')}")
+                          name=f"encodes-{wire.replace(':', '-')}", settings=OWN)
     encodes = 0
     encode = session.provider.encode
 
@@ -513,7 +517,7 @@ def test_after_a_413_the_oldest_messages_are_summarized_not_dropped(emulator: An
                                                                     wire: str) -> None:
     emu = emulator(context_window=200_000)
     provider = make_provider(wire, emulator=emu, max_retries=0)
-    session = ChatSession(wire, provider=provider, settings=Settings(),
+    session = ChatSession(wire, provider=provider, settings=OWN,
                           name=f"p413-summary-{wire.replace(':', '-')}")
     texts = payload_turns(12)
     events: list[Event] = []
@@ -549,7 +553,7 @@ def test_a_failing_summarizer_after_a_413_still_recovers_by_dropping(emulator: A
                                                                      wire: str) -> None:
     emu = emulator(context_window=200_000)
     provider = make_provider(wire, emulator=emu, max_retries=0)
-    session = ChatSession(wire, provider=provider, settings=Settings(),
+    session = ChatSession(wire, provider=provider, settings=OWN,
                           name=f"p413-nosummary-{wire.replace(':', '-')}")
     texts = payload_turns(11)
     events: list[Event] = []
@@ -681,7 +685,7 @@ def test_a_compaction_the_chat_budget_asks_for_says_so_first(emulator: Any, wire
     emu = emulator(context_window=8000)
     lines: list[str] = []
     session = ChatSession(wire, emulator=emu, files_root=tmp_path,
-                          settings=Settings(background_compaction=False),  # in the turn
+                          settings=OWN.replace(background_compaction=False),  # in the turn
                           on_event=lambda e: lines.append(describe(e)))
     for i in range(10):
         session.send(filler(i, 2500), stream=False)
@@ -705,7 +709,7 @@ def test_a_long_history_is_summarized_in_chunks_within_the_cap(emulator: Any,
     emu = emulator(context_window=200_000, max_body="24KB")
     # (the summaries run in the turns, where their requests are counted: not prepared ahead)
     session = ChatSession(wire, emulator=emu, builtin_tools=False, name=f"chunks-{wire[-3:]}",
-                          settings=Settings(background_compaction=False))
+                          settings=OWN.replace(background_compaction=False))
     events: list[Event] = []
     session.subscribe(events.append)
     texts = [filler(i, 3_000) for i in range(12)]

@@ -36,6 +36,8 @@ __all__ = [
     "Recovered",
     "Retrying",
     "Sending",
+    "ServerCompacted",
+    "ServerCompactionNote",
     "StreamUsageMissing",
     "ToolRun",
     "Truncated",
@@ -76,6 +78,9 @@ class Preflight(Event):
     counted_tokens: int | None = None
     """The input tokens as the provider counted them (exact pre-flight,
     ``core/exact_count.py``; then ``est_tokens`` is this count); None: estimated."""
+    server_compacts: bool = False
+    """The provider compacts on its server (``docs/server-compaction.md``): over the chat
+    budget it is the server that compacts; only a hard limit is fitted here."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +115,11 @@ class MicrocompactApplied(Event):
     truncated: int
     summarized: int
     bytes_freed: int
+    on_server: bool = False
+    """The provider's context editing cleared old tool uses on its server (Anthropic's
+    ``clear_tool_uses``): ``summarized`` tool uses cleared, ``cleared_tokens`` tokens the
+    model did not read; the body sent was not smaller (``bytes_freed`` 0)."""
+    cleared_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,6 +342,40 @@ class BackgroundSummary(Event):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCompacted(Event):
+    """The provider compacted the conversation on its server (``docs/server-compaction.md``):
+    its compaction message replaced ``replaced_messages`` messages of the working history
+    (the transcript keeps them), which went from ``before_bytes`` to ``after_bytes``
+    (request bytes, as the history is measured). ``summary_chars``: the length of the
+    server's readable summary, None for an opaque one (OpenAI's encrypted item);
+    ``trigger_tokens`` the trigger the request carried."""
+
+    wire: str
+    replaced_messages: int
+    before_bytes: int
+    after_bytes: int
+    summary_chars: int | None = None
+    trigger_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCompactionNote(Event):
+    """Told once a session about the ``server_compaction`` setting in force:
+    ``unsupported_model`` ("on", a model not known to compact on its server: asked all the
+    same), ``unsupported_api`` ("on", an API that cannot carry it: the package compacts as
+    before), ``clamped`` (the budget's trigger, ``derived_tokens`` set by ``of``, is below
+    the server's lowest, ``trigger_tokens``: the package keeps the body within it),
+    ``not_compacting`` (a reply to ``derived_tokens`` input tokens, past the trigger, came
+    without a compaction: the package compacts itself from then on)."""
+
+    note: Literal["unsupported_model", "unsupported_api", "clamped", "not_compacting"]
+    model: str = ""
+    trigger_tokens: int = 0
+    derived_tokens: int = 0
+    of: Literal["window", "cap"] | None = None
 
 
 EventCallback = Callable[[Event], None]

@@ -35,6 +35,7 @@ from .history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_PINNED_RULES,
+    TAG_SERVER_COMPACTION,
     TAG_SUMMARY,
     History,
     Message,
@@ -52,7 +53,8 @@ __all__ = ["DropFit", "Outline", "Sizes", "drop_fit", "first_defect", "outline",
 MIN_PREVIEW_CHARS = 500
 """Never shrink a tool result below this: the preview must still name its file."""
 
-PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES})
+PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES,
+                         TAG_SERVER_COMPACTION})  # the server's compaction: as a summary
 DROPPED_META = "dropped_messages"
 
 _SYSTEM, _USER, _ASSISTANT, _TOOL = Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from re import _constants, _parser  # type: ignore[attr-defined]
 from typing import Any
 
-from .history import TAG_COMPACTION_NOTICE, TAG_SUMMARY, Message, Role
+from .history import TAG_COMPACTION_NOTICE, TAG_SERVER_COMPACTION, TAG_SUMMARY, Message, Role
 
 __all__ = [
     "RECALL_TOOL",
@@ -94,8 +94,10 @@ class Passage:
 
 
 def shows_compaction(history: Iterable[Message]) -> bool:
-    """Whether ``history`` carries a summary or a compaction notice (it was compacted)."""
-    return any(m.tag in (TAG_SUMMARY, TAG_COMPACTION_NOTICE) for m in history)
+    """Whether ``history`` carries a summary, a compaction notice or the provider's server
+    compaction (it was compacted)."""
+    return any(m.tag in (TAG_SUMMARY, TAG_COMPACTION_NOTICE, TAG_SERVER_COMPACTION)
+               for m in history)
 
 
 def _role(m: Message) -> str:

@@ -325,6 +325,9 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
     background = getattr(status, "background", "idle")
     if background != "idle":
         lines.append(f"background summary: {BACKGROUND_WORDS.get(background, background)}")
+    server = getattr(status, "server_compaction", None)
+    if server:
+        lines.append(f"server compaction: {server}")
     return "\n".join(lines)
 
 
@@ -441,17 +444,27 @@ def _(e: ev.Preflight) -> str:
     if "cap" in e.reasons and e.cap:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} ≈ "
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
-                     f"({format_size(e.cap)}) — compacting")
+                     f"({format_size(e.cap)}) — {_acting(e)}")
     if "window" in e.reasons:
         what = _input_tokens(e) + (f" + max_tokens {e.max_tokens:,}" if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
-                     "compacting")
+                     f"{_acting(e, hard=True)}")
     if "budget" in e.reasons and e.budget_bytes is not None:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} is over the chat "
-                     f"budget, {format_size(e.budget_bytes)} ({_budget_term(e)}) — compacting")
+                     f"budget, {format_size(e.budget_bytes)} ({_budget_term(e)}) — "
+                     f"{_acting(e)}")
     if "no_cap" in e.reasons:
         lines.append(no_cap_warning(e.body_bytes))
     return "\n".join(lines)
+
+
+def _acting(e: ev.Preflight, *, hard: bool = False) -> str:
+    """What pre-flight does about what it found: compacting, or — while the provider
+    compacts on its server — leaving that to the server (a hard limit is fitted)."""
+    if not e.server_compacts:
+        return "compacting"
+    return "fitting (no summary: the server compacts)" if hard else \
+        "the provider compacts on its server"
 
 
 def chat_budget_term(*, share: float | None, of: str | None, window: int, cap: int | None,
@@ -527,6 +540,8 @@ def _(e: ev.FitBeforeSend) -> str:
 
 @describe.register
 def _(e: ev.MicrocompactApplied) -> str:
+    if e.on_server:
+        return server_clearing_line(e)
     return (f"{CUT} microcompact: {e.truncated} truncated, {e.summarized} summarized, "
             f"{format_size(e.bytes_freed)} freed")
 
@@ -797,6 +812,7 @@ STAGE_NAMES: dict[str, str] = {
     "window": "context window", "notice": "note to the model", "retry": "retry",
     "tool": "tool", "continuation": "continuation", "failed": "failed",
     "background": "background summary",
+    "server_compaction": "server compaction",
 }
 """The name of each step of a turn, as the card and the tracker show it."""
 
@@ -843,12 +859,12 @@ def preflight_verdict(e: ev.Preflight) -> str:
     """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
     if "cap" in e.reasons:
-        parts.append("near the cap → compacting")
+        parts.append(f"near the cap → {_acting(e)}")
     if "window" in e.reasons:
-        parts.append("prompt + answer over the window → compacting")
+        parts.append(f"prompt + answer over the window → {_acting(e, hard=True)}")
     if "budget" in e.reasons and e.budget_bytes is not None:
         parts.append(f"over the chat budget, {format_size(e.budget_bytes)} "
-                     f"({_budget_term(e)}) → compacting")
+                     f"({_budget_term(e)}) → {_acting(e)}")
     if "no_cap" in e.reasons:
         parts.append("large, with no cap set: if a proxy limits requests, "
                      "%chat config CHATCLI_MAX_PAYLOAD=SIZE")
@@ -867,6 +883,8 @@ def answer_size_detail(e: ev.MaxTokensLowered) -> str:
 
 
 def microcompact_detail(e: ev.MicrocompactApplied) -> str:
+    if e.on_server:
+        return server_clearing_detail(e)
     return (f"old tool results: {e.truncated} shortened, {e.summarized} cleared to one line · "
             f"{format_size(e.bytes_freed)} freed")
 
@@ -1288,3 +1306,110 @@ def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens
     if saved_usd is not None:
         saved += f" ({money(saved_usd)} uncached)"
     return f"{paid}; {saved}"
+
+
+# -- the provider's server compaction and context editing (docs/server-compaction.md) -------
+
+def server_compaction_words(summary_chars: int | None) -> str:
+    """How ``%chat history`` names a server compaction's content: its summary's size, or
+    "opaque" for an encrypted one (OpenAI's)."""
+    if summary_chars is None:
+        return "opaque (the provider's encrypted summary)"
+    return f"summary of {plural(summary_chars, 'character')}"
+
+
+def server_compacted_detail(e: ev.ServerCompacted) -> str:
+    """The card's (and the panel's) line for a server compaction."""
+    kind = server_compaction_words(e.summary_chars)
+    return (f"{e.wire} server: {plural(e.replaced_messages, 'message')} → 1 ({kind}); "
+            f"history {format_size(e.before_bytes)} → {format_size(e.after_bytes)}")
+
+
+@describe.register
+def _(e: ev.ServerCompacted) -> str:
+    return (f"{DONE} The provider compacted the conversation on its server: "
+            f"{plural(e.replaced_messages, 'message')} replaced by its compaction "
+            f"({server_compaction_words(e.summary_chars)}; history "
+            f"{format_size(e.before_bytes)} → {format_size(e.after_bytes)}); the transcript "
+            "keeps them, and %chat undo-compact brings them back")
+
+
+shown_at.register(ev.ServerCompacted, lambda e: "quiet")   # context changed
+
+
+def server_note_line(e: ev.ServerCompactionNote) -> str:
+    """The one line a ``server_compaction`` note is told in."""
+    if e.note == "unsupported_model":
+        return (f"{INFO} server_compaction=on: {e.model or 'this model'} is not known to "
+                "compact on its server; it is asked all the same, and the package's own "
+                "summary waits for the server")
+    if e.note == "unsupported_api":
+        return (f"{INFO} server_compaction=on: this provider's API cannot compact on its "
+                "server (Chat Completions has no such thing); the package compacts as "
+                "before")
+    if e.note == "not_compacting":
+        return (f"{WARN} server compaction: a request of {e.derived_tokens:,} input tokens, "
+                f"past the {e.trigger_tokens:,}-token trigger, came back without a "
+                "compaction — this server does not compact; the package compacts itself "
+                "from now on")
+    by = "payload cap" if e.of == "cap" else "context window"
+    return (f"{INFO} server compaction: the {by} needs compaction by ≈{e.derived_tokens:,} "
+            f"tokens, below the server's lowest trigger ({e.trigger_tokens:,}); the package "
+            "keeps the history within it as before (its own summary runs)")
+
+
+@describe.register
+def _(e: ev.ServerCompactionNote) -> str:
+    return server_note_line(e)
+
+
+def server_note_detail(e: ev.ServerCompactionNote) -> str:
+    return server_note_line(e).removeprefix(f"{INFO} ").removeprefix(f"{WARN} ")
+
+
+def server_clearing_line(e: ev.MicrocompactApplied) -> str:
+    return (f"{CUT} microcompact on the server: {plural(e.summarized, 'old tool use')} "
+            f"cleared by the provider (≈{e.cleared_tokens:,} tokens the model did not "
+            "read; the body sent was not smaller)")
+
+
+def server_clearing_detail(e: ev.MicrocompactApplied) -> str:
+    return (f"on the server: {plural(e.summarized, 'tool use')} cleared · "
+            f"≈{e.cleared_tokens:,} tokens")
+
+
+def server_plan_line(*, carried: bool, compacts: bool, trigger_tokens: int,
+                     derived_tokens: int, request_tokens: int, of: str | None,
+                     ignored: bool = False) -> str:
+    """A plan's (``what_if``, ``dry_run``) line for the provider's server compaction."""
+    if not carried:
+        return ("server compaction: asked, but this provider's API cannot carry it — the "
+                "package compacts as before")
+    if ignored:
+        return ("server compaction: asked, but this server did not compact past its trigger "
+                "— the package compacts as before")
+    if not compacts:
+        by = "payload cap" if of == "cap" else "context window"
+        return (f"server compaction: trigger {trigger_tokens:,} tokens is the server's "
+                f"lowest, above the ≈{derived_tokens:,} the {by} allows — the package "
+                "compacts as before")
+    line = (f"server compaction: the provider compacts past {trigger_tokens:,} input tokens "
+            "(no LLM summary of the package's)")
+    if request_tokens > trigger_tokens:
+        line += (f" — this request (≈{request_tokens:,} tokens) is over it: the server "
+                 "would compact it (its summary cannot be predicted here)")
+    return line
+
+
+def server_status(*, carried: bool, compacts: bool, trigger_tokens: int,
+                  ignored: bool = False) -> str:
+    """``%chat status``'s words for the provider's server compaction, when asked."""
+    if not carried:
+        return "asked, but this provider's API cannot carry it (the package compacts)"
+    if ignored:
+        return ("asked, but the server did not compact past its trigger (the package "
+                "compacts)")
+    if not compacts:
+        return (f"asked past {trigger_tokens:,} tokens, the server's lowest, too late for "
+                "the budget (the package compacts)")
+    return f"on, past {trigger_tokens:,} input tokens (no summary of the package's)"

@@ -520,6 +520,9 @@ def _tracker(record: TurnRecord, *, running: bool) -> list[tuple[str, str, str, 
                                                   later=later):
         row(stage, status, detail)
     row("send", *((send.status, send.detail) if send else (later, "")))
+    server = record.latest("server_compaction")
+    if server is not None:      # the provider's own compaction (or its note): only when told
+        row("server_compaction", server.status, server.detail)
     recovery = record.latest("recovery")
     if recovery is not None:   # the level is lit on the chips below
         row("recovery", recovery.status, recovery.detail)

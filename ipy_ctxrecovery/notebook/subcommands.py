@@ -35,6 +35,7 @@ from ..core.wording import (
     forgotten_limits,
     messages_held,
     plural,
+    server_compaction_words,
     status_text,
 )
 from ..emulator import quirks
@@ -191,10 +192,17 @@ _TAG_WORDS = {
     history.TAG_SYNTHETIC_RESULT: "placeholder tool result",
     history.TAG_PINNED_RULES: "pinned: your standing instructions, verbatim",
     history.TAG_USER_WORDS: "your earlier messages, verbatim",
+    history.TAG_SERVER_COMPACTION: "server compaction: replaces everything before it",
 }
 
 
 def _describe_blocks(message: Any) -> str:
+    compaction = next((b for b in getattr(message, "blocks", ())
+                       if isinstance(b, history.Compaction)), None)
+    if compaction is not None:   # its summary, or "opaque" for an encrypted one (OpenAI's)
+        if compaction.summary is None:
+            return f"{server_compaction_words(None)} from the {compaction.wire} server"
+        return " ".join(compaction.summary.split()) or "(empty summary)"
     calls = getattr(message, "tool_calls", ())
     if calls:
         return "calls " + ", ".join(f"{c.name}({c.arguments})" for c in calls)

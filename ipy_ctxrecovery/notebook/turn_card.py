@@ -101,6 +101,8 @@ _DETAILS: dict[type, Callable[[Any], str]] = {
     ev.Escalation: w.continuation_detail,
     ev.Truncated: w.continuation_detail,
     ev.BackgroundSummary: w.background_detail,
+    ev.ServerCompacted: w.server_compacted_detail,
+    ev.ServerCompactionNote: w.server_note_detail,
 }
 
 _STAGES: dict[type, str] = {
@@ -109,6 +111,7 @@ _STAGES: dict[type, str] = {
     ev.WindowLearned: "window", ev.NoticeInjected: "notice", ev.Retrying: "retry",
     ev.ToolRun: "tool", ev.Escalation: "continuation", ev.Truncated: "continuation",
     ev.BackgroundSummary: "background",
+    ev.ServerCompacted: "server_compaction", ev.ServerCompactionNote: "server_compaction",
 }
 
 
@@ -218,7 +221,7 @@ class TurnRecord:
             failed = (isinstance(event, ev.Truncated)
                       or (isinstance(event, ev.ToolRun) and not event.ok))
             status: Status = "failed" if failed else \
-                "info" if isinstance(event, ev.NoticeInjected) or (
+                "info" if isinstance(event, (ev.NoticeInjected, ev.ServerCompactionNote)) or (
                     isinstance(event, ev.BackgroundSummary) and event.state != "swapped") \
                 else "done"
             self._add(_STAGES[type(event)], status, event)

@@ -146,8 +146,8 @@ class BackgroundCompactor:
 
     def threshold(self) -> int | None:
         """The history size (request bytes) past which a summary is prepared; None: off."""
-        if not self.settings.background_compaction:
-            return None
+        if not self.settings.background_compaction or self.sizer.server.compacts():
+            return None     # off, or the server compacts: no summary of the package's own
         trigger = self.sizer.compaction_trigger()
         if trigger >= 2 ** 61:      # neither a window nor a cap is known: never compacts
             return None
@@ -289,8 +289,8 @@ class BackgroundCompactor:
         with the summary's snapshot; else ``history`` (a stale summary is discarded)."""
         with self._lock:
             ready = self._ready
-        if ready is None:
-            return history
+        if ready is None or self.sizer.server.compacts():
+            return history      # (the server compacts: a summary prepared before waits)
         if not starts_with(history, ready.base):
             with self._lock:
                 self._ready = None

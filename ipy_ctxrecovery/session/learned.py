@@ -115,6 +115,10 @@ class LearnedLimits:
     payload_notice_given: bool = False
     cap_note: str | None = None
     """Why a learned cap is gone (until a new one is learned), for ``status()``."""
+    server_did_not_compact: bool = False
+    """A reply to a request past the server-compaction trigger came back without a
+    compaction: this server does not compact, and the package compacts itself from then on
+    (``server_side.py``)."""
     _saved: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod

@@ -18,12 +18,13 @@ A body that pre-flight already knows is too big is fitted here, never sent blind
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core import budget, exact_count, ladder, microcompact, preflight
+from ..core import budget, compactor, exact_count, ladder, microcompact, preflight
 from ..core.budget import ResultStore
 from ..core.events import (
     BudgetApplied,
@@ -101,6 +102,8 @@ class Preparer:
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
         self._previous = self._sent
+        for note in self.sizer.server.notes():
+            self._emit(note, log)
         history = self.rewrites(history, spec, log)
         if self.swap is not None:
             history = self.swap(history, spec, log, lambda event: self._emit(event, log))
@@ -168,11 +171,22 @@ class Preparer:
         compaction trigger, the window or a payload limit): then pending rewrites go first."""
         sizer, limits = self.sizer, self.sizer.limits
         body = sizer.measure(history, spec)
+        if sizer.server.compacts():
+            # The server keeps the window: only a known hard limit makes the body shrink.
+            return self._over_hard_limit(body, sizer.reserved_tokens(spec))
         pf = preflight.check(body, settings=self.settings, caps=limits.caps,
                              estimator=limits.tokens, window_tokens=sizer.window,
                              max_tokens=sizer.reserved_tokens(spec), warned=True,
                              window_known=sizer.window_known, chat_budget=sizer.chat_budget())
         return pf.action == "compact" or body > sizer.compaction_trigger(pf.budget_ratio)
+
+    def _over_hard_limit(self, body: int, reserved: int | None) -> bool:
+        """Whether ``body`` is over the payload cap in force or, with its answer, over a
+        known window (what :meth:`fit_known_limits` fits to)."""
+        sizer = self.sizer
+        cap = sizer.limits.caps.effective()
+        return (cap is not None and body > cap) or (
+            sizer.window_known and sizer.estimate(body) + (reserved or 0) > sizer.window)
 
     def unsent_budget(self, history: History, sent: int, log: TurnLog) -> History:
         """The tool-result budget on the messages after the first ``sent`` only."""
@@ -254,7 +268,12 @@ class Preparer:
                              counted=counted)
         if pf.warned:
             limits.warned_no_cap = True
-        self._emit(pf.event(), log)
+        compacts = sizer.server.compacts()
+        event = pf.event()
+        self._emit(dataclasses.replace(event, server_compacts=True) if compacts else event, log)
+        if compacts:
+            return self.fit_for_server(history, body, reserve, requested, spec, log,
+                                       asked=asked)
         trigger = sizer.compaction_trigger(pf.budget_ratio, bytes_per_token=exact)
         if pf.action != "compact" and body <= trigger:
             return history, spec, body
@@ -301,6 +320,25 @@ class Preparer:
                 limits.tokens.calibrate(body, counted)
         self.last_count = counted
         return counted
+    def fit_for_server(self, history: History, body: int, reserve: int | None,
+                       requested: RequestSpec, spec: RequestSpec, log: TurnLog, *,
+                       asked: bool) -> tuple[History, RequestSpec, int]:
+        """Pre-flight while the server compacts (``docs/server-compaction.md``): no LLM
+        summary and no trim — over the chat budget the server compacts (the request
+        carries its trigger). Only a body over a known hard limit — the payload cap in
+        force, or the window with the answer's reservation — is fitted, by
+        :meth:`fit_known_limits` aimed just under that limit (not at the compaction
+        target): tool results become previews of their saved files first, then the
+        oldest units go (the system prompt, the pinned rules and the server's compaction
+        message stay). A proxy's cap is not the server's business."""
+        if not self._over_hard_limit(body, reserve):
+            return history, spec, body
+        fitted = self.fit_known_limits(history, body, reserve, spec, compactor.NO_LIMIT, log)
+        if fitted is history:
+            return history, spec, body
+        body = self.sizer.measure(fitted, requested)
+        spec = self.fit_max_tokens(body, requested, log, asked=asked)
+        return fitted, spec, body
 
     def check_request_fits(self, history: History, spec: RequestSpec) -> None:
         """Refuse, before anything is compacted, a request that cannot fit even with every

@@ -304,6 +304,8 @@ class RecoveryLoop:
         target = decision.target_bytes
         if decision.level is not ladder.Level.EXACT_FIT or target is None:
             return None
+        if self.sizer.server.compacts():
+            return None     # no client summary while the server compacts: the oldest go
         start = history
         notice_added = False
         if decision.inject_payload_notice \

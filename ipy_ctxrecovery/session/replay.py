@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import read_regular
-from ..core.events import CompactionPhase, Event, LadderStep
+from ..core.events import CompactionPhase, Event, LadderStep, ServerCompacted
 from ..core.history import Message, Role, ToolCall, latest_user_index
 from ..emulator import Emulator
 from ..errors import ChatError, ConfigError, CtxRecoveryError
@@ -273,6 +273,8 @@ class TurnRow:
     summaries: int = 0
     ladder_steps: int = 0
     error: str | None = None
+    server_compactions: int = 0
+    """The provider's compactions on its server in this turn (no summary of the package's)."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,8 @@ class ReplayRun:
     bytes_uploaded: int
     cancelled: bool = False
     final_cap: int | None = None
+    server_compactions: int = 0
+    """Compactions the provider made on its server (``server_compaction``)."""
 
     @property
     def answered(self) -> int:
@@ -318,6 +322,7 @@ _ROWS: tuple[tuple[str, Callable[[ReplayRun], str]], ...] = (
     ("requests sent", lambda r: f"{r.requests:,}"),
     ("rejections", lambda r: ", ".join(f"{n} {k}" for k, n in r.rejections.items()) or "0"),
     ("LLM summaries", lambda r: f"{r.summaries}"),
+    ("server compactions", lambda r: f"{r.server_compactions}"),
     ("bytes uploaded", lambda r: format_size(r.bytes_uploaded)),
     ("history at the end", lambda r: (f"{r.turns[-1].history_messages} msgs, "
                                       f"{format_size(r.turns[-1].history_bytes)}")
@@ -636,7 +641,8 @@ def _run(recorded: _Recorded, config: _Config, root: Path, number: int,
     return ReplayRun(config.label, config.settings, config.limits, tuple(rows),
                      len(recorded.turns), len(records), dict(rejections),
                      sum(t.summaries for t in rows), sum(r.body_bytes for r in records),
-                     cancelled, final_cap)
+                     cancelled, final_cap,
+                     server_compactions=sum(t.server_compactions for t in rows))
 
 
 def _turn(session: Any, emu: Emulator, turn: RecordedTurn, number: int, results: _Results,
@@ -653,10 +659,13 @@ def _turn(session: Any, emu: Emulator, turn: RecordedTurn, number: int, results:
     history = session.history
     latest = latest_user_index(history)
     status = session.status()
+    server = sum(1 for e in events if isinstance(e, ServerCompacted))
     return TurnRow(
         turn=number, answered=error is None, history_bytes=status.history_bytes,
         history_messages=len(history),
-        request_present=latest is not None and history[latest].text == text,
+        # A server compaction in the turn holds the request (its summary read it).
+        request_present=(latest is not None and history[latest].text == text) or server > 0,
+        server_compactions=server,
         requests=len(records),
         rejections=tuple(k for r in records if (k := _rejection(r.fault, r.status))),
         rejected_bytes=tuple(r.body_bytes for r in records if _rejection(r.fault, r.status)),

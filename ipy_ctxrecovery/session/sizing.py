@@ -32,6 +32,7 @@ from ..providers.base import (
 from ..settings import Settings
 from .endpoint import Endpoint
 from .learned import LearnedLimits
+from .server_side import ServerSide
 
 __all__ = ["RequestSizer", "RequestSpec"]
 
@@ -62,6 +63,8 @@ class RequestSizer:
         # history extending it is scanned only past it; and the last request-alone size.
         self._systems: tuple[History, tuple[tuple[int, Message], ...]] = ((), ())
         self._alone: tuple[Any, Request, int] | None = None
+        self.server = ServerSide(self)
+        """The provider's server compaction and context editing (``server_side.py``)."""
 
     # -- limits in force -------------------------------------------------------------------
     @property
@@ -214,7 +217,8 @@ class RequestSizer:
             if kept is not None:
                 caching = Caching(caching.bytes_per_token, keep=kept)
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
-                       options=dict(spec.options), stream=spec.stream, caching=caching)
+                       options=dict(spec.options), stream=spec.stream, caching=caching,
+                       context=self.server.context(history))
 
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while

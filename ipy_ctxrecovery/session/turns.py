@@ -20,7 +20,15 @@ from dataclasses import dataclass
 
 from ..core import continuation as escalation
 from ..core.events import Escalation, StreamUsageMissing, ToolRun, Truncated
-from ..core.history import TAG_CONTINUATION, History, Message, ToolCall, storable, unstorable_at
+from ..core.history import (
+    TAG_CONTINUATION,
+    History,
+    Message,
+    ToolCall,
+    is_server_compaction,
+    storable,
+    unstorable_at,
+)
 from ..errors import ChatError
 from ..providers.base import Response, StopReason, TextCallback, ToolSpec
 from ..settings import Settings
@@ -28,7 +36,7 @@ from .deadline import Check, checker
 from .recovery import RecoveryLoop
 from .sizing import RequestSpec
 from .tools import Tool
-from .turn_log import EventBus, TurnLog
+from .turn_log import EventBus, Shrink, TurnLog
 
 __all__ = ["ToolBox", "TurnResult", "TurnRunner"]
 
@@ -182,6 +190,8 @@ class TurnRunner:
         self.settings = settings
         self._mask = mask     # a tool result is persisted and sent: the session's key goes
         self._told_no_stream_usage: object = None     # the provider it was said of
+        self._record_compaction: Callable[[Message], None] | None = None
+        """The turn's ``record``: a server compaction is kept in the transcript too."""
 
     def run(self, history: History, spec: RequestSpec, log: TurnLog,
             on_text: TextCallback | None,
@@ -190,6 +200,7 @@ class TurnRunner:
         rounds = 0
         limit_told = False
         max_rounds = self.settings.max_tool_rounds
+        self._record_compaction = record
         while True:
             self.tools.round_starts(history)
             history, answer, stop, spec = self._answer(history, spec, log, on_text)
@@ -283,7 +294,7 @@ class TurnRunner:
             self._note_stream_usage(response, log)
             if TAG_CONTINUATION in map(_tag, history):   # rarely: looked for at C speed
                 history = tuple(m for m in history if m.tag != TAG_CONTINUATION)
-            message = response.message
+            history, message = self._server_side(history, response, spec, log)
             stop = response.stop
             if parts and not message.tool_calls and stop is not StopReason.LENGTH:
                 why = _unjoinable(resume.join_report(parts, message.text), stop)
@@ -322,6 +333,23 @@ class TurnRunner:
             message = dataclasses.replace(message, meta={**message.meta,
                                                          escalation.INCOMPLETE: incomplete})
         return history, message, stop, spec
+
+    def _server_side(self, history: History, response: Response, spec: RequestSpec,
+                     log: TurnLog) -> tuple[History, Message]:
+        """The reply as the provider's own context management leaves it: the edits it
+        applied told, and a server compaction split off the answer — its message replaces
+        every message before it (``server_side.py``), undoably; the transcript keeps them
+        and gets the compaction too."""
+        sizer = self.recovery.sizer
+        new, message, events = sizer.server.take(history, response, sizer.measurer(spec))
+        if new is not history:
+            log.shrinks.append(Shrink("compaction", history, len(new)))
+            if self._record_compaction is not None:
+                compaction = next(m for m in new if is_server_compaction(m))
+                self._record_compaction(compaction)
+        for event in events:
+            self.bus.emit(event, log)
+        return new, message
 
     def _not_continued(self, why: str, cut_at: int, escalations: int, log: TurnLog) -> str:
         """Say that the answer cut at ``cut_at`` could not be continued, and why."""

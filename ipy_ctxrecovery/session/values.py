@@ -85,6 +85,9 @@ class SessionStatus:
     counted_tokens: int | None = None
     """The latest request's input tokens as the provider counted them (exact pre-flight,
     ``core/exact_count.py``); None: it was estimated."""
+    server_compaction: str | None = None
+    """What the provider's server compaction does for this session, in words (None: not
+    asked; ``docs/server-compaction.md``)."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text

@@ -56,7 +56,7 @@ from ..core.history import (
     ToolResult,
     latest_user_index,
 )
-from ..core.wording import INFO, chat_budget_term, describe, plural
+from ..core.wording import INFO, chat_budget_term, describe, plural, server_plan_line
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..failures import Failure, FailureKind
 from ..providers.base import Request
@@ -67,7 +67,7 @@ from .endpoint import Endpoint
 from .learned import LearnedLimits
 from .pipeline import Prepared, Preparer
 from .recovery import RecoveryLoop
-from .sizing import RequestSpec
+from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, TurnLog
 from .turns import ToolBox
 
@@ -253,6 +253,8 @@ class Plan:
                                                                    compare=False)
     summary_requests: int = 0
     """The requests the summary would send (its chunks; 0: no summary)."""
+    server_line: str | None = None
+    """What the provider's server compaction would do (None: not asked)."""
 
     @functools.cached_property
     def ladder(self) -> tuple[LadderWhatIf, ...]:
@@ -321,6 +323,8 @@ class Plan:
                 out.append(line)
             elif self.budget_of is not None and not self.settings.background_compaction:
                 out.append("background summary: off (background_compaction)")
+        if self.server_line is not None:
+            out.append(self.server_line)
         if self.summary:
             sent = f" in {self.summary_requests} requests" if self.summary_requests > 1 else ""
             out.append(f"LLM summary would run: input {self.summary_input_chars or 0:,} chars"
@@ -836,7 +840,8 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         before_bytes=before, before_tokens=sizer.estimate(before), before_messages=len(full),
         cap=caps.effective(), cap_source=caps.source, window=sizer.window,
         window_known=sizer.window_known, fates=fates,
-        prepare_at=_prepare_at(record.trigger, chosen))
+        prepare_at=_prepare_at(record.trigger, chosen),
+        server_line=_server_line(sizer, before))
     if prepared is None:
         refused = str(record.refused)
         return Plan(**common, added=(), after_bytes=before, planned=full, after_tokens=sizer.estimate(before),
@@ -865,6 +870,21 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         lines=tuple(line for line in (describe(e) for e in prepared.steps) if line),
         climb=functools.partial(ladder_what_if, prepared.history, prepared.body_bytes, record,
                                 chosen, record.store))
+
+
+def _server_line(sizer: RequestSizer, before: int) -> str | None:
+    """The plan's line for the provider's server compaction (None: not asked): a plan
+    cannot know the server's summary, so it predicts none of the package's where the
+    server would compact — it says so."""
+    server = sizer.server
+    decision = server.decision()
+    if not decision.asked:
+        return None
+    when = server.trigger()
+    return server_plan_line(carried=decision.carried, compacts=server.compacts(),
+                            trigger_tokens=when.tokens, derived_tokens=when.derived,
+                            request_tokens=sizer.estimate(before), of=when.of,
+                            ignored=sizer.limits.server_did_not_compact)
 
 
 def _prepare_at(trigger: int | None, settings: Settings) -> int | None:

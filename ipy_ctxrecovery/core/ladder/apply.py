@@ -47,6 +47,7 @@ from ..history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_PINNED_RULES,
+    TAG_SERVER_COMPACTION,
     TAG_SUMMARY,
     Block,
     History,
@@ -62,7 +63,8 @@ __all__ = ["MIN_PREVIEW_CHARS", "LadderResult", "apply", "drop_oldest", "preflig
            "truncate_text"]
 
 
-_PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES})
+_PINNED_TAGS = frozenset({TAG_SUMMARY, TAG_PAYLOAD_NOTICE, TAG_PINNED_RULES,
+                          TAG_SERVER_COMPACTION})  # the server's compaction: as a summary
 _DROPPED_META = "dropped_messages"
 _UNREAD_META = "dropped_unread"        # of those, left unread by a summary (compactor.py)
 

@@ -1,0 +1,90 @@
+"""Server compaction end to end: the real Anthropic SDK against the emulator behind a proxy
+cap (docs/server-compaction.md).
+
+Skipped unless the emulator compacts on its server — found by feature, not by name: a
+request that asks for ``compact_20260112`` past a low trigger must come back with a
+``compaction`` block — and unless the Anthropic provider carries the session's
+``ContextManagement`` into the body.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core.events import CompactionPhase, Event, ServerCompacted
+from ipy_ctxrecovery.core.history import TAG_SERVER_COMPACTION, Message
+from ipy_ctxrecovery.providers.base import ContextManagement, Request
+
+CAP = 32 * 1024
+
+
+def emulator_compacts(emu: Any) -> bool:
+    """Whether ``emu`` answers Anthropic's compact edit with a compaction block."""
+    client = emu.anthropic_client(max_retries=0)
+    try:
+        # Raw: the reply is read as JSON, so the check needs no SDK type for the block.
+        raw = client.messages.with_raw_response.create(
+            model="emulator", max_tokens=64,
+            messages=[{"role": "user", "content": "a long message " * 1_200}],
+            extra_headers={"anthropic-beta": "compact-2026-01-12"},
+            extra_body={"context_management": {"edits": [{
+                "type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": 1_000}}]}})
+        content = raw.http_response.json().get("content") or []
+    except Exception:   # an emulator that refuses the field does not have the feature
+        return False
+    finally:
+        client.close()
+    return any(isinstance(block, dict) and block.get("type") == "compaction"
+               for block in content)
+
+
+def provider_carries(session: ChatSession) -> bool:
+    """Whether the session's provider puts the compact edit in the body."""
+    request = Request(messages=(Message.user("hi"),), max_tokens=16,
+                      context=ContextManagement(compact_trigger=1_000))
+    return b"compact_20260112" in bytes(session.provider.encode(request))
+
+
+@pytest.fixture
+def compacting(emulator: Any) -> Any:
+    emu = emulator(context_window=8_192, max_body=CAP)
+    if not emulator_compacts(emu):
+        pytest.skip("the emulator does not compact on its server (context_management)")
+    return emu
+
+
+def test_behind_a_cap_the_server_compacts_and_later_bodies_drop_what_it_replaced(
+        compacting: Any) -> None:
+    session = ChatSession("emulator:anthropic", emulator=compacting,
+                          settings=Settings(server_compaction="on", max_payload=CAP),
+                          name="server-compaction-e2e")
+    if not provider_carries(session):
+        session.close()
+        pytest.skip("the Anthropic provider does not send context_management yet")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    texts = [f"note {i}: remember the value v{i}-" + "detail " * 300 for i in range(24)]
+    try:
+        for text in texts:
+            session.send(text, stream=False)
+        compacted = [e for e in events if isinstance(e, ServerCompacted)]
+        assert compacted, "the server never compacted"
+        assert not any(isinstance(e, CompactionPhase) and e.phase == "summarize"
+                       for e in events)
+        # Every turn answered behind the cap, with at most one rejection.
+        rejected = [r for r in compacting.requests if r.fault is not None]
+        assert len(rejected) <= 1
+        assert all(r.body_bytes <= CAP for r in compacting.requests if r.status == 200)
+        # After the compaction, the bodies no longer carry what it replaced.
+        last = compacting.requests[-1]
+        body = json.dumps(last.body)
+        assert "note 0:" not in body and "compaction" in body
+        assert any(m.tag == TAG_SERVER_COMPACTION for m in session.history)
+        assert [m.text for m in session.transcript if m.text.startswith("note ")] == texts
+    finally:
+        session.close()
