@@ -489,6 +489,26 @@ def test_store_chains_previous_response_id_while_the_prefix_holds(emulator: Any)
     assert "previous_response_id" not in body and len(body["input"]) == len(to_items(changed))
 
 
+def test_another_history_between_two_turns_keeps_the_conversations_chain(
+        emulator: Any) -> None:
+    emu = emulator()
+    provider = provider_for(emu, openai_store=True)
+    history: tuple[Message, ...] = (Message.user("one"),)
+    first = provider.send(Request(history))
+    # A summary request (another history) in between is stored too, and chains nothing.
+    provider.send(Request((Message.system("STRUCTURED SUMMARY please"), Message.user("one"))))
+    assert "previous_response_id" not in emu.requests[-1].body
+    history += (first.message, Message.user("two"))
+    provider.send(Request(history))
+    assert emu.requests[-1].body["previous_response_id"] == first.response_id
+    assert emu.requests[-1].body["input"] == [{"role": "user", "content": "two"}]
+
+
+def test_the_window_the_server_advertises_is_read(emulator: Any) -> None:
+    emu = emulator(context_window=3072)
+    assert provider_for(emu).advertised_window() == 3072
+
+
 def test_a_forgotten_previous_response_drops_the_chain_as_a_transient_failure(
         emulator: Any) -> None:
     emu = emulator()

@@ -73,7 +73,7 @@ from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
-from .openai import NO_KEY_MESSAGE
+from .openai import NO_KEY_MESSAGE, OpenAIProvider
 
 __all__ = ["MIN_OUTPUT_TOKENS", "OpenAIResponsesProvider", "from_output", "to_items"]
 
@@ -82,6 +82,8 @@ MIN_OUTPUT_TOKENS = 16
 COUNT_TIMEOUT = 10.0
 """Seconds ``count_tokens`` waits for its one request."""
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_CHAINS = 4
+"""Stored replies whose chains are remembered (``store``)."""
 
 _RESERVED = frozenset({"model", "input", "instructions", "stream", "tools",
                        "max_output_tokens", "max_tokens", "max_completion_tokens", "store",
@@ -251,7 +253,9 @@ class OpenAIResponsesProvider(SDKAdapter):
         if not isinstance(store, bool):
             raise ConfigError(f"store={store!r} must be True or False.")
         self.store = store
-        self._chain: _Chain | None = None
+        # The last few stored replies' chains, newest first: a summary request between two
+        # turns (another history) does not break the conversation's own chain.
+        self._chains: tuple[_Chain, ...] = ()
         self._chain_lock = threading.Lock()
         self._items_memo: dict[int, tuple[Message, tuple[dict[str, Any], ...]]] = {}
         self._bind(model_id, client, prefix="openai", endpoint="/responses",
@@ -276,13 +280,18 @@ class OpenAIResponsesProvider(SDKAdapter):
     def _plan(self, request: Request) -> tuple[list[dict[str, Any]] | None, str | None]:
         """(the items to send — None when there is no chain to check and the sizes are
         the messages' own —, the previous response id)."""
-        chain = self._chain if self.store else None
-        if chain is None:
+        chains = self._chains if self.store else ()
+        if not chains:
             return None, None
         items = self._history_items(request.messages)
-        n = len(chain.items)
-        if len(items) > n and items[:n] == list(chain.items):
-            return items[n:], chain.response_id
+        best: _Chain | None = None
+        for chain in chains:
+            n = len(chain.items)
+            if len(items) > n and (best is None or n > len(best.items)) \
+                    and items[:n] == list(chain.items):
+                best = chain
+        if best is not None:
+            return items[len(best.items):], best.response_id
         return items, None
 
     # -- request building ---------------------------------------------------------------
@@ -375,7 +384,7 @@ class OpenAIResponsesProvider(SDKAdapter):
         except ChatError as error:
             if chained is not None and _previous_not_found(error):
                 with self._chain_lock:
-                    self._chain = None
+                    self._chains = tuple(c for c in self._chains if c.response_id != chained)
                 failure = dataclasses.replace(error.failure, kind=FailureKind.TRANSIENT)
                 raise ChatError(failure) from error
             raise
@@ -383,13 +392,16 @@ class OpenAIResponsesProvider(SDKAdapter):
             covered = (*self._history_items(request.messages),
                        *_message_items(response.message))
             with self._chain_lock:
-                self._chain = _Chain(response.response_id, covered)
+                kept = tuple(c for c in self._chains if c.response_id != chained)
+                self._chains = (_Chain(response.response_id, covered), *kept)[:_CHAINS]
         return response
 
     def forget_chain(self) -> None:
-        """Send the whole input next time (``store``): the server's copy is not used."""
+        """Send the whole input next time (``store``): the server's copies are not used."""
         with self._chain_lock:
-            self._chain = None
+            self._chains = ()
+
+    advertised_window = OpenAIProvider.advertised_window
 
     def count_tokens(self, request: Request) -> int | None:
         """The input tokens of ``request`` by the API's own counter
