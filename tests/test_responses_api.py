@@ -40,6 +40,7 @@ from ipy_ctxrecovery.providers.openai import OpenAIProvider
 from ipy_ctxrecovery.providers.openai_responses import (
     MIN_OUTPUT_TOKENS,
     OpenAIResponsesProvider,
+    encrypts_reasoning,
     from_output,
     to_items,
 )
@@ -368,6 +369,13 @@ def test_the_body_carries_what_the_api_documents() -> None:
         {"id": "cmp_1", "type": "compaction", "encrypted_content": "gAAAA-x"},
         {"role": "user", "content": "go"}]
     assert to_items(history) == body["input"]
+    # A model that does not reason is not asked for encrypted reasoning (it would refuse).
+    plain = OpenAIResponsesProvider("gpt-4o", client=openai.OpenAI(base_url=NOWHERE,
+                                                                   api_key="sk-test"))
+    assert "include" not in json.loads(plain.encode(Request(history)))
+    assert [m for m in ("o3", "gpt-5", "gpt-5.4-mini", "openai/gpt-6", "codex-mini-latest",
+                        "gpt-4o", "gpt-4.1", "gpt-5-chat-latest") if encrypts_reasoning(m)] \
+        == ["o3", "gpt-5", "gpt-5.4-mini", "openai/gpt-6", "codex-mini-latest"]
     # Another wire's compaction: its summary as text, or nothing.
     assert to_items(_SPECIAL[3:5]) == [{"role": "assistant", "content": "the summary ✓"}]
 

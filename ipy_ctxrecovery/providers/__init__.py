@@ -218,10 +218,11 @@ def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
 
             o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key,
                                      default_headers=headers)
+            # The emulator's model reasons, and encrypts its reasoning when asked.
             provider = OpenAIResponsesProvider("emulator", client=o_client, info=info,
                                                spec=spec, max_retries=max_retries,
                                                on_close=on_close, owns_client=True,
-                                               store=store)
+                                               store=store, encrypted_reasoning=True)
         else:
             import openai
 

@@ -18,9 +18,10 @@ ChatError). What differs is the wire:
   16", tests/corpus/openai_responses_max_output_tokens_below_min.json). A reply cut there
   (``status: "incomplete"``, ``incomplete_details.reason: "max_output_tokens"``) is
   ``StopReason.LENGTH``, so the package's continuation runs as on Chat Completions.
-* Reasoning items are carried between turns without server state: ``store`` is false and
+* Reasoning items are carried between turns without server state: ``store`` is false and,
+  for a reasoning model (:func:`encrypts_reasoning`; the emulator's too),
   ``include: ["reasoning.encrypted_content"]`` asks for the encrypted reasoning, which
-  goes back with its id on the next turn.
+  goes back with its id on the next turn. Other models refuse that ``include``.
 * ``Request.context.compact_trigger`` is ``context_management: [{"type": "compaction",
   "compact_threshold": N}]``; the reply then starts with a ``compaction`` item, returned
   as ``Compaction("openai", data, None)`` at the head of the assistant message (the
@@ -73,9 +74,10 @@ from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
 from .base import Request, Response, StopReason, TextCallback, Usage
-from .openai import NO_KEY_MESSAGE, OpenAIProvider
+from .openai import NO_KEY_MESSAGE, OpenAIProvider, uses_max_completion_tokens
 
-__all__ = ["MIN_OUTPUT_TOKENS", "OpenAIResponsesProvider", "from_output", "to_items"]
+__all__ = ["MIN_OUTPUT_TOKENS", "OpenAIResponsesProvider", "encrypts_reasoning", "from_output",
+           "to_items"]
 
 MIN_OUTPUT_TOKENS = 16
 """The least ``max_output_tokens`` the API takes."""
@@ -96,6 +98,15 @@ _INCOMPLETE_STOPS = {"max_output_tokens": StopReason.LENGTH,
 
 
 # -- the history as items ---------------------------------------------------------------
+
+def encrypts_reasoning(model_id: str) -> bool:
+    """Whether the model is of a reasoning family (o-series, gpt-5 and later, codex; not
+    the ``-chat`` ones), whose reasoning the API hands back encrypted. Any other model
+    refuses the ``include``: 400 "Encrypted content is not supported with this model."
+    (param ``include``: pydantic/pydantic-ai#2865, ShishirPatil/gorilla#1148)."""
+    name = model_id.strip().lower().rsplit("/", 1)[-1]
+    return uses_max_completion_tokens(model_id) and "-chat" not in name
+
 
 def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
     """The input items of one message (module docstring)."""
@@ -231,7 +242,7 @@ class OpenAIResponsesProvider(SDKAdapter):
     def __init__(self, model_id: str, *, client: Any = None, info: ModelInfo | None = None,
                  spec: str | None = None, max_retries: int | None = None,
                  on_close: Callable[[], None] | None = None, owns_client: bool = False,
-                 store: bool = False) -> None:
+                 store: bool = False, encrypted_reasoning: bool | None = None) -> None:
         owns_client = owns_client or client is None
         if client is None:
             try:
@@ -253,6 +264,8 @@ class OpenAIResponsesProvider(SDKAdapter):
         if not isinstance(store, bool):
             raise ConfigError(f"store={store!r} must be True or False.")
         self.store = store
+        self.encrypted_reasoning = encrypts_reasoning(model_id) \
+            if encrypted_reasoning is None else bool(encrypted_reasoning)
         # The last few stored replies' chains, newest first: a summary request between two
         # turns (another history) does not break the conversation's own chain.
         self._chains: tuple[_Chain, ...] = ()
@@ -320,7 +333,8 @@ class OpenAIResponsesProvider(SDKAdapter):
         if limit is not None:
             kwargs["max_output_tokens"] = max(int(limit), MIN_OUTPUT_TOKENS)
         kwargs["store"] = self.store
-        kwargs["include"] = [ENCRYPTED_REASONING]
+        if self.encrypted_reasoning:
+            kwargs["include"] = [ENCRYPTED_REASONING]
         context = request.context
         if context is not None and context.compact_trigger:
             kwargs["context_management"] = [{"type": "compaction",
