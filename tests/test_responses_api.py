@@ -259,11 +259,20 @@ def test_the_window_error_is_the_responses_apis_own(emulator: Any) -> None:
     client = emu.openai_client(max_retries=0)
     corpus = json.loads((Path(__file__).parent / "corpus" /
                          "openai_responses_context_window.json").read_text())
-    for stream in (False, True):
-        with pytest.raises(openai.BadRequestError) as info:
-            client.responses.create(model="emulator", input=BIG, stream=stream)
-        assert info.value.body == json.loads(corpus["body"])["error"]
-        assert emu.requests[-1].fault == "context"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="emulator", input=BIG)
+    assert info.value.body == json.loads(corpus["body"])["error"]
+    assert (emu.requests[-1].status, emu.requests[-1].fault) == (400, "context")
+    # Streamed, the stream opens and the same error is its error event (the SDK raises it).
+    stream = client.responses.create(model="emulator", input=BIG, stream=True)
+    seen = []
+    with pytest.raises(openai.APIError) as streamed:
+        for event in stream:
+            seen.append(event.type)
+    assert seen == ["response.created", "response.in_progress"]
+    assert not isinstance(streamed.value, openai.APIStatusError)
+    assert streamed.value.body == json.loads(corpus["body"])["error"]
+    assert (emu.requests[-1].status, emu.requests[-1].fault) == (200, "context")
 
 
 @pytest.mark.parametrize("fault, status", [("413:nginx", 413), ("413:cloudflare", 413),

@@ -31,7 +31,9 @@ compaction item the summary it stands for.
 * The window: the input (after compaction) over the window is the API's 400
   ``context_length_exceeded`` ("Your input exceeds the context window of this model.
   Please adjust your input and try again.", ``param: "input"`` — the Responses API's
-  wording, not Chat Completions': dyad-sh/dyad#1672, the-open-agent/openagent#2344).
+  wording, not Chat Completions': dyad-sh/dyad#1672, the-open-agent/openagent#2344);
+  streamed, the same error arrives as the stream's ``error`` event after
+  ``response.created`` and ``response.in_progress`` (HTTP 200, as users met it there).
 """
 
 from __future__ import annotations
@@ -502,6 +504,8 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
             replies.Turn("user", summary, summary, pieces=(summary,))]
     seen_tokens = replies.prompt_tokens(seen, tools)
     if seen_tokens > context_window:
+        if body.get("stream"):
+            return "context", (headers, _refused_stream(body, new_id("resp_emu"), model))
         return "context", _error(400, WINDOW_MESSAGE, param="input",
                                  code="context_length_exceeded")
     room = [context_window - seen_tokens]
@@ -550,6 +554,22 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
         final = "response.incomplete" if cut else "response.completed"
         return None, (headers, _events(envelope, final))
     return None, _json(envelope, headers)
+
+
+def _refused_stream(body: Mapping[str, Any], ident: str, model: str) -> Iterator[bytes]:
+    """A streamed request over the window: the stream opens, then its ``error`` event
+    (sequence number 2, after ``response.created`` and ``response.in_progress``), as the
+    API sends it (dyad-sh/dyad#1672; the-open-agent/openagent#2344: "received error while
+    streaming")."""
+    opened = _envelope(body, ident, model, status="in_progress", output=[], usage=None,
+                       created=int(time.time()))
+    yield wire.sse({"type": "response.created", "sequence_number": 0, "response": opened},
+                   "response.created")
+    yield wire.sse({"type": "response.in_progress", "sequence_number": 1, "response": opened},
+                   "response.in_progress")
+    yield wire.sse({"type": "error", "sequence_number": 2,
+                    "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
+                              "message": WINDOW_MESSAGE, "param": "input"}}, "error")
 
 
 def _compact(body: Mapping[str, Any], model: str, items: Sequence[Any],
