@@ -709,3 +709,19 @@ def test_a_session_on_the_responses_api_continues_a_cut_answer(emulator: Any) ->
     assert continued and all(r.body["max_output_tokens"] >= MIN_OUTPUT_TOKENS
                              for r in emu.requests)
     session.close()
+
+
+def test_changing_the_api_setting_switches_a_live_sessions_provider(emulator: Any) -> None:
+    emu = emulator()
+    session = ChatSession("emulator", emulator=emu, settings=Settings(), name="resp-switch")
+    session.send("on chat")
+    session.update(settings=RESPONSES)
+    session.send("on responses")
+    session.update(settings=Settings(openai_api="responses", openai_store=True))
+    session.send("stored")
+    assert [r.path for r in emu.requests] == ["/v1/chat/completions", "/v1/responses",
+                                              "/v1/responses"]
+    assert emu.requests[1].body["store"] is False and emu.requests[2].body["store"] is True
+    # The whole history went each time: the new provider had no chain yet.
+    assert "on chat" in user_texts(emu.requests[2])
+    session.close()
