@@ -725,3 +725,41 @@ def test_changing_the_api_setting_switches_a_live_sessions_provider(emulator: An
     # The whole history went each time: the new provider had no chain yet.
     assert "on chat" in user_texts(emu.requests[2])
     session.close()
+
+
+def fetch(n: int) -> str:
+    """Return n characters of log output.
+
+    Args:
+        n: how many characters.
+    """
+    return "".join(f"log line {k}\n" for k in range(n))[:n]
+
+
+def test_a_session_with_tools_behind_a_cap_and_in_a_small_window(emulator: Any,
+                                                                  tmp_path: Path) -> None:
+    limit = 16 * 1024
+    emu = emulator(context_window=8192, max_body=limit)      # ~32 KB of window, 16 KB cap
+    session = ChatSession("emulator", emulator=emu, settings=RESPONSES, tools=[fetch],
+                          name="resp-both", files_root=tmp_path)
+    texts = [f'Turn {i}: [[tool fetch {{"n": 6000}}]]' if i % 3 == 1 else filler(i, 900)
+             for i in range(18)]
+    turns = converse(session, emu, texts)
+    check(session, turns, texts)
+    rejected = [r for r in emu.requests if r.status != 200]
+    assert [r.status for r in rejected] == [413]
+    after = emu.requests[emu.requests.index(rejected[0]) + 1:]
+    assert all(r.body_bytes <= limit for r in after)
+    # Tool calls and their results went as function_call / function_call_output items,
+    # paired in every request.
+    for record in emu.requests:
+        if record.body is None:
+            continue
+        items = body_messages(record)
+        calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+        assert calls == outputs, record.body_bytes
+    assert any(i.get("type") == "function_call_output"
+               for r in emu.requests if r.body for i in body_messages(r))
+    assert session.status().compactions >= 1
+    session.close()
