@@ -667,7 +667,17 @@ def test_a_session_on_the_responses_api_behind_a_body_cap(emulator: Any, setup: 
     # Reasoning items travelled with the history that was still sent.
     assert any(i.get("type") == "reasoning" and i.get("encrypted_content")
                for i in body_messages(emu.requests[-1]))
+    # Resumed after a restart, against a fresh emulator: the saved reasoning items (and
+    # every other item) are read back and accepted.
+    history = session.history
     session.close()
+    fresh = emulator(context_window=200_000, **setup)
+    again = ChatSession.resume(session.name, emulator=fresh, settings=RESPONSES)
+    assert again.history == history
+    assert again.send("after the restart: still there?").text
+    assert [r.status for r in fresh.requests] == [200]
+    assert any(i.get("type") == "reasoning" for i in body_messages(fresh.requests[-1]))
+    again.close()
 
 
 def test_a_session_on_the_responses_api_in_a_small_window(emulator: Any) -> None:
