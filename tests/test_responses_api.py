@@ -773,3 +773,62 @@ def test_a_session_with_tools_behind_a_cap_and_in_a_small_window(emulator: Any,
                for r in emu.requests if r.body for i in body_messages(r))
     assert session.status().compactions >= 1
     session.close()
+
+
+def _sse_reply(*events: dict[str, Any]) -> bytes:
+    body = b"".join(b"event: %s\ndata: %s\n\n" % (e["type"].encode(), json.dumps(e).encode())
+                    for e in events)
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def _streamed(reply: bytes) -> tuple[Any, list[str]]:
+    from rawserver import serving
+
+    pieces: list[str] = []
+    with serving() as start:
+        raw = start(reply, stall=0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{raw.port}/v1", api_key="k",
+                               max_retries=0, timeout=10)
+        provider = OpenAIResponsesProvider("gpt-5", client=client)
+        try:
+            return provider.send(Request((Message.user("x"),)), on_text=pieces.append), pieces
+        except ChatError as error:
+            return error, pieces
+        finally:
+            provider.close()
+            client.close()
+
+
+def test_a_streamed_refusal_is_the_answer_and_failed_responses_are_errors() -> None:
+    refusal = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "refusal", "refusal": "I can't help with that."}]}
+    done = {"id": "resp_1", "object": "response", "status": "completed", "output": [refusal],
+            "usage": {"input_tokens": 5, "output_tokens": 7,
+                      "input_tokens_details": {"cached_tokens": 0}}}
+    response, pieces = _streamed(_sse_reply(
+        {"type": "response.refusal.delta", "item_id": "msg_1", "output_index": 0,
+         "content_index": 0, "delta": "I can't help with that.", "sequence_number": 0},
+        {"type": "response.output_item.done", "output_index": 0, "item": refusal,
+         "sequence_number": 1},
+        {"type": "response.completed", "response": done, "sequence_number": 2}))
+    assert response.message.text == "I can't help with that." == "".join(pieces)
+    assert response.stop is StopReason.END and response.response_id == "resp_1"
+    # response.failed and a bare error event (no "error" object: the SDK yields it) are
+    # the API's errors, classified as such.
+    failed = {"id": "resp_2", "object": "response", "status": "failed", "output": [],
+              "error": {"code": "context_length_exceeded",
+                        "message": emu_responses.WINDOW_MESSAGE}}
+    error, _ = _streamed(_sse_reply({"type": "response.failed", "response": failed,
+                                     "sequence_number": 0}))
+    assert isinstance(error, ChatError)
+    assert error.failure.kind is FailureKind.CONTEXT_OVERFLOW
+    error, _ = _streamed(_sse_reply({"type": "error", "code": "server_error", "param": None,
+                                     "message": "The server had an error while processing "
+                                                "your request.", "sequence_number": 0}))
+    assert isinstance(error, ChatError) and error.failure.kind is FailureKind.TRANSIENT
+    # A stream that ends before the response is done is cut off, not an answer.
+    error, _ = _streamed(_sse_reply({"type": "response.output_text.delta", "item_id": "m",
+                                     "output_index": 0, "content_index": 0, "delta": "Hel",
+                                     "sequence_number": 0}))
+    assert isinstance(error, ChatError) and error.failure.kind is FailureKind.TRANSIENT

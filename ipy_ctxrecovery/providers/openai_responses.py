@@ -451,7 +451,8 @@ class OpenAIResponsesProvider(SDKAdapter):
         ident: str | None = None
         for event in stream:
             kind = field(event, "type")
-            if kind == "response.output_text.delta":
+            # A refusal streams in its own events; it is the visible answer all the same.
+            if kind in ("response.output_text.delta", "response.refusal.delta"):
                 piece = field(event, "delta")
                 if isinstance(piece, str) and piece:
                     progress.said = True
