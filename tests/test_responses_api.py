@@ -350,6 +350,28 @@ def test_measure_is_exact_on_generated_histories(history: Any, pick: int,
 
 
 _MEASURED = offline()
+_STORED = offline(store=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=valid_histories(max_turns=4, max_result_chars=2_000),
+       pick=st.integers(0, 11), cut=st.floats(0, 1))
+def test_measure_is_exact_after_previous_response_id_too(history: Any, pick: int,
+                                                         cut: float) -> None:
+    from ipy_ctxrecovery.providers.openai_responses import _Chain
+
+    full = tuple(history)
+    covered = to_items(full[:int(len(full) * cut)])
+    _STORED._chains = (_Chain("resp_prev", tuple(covered)),)
+    request = variants(full)[pick]
+    body = json.loads(_STORED.encode(request))
+    assert _STORED.measure(request) == len(_STORED.encode(request))
+    items = to_items(full)
+    if 0 < len(covered) < len(items):
+        assert body["previous_response_id"] == "resp_prev"
+        assert body["input"] == items[len(covered):]
+    else:
+        assert "previous_response_id" not in body and body["input"] == items
 
 
 def test_the_body_carries_what_the_api_documents() -> None:

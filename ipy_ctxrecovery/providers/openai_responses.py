@@ -300,7 +300,7 @@ class OpenAIResponsesProvider(SDKAdapter):
         best: _Chain | None = None
         for chain in chains:
             n = len(chain.items)
-            if len(items) > n and (best is None or n > len(best.items)) \
+            if 0 < n < len(items) and (best is None or n > len(best.items)) \
                     and items[:n] == list(chain.items):
                 best = chain
         if best is not None:
