@@ -209,6 +209,18 @@ def test_previous_response_id_continues_a_stored_response(emulator: Any) -> None
         client.responses.create(model="emulator", input="y", previous_response_id=first.id)
 
 
+def test_the_response_store_is_bounded_and_forgets_its_items_with_them() -> None:
+    store = emu_responses.ResponseStore(keep=3)
+    shared = {"id": "rs_shared", "type": "reasoning"}
+    for n in range(5):
+        store.put(f"resp_{n}", [shared, {"id": f"msg_{n}", "type": "message"}])
+    assert len(store) == 3 and store.get("resp_0") is None and store.get("resp_4") is not None
+    assert not store.has_item("msg_1") and store.has_item("msg_2")
+    assert store.has_item("rs_shared")            # still held by the responses kept
+    store.clear()
+    assert len(store) == 0 and not store.has_item("rs_shared")
+
+
 def test_server_compaction_past_the_threshold_and_what_the_item_stands_for(
         emulator: Any) -> None:
     emu = emulator(context_window=4000)

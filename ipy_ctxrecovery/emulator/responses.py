@@ -69,8 +69,9 @@ __all__ = [
 RESPONSES_PATH = "/v1/responses"
 COMPACT_PATH = "/v1/responses/compact"
 INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
-#: Stored responses kept (oldest forgotten first).
-KEEP_RESPONSES = 2_000
+#: Stored responses kept (oldest forgotten first). Each holds its whole context (the items
+#: a chain shares are shared, not copied), so the bound is a count a client's chains need.
+KEEP_RESPONSES = 256
 #: The API's least ``max_output_tokens``.
 MIN_OUTPUT_TOKENS = 16
 
