@@ -12,7 +12,8 @@ ChatError). What differs is the wire:
   out without one), a ``Reasoning`` with an item id and ``encrypted_content`` as that
   ``reasoning`` item (others are left out: the API cannot read them), text as an assistant
   message, tool calls as ``function_call`` items — and a tool result as a
-  ``function_call_output`` item. Items need no merging: the API takes any order.
+  ``function_call_output`` item. Items need no merging (the API has no role
+  alternation to keep), so a body is its messages' items side by side.
 * ``max_output_tokens`` only when the request sets it, at least 16 (the API refuses
   less: "Invalid 'max_output_tokens': integer below minimum value. Expected a value >=
   16", tests/corpus/openai_responses_max_output_tokens_below_min.json). A reply cut there
@@ -28,8 +29,8 @@ ChatError). What differs is the wire:
   session splits it off). ``compact_instructions`` and the Anthropic edits have no field
   here and are left out.
 * ``store=True`` (the ``openai_store`` setting): ``store: true`` and, when a request's
-  items start with everything the last reply covered (its request and its answer), only
-  the new items after ``previous_response_id``. Any change of that prefix (a compaction,
+  items start with everything one of the last few stored replies covered (its request
+  and its answer), only the new items after that ``previous_response_id``. Any change of that prefix (a compaction,
   a removed message) sends the whole input again. A ``previous_response_not_found``
   (the server forgot it) drops the chain and is a transient failure: the next attempt
   sends everything.
@@ -73,7 +74,7 @@ from ._common import (
 from ._guard import ReplyRefused
 from ._replies import no_answer
 from ._wire import for_body
-from .base import Request, Response, StopReason, TextCallback, Usage
+from .base import Prepared, Request, Response, StopReason, TextCallback, Usage
 from .openai import NO_KEY_MESSAGE, OpenAIProvider, uses_max_completion_tokens
 
 __all__ = ["MIN_OUTPUT_TOKENS", "OpenAIResponsesProvider", "encrypts_reasoning", "from_output",
@@ -385,7 +386,8 @@ class OpenAIResponsesProvider(SDKAdapter):
         size, count = self._memo.get(message, _sized)
         return size + count
 
-    def prepare(self, request: Request) -> Any:
+    def prepare(self, request: Request) -> Prepared:
+        """Pre-flight's view: the exact size, and the ``max_output_tokens`` the body carries."""
         prepared = super().prepare(request)
         kwargs = self._kwargs(request, convert=False)
         return dataclasses.replace(prepared, max_tokens=kwargs.get("max_output_tokens"))
