@@ -63,6 +63,16 @@ STREAMS: dict[str, tuple[list[str], bool]] = {
     "openai_server_error": (['data: {"error": {"message": "The server had an error while '
                              'processing your request. Sorry about that!", "type": '
                              '"server_error", "param": null, "code": null}}\n\n'], False),
+    # The Responses API refusing an input over the window inside its stream, after
+    # response.created: the error event as dyad-sh/dyad#1672 met it.
+    "openai_responses_overflow": (
+        ['event: response.created\ndata: {"type": "response.created", "sequence_number": 0, '
+         '"response": {"id": "resp_1", "object": "response", "status": "in_progress", '
+         '"output": []}}\n\n',
+         'event: error\ndata: {"type": "error", "sequence_number": 2, "error": {"type": '
+         '"invalid_request_error", "code": "context_length_exceeded", "message": "Your input '
+         'exceeds the context window of this model. Please adjust your input and try again.", '
+         '"param": "input"}}\n\n'], False),
     # The answer started and was cut off: a network failure, never a payload problem.
     "openai_cut": ([f"data: {_OPENAI_CHUNK}\n\n"], True),
     "anthropic_cut": (['event: ping\ndata: {"type": "ping"}\n\n'], True),
@@ -214,6 +224,8 @@ def _assert_reason_is_clean(reason: str) -> None:
 # body found is listed with an empty tuple and the reason, so the gap stays visible.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "OpenAI": ("openai_",),
+    "OpenAI Responses API": ("openai_responses_",),
+    "CC Switch (a Codex proxy relaying /responses)": ("ccswitch_",),
     "Azure OpenAI (content filter, gateway)": ("azure_content_filter", "azure_401"),
     "Anthropic": ("anthropic_",),
     "Bedrock (Converse, InvokeModel, families)": ("bedrock_", "anthropic_via_bedrock"),
@@ -367,6 +379,47 @@ def test_errors_inside_a_200_stream(server_url: str, sdk: str, name: str,
     _assert_reason_is_clean(failure.reason)
     if name == "openai_llamacpp_overflow":
         assert (failure.prompt_tokens, failure.limit_tokens) == (5000, 4096)
+
+
+RESPONSES_CASES = [c for c in CASES if c["id"].startswith(("openai_responses_", "ccswitch_"))]
+
+
+def test_the_corpus_holds_the_responses_api_errors() -> None:
+    # Window, output limit (above the cap, under the floor), a 413 a gateway relays, a
+    # previous_response_id the server does not have.
+    kinds = {c["expect"]["kind"] for c in RESPONSES_CASES}
+    assert {"context_overflow", "output_limit", "payload_too_large", "other"} <= kinds
+    assert any(c["status"] == 413 and "/responses" in c["body"] for c in RESPONSES_CASES)
+
+
+@pytest.mark.parametrize("case", RESPONSES_CASES, ids=[c["id"] for c in RESPONSES_CASES])
+def test_responses_corpus_through_the_responses_endpoint(openai_client: Any,
+                                                         case: dict[str, Any]) -> None:
+    with pytest.raises(openai.APIStatusError) as info:
+        openai_client.responses.create(model="gpt-test", input="hi",
+                                       extra_headers={"X-Corpus-Case": case["id"]})
+    assert str(info.value.request.url).endswith("/responses")
+    _assert_matches(classify(info.value), case)
+
+
+def test_an_output_limit_names_the_responses_parameter() -> None:
+    case = CASE_BY_ID["openai_responses_max_output_tokens_too_large"]
+    failure = classify(status=case["status"], body=case["body"], headers=case["headers"])
+    assert "max_output_tokens=32000" in failure.reason and "max_tokens=" not in failure.reason
+
+
+def test_a_responses_stream_error_event_is_read_as_its_error(server_url: str) -> None:
+    client = openai.OpenAI(base_url=f"{server_url}/stream/openai_responses_overflow",
+                           api_key="test", max_retries=0, timeout=20)
+    try:
+        with pytest.raises(openai.APIError) as info:
+            for _event in client.responses.create(model="gpt-test", input="hi", stream=True):
+                pass
+    finally:
+        client.close()
+    failure = classify(info.value, request_bytes=LARGE)
+    assert failure.kind is FailureKind.CONTEXT_OVERFLOW and failure.status is None, failure
+    _assert_reason_is_clean(failure.reason)
 
 
 def test_drop_reason_names_the_root_cause(server_url: str) -> None:

@@ -956,24 +956,34 @@ def test_missing_keys_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None
 def test_make_provider_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    from ipy_ctxrecovery.providers.openai_responses import OpenAIResponsesProvider
+
+    # OpenAI's own service speaks the Responses API (Settings.openai_api "auto"), any
+    # other server Chat Completions (test_responses_api.py: test_the_api_is_chosen_per_endpoint).
     cases = {
-        "openai:gpt-4o": (OpenAIProvider, "openai:gpt-4o", "gpt-4o", 128_000),
+        "openai:gpt-4o": (OpenAIResponsesProvider, "openai:gpt-4o", "gpt-4o", 128_000),
         "anthropic:claude-opus-4-1": (AnthropicProvider, "anthropic:claude-opus-4-1",
                                       "claude-opus-4-1", 200_000),
         "claude-sonnet-4-5-20250929": (AnthropicProvider, "anthropic:claude-sonnet-4-5-20250929",
                                        "claude-sonnet-4-5-20250929", 200_000),
-        "gpt-4.1-mini": (OpenAIProvider, "openai:gpt-4.1-mini", "gpt-4.1-mini", 1_047_576),
-        "llama3:8b": (OpenAIProvider, "openai:llama3:8b", "llama3:8b", 8_192),
+        "gpt-4.1-mini": (OpenAIResponsesProvider, "openai:gpt-4.1-mini", "gpt-4.1-mini",
+                         1_047_576),
+        "llama3:8b": (OpenAIResponsesProvider, "openai:llama3:8b", "llama3:8b", 8_192),
     }
     for spec, (cls, full, model_id, window) in cases.items():
         provider = make_provider(spec)
         assert isinstance(provider, cls) and isinstance(provider, Provider)
-        assert isinstance(provider, OpenAIProvider | AnthropicProvider)
+        assert isinstance(provider, OpenAIProvider | AnthropicProvider | OpenAIResponsesProvider)
         assert (provider.model, provider.model_id, provider.info.context_window) == \
             (full, model_id, window), spec
         provider.close()
     overridden = make_provider("openai:gpt-4o", settings=Settings(context_window=50_000))
     assert overridden.info.context_window == 50_000 and overridden.info.window_overridden
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    local = make_provider("llama3:8b")
+    assert isinstance(local, OpenAIProvider)
+    local.close()
 
 
 @pytest.mark.parametrize("spec, words", [

@@ -459,7 +459,10 @@ def _decide(ev: _Evidence, request_bytes: int | None) -> Failure:
             groups = m.groupdict()
             requested = _int(groups.get("req"))
             model_max = int(groups["max"]) - (1 if groups.get("excl") == "exclusive" else 0)
-            asked = f"max_tokens={requested}" if requested is not None else "max_tokens"
+            # The parameter the answer names (the Responses API's is max_output_tokens).
+            name = next((n for n in ("max_output_tokens", "max_completion_tokens")
+                         if n in m.group(0).lower()), "max_tokens")
+            asked = f"{name}={requested}" if requested is not None else name
             return make(FailureKind.OUTPUT_LIMIT,
                         f"{where}: {asked} is above this model's output limit "
                         f"of {model_max} tokens{said}.",

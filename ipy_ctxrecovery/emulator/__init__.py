@@ -22,6 +22,19 @@ It also answers requests sent to it as a forward proxy (absolute-form targets): 
 built with ``http_client=openai.DefaultHttpxClient(proxy=emu.url)`` and any ``http://``
 base URL reaches it, as through a corporate proxy that is also the gateway.
 
+The Responses API
+-----------------
+``POST /v1/responses`` (streamed with the API's events — ``response.created``,
+``response.output_item.added``, ``response.output_text.delta``,
+``response.output_item.done``, ``response.completed`` / ``response.incomplete`` — or
+whole), ``/v1/responses/compact`` and ``/v1/responses/input_tokens``: the same replies,
+token rule, prompt cache and faults, read from ``input`` items (``responses.py``).
+``max_output_tokens`` cuts as ``status: "incomplete"``; reasoning items carry an
+``encrypted_content`` when ``include`` asks for it; ``store`` / ``previous_response_id``
+chain stored responses (``emu.responses``, emptied by ``reset()``);
+``context_management`` compaction past ``compact_threshold`` answers with an opaque,
+deterministic ``compaction`` item the emulator reads back as its summary.
+
 Token and bounds
 ----------------
 An ``Emulator()`` has a random per-instance ``token``; a request without it (header

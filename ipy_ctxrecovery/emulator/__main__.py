@@ -62,7 +62,7 @@ def _repeat(text: str | None) -> int | str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Run the ipy_ctxrecovery emulator: a local OpenAI "
-                "(/v1/chat/completions) and Anthropic (/v1/messages) API with faults.")
+                "(/v1/chat/completions, /v1/responses) and Anthropic (/v1/messages) API with faults.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8765, help="port (0 = any free port)")
     p.add_argument("--context-window", type=_tokens, default=8192, metavar="TOKENS")

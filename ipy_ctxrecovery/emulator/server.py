@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError
 from ..redaction import MASK
 from ..settings import parse_size
-from . import api, faults, quirks, replies, roles
+from . import api, faults, quirks, replies, responses, roles
 from .cache import PromptCache
 from .context import betas_of
 from .faults import Answer, Fault
@@ -188,6 +188,8 @@ class Emulator:
         self._lock = threading.Lock()
         #: This emulator's prompt caches (:mod:`.cache`); ``clock`` gives their time.
         self.cache = PromptCache(clock)
+        #: The Responses API's stored responses (``store``, ``previous_response_id``).
+        self.responses = responses.ResponseStore()
         self._faults: deque[Fault] = deque()
         if isinstance(keep_requests, bool) or not isinstance(keep_requests, int) \
                 or keep_requests < 1:
@@ -421,6 +423,7 @@ class Emulator:
     def reset(self) -> None:
         """Forget the recorded requests and the prompt caches, and drop queued faults."""
         self.cache.clear()
+        self.responses.clear()
         with self._lock:
             self._records.clear()
             self._with_body.clear()
@@ -643,17 +646,29 @@ class _Handler(BaseHTTPRequestHandler):
             record(answer.status, "auth" if answer.status == 401 else None, raw, body)
             self._send(answer)
             return
-        label, answer_or_stream = api.respond(
-            wire_name, body, presented_key=self._presented_key(wire_name),
-            api_key=emu.api_key, context_window=emu.context_window,
-            max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
-            continuation=replies.Continuation(emu.continuation_leading_space,
-                                              emu.continuation_repeat,
-                                              emu.continuation_opener),
-            prefill=emu.prefill, alternation=emu.alternation,
-            string_content_only=emu.string_content_only,
-            empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage,
-            cache=emu.cache, betas=self._betas())
+        responses_kind = responses.path_kind(path)
+        if responses_kind is not None:
+            label, answer_or_stream = responses.respond(
+                responses_kind, body, presented_key=self._presented_key(wire_name),
+                api_key=emu.api_key, context_window=emu.context_window,
+                max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
+                store=emu.responses, continuation=replies.Continuation(
+                    emu.continuation_leading_space, emu.continuation_repeat,
+                    emu.continuation_opener),
+                cache=emu.cache, stream_usage=emu.stream_usage)
+            wire_name = "responses"
+        else:
+            label, answer_or_stream = api.respond(
+                wire_name, body, presented_key=self._presented_key(wire_name),
+                api_key=emu.api_key, context_window=emu.context_window,
+                max_output_tokens=emu.max_output_tokens, new_id=emu._new_id,
+                continuation=replies.Continuation(emu.continuation_leading_space,
+                                                  emu.continuation_repeat,
+                                                  emu.continuation_opener),
+                prefill=emu.prefill, alternation=emu.alternation,
+                string_content_only=emu.string_content_only,
+                empty_stream_on_error=emu.empty_stream_on_error, stream_usage=emu.stream_usage,
+                cache=emu.cache, betas=self._betas())
         broken = fault.kind if fault is not None else None
         if isinstance(answer_or_stream, Answer):
             if answer_or_stream.status == 200 and broken == "stream_cut":
@@ -836,7 +851,8 @@ class _Handler(BaseHTTPRequestHandler):
             listed = list(events)
             events = listed[:max(2, (len(listed) - 2) // 2)]
             if broken == "stream_error":
-                events.append(faults.stream_error_event(wire_name))
+                events.append(responses.stream_error_event() if wire_name == "responses"
+                              else faults.stream_error_event(wire_name))
         headers = list(headers)
         given = {k.lower() for k, _ in headers}
         head = [(k, v) for k, v in (("Date", faults._date()),
@@ -887,4 +903,6 @@ def _wire_of(path: str) -> str | None:
         return "openai"
     if trimmed.endswith(ANTHROPIC_PATH):
         return "anthropic"
+    if responses.path_kind(trimmed) is not None:
+        return "openai"
     return None

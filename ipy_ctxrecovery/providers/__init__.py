@@ -33,6 +33,7 @@ __all__ = [
     "emulator_identity",
     "is_emulator_model",
     "make_provider",
+    "uses_responses_api",
 ]
 
 MODEL_FORMS = ("openai:MODEL, anthropic:MODEL, emulator, emulator:anthropic, "
@@ -112,7 +113,9 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
             raise ConfigError(
                 f"client= cannot be combined with {text!r}; the emulator builds its own client."
             )
-        return _emulator_provider(text, wire, emulator, window, max_retries)
+        return _emulator_provider(text, wire, emulator, window, max_retries,
+                                  openai_api=_openai_api(settings),
+                                  store=bool(settings is not None and settings.openai_store))
 
     # ``emulator`` is ignored for other models: a session may hold one across model switches.
     if sep and prefix in ("openai", "anthropic"):
@@ -135,13 +138,52 @@ def make_provider(spec: str, *, client: Any = None, emulator: Any = None,
 
         return AnthropicProvider(model_id, client=client, info=info, spec=full,
                                  max_retries=max_retries)
+    if uses_responses_api(_openai_api(settings), client):
+        from .openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(model_id, client=client, info=info, spec=full,
+                                       max_retries=max_retries,
+                                       store=bool(settings is not None and settings.openai_store))
     from .openai import OpenAIProvider
 
     return OpenAIProvider(model_id, client=client, info=info, spec=full, max_retries=max_retries)
 
 
+OPENAI_SERVICE_HOST = "api.openai.com"
+"""The host whose OpenAI wire speaks the Responses API when ``openai_api`` is "auto"."""
+
+
+def _openai_api(settings: Settings | None) -> str:
+    value = getattr(settings, "openai_api", "auto") if settings is not None else "auto"
+    return value if isinstance(value, str) else "auto"
+
+
+def uses_responses_api(openai_api: str, client: Any = None) -> bool:
+    """Whether the OpenAI wire speaks the Responses API: ``openai_api`` "responses", or
+    "auto" on OpenAI's own service (a ``client=``'s base URL, else ``OPENAI_BASE_URL``,
+    else the SDK's default, api.openai.com). Any other server is of unknown capability
+    and keeps Chat Completions, which every OpenAI-compatible server speaks."""
+    if openai_api != "auto":
+        return openai_api == "responses"
+    import os
+    from urllib.parse import urlsplit
+
+    if client is not None:
+        url = str(getattr(client, "base_url", "") or "")
+        if type(client).__name__.startswith("Azure"):
+            return False
+    else:
+        url = os.environ.get("OPENAI_BASE_URL") or f"https://{OPENAI_SERVICE_HOST}/v1"
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    return host == OPENAI_SERVICE_HOST
+
+
 def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
-                       max_retries: int | None) -> Provider:
+                       max_retries: int | None, *, openai_api: str = "auto",
+                       store: bool = False) -> Provider:
     on_close = None
     if emulator is None:
         from ..emulator import Emulator
@@ -169,6 +211,18 @@ def _emulator_provider(spec: str, wire: str, emulator: Any, window: int | None,
             provider = AnthropicProvider("emulator", client=a_client, info=info, spec=spec,
                                          max_retries=max_retries, on_close=on_close,
                                          owns_client=True)
+        elif openai_api == "responses":     # "auto" on the emulator: Chat Completions
+            import openai
+
+            from .openai_responses import OpenAIResponsesProvider
+
+            o_client = openai.OpenAI(base_url=emulator.openai_base_url, api_key=key,
+                                     default_headers=headers)
+            # The emulator's model reasons, and encrypts its reasoning when asked.
+            provider = OpenAIResponsesProvider("emulator", client=o_client, info=info,
+                                               spec=spec, max_retries=max_retries,
+                                               on_close=on_close, owns_client=True,
+                                               store=store, encrypted_reasoning=True)
         else:
             import openai
 

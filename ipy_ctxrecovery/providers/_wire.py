@@ -64,8 +64,9 @@ __all__ = [
 
 log = logging.getLogger("ipy_ctxrecovery.providers")
 
-BULK = ("messages", "system", "tools")
-"""The body fields that carry the history: encoded by us, spliced into the template."""
+BULK = ("messages", "system", "tools", "input")
+"""The body fields that carry the history: encoded by us, spliced into the template
+(``input``: the Responses API's items)."""
 
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """The encoder both SDKs' ``openapi_dumps`` amounts to for plain JSON values."""
@@ -78,6 +79,7 @@ SENTINELS: dict[str, Callable[[str], Any]] = {
                               [{"role": "user", "content": [{"type": "text",
                                                               "text": _MARK.format("messages")}]}]),
     "system": lambda wire: _MARK.format("system"),
+    "input": lambda wire: [{"role": "user", "content": _MARK.format("input")}],
     "tools": lambda wire: ([{"type": "function", "function": {
         "name": "ipy_ctxrecovery_slot", "description": _MARK.format("tools"),
         "parameters": {"type": "object", "properties": {}}}}]

@@ -365,6 +365,12 @@ class ChatSession:
             new_provider = _make_provider(
                 spec, new_client, emulator if emulator is not None else endpoint.emulator,
                 new_settings)
+        if new_provider is None and settings is not None and endpoint.owned \
+                and (settings.openai_api, settings.openai_store) \
+                != (self.settings.openai_api, self.settings.openai_store):
+            # The OpenAI wire's API (or its storage) changed: the provider speaks it.
+            new_provider = _make_provider(spec, endpoint.client, endpoint.emulator,
+                                          new_settings)
         if emulator is not None:
             endpoint.emulator = emulator  # kept for a later switch back to an emulator model
         notes: list[str] = []
