@@ -417,6 +417,8 @@ class AnthropicProvider(SDKAdapter):
 
     api = "Anthropic"
     wire = "anthropic"
+    server_compaction = True
+    """The API carries a server compaction (``session/server_side.api_supports``)."""
     plain_client = anthropic.Anthropic
     refusal = _Refused
     _system_fold: PrefixFold | None = None

@@ -168,6 +168,8 @@ class OpenAIProvider(SDKAdapter):
 
     api = "OpenAI"
     wire = "openai"
+    server_compaction = False
+    """The API carries a server compaction (``session/server_side.api_supports``)."""
     plain_client = openai.OpenAI
     refusal = _Refused
 

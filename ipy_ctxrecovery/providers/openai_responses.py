@@ -237,6 +237,8 @@ class OpenAIResponsesProvider(SDKAdapter):
 
     api = "OpenAI Responses"
     wire = "openai"
+    server_compaction = True
+    """The API carries a server compaction (``session/server_side.api_supports``)."""
     plain_client = openai.OpenAI
     refusal = _Refused
 
