@@ -34,6 +34,7 @@ from ipy_ctxrecovery.core.history import (
     TAG_COMPACTION_NOTICE,
     TAG_PAYLOAD_NOTICE,
     TAG_SUMMARY,
+    Compaction,
     History,
     Message,
     Role,
@@ -41,6 +42,7 @@ from ipy_ctxrecovery.core.history import (
     ToolCall,
     ToolResult,
     from_openai,
+    is_server_compaction,
     problems,
 )
 from ipy_ctxrecovery.core.prompts import PAYLOAD_NOTICE
@@ -97,6 +99,9 @@ def body_history(record: Any) -> History:
                     parts.append(Text(b["text"]))
                 elif b["type"] == "tool_use":
                     parts.append(ToolCall(b["id"], b["name"], json.dumps(b["input"])))
+                elif b["type"] == "compaction":
+                    # The server's compaction, sent back: it stands for what it replaced.
+                    parts.append(Compaction("anthropic", json.dumps(b), b.get("content")))
             out.append(Message(Role.ASSISTANT, tuple(parts)))
             continue
         texts = [b["text"] for b in blocks if b["type"] == "text"]
@@ -171,7 +176,7 @@ def check_run(run: Run, *, limit: int | None = None, payload: bool = False,
     said = [m for m in run.session.transcript if m.role is Role.USER]
     assert [m.text for m in said] == run.texts
     answers = [m.text for m in run.session.transcript
-               if m.role is Role.ASSISTANT and not m.tool_calls]
+               if m.role is Role.ASSISTANT and not m.tool_calls and not is_server_compaction(m)]
     assert answers == [r.text for r in run.replies]
     if tool_results:
         full = [m.text for m in run.session.transcript if m.role is Role.TOOL]
