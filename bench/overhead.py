@@ -179,8 +179,10 @@ class Case:
             self.url = emu.anthropic_base_url.rstrip("/") + "/v1/messages"
         # The session gets a client of its own, built the same way as the bare call's.
         own = type(self.client)(base_url=str(self.client.base_url), api_key=KEY)
+        # The bare call asks no server compaction; the session must send the same body.
         self.session = ChatSession.resume(name, model=f"{wire}:emulator", client=own,
-                                          settings=Settings(context_window=10_000_000),
+                                          settings=Settings(context_window=10_000_000,
+                                                            server_compaction="off"),
                                           builtin_tools=False)
         self._own = own
         self.turn = 0
@@ -366,11 +368,13 @@ def time_snapshot_files(counter: dict[str, float]) -> None:
 
 
 def count_sdk_pipeline(counter: dict[str, int]) -> None:
-    """Count the SDK's create() calls (the request pipeline) on both wires."""
+    """Count the SDK's create() calls (the request pipeline) on both wires (Anthropic's
+    beta resource too: a request that asks the server to compact goes through it)."""
+    from anthropic.resources.beta.messages import Messages as BetaMessages
     from anthropic.resources.messages import Messages
     from openai.resources.chat.completions import Completions
 
-    for cls in (Completions, Messages):
+    for cls in (Completions, Messages, BetaMessages):
         original = cls.create
 
         def counted(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
