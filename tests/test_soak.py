@@ -113,7 +113,7 @@ def _pairing_openai(messages: list[dict[str, Any]]) -> str | None:
 
 
 def _pairing_anthropic(messages: list[dict[str, Any]]) -> str | None:
-    if messages and messages[0].get("role") != "user":
+    if messages and messages[0].get("role") != "user" and not _opens_with_compaction(messages[0]):
         return "first message is not user"
     for i, m in enumerate(messages):
         blocks = m.get("content") if isinstance(m.get("content"), list) else []
@@ -131,6 +131,14 @@ def _pairing_anthropic(messages: list[dict[str, Any]]) -> str | None:
             if answered != calls:
                 return f"message {i}: calls {calls} answered by {answered}"
     return None
+
+
+def _opens_with_compaction(message: dict[str, Any]) -> bool:
+    """An assistant message opening with the server's compaction block (it stands for
+    everything before it, so it may come first)."""
+    content = message.get("content")
+    return (message.get("role") == "assistant" and isinstance(content, list) and bool(content)
+            and content[0].get("type") == "compaction")
 
 
 def _is_summary_request(body: dict[str, Any]) -> bool:
@@ -164,7 +172,9 @@ def check_requests(records: list[Any], marker: str, smallest_rejected: int | Non
             continue
         raw = json.dumps(body, ensure_ascii=False)
         assert marker in raw, f"request without the turn's user request {marker}"
-        problem = (_pairing_anthropic(body["messages"]) if r.path.endswith("/messages")
+        # Anthropic's paths: /v1/messages and /v1/messages/count_tokens, with ``?beta=true``
+        # on the beta resource.
+        problem = (_pairing_anthropic(body["messages"]) if "/messages" in r.path
                    else _pairing_openai(body["messages"]))
         assert problem is None, problem
     return smallest_rejected, largest_ok

@@ -11,6 +11,7 @@ Nothing here encodes the body that is sent: the provider does, once, when it sen
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
@@ -65,6 +66,14 @@ class RequestSizer:
         self._alone: tuple[Any, Request, int] | None = None
         self.server = ServerSide(self)
         """The provider's server compaction and context editing (``server_side.py``)."""
+
+    def with_limits(self, limits: LearnedLimits) -> RequestSizer:
+        """A copy of this sizer under ``limits`` (a plan's own), whose server side reads
+        them too: a trigger derived from a cap the plan learns is the one the run sends."""
+        own = copy.copy(self)
+        own.limits = limits
+        own.server = ServerSide(own)
+        return own
 
     # -- limits in force -------------------------------------------------------------------
     @property

@@ -668,8 +668,7 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
     spec = record.prepared.spec
     limits = copy.deepcopy(record.limits)
     limits.asked_server = True              # a plan asks no server
-    own = copy.copy(record.sizer)
-    own.limits = limits
+    own = record.sizer.with_limits(limits)
     own.forget_encoding()
     window = own.window
     over = own.estimate(body) + (own.reserved_tokens(spec) or 0) > window
