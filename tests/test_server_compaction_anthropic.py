@@ -246,6 +246,45 @@ def test_usage_iterations_as_the_api_reports_them(emu: Emulator) -> None:
     assert [i.type for i in small.usage.iterations or []] == ["message"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_compacted_reply_reports_the_input_as_sent_apart(emu: Emulator,
+                                                            provider: AnthropicProvider,
+                                                            stream: bool) -> None:
+    """The top-level usage of a compacted reply is the compacted input's; the compaction
+    iteration's input is the whole body's, which the provider reports on its own."""
+    history = _long_history()
+    compacted = provider.send(Request(messages=history, max_tokens=64, context=_compact(),
+                                      stream=stream))
+    assert isinstance(compacted.message.blocks[0], Compaction)
+    counted = provider.count_tokens(Request(messages=history, max_tokens=64))
+    assert compacted.usage.compaction_input_tokens == counted
+    assert compacted.usage.prompt_tokens is not None
+    assert compacted.usage.prompt_tokens < counted / 2
+    plain = provider.send(Request(messages=history[:3], max_tokens=64, context=_compact(),
+                                  stream=stream))
+    assert plain.usage.compaction_input_tokens is None
+
+
+def test_a_compacted_reply_does_not_skew_the_token_calibration(emu: Emulator) -> None:
+    """bytes/token is the body's over its tokens: a reply the server compacted calibrates
+    by its compaction's count, not by the compacted input's (which would make every later
+    estimate several times too small)."""
+    from ipy_ctxrecovery import ChatSession, Settings
+
+    with ChatSession("emulator:anthropic", emulator=emu,
+                     settings=Settings(context_window=6_000)) as session:
+        compactions: list[Any] = []
+        session.subscribe(lambda e: compactions.append(e)
+                          if type(e).__name__ == "ServerCompacted" else None)
+        rates = []
+        for i in range(12):
+            session.send(f"turn {i}: " + "the quick brown fox " * 150, stream=False)
+            rates.append(session.limits.tokens.bytes_per_token)
+        assert compactions, "the server never compacted: the test shows nothing"
+        # Skewed, a compacted reply moved it by 40% (4.2 → 5.9 bytes/token); kept, by 1%.
+        assert max(rates) < 1.1 * min(rates), rates
+
+
 # -- what the API refuses -----------------------------------------------------------------
 
 

@@ -756,7 +756,22 @@ def _usage(usage: Any, earlier: Usage | None = None) -> Usage:
         total = uncached + (written or 0) + (read or 0)
     output = field(usage, "output_tokens")
     return Usage(total, output if isinstance(output, int) else before.completion_tokens,
-                 read, written)
+                 read, written, _compaction_input(usage, before.compaction_input_tokens))
+
+
+def _compaction_input(usage: Any, earlier: int | None) -> int | None:
+    """The input tokens of the usage's ``compaction`` iteration (the whole input as sent:
+    the top-level counts are the compacted input's), or ``earlier``."""
+    iterations = field(usage, "iterations")
+    if not isinstance(iterations, list):
+        return earlier
+    for entry in iterations:
+        if field(entry, "type") == "compaction":
+            counts = [field(entry, name) for name in (
+                "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+            if isinstance(counts[0], int):
+                return sum(c for c in counts if isinstance(c, int))
+    return earlier
 
 
 def _stop(raw: str | None) -> StopReason:

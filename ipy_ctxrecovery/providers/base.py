@@ -194,6 +194,10 @@ class Usage:
     """Of ``prompt_tokens`` (the whole input), those read from the provider's prompt cache."""
     cache_write_tokens: int = 0
     """Of ``prompt_tokens``, those written to the prompt cache (Anthropic)."""
+    compaction_input_tokens: int | None = None
+    """The input as sent, when the server compacted it before answering (Anthropic's
+    ``usage.iterations`` entry of type ``compaction``); ``prompt_tokens`` is then the
+    compacted input the answer read, not the body's."""
 
     @property
     def reported(self) -> bool:

@@ -30,7 +30,13 @@ from ..core.events import (
     Retrying,
     Sending,
 )
-from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
+from ..core.history import (
+    TAG_PAYLOAD_NOTICE,
+    Compaction,
+    History,
+    Message,
+    latest_user_index,
+)
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import flow, policy
 from ..errors import ChatError, redact
@@ -182,7 +188,7 @@ class RecoveryLoop:
             raise ChatError(outcome.failure, redact(outcome.reason)) from error
         assert response is not None
         self._emit_all(list(outcome.events), log)
-        self.limits.on_success(body, response.usage.prompt_tokens,
+        self.limits.on_success(body, _body_tokens(response),
                                response.usage.completion_tokens)
         log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                       cached=response.usage.cached_tokens,
@@ -351,3 +357,12 @@ class RecoveryLoop:
         if notice_added:
             self.bus.emit(NoticeInjected(notice="payload"), log)
         return new, None
+
+
+def _body_tokens(response: Response) -> int | None:
+    """The prompt tokens of the body as sent, for the token calibration: a reply the server
+    compacted first reports the compacted input's, so only its compaction's own count (None
+    where the provider gives none: such a reply calibrates nothing)."""
+    if any(isinstance(b, Compaction) for b in response.message.blocks):
+        return response.usage.compaction_input_tokens
+    return response.usage.prompt_tokens
