@@ -351,3 +351,25 @@ def test_a_failing_count_is_ignored_and_not_taken_for_a_missing_endpoint() -> No
         finally:
             provider.close()
     assert len(seen) == 2                  # no retry within a count; asked again next time
+
+
+@pytest.mark.parametrize("server_compaction", ["off", "auto"])
+def test_a_compacted_request_near_the_window_is_counted_before_it_is_sent(
+        emulator: Any, server_compaction: str) -> None:
+    """Big pastes in an 8K window: the request a compaction (ours) or a fit (while the
+    server compacts) leaves sits just under the window with its answer, by an estimate a
+    few percent off. Counted as it will be sent, its max_tokens is lowered where it does
+    not fit; uncounted, the window rejected it (two rejections in 30 turns on either
+    setting, before)."""
+    emu = emulator(context_window=8_192, max_body="64KB")
+    with ChatSession("emulator:anthropic", emulator=emu,
+                     settings=Settings(server_compaction=server_compaction)) as s:
+        for i in range(30):
+            s.send(f"turn {i}: " + "data row value " * (300 if i % 3 else 1500), stream=False)
+        assert [r.fault for r in emu.requests if r.status != 200] == []
+        counts = [r for r in emu.requests if "count_tokens" in r.path]
+        assert counts, "nothing was counted: the test shows nothing"
+        chats = [r for r in emu.requests if "count_tokens" not in r.path]
+        # At most one count per body sent: a count is never repeated for the same request.
+        assert len(counts) <= len(chats)
+        assert len({bytes(r.raw) for r in counts}) == len(counts)

@@ -284,13 +284,22 @@ class Preparer:
             body = sizer.measure(compacted, spec)
         fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
         if fitted is not history:
-            self.last_count = None      # the request sent is not the one counted
-        if fitted is not compacted:
-            # Room was made for the answer: the max_tokens lowered for the body before the
-            # cut may be larger again (never above what was reserved).
-            body = sizer.measure(fitted, requested)
-            spec = self.fit_max_tokens(body, requested, log, asked=asked)
+            return self.refit_answer(fitted, requested, log, asked=asked)
         return fitted, spec, body
+
+    def refit_answer(self, history: History, requested: RequestSpec, log: TurnLog, *,
+                     asked: bool) -> tuple[History, RequestSpec, int]:
+        """The answer's reservation again for ``history``, which compaction or a fit made
+        from the one first measured: counted exactly where the new body is near the window
+        (:meth:`exact_count`: the estimate is a few percent off, and a body just over the
+        window with its answer is a rejection), the max_tokens lowered for the first body
+        larger again where there is room now (never above what was reserved)."""
+        sizer = self.sizer
+        body = sizer.measure(history, requested)
+        counted = self.exact_count(sizer.request(history, requested), body,
+                                   sizer.reserved_tokens(requested))
+        spec = self.fit_max_tokens(body, requested, log, asked=asked, counted=counted)
+        return history, spec, body
 
     def exact_count(self, request: Request, body: int, reserve: int | None) -> int | None:
         """The provider's exact count of ``request``'s input tokens when its estimate is
@@ -336,9 +345,7 @@ class Preparer:
         fitted = self.fit_known_limits(history, body, reserve, spec, compactor.NO_LIMIT, log)
         if fitted is history:
             return history, spec, body
-        body = self.sizer.measure(fitted, requested)
-        spec = self.fit_max_tokens(body, requested, log, asked=asked)
-        return fitted, spec, body
+        return self.refit_answer(fitted, requested, log, asked=asked)
 
     def check_request_fits(self, history: History, spec: RequestSpec) -> None:
         """Refuse, before anything is compacted, a request that cannot fit even with every
