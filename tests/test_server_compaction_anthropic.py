@@ -260,12 +260,13 @@ def test_a_compacted_reply_reports_the_input_as_sent_apart(emu: Emulator,
     assert compacted.usage.compaction_input_tokens == counted
     assert compacted.usage.prompt_tokens is not None
     assert compacted.usage.prompt_tokens < counted / 2
+    assert compacted.usage.compaction_output_tokens > 0     # the summary it wrote
     plain = provider.send(Request(messages=history[:3], max_tokens=64, context=_compact(),
                                   stream=stream))
     assert plain.usage.compaction_input_tokens is None
 
 
-def test_a_compacted_reply_does_not_skew_the_token_calibration(emu: Emulator) -> None:
+def test_a_compacted_reply_calibrates_and_bills_by_what_was_sent(emu: Emulator) -> None:
     """bytes/token is the body's over its tokens: a reply the server compacted calibrates
     by its compaction's count, not by the compacted input's (which would make every later
     estimate several times too small)."""
@@ -276,11 +277,18 @@ def test_a_compacted_reply_does_not_skew_the_token_calibration(emu: Emulator) ->
         compactions: list[Any] = []
         session.subscribe(lambda e: compactions.append(e)
                           if type(e).__name__ == "ServerCompacted" else None)
-        rates = []
+        rates, billed = [], []
         for i in range(12):
-            session.send(f"turn {i}: " + "the quick brown fox " * 150, stream=False)
+            seen = len(compactions)
+            reply = session.send(f"turn {i}: " + "the quick brown fox " * 150, stream=False)
             rates.append(session.limits.tokens.bytes_per_token)
+            billed.append((reply.usage.prompt_tokens, len(compactions) > seen))
         assert compactions, "the server never compacted: the test shows nothing"
+        # A compacting turn is billed the whole input (its compaction read it) and the
+        # answer's compacted input: more than the turn before it, never less.
+        for (earlier, _), (prompt, compacted) in zip(billed, billed[1:], strict=False):
+            if compacted:
+                assert prompt > earlier, billed
         # Skewed, a compacted reply moved it by 40% (4.2 → 5.9 bytes/token); kept, by 1%.
         assert max(rates) < 1.1 * min(rates), rates
 

@@ -755,13 +755,16 @@ def _usage(usage: Any, earlier: Usage | None = None) -> Usage:
     if isinstance(uncached, int):
         total = uncached + (written or 0) + (read or 0)
     output = field(usage, "output_tokens")
+    compacted, summary = _compaction_usage(
+        usage, (before.compaction_input_tokens, before.compaction_output_tokens))
     return Usage(total, output if isinstance(output, int) else before.completion_tokens,
-                 read, written, _compaction_input(usage, before.compaction_input_tokens))
+                 read, written, compacted, summary)
 
 
-def _compaction_input(usage: Any, earlier: int | None) -> int | None:
-    """The input tokens of the usage's ``compaction`` iteration (the whole input as sent:
-    the top-level counts are the compacted input's), or ``earlier``."""
+def _compaction_usage(usage: Any, earlier: tuple[int | None, int]) -> tuple[int | None, int]:
+    """(input, output) tokens of the usage's ``compaction`` iteration — the whole input as
+    sent and the summary written; the top-level counts are the answer's, on the compacted
+    input — or ``earlier``."""
     iterations = field(usage, "iterations")
     if not isinstance(iterations, list):
         return earlier
@@ -769,8 +772,10 @@ def _compaction_input(usage: Any, earlier: int | None) -> int | None:
         if field(entry, "type") == "compaction":
             counts = [field(entry, name) for name in (
                 "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+            output = field(entry, "output_tokens")
             if isinstance(counts[0], int):
-                return sum(c for c in counts if isinstance(c, int))
+                return (sum(c for c in counts if isinstance(c, int)),
+                        output if isinstance(output, int) else 0)
     return earlier
 
 

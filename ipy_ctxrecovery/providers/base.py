@@ -197,7 +197,10 @@ class Usage:
     compaction_input_tokens: int | None = None
     """The input as sent, when the server compacted it before answering (Anthropic's
     ``usage.iterations`` entry of type ``compaction``); ``prompt_tokens`` is then the
-    compacted input the answer read, not the body's."""
+    compacted input the answer read, not the body's. Billed besides ``prompt_tokens``."""
+    compaction_output_tokens: int = 0
+    """The summary the server wrote for that compaction: billed output besides
+    ``completion_tokens``."""
 
     @property
     def reported(self) -> bool:

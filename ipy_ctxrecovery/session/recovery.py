@@ -190,9 +190,13 @@ class RecoveryLoop:
         self._emit_all(list(outcome.events), log)
         self.limits.on_success(body, _body_tokens(response),
                                response.usage.completion_tokens)
-        log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
-                      cached=response.usage.cached_tokens,
-                      cache_write=response.usage.cache_write_tokens)
+        usage = response.usage
+        # A server compaction is billed besides the answer: its input, its summary.
+        log.add_usage((usage.prompt_tokens or 0) + (usage.compaction_input_tokens or 0)
+                      if usage.prompt_tokens is not None else usage.compaction_input_tokens,
+                      (usage.completion_tokens or 0) + usage.compaction_output_tokens
+                      if usage.completion_tokens is not None else None,
+                      cached=usage.cached_tokens, cache_write=usage.cache_write_tokens)
         recovered()
         if unstreamed and spec.stream and on_text is not None and response.message.text:
             on_text(response.message.text)      # shown as a streamed answer would be
