@@ -88,3 +88,47 @@ def test_behind_a_cap_the_server_compacts_and_later_bodies_drop_what_it_replaced
         assert [m.text for m in session.transcript if m.text.startswith("note ")] == texts
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("model, settings", [
+    ("emulator:anthropic", Settings(max_payload=CAP)),
+    ("emulator:openai", Settings(max_payload=CAP, openai_api="responses")),
+], ids=["anthropic", "responses"])
+def test_a_compacted_replys_usage_does_not_move_the_calibration_or_the_trigger(
+        emulator: Any, model: str, settings: Settings) -> None:
+    """A reply that compacted reports the tokens the model read after the compaction,
+    fewer than the body sent: as a bytes/token sample it would raise the calibration by
+    half and lower the next trigger by a third (5,400 → 3,700 tokens, then back up turn
+    by turn): the server would compact earlier than the cap needs."""
+    emu = emulator(context_window=200_000, max_body=CAP)
+    session = ChatSession(model, emulator=emu, settings=settings, name="calibration-e2e")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    text = "The weekly revenue by region rose in the north and fell in the south. " * 40
+    rates: list[float] = []
+    triggers: list[int] = []
+    compacted_at: list[int] = []
+    try:
+        for i in range(16):
+            before = len(events)
+            session.send(f"Week {i}: {text}", stream=False)
+            if any(isinstance(e, ServerCompacted) for e in events[before:]):
+                compacted_at.append(i)
+            rates.append(session.limits.tokens.bytes_per_token)
+            triggers.append(trigger_of(emu.requests[-1].body))
+        assert [i for i in compacted_at if 0 < i < 15], "the server never compacted"
+        for i in compacted_at:
+            if 0 < i < 15:   # the compacting turn moves neither the rate nor the next trigger
+                assert abs(rates[i] / rates[i - 1] - 1) < 0.03, (i, rates)
+                assert abs(triggers[i + 1] / triggers[i] - 1) < 0.03, (i, triggers)
+    finally:
+        session.close()
+
+
+def trigger_of(body: dict[str, Any]) -> int:
+    """The compaction trigger a request body asked for, on either wire."""
+    context = body["context_management"]
+    if isinstance(context, list):                         # the Responses API
+        return int(context[0]["compact_threshold"])
+    return int(next(e for e in context["edits"] if e["type"] == "compact_20260112")
+               ["trigger"]["value"])

@@ -30,7 +30,13 @@ from ..core.events import (
     Retrying,
     Sending,
 )
-from ..core.history import TAG_PAYLOAD_NOTICE, History, Message, latest_user_index
+from ..core.history import (
+    TAG_PAYLOAD_NOTICE,
+    Compaction,
+    History,
+    Message,
+    latest_user_index,
+)
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import flow, policy
 from ..errors import ChatError, redact
@@ -183,7 +189,8 @@ class RecoveryLoop:
         assert response is not None
         self._emit_all(list(outcome.events), log)
         self.limits.on_success(body, response.usage.prompt_tokens,
-                               response.usage.completion_tokens)
+                               response.usage.completion_tokens,
+                               calibrate=_usage_is_the_bodys(response))
         log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                       cached=response.usage.cached_tokens,
                       cache_write=response.usage.cache_write_tokens)
@@ -351,3 +358,13 @@ class RecoveryLoop:
         if notice_added:
             self.bus.emit(NoticeInjected(notice="payload"), log)
         return new, None
+
+
+def _usage_is_the_bodys(response: Response) -> bool:
+    """Whether the reply's prompt tokens count what ``body_bytes`` carried, as a sample for
+    the bytes/token calibration. Not when the server compacted the request (a compaction at
+    the head of the reply) or edited its context: the tokens are those the model read after
+    that, fewer than were sent. Not when the request was chained to a stored response: they
+    count the stored items too."""
+    return not (response.chained or response.edits
+                or any(isinstance(block, Compaction) for block in response.message.blocks))
