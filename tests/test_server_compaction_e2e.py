@@ -132,3 +132,34 @@ def trigger_of(body: dict[str, Any]) -> int:
         return int(context[0]["compact_threshold"])
     return int(next(e for e in context["edits"] if e["type"] == "compact_20260112")
                ["trigger"]["value"])
+
+
+def test_after_a_413_the_fit_cuts_to_the_cap_and_leaves_the_rest_to_the_server(
+        emulator: Any) -> None:
+    """A cap nobody told the package, met while the server compacts: the fit after the 413
+    drops messages unsummarized, so it drops only what the cap needs (not down to the
+    compaction target, 40 % of the cap: 17 of 25 messages here), and the retry, past the
+    trigger, is compacted by the server."""
+    emu = emulator(context_window=200_000, max_body=CAP)
+    session = ChatSession("emulator:anthropic", emulator=emu, name="fit-to-the-cap-e2e")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    rows = "".join(f"store {s:03d} revenue {1000 + s} EUR\n" for s in range(90))
+    try:
+        for i in range(14):
+            before = len(events)
+            session.send(f"Week {i}:\n{rows}", stream=False)
+            if any(r.status == 413 for r in emu.requests):
+                break
+        refused = [n for n, r in enumerate(emu.requests) if r.status == 413]
+        assert len(refused) == 1, "the proxy never refused a request"
+        retry = emu.requests[refused[0] + 1]
+        cap = session.caps.effective()
+        assert cap is not None and retry.status == 200
+        assert 0.75 * cap < retry.body_bytes <= cap, (retry.body_bytes, cap)
+        turn = events[before:]
+        assert any(isinstance(e, ServerCompacted) for e in turn), "the server did not compact"
+        assert not any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in turn)
+        assert session.history[0].tag == TAG_SERVER_COMPACTION
+    finally:
+        session.close()

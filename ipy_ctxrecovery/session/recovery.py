@@ -240,10 +240,13 @@ class RecoveryLoop:
         sent_max_tokens = sizer.reserved_tokens(spec)
         # An exact fit aims no higher than the compaction target, so the fitted history
         # ends below the compaction trigger and the next turn does not summarize again.
+        # Not while the server compacts: the fit drops what it cuts, unsummarized, and
+        # a fit just under the limit leaves the server its trigger to summarize the rest.
+        ceiling = None if sizer.server.compacts() else sizer.compaction_target()
         decision = ladder.decide(self.settings, state, failure, history_bytes=body,
                                  max_tokens=sent_max_tokens, cap=cap_before,
                                  cap_configured=limits.caps.configured is not None,
-                                 target_ceiling=sizer.compaction_target())
+                                 target_ceiling=ceiling)
         if decision.level is ladder.Level.GIVE_UP:
             self._emit_all(learned, log)
             raise ChatError(failure, decision.reason or sentence(failure)) from error
