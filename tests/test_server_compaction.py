@@ -395,12 +395,12 @@ def test_the_event_is_a_quiet_status_line_and_a_card_row() -> None:
                             after_bytes=3_000, summary_chars=None)
     assert shown_at(event) == "quiet"
     line = describe(event)
-    assert "7 messages replaced" in line and "opaque" in line and "undo-compact" in line
+    assert "7 messages replaced" in line and "an encrypted summary the package cannot read" in line and "undo-compact" in line
     record = TurnRecord()
     record.feed(event)
     step = record.latest("server_compaction")
     assert step is not None and step.status == "done"
-    assert "7 messages → 1" in step.detail and "opaque" in step.detail
+    assert "7 messages → 1" in step.detail and "an encrypted summary the package cannot read" in step.detail
 
 
 def test_the_panel_shows_a_server_compaction_row() -> None:
@@ -438,7 +438,7 @@ def test_history_lists_the_compaction_as_its_own_kind(capsys: pytest.CaptureFixt
                      tag=TAG_SERVER_COMPACTION)
     readable = Message(Role.ASSISTANT, (Compaction("anthropic", "{}", "We  discussed\nX."),),
                        tag=TAG_SERVER_COMPACTION)
-    assert "opaque" in subcommands._describe_blocks(opaque)
+    assert "encrypted summary the package cannot read" in subcommands._describe_blocks(opaque)
     assert subcommands._describe_blocks(readable) == "We discussed X."
     assert "server compaction" in subcommands._TAG_WORDS[TAG_SERVER_COMPACTION]
 
@@ -467,7 +467,7 @@ def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].endswith(
         "assistant [server compaction: replaces everything before it] We discussed X.")
-    assert "opaque (the provider's encrypted summary) from the openai server" in lines[3]
+    assert "an encrypted summary the package cannot read, from the openai server" in lines[3]
 
 
 def test_a_resumed_session_keeps_its_server_compaction() -> None:
