@@ -190,7 +190,7 @@ class RecoveryLoop:
         self._emit_all(list(outcome.events), log)
         self.limits.on_success(body, response.usage.prompt_tokens,
                                response.usage.completion_tokens,
-                               calibrate=_usage_is_the_bodys(response))
+                               calibrate=_usage_is_the_bodys(response, history))
         log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                       cached=response.usage.cached_tokens,
                       cache_write=response.usage.cache_write_tokens)
@@ -363,11 +363,15 @@ class RecoveryLoop:
         return new, None
 
 
-def _usage_is_the_bodys(response: Response) -> bool:
+def _usage_is_the_bodys(response: Response, sent: History) -> bool:
     """Whether the reply's prompt tokens count what ``body_bytes`` carried, as a sample for
     the bytes/token calibration. Not when the server compacted the request (a compaction at
     the head of the reply) or edited its context: the tokens are those the model read after
     that, fewer than were sent. Not when the request was chained to a stored response: they
-    count the stored items too."""
+    count the stored items too. Not when ``sent`` carries an encrypted compaction (OpenAI's):
+    its bytes are ciphertext, and what the server counts for it is the hidden summary's
+    tokens (a sample would raise bytes/token by a tenth after every compaction)."""
     return not (response.chained or response.edits
-                or any(isinstance(block, Compaction) for block in response.message.blocks))
+                or any(isinstance(block, Compaction) for block in response.message.blocks)
+                or any(isinstance(block, Compaction) and block.summary is None
+                       for message in sent for block in message.blocks))
