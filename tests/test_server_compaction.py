@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeProvider, compaction_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core import compactor
 from ipy_ctxrecovery.core import server_compaction as sc
 from ipy_ctxrecovery.core.compactor import NO_LIMIT, ChatBudget
 from ipy_ctxrecovery.core.events import (
@@ -73,6 +74,12 @@ def test_the_trigger_is_the_budget_in_tokens_clamped_up_to_the_servers_lowest() 
     assert sc.trigger(ChatBudget(24_600, "window", 0.75), bytes_per_token=4.01,
                       min_trigger=1_000).tokens == 6_100
     assert [sc.steady(n) for n in (7, 99, 150, 6_144, 123_456)] == [7, 99, 150, 6_100, 120_000]
+    # A window's share is the same number of tokens at any calibration (its bytes are
+    # floored: back in tokens that is not one step below the round number).
+    for bpt in (3.7, 4.0, 4.036, 4.113, 4.169, 4.302):
+        budget = compactor.chat_budget(Settings(), window_tokens=200_000, bytes_per_token=bpt,
+                                       cap=None, ratio=0.75)
+        assert sc.trigger(budget, bytes_per_token=bpt, min_trigger=1_000).tokens == 150_000
     # No term at all: the server's lowest, not a clamp.
     none = sc.trigger(ChatBudget(NO_LIMIT), bytes_per_token=4.0, min_trigger=1_000)
     assert (none.tokens, none.clamped) == (1_000, False)
