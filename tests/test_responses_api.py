@@ -540,6 +540,25 @@ def test_store_chains_previous_response_id_while_the_prefix_holds(emulator: Any)
     assert "previous_response_id" not in body and len(body["input"]) == len(to_items(changed))
 
 
+def test_a_chained_replys_usage_does_not_calibrate_bytes_per_token(emulator: Any) -> None:
+    """With ``openai_store`` a request carries only what is new after
+    ``previous_response_id`` while its usage counts the stored items too: as a sample that
+    would drive bytes/token down turn after turn (4.2 → 1.3 in eight turns)."""
+    emu = emulator(context_window=200_000)
+    session = ChatSession("emulator", emulator=emu, name="resp-store-calibration",
+                          settings=Settings(openai_api="responses", openai_store=True))
+    text = "The weekly revenue by region rose in the north and fell in the south. " * 40
+    rates = []
+    try:
+        for i in range(6):
+            session.send(f"Week {i}: {text}", stream=False)
+            rates.append(session.limits.tokens.bytes_per_token)
+        assert all("previous_response_id" in r.body for r in emu.requests[1:])
+        assert max(rates) <= 1.05 * min(rates), rates
+    finally:
+        session.close()
+
+
 def test_another_history_between_two_turns_keeps_the_conversations_chain(
         emulator: Any) -> None:
     emu = emulator()

@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeProvider, compaction_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Settings
+from ipy_ctxrecovery.core import compactor
 from ipy_ctxrecovery.core import server_compaction as sc
 from ipy_ctxrecovery.core.compactor import NO_LIMIT, ChatBudget
 from ipy_ctxrecovery.core.events import (
@@ -73,6 +74,12 @@ def test_the_trigger_is_the_budget_in_tokens_clamped_up_to_the_servers_lowest() 
     assert sc.trigger(ChatBudget(24_600, "window", 0.75), bytes_per_token=4.01,
                       min_trigger=1_000).tokens == 6_100
     assert [sc.steady(n) for n in (7, 99, 150, 6_144, 123_456)] == [7, 99, 150, 6_100, 120_000]
+    # A window's share is the same number of tokens at any calibration (its bytes are
+    # floored: back in tokens that is not one step below the round number).
+    for bpt in (3.7, 4.0, 4.036, 4.113, 4.169, 4.302):
+        budget = compactor.chat_budget(Settings(), window_tokens=200_000, bytes_per_token=bpt,
+                                       cap=None, ratio=0.75)
+        assert sc.trigger(budget, bytes_per_token=bpt, min_trigger=1_000).tokens == 150_000
     # No term at all: the server's lowest, not a clamp.
     none = sc.trigger(ChatBudget(NO_LIMIT), bytes_per_token=4.0, min_trigger=1_000)
     assert (none.tokens, none.clamped) == (1_000, False)
@@ -395,12 +402,12 @@ def test_the_event_is_a_quiet_status_line_and_a_card_row() -> None:
                             after_bytes=3_000, summary_chars=None)
     assert shown_at(event) == "quiet"
     line = describe(event)
-    assert "7 messages replaced" in line and "opaque" in line and "undo-compact" in line
+    assert "7 messages replaced" in line and "an encrypted summary the package cannot read" in line and "undo-compact" in line
     record = TurnRecord()
     record.feed(event)
     step = record.latest("server_compaction")
     assert step is not None and step.status == "done"
-    assert "7 messages → 1" in step.detail and "opaque" in step.detail
+    assert "7 messages → 1" in step.detail and "an encrypted summary the package cannot read" in step.detail
 
 
 def test_the_panel_shows_a_server_compaction_row() -> None:
@@ -438,7 +445,7 @@ def test_history_lists_the_compaction_as_its_own_kind(capsys: pytest.CaptureFixt
                      tag=TAG_SERVER_COMPACTION)
     readable = Message(Role.ASSISTANT, (Compaction("anthropic", "{}", "We  discussed\nX."),),
                        tag=TAG_SERVER_COMPACTION)
-    assert "opaque" in subcommands._describe_blocks(opaque)
+    assert "encrypted summary the package cannot read" in subcommands._describe_blocks(opaque)
     assert subcommands._describe_blocks(readable) == "We discussed X."
     assert "server compaction" in subcommands._TAG_WORDS[TAG_SERVER_COMPACTION]
 
@@ -467,7 +474,7 @@ def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].endswith(
         "assistant [server compaction: replaces everything before it] We discussed X.")
-    assert "opaque (the provider's encrypted summary) from the openai server" in lines[3]
+    assert "an encrypted summary the package cannot read, from the openai server" in lines[3]
 
 
 def test_a_resumed_session_keeps_its_server_compaction() -> None:

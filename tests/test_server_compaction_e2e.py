@@ -88,3 +88,83 @@ def test_behind_a_cap_the_server_compacts_and_later_bodies_drop_what_it_replaced
         assert [m.text for m in session.transcript if m.text.startswith("note ")] == texts
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("model, settings", [
+    ("emulator:anthropic", Settings(max_payload=CAP)),
+    ("emulator:openai", Settings(max_payload=CAP, openai_api="responses")),
+], ids=["anthropic", "responses"])
+def test_a_compacted_replys_usage_does_not_move_the_calibration_or_the_trigger(
+        emulator: Any, model: str, settings: Settings) -> None:
+    """A reply that compacted reports the tokens the model read after the compaction,
+    fewer than the body sent: as a bytes/token sample it would raise the calibration by
+    half and lower the next trigger by a third (5,400 → 3,700 tokens, then back up turn
+    by turn): the server would compact earlier than the cap needs. The requests after it
+    carry the compaction, which on the Responses API is ciphertext counted as the hidden
+    summary's tokens: as samples they lowered the trigger by a tenth after each one."""
+    emu = emulator(context_window=200_000, max_body=CAP)
+    session = ChatSession(model, emulator=emu, settings=settings, name="calibration-e2e")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    text = "The weekly revenue by region rose in the north and fell in the south. " * 40
+    rates: list[float] = []
+    triggers: list[int] = []
+    compacted_at: list[int] = []
+    try:
+        for i in range(16):
+            before = len(events)
+            session.send(f"Week {i}: {text}", stream=False)
+            if any(isinstance(e, ServerCompacted) for e in events[before:]):
+                compacted_at.append(i)
+            rates.append(session.limits.tokens.bytes_per_token)
+            triggers.append(trigger_of(emu.requests[-1].body))
+        assert [i for i in compacted_at if 0 < i < 15], "the server never compacted"
+        for i in compacted_at:
+            if 0 < i < 15:   # the compacting turn moves neither the rate nor the next trigger
+                assert abs(rates[i] / rates[i - 1] - 1) < 0.03, (i, rates)
+                assert abs(triggers[i + 1] / triggers[i] - 1) < 0.03, (i, triggers)
+        # Nor do the requests that carry the compaction after it (OpenAI's is ciphertext).
+        calibrated = triggers[2:]
+        assert max(calibrated) <= 1.03 * min(calibrated), triggers
+    finally:
+        session.close()
+
+
+def trigger_of(body: dict[str, Any]) -> int:
+    """The compaction trigger a request body asked for, on either wire."""
+    context = body["context_management"]
+    if isinstance(context, list):                         # the Responses API
+        return int(context[0]["compact_threshold"])
+    return int(next(e for e in context["edits"] if e["type"] == "compact_20260112")
+               ["trigger"]["value"])
+
+
+def test_after_a_413_the_fit_cuts_to_the_cap_and_leaves_the_rest_to_the_server(
+        emulator: Any) -> None:
+    """A cap nobody told the package, met while the server compacts: the fit after the 413
+    drops messages unsummarized, so it drops only what the cap needs (not down to the
+    compaction target, 40 % of the cap: 17 of 25 messages here), and the retry, past the
+    trigger, is compacted by the server."""
+    emu = emulator(context_window=200_000, max_body=CAP)
+    session = ChatSession("emulator:anthropic", emulator=emu, name="fit-to-the-cap-e2e")
+    events: list[Event] = []
+    session.subscribe(events.append)
+    rows = "".join(f"store {s:03d} revenue {1000 + s} EUR\n" for s in range(90))
+    try:
+        for i in range(14):
+            before = len(events)
+            session.send(f"Week {i}:\n{rows}", stream=False)
+            if any(r.status == 413 for r in emu.requests):
+                break
+        refused = [n for n, r in enumerate(emu.requests) if r.status == 413]
+        assert len(refused) == 1, "the proxy never refused a request"
+        retry = emu.requests[refused[0] + 1]
+        cap = session.caps.effective()
+        assert cap is not None and retry.status == 200
+        assert 0.75 * cap < retry.body_bytes <= cap, (retry.body_bytes, cap)
+        turn = events[before:]
+        assert any(isinstance(e, ServerCompacted) for e in turn), "the server did not compact"
+        assert not any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in turn)
+        assert session.history[0].tag == TAG_SERVER_COMPACTION
+    finally:
+        session.close()

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ipy_ctxrecovery import ChatSession, Emulator
 from ipy_ctxrecovery.core.events import LadderStep
-from ipy_ctxrecovery.core.history import TAG_SUMMARY
+from ipy_ctxrecovery.core.history import TAG_SERVER_COMPACTION, TAG_SUMMARY
 from ipy_ctxrecovery.core.prompts import SUMMARIZE_SYSTEM_PROMPT
 
 
@@ -64,7 +64,10 @@ def test_the_planned_recovery_of_a_413_is_the_one_that_runs(turns: int, size: in
         assert rung.summarized == summarized
         # As many summary requests (chunks) planned as were sent.
         assert rung.summary_requests == sum(1 for r in records if _asks_for_a_summary(r))
-        assert len(s.history) - 1 == rung.messages          # the resend, then the answer
+        if not any(m.tag == TAG_SERVER_COMPACTION for m in s.history):
+            assert len(s.history) - 1 == rung.messages      # the resend, then the answer
+        # else the resend, fitted just under the cap, was past the server's trigger: the
+        # server compacted it (a summary no plan predicts); what was sent is checked below.
         resend = records[-1]
         # On the emulator the plan's summary is the one it writes: the same bytes.
         assert resend.body_bytes == rung.bytes

@@ -101,7 +101,10 @@ def trigger(budget: ChatBudget, *, bytes_per_token: float, min_trigger: int) -> 
     the server's lowest (which is then no clamp: nothing asked for less)."""
     if budget.bytes >= NO_LIMIT or budget.of is None:
         return Trigger(max(1, min_trigger), max(1, min_trigger), False, None)
-    derived = steady(max(1, int(budget.bytes / max(bytes_per_token, 1e-9))))
+    # Rounded, not floored: a window's budget is its tokens × bytes/token floored to bytes,
+    # and back in tokens a floor would land just under a round number (149,999 of 150,000)
+    # that two significant figures then take down a step (140,000).
+    derived = steady(max(1, round(budget.bytes / max(bytes_per_token, 1e-9))))
     if derived < min_trigger:
         return Trigger(min_trigger, derived, True, budget.of)
     return Trigger(derived, derived, False, budget.of)

@@ -1311,10 +1311,10 @@ def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens
 # -- the provider's server compaction and context editing (docs/server-compaction.md) -------
 
 def server_compaction_words(summary_chars: int | None) -> str:
-    """How ``%chat history`` names a server compaction's content: its summary's size, or
-    "opaque" for an encrypted one (OpenAI's)."""
+    """How a server compaction's content is named: its summary's size, or for an encrypted
+    one (OpenAI's, opaque) that it cannot be read — in words that sit inside parentheses."""
     if summary_chars is None:
-        return "opaque (the provider's encrypted summary)"
+        return "an encrypted summary the package cannot read"
     return f"summary of {plural(summary_chars, 'character')}"
 
 

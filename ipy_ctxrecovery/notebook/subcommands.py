@@ -199,9 +199,9 @@ _TAG_WORDS = {
 def _describe_blocks(message: Any) -> str:
     compaction = next((b for b in getattr(message, "blocks", ())
                        if isinstance(b, history.Compaction)), None)
-    if compaction is not None:   # its summary, or "opaque" for an encrypted one (OpenAI's)
+    if compaction is not None:   # its summary, or that an encrypted one (OpenAI's) is opaque
         if compaction.summary is None:
-            return f"{server_compaction_words(None)} from the {compaction.wire} server"
+            return f"{server_compaction_words(None)}, from the {compaction.wire} server"
         return " ".join(compaction.summary.split()) or "(empty summary)"
     calls = getattr(message, "tool_calls", ())
     if calls:

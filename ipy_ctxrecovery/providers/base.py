@@ -228,6 +228,9 @@ class Response:
     """Edits the server applied to the request's context (context editing)."""
     response_id: str | None = None
     """The provider's id for this reply (the Responses API's, for ``previous_response_id``)."""
+    chained: bool = False
+    """The request sent only what was new after a ``previous_response_id`` (the Responses
+    API with ``store``): its usage counts the stored items too, not only ``body_bytes``."""
     streamed: bool = False
     """Read from an event stream. A streamed reply whose ``usage`` is not ``reported`` is a
     server that leaves usage out of streams (llama-cpp-python, servers that ignore

@@ -412,6 +412,8 @@ class OpenAIResponsesProvider(SDKAdapter):
             with self._chain_lock:
                 kept = tuple(c for c in self._chains if c.response_id != chained)
                 self._chains = (_Chain(response.response_id, covered), *kept)[:_CHAINS]
+        if chained is not None:
+            response = dataclasses.replace(response, chained=True)
         return response
 
     def forget_chain(self) -> None:

@@ -160,11 +160,17 @@ class LearnedLimits:
         return CapChanged(cap=cap, source="assumed") if self.caps.source == "assumed" else None
 
     def on_success(self, body_bytes: int, prompt_tokens: int | None,
-                   completion_tokens: int | None = None) -> None:
+                   completion_tokens: int | None = None, *, calibrate: bool = True) -> None:
         """A ``body_bytes`` request was answered with this usage: the token calibration and
-        the most tokens seen (what it shows about the path: ``core.recovery.flow.passed``)."""
+        the most tokens seen (what it shows about the path: ``core.recovery.flow.passed``).
+
+        ``calibrate=False``: the usage is not the body's. A server that compacted the
+        request or cleared tool uses in it reports the tokens of what the model read after
+        that, fewer than the body held; as a bytes/token sample it would inflate the
+        calibration by half and shift the next compaction trigger with it."""
         if prompt_tokens:
-            self.tokens.calibrate(body_bytes, prompt_tokens)
+            if calibrate:
+                self.tokens.calibrate(body_bytes, prompt_tokens)
             self.seen_tokens = max(self.seen_tokens, prompt_tokens + (completion_tokens or 0))
 
     # -- a new configuration or provider -------------------------------------------------------

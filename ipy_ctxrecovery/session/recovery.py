@@ -188,9 +188,10 @@ class RecoveryLoop:
             raise ChatError(outcome.failure, redact(outcome.reason)) from error
         assert response is not None
         self._emit_all(list(outcome.events), log)
-        self.limits.on_success(body, _body_tokens(response),
-                               response.usage.completion_tokens)
         usage = response.usage
+        sample = _body_tokens(response, history)
+        self.limits.on_success(body, usage.prompt_tokens if sample is None else sample,
+                               usage.completion_tokens, calibrate=sample is not None)
         # A server compaction is billed besides the answer: its input, its summary.
         log.add_usage((usage.prompt_tokens or 0) + (usage.compaction_input_tokens or 0)
                       if usage.prompt_tokens is not None else usage.compaction_input_tokens,
@@ -243,10 +244,13 @@ class RecoveryLoop:
         sent_max_tokens = sizer.reserved_tokens(spec)
         # An exact fit aims no higher than the compaction target, so the fitted history
         # ends below the compaction trigger and the next turn does not summarize again.
+        # Not while the server compacts: the fit drops what it cuts, unsummarized, and
+        # a fit just under the limit leaves the server its trigger to summarize the rest.
+        ceiling = None if sizer.server.compacts() else sizer.compaction_target()
         decision = ladder.decide(self.settings, state, failure, history_bytes=body,
                                  max_tokens=sent_max_tokens, cap=cap_before,
                                  cap_configured=limits.caps.configured is not None,
-                                 target_ceiling=sizer.compaction_target())
+                                 target_ceiling=ceiling)
         if decision.level is ladder.Level.GIVE_UP:
             self._emit_all(learned, log)
             raise ChatError(failure, decision.reason or sentence(failure)) from error
@@ -363,10 +367,21 @@ class RecoveryLoop:
         return new, None
 
 
-def _body_tokens(response: Response) -> int | None:
-    """The prompt tokens of the body as sent, for the token calibration: a reply the server
-    compacted first reports the compacted input's, so only its compaction's own count (None
-    where the provider gives none: such a reply calibrates nothing)."""
-    if any(isinstance(b, Compaction) for b in response.message.blocks):
+def _body_tokens(response: Response, sent: History) -> int | None:
+    """The prompt tokens of the body as sent, as a sample for the bytes/token calibration
+    (None: the reply gives none, and calibrates nothing).
+
+    A reply the server compacted first reports the compacted input's tokens: its
+    compaction's own count is the body's (None where the provider gives none). None when
+    the server edited the request's context (the tokens are those the model read after
+    that, fewer than were sent), when the request was chained to a stored response (they
+    count the stored items too), or when ``sent`` carries an encrypted compaction (OpenAI's:
+    its bytes are ciphertext, and what the server counts for it is the hidden summary's
+    tokens — a sample would raise bytes/token by a tenth after every compaction)."""
+    if response.chained or response.edits or any(
+            isinstance(block, Compaction) and block.summary is None
+            for message in sent for block in message.blocks):
+        return None
+    if any(isinstance(block, Compaction) for block in response.message.blocks):
         return response.usage.compaction_input_tokens
     return response.usage.prompt_tokens
