@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..core import ladder
 from ..core.budget import ResultStore
-from ..core.compactor import CompactionReport
+from ..core.compactor import NO_LIMIT, CompactionReport
 from ..core.events import (
     Event,
     LadderStep,
@@ -202,8 +202,9 @@ class RecoveryLoop:
             return history, prepared.request, prepared.size
         body = prepared.size
         # Sending it again only repeats the rejection: fit it (or fail with a sentence).
+        target = NO_LIMIT if sizer.server.compacts() else sizer.compaction_target()
         history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
-                                                 spec, sizer.compaction_target(), log)
+                                                 spec, target, log)
         prepared = sizer.prepare(sizer.request(history, spec))
         request, body = prepared.request, prepared.size
         if body >= rejected:
@@ -233,10 +234,14 @@ class RecoveryLoop:
         sent_max_tokens = sizer.reserved_tokens(spec)
         # An exact fit aims no higher than the compaction target, so the fitted history
         # ends below the compaction trigger and the next turn does not summarize again.
+        # While the server compacts there is no summary of ours to avoid: the fit drops
+        # (never summarizes), so it aims just under the limit, as pre-flight's does, and
+        # what it keeps the server reads into its own compaction.
+        ceiling = None if sizer.server.compacts() else sizer.compaction_target()
         decision = ladder.decide(self.settings, state, failure, history_bytes=body,
                                  max_tokens=sent_max_tokens, cap=cap_before,
                                  cap_configured=limits.caps.configured is not None,
-                                 target_ceiling=sizer.compaction_target())
+                                 target_ceiling=ceiling)
         if decision.level is ladder.Level.GIVE_UP:
             self._emit_all(learned, log)
             raise ChatError(failure, decision.reason or sentence(failure)) from error
