@@ -67,6 +67,7 @@ from .endpoint import Endpoint
 from .learned import LearnedLimits
 from .pipeline import Prepared, Preparer
 from .recovery import RecoveryLoop
+from .server_side import ServerSide
 from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, TurnLog
 from .turns import ToolBox
@@ -670,6 +671,9 @@ def _climb(rejection: str, history: History, body: int, record: DryTrace, settin
     limits.asked_server = True              # a plan asks no server
     own = copy.copy(record.sizer)
     own.limits = limits
+    # Its own server side: the copy's would read the session's limits, so a cap the
+    # climb learns from the rejection would not move the trigger the resend carries.
+    own.server = ServerSide(own)
     own.forget_encoding()
     window = own.window
     over = own.estimate(body) + (own.reserved_tokens(spec) or 0) > window
