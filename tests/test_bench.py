@@ -177,3 +177,39 @@ def test_joins_prints_the_fidelity_of_each_join_before_and_after() -> None:
     assert len(after) == 6
     for line in after:     # the emulator's small-model continuations all join exactly
         assert "extra 0, meta/prompt text 0, exact yes" in line, line
+
+
+def test_server_compaction_prints_on_and_off_for_both_wires() -> None:
+    out = run("server_compaction.py", "--quick")
+    blocks = re.findall(r"^== (\w+) server_compaction=(on|off)\n((?:  .*\n)+)", out, re.M)
+    found = {(wire, setting): body for wire, setting, body in blocks}
+    assert set(found) == {(w, s) for w in ("anthropic", "responses") for s in ("on", "off")}, out
+
+    def figure(body: str, name: str) -> int:
+        match = re.search(rf"^  {name} +([\d,]+)", body, re.M)
+        assert match, (name, body)
+        return int(match.group(1).replace(",", ""))
+
+    for (_wire, setting), body in found.items():
+        assert re.search(r"^  turns answered +20/20 ", body, re.M), body
+        assert figure(body, "rejections \\(non-200\\)") <= 1, body
+        assert figure(body, "bytes uploaded") > 0
+        summaries = figure(body, "client summaries")
+        if setting == "on":
+            # The server compacted behind the cap, and the package summarized nothing.
+            assert figure(body, "server compactions") > 0, body
+            assert summaries == 0, body
+        else:
+            assert figure(body, "server compactions") == 0, body
+            trims = re.search(r"client summaries +\d+ \(\d+ summary requests, (\d+) trims\)",
+                              body)
+            assert trims and summaries + int(trims.group(1)) >= 1, body
+    for wire in ("anthropic", "responses"):
+        assert re.search(rf"^ratio bytes on/off {wire}: \d+\.\d\d$", out, re.M), out
+        assert f"ratio requests on/off {wire}: " in out
+
+
+def test_server_compaction_rejects_an_unknown_wire() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "server_compaction.py"), "--wires",
+                           "chat"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown wire" in done.stderr

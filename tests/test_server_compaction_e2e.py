@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.core.events import CompactionPhase, Event, ServerCompacted
+from ipy_ctxrecovery.core.events import CompactionPhase, Event, LadderStep, ServerCompacted
 from ipy_ctxrecovery.core.history import TAG_SERVER_COMPACTION, Message
 from ipy_ctxrecovery.providers.base import ContextManagement, Request
 
@@ -166,5 +166,44 @@ def test_after_a_413_the_fit_cuts_to_the_cap_and_leaves_the_rest_to_the_server(
         assert any(isinstance(e, ServerCompacted) for e in turn), "the server did not compact"
         assert not any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in turn)
         assert session.history[0].tag == TAG_SERVER_COMPACTION
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("model, extra", [("emulator:anthropic", {}),
+                                          ("emulator:openai", {"openai_api": "responses"})])
+def test_after_a_413_the_fit_keeps_what_the_cap_takes_and_the_server_reads_it(
+        emulator: Any, model: str, extra: dict[str, Any]) -> None:
+    """The cap is not configured: the first body over it is rejected. While the server
+    compacts, the exact fit drops (no summary of the package's), so it drops only what the
+    learned cap needs — not down to the package's compaction target — and the resend,
+    past the trigger the cap now gives, is what the server compacts: the messages kept are
+    read by its summary instead of being dropped unread."""
+    emu = emulator(context_window=200_000, max_body=CAP)
+    if model == "emulator:anthropic" and not emulator_compacts(emu):
+        pytest.skip("the emulator does not compact on its server (context_management)")
+    session = ChatSession(model, emulator=emu, name="server-compaction-413",
+                          settings=Settings(server_compaction="on", **extra))
+    events: list[Event] = []
+    session.subscribe(events.append)
+    try:
+        for i in range(12):
+            start = len(emu.requests)
+            session.send(f"note {i}: " + "detail " * 700, stream=False)
+            if any(r.status != 200 for r in emu.requests[start:]):
+                break
+        turn = emu.requests[start:]
+        assert [r.status for r in turn] == [413, 200], [(r.status, r.body_bytes) for r in turn]
+        rejected, resent = turn
+        passed = max(r.body_bytes for r in emu.requests[:start])
+        # Just under the cap learned from the largest body that passed, not a third of it.
+        assert passed * 0.85 < resent.body_bytes <= passed
+        steps = [e for e in events if isinstance(e, LadderStep)]
+        assert steps and not any(e.summarizing for e in steps)
+        assert not any(isinstance(e, CompactionPhase) and e.phase == "summarize"
+                       for e in events)
+        # The resend carried the trigger the cap gives, and the server compacted it.
+        assert [isinstance(e, ServerCompacted) for e in events].count(True) == 1
+        assert any(m.tag == TAG_SERVER_COMPACTION for m in session.history)
     finally:
         session.close()

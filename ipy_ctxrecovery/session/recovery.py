@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..core import ladder
 from ..core.budget import ResultStore
-from ..core.compactor import CompactionReport
+from ..core.compactor import NO_LIMIT, CompactionReport
 from ..core.events import (
     Event,
     LadderStep,
@@ -213,8 +213,9 @@ class RecoveryLoop:
             return history, prepared.request, prepared.size
         body = prepared.size
         # Sending it again only repeats the rejection: fit it (or fail with a sentence).
+        target = NO_LIMIT if sizer.server.compacts() else sizer.compaction_target()
         history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
-                                                 spec, sizer.compaction_target(), log)
+                                                 spec, target, log)
         prepared = sizer.prepare(sizer.request(history, spec))
         request, body = prepared.request, prepared.size
         if body >= rejected:
@@ -244,8 +245,9 @@ class RecoveryLoop:
         sent_max_tokens = sizer.reserved_tokens(spec)
         # An exact fit aims no higher than the compaction target, so the fitted history
         # ends below the compaction trigger and the next turn does not summarize again.
-        # Not while the server compacts: the fit drops what it cuts, unsummarized, and
-        # a fit just under the limit leaves the server its trigger to summarize the rest.
+        # While the server compacts there is no summary of ours to avoid: the fit drops
+        # (never summarizes), so it aims just under the limit, as pre-flight's does, and
+        # what it keeps the server reads into its own compaction.
         ceiling = None if sizer.server.compacts() else sizer.compaction_target()
         decision = ladder.decide(self.settings, state, failure, history_bytes=body,
                                  max_tokens=sent_max_tokens, cap=cap_before,
