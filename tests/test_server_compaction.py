@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeProvider, compaction_reply, failure, tool_call_reply
 
 from ipy_ctxrecovery import ChatSession, Settings
-from ipy_ctxrecovery.core import compactor
+from ipy_ctxrecovery.core import compactor, pins
 from ipy_ctxrecovery.core import server_compaction as sc
 from ipy_ctxrecovery.core.compactor import NO_LIMIT, ChatBudget
 from ipy_ctxrecovery.core.events import (
@@ -107,6 +107,46 @@ def test_split_and_replace_keep_the_system_prompt_and_the_pinned_rules_after_it(
     new = sc.replace_before(history, compaction)
     assert new == (history[0], compaction, pinned)
     assert problems((*new, answer)) == []
+
+
+def test_the_rules_the_user_stated_in_what_it_replaces_are_pinned_after_it() -> None:
+    """The server's summary reads the user's "always…/never…" like everything else, and
+    may lose their wording: the rules are pinned after its compaction, verbatim, as the
+    package's own compaction pins them (and an earlier pin is merged, not lost)."""
+    block = Compaction("anthropic", json.dumps({"type": "compaction", "content": "S"}), "S")
+    compaction = Message(Role.ASSISTANT, (block,), tag=TAG_SERVER_COMPACTION)
+    earlier = pins.pinned_message(["Never drop rows with missing prices."])
+    assert earlier is not None
+    history = (Message.system("sys"), earlier,
+               Message.user("Always report revenue in EUR. What was Q3?"),
+               Message.assistant("Q3 was 1.2M EUR."),
+               Message.user("From now on, round to two decimals. And Q4?"))
+    new = sc.replace_before(history, compaction, settings=Settings())
+    assert new[:2] == (history[0], compaction) and len(new) == 3
+    assert new[2].tag == TAG_PINNED_RULES
+    assert pins.rules_of(new[2]) == ("Never drop rows with missing prices.",
+                                     "Always report revenue in EUR.",
+                                     "From now on, round to two decimals.")
+    # No new rule: the pin is kept as it was (the same message, the same bytes).
+    plain = (Message.system("sys"), earlier, Message.user("What was Q3?"))
+    assert sc.replace_before(plain, compaction, settings=Settings())[2] is earlier
+    # None at all: nothing pinned.
+    assert sc.replace_before(plain[2:], compaction, settings=Settings()) == (compaction,)
+
+
+def test_a_session_pins_the_rules_a_server_compaction_replaced(emulator: Any) -> None:
+    emu = emulator(context_window=200_000)
+    with ChatSession("emulator:anthropic", emulator=emu,
+                     settings=Settings(context_window=6_000)) as s:
+        s.send("Always answer in French. " + "the quick brown fox " * 100, stream=False)
+        for i in range(12):
+            s.send(f"turn {i}: " + "the quick brown fox " * 150, stream=False)
+        assert any(m.tag == TAG_SERVER_COMPACTION for m in s.history), "never compacted"
+        pinned = [m for m in s.history if m.tag == TAG_PINNED_RULES]
+        assert [pins.rules_of(m) for m in pinned] == [("Always answer in French.",)]
+        # And the rule is sent, after the compaction block.
+        body = json.dumps(emu.requests[-1].body)
+        assert body.index("Always answer in French.") > body.index('"compaction"')
 
 
 def test_clearable_tool_tokens_leave_the_latest_uses_and_what_a_compaction_replaced() -> None:

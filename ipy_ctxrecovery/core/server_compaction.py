@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..settings import Settings
+from . import pins
 from .compactor import NO_LIMIT, ChatBudget
 from .history import (
     TAG_PINNED_RULES,
@@ -145,18 +147,26 @@ def split_reply(message: Message) -> tuple[Message | None, Message]:
     return compaction, message.with_blocks(message.blocks[1:])
 
 
-def replace_before(history: History, compaction: Message) -> History:
+def replace_before(history: History, compaction: Message, *,
+                   settings: Settings | None = None) -> History:
     """``history`` as the server compaction leaves it: the system messages (in order), the
-    compaction message, and the latest pinned-rules message after it (the user's standing
+    compaction message, and the pinned-rules message after it (the user's standing
     instructions, verbatim).
 
     The pinned rules go *after* the compaction: the API reads nothing before a compaction
     block (it drops it), so kept before it they would be bytes the cap pays for and the
     model never reads; after it they are read beside the server's summary, as they are
-    after the package's own. Every other message is replaced (the transcript keeps it).
+    after the package's own. With ``settings``, the rules the user stated in the messages
+    the compaction replaces are pinned too, as the package's own compaction pins them
+    (``pins.keep``, bounded by ``pinned_rules_max_chars``); without new ones the pinned
+    message is kept as it was. Every other message is replaced (the transcript keeps it).
     """
     systems = tuple(m for m in history if m.role is Role.SYSTEM)
     pinned = [m for m in history if m.tag == TAG_PINNED_RULES][-1:]
+    if settings is not None:
+        kept = pins.keep(pins.carried(history), history, target_bytes=0, settings=settings)
+        if kept.new_rules and kept.pinned is not None:
+            pinned = [kept.pinned]
     return (*systems, compaction, *pinned)
 
 

@@ -169,7 +169,7 @@ class ServerSide:
             return history, message, events
         block = sc.compaction_of(compaction)
         assert block is not None
-        new = sc.replace_before(history, compaction)
+        new = sc.replace_before(history, compaction, settings=self.sizer.settings)
         kept = sum(1 for m in new if m is not compaction)
         events.append(ServerCompacted(
             wire=block.wire, replaced_messages=len(history) - kept,
