@@ -185,6 +185,51 @@ def test_reasoning_is_encrypted_only_when_asked_and_must_come_back_unchanged(
                                    reasoning={"effort": "none"}).output[0].type == "message"
 
 
+def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.openai_client(max_retries=0)
+    tools = [{"type": "function", "name": "weather", "description": "The weather.",
+              "parameters": {"type": "object", "properties": {}}}]
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+    first = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
+                                    include=["reasoning.encrypted_content"])
+    reasoning, call = (o.to_dict() for o in first.output)
+    assert (reasoning["type"], call["type"]) == ("reasoning", "function_call")
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    whole = client.responses.create(model="emulator", input=[*asked, reasoning, call, result],
+                                    tools=tools, store=False)
+    assert whole.status == "completed"
+    for without in ([*asked, call, result], [*asked, call, reasoning, result]):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="emulator", input=without, tools=tools, store=False)
+        assert info.value.body == {
+            "message": f"Item '{call['id']}' of type 'function_call' was provided without its "
+                       f"required 'reasoning' item: '{reasoning['id']}'.",
+            "type": "invalid_request_error", "param": "input", "code": None}
+    # Without its id the API cannot tell which answer the call came from: accepted.
+    anonymous = {k: v for k, v in call.items() if k not in ("id", "status")}
+    assert client.responses.create(model="emulator", input=[*asked, anonymous, result],
+                                   tools=tools, store=False).status == "completed"
+    # Stored and continued by previous_response_id, the reasoning is in the stored items.
+    stored = client.responses.create(model="emulator", input=asked, tools=tools)
+    chained = client.responses.create(
+        model="emulator", previous_response_id=stored.id, tools=tools,
+        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
+                "output": "rain"}])
+    assert chained.status == "completed"
+    # A model asked not to reason gives a call no reasoning item to need.
+    plain = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
+                                    reasoning={"effort": "none"})
+    bare = plain.output[0].to_dict()
+    assert bare["type"] == "function_call"
+    assert client.responses.create(model="emulator", input=[*asked, bare, result], tools=tools,
+                                   store=False).status == "completed"
+    emu.reset()
+    assert client.responses.create(model="emulator", input=[*asked, call, result],
+                                   tools=tools, store=False).status == "completed"
+
+
 def test_previous_response_id_continues_a_stored_response(emulator: Any) -> None:
     emu = emulator()
     client = emu.openai_client(max_retries=0)
