@@ -16,6 +16,7 @@ from strategies import valid_histories
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.core.events import WindowLearned
 from ipy_ctxrecovery.core.history import (
     Compaction,
     Message,
@@ -24,6 +25,7 @@ from ipy_ctxrecovery.core.history import (
     ToolCall,
     problems,
 )
+from ipy_ctxrecovery.core.wording import describe
 from ipy_ctxrecovery.emulator import responses as emu_responses
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
@@ -769,6 +771,31 @@ def test_a_session_on_the_responses_api_in_a_small_window(emulator: Any) -> None
     assert session.status().compactions >= 1
     # Reasoning items survive the package's own compaction: the latest answers' ones are sent.
     assert any(i.get("type") == "reasoning" for i in body_messages(emu.requests[-1]))
+    session.close()
+
+
+def test_a_wrong_window_on_the_responses_api_is_rejected_once(emulator: Any) -> None:
+    """The Responses window error names no window: the rejected request's size is the
+    bound the session keeps under — one rejection, not two for every overflow (a blind
+    ladder step finds nothing to cut under the wrong window and sends the same body)."""
+    emu = emulator(context_window=4096)
+    events: list[Any] = []
+    session = ChatSession("emulator", emulator=emu, name="resp-wrong-window",
+                          settings=Settings(openai_api="responses", context_window=100_000),
+                          on_event=events.append)
+    texts = [filler(i, 1000) for i in range(30)]
+    turns = converse(session, emu, texts)
+    check(session, turns, texts)
+    # Streamed, the refusal is the stream's error event (HTTP 200): counted by its fault.
+    rejected = [r for r in emu.requests if r.fault is not None]
+    assert [r.fault for r in rejected] == ["context"]
+    learned = [e for e in events if isinstance(e, WindowLearned)]
+    assert len(learned) == 1 and learned[0].bound and learned[0].previous == 100_000
+    # The bound is the rejected request's tokens: above the real window, not far.
+    assert 4096 < learned[0].window <= 4096 * 1.25
+    assert session.window == learned[0].window
+    assert "which its error did not name" in describe(learned[0])
+    assert session.status().compactions >= 2      # later overflows were compacted before
     session.close()
 
 
