@@ -330,45 +330,73 @@ def fetch(n: int) -> str:
     return "".join(f"log line {k}\n" for k in range(n))[:n]
 
 
-def test_reasoning_items_survive_the_packages_own_compaction(emulator: Any,
-                                                            tmp_path: Path) -> None:
-    """Responses API, server compaction off, the emulator reasoning (encrypted, as the
-    package asks a reasoning model): a small window makes the package compact on its own.
-    The latest turn's reasoning items still go with its function calls, right before
-    them, and the API accepts them."""
-    emu = emulator(context_window=4_096)
-    session = ChatSession("emulator:openai", emulator=emu, tools=[fetch], files_root=tmp_path,
-                          settings=Settings(openai_api="responses", server_compaction="off"),
-                          name="sc-e2e-reasoning")
+THINK = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+
+
+@pytest.mark.parametrize("wire", [p.values[0] for p in WIRES], ids=["anthropic", "responses"])
+def test_reasoning_survives_the_packages_own_compaction(emulator: Any, tmp_path: Path,
+                                                       wire: str) -> None:
+    """Server compaction off, the emulator reasoning — extended thinking on Anthropic
+    (signed thinking blocks), encrypted reasoning items on the Responses API (as the
+    package asks a reasoning model) — and a window small enough that the package compacts
+    on its own — the last time in the middle of the latest turn's tool loop, its big tool
+    result pushing the history over the budget. The loop's reasoning still goes with its
+    tool calls, right before them, and the API accepts it: the emulator refuses a tool loop whose thinking block is
+    missing (Anthropic), and a function call sent by its id without its reasoning item
+    (Responses; the package sends none by id, so there the order is checked here)."""
+    emu = emulator(context_window=5_000)
+    session = ChatSession(MODEL[wire], emulator=emu, tools=[fetch], files_root=tmp_path,
+                          settings=Settings(server_compaction="off", **API[wire]),
+                          name=f"sc-e2e-reasoning-{wire}")
+    options = THINK if wire == "anthropic" else None
     texts = [f'Turn {i}: [[tool fetch {{"n": 1500}}]]' if i % 3 == 2 else
-             f"Turn {i}: " + " ".join(f"item{i}-{k}" for k in range(90)) for i in range(15)]
+             f"Turn {i}: " + " ".join(f"item{i}-{k}" for k in range(150)) for i in range(9)]
+    texts.append('Turn 9: [[tool fetch {"n": 9000}]]')
     try:
-        summaries_before_last = 0
+        start = 0
         for text in texts:
-            summaries_before_last = len(summary_requests(emu.requests))
-            assert session.send(text, stream=False).text
-        assert session.status().compactions >= 1 and summaries_before_last >= 1
+            start = len(emu.requests)
+            assert session.send(text, stream=False, options=options).text
+        assert session.status().compactions >= 2
         assert all(r.status == 200 for r in emu.requests), \
             [(r.status, r.fault) for r in emu.requests if r.status != 200]
+        # The latest turn: its tool call asked and answered, then the package's summary
+        # (mid-loop), then the loop's last request.
+        turn = emu.requests[start:]
+        called = next(k for k, r in enumerate(turn) if not summary_requests([r]))
+        assert summary_requests(turn[called + 1:-1]), "no compaction inside the tool loop"
+        assert not summary_requests(turn[-1:])
         # The latest turn's tool loop as the transcript keeps it.
         last_user = max(i for i, m in enumerate(session.transcript) if m.role is Role.USER)
         loop = [m for m in session.transcript[last_user:]
                 if m.role is Role.ASSISTANT and m.tool_calls]
         assert loop, "the latest turn called no tool"
-        items = emu.requests[-1].body["input"]
+        body = emu.requests[-1].body
         for message in loop:
             thought = [b for b in message.blocks if isinstance(b, Reasoning)]
             calls = [b for b in message.blocks if isinstance(b, ToolCall)]
-            assert thought and all(b.id and b.signature for b in thought)
-            first_call = next(k for k, i in enumerate(items) if i.get("type") == "function_call"
-                              and i["call_id"] == calls[0].id)
-            before = items[first_call - len(thought):first_call]
-            assert before == [{"type": "reasoning", "id": b.id, "summary": [],
-                               "encrypted_content": b.signature} for b in thought]
+            assert thought and all(b.signature for b in thought)
+            if wire == "anthropic":
+                at = max(k for k, m in enumerate(body["messages"])
+                         if m["role"] == "assistant" and isinstance(m["content"], list)
+                         and any(b.get("id") == calls[0].id for b in m["content"]))
+                sent = body["messages"][at]["content"][:len(thought)]
+                assert sent == [{"type": "thinking", "thinking": b.text,
+                                 "signature": b.signature} for b in thought]
+            else:
+                items = body["input"]
+                at = next(k for k, i in enumerate(items) if i.get("type") == "function_call"
+                          and i["call_id"] == calls[0].id)
+                assert all(b.id for b in thought)
+                assert items[at - len(thought):at] == [
+                    {"type": "reasoning", "id": b.id, "summary": [],
+                     "encrypted_content": b.signature} for b in thought]
         # The last body is a compacted one: the package's summary first, the early turns gone.
         assert session.history[0].tag == TAG_SUMMARY
-        assert items[0] == {"role": "user", "content": session.history[0].text}
-        assert items[0]["content"].startswith("[STRUCTURED SUMMARY — covering ")
-        assert not any(texts[0] in str(i.get("content")) for i in items)
+        assert session.history[0].text.startswith("[STRUCTURED SUMMARY — covering ")
+        first = (body["messages"][0]["content"][0]["text"] if wire == "anthropic"
+                 else body["input"][0]["content"])
+        assert first == session.history[0].text
+        assert texts[0] not in json.dumps(body, ensure_ascii=False)
     finally:
         session.close()
