@@ -201,7 +201,7 @@ def check_replaced(wire: str, records: list[Any]) -> None:
     everything the compacting request sent (but its system prompt) is gone for good."""
     sent = [r for r in records if r.body is not None]
     first = next(i for i, r in enumerate(sent) if compactions(wire, r.body))
-    compacting = max(i for i in range(first) if sent[i].status == 200)
+    compacting = max(i for i in range(first) if sent[i].status == 200 and sent[i].fault is None)
     replaced = set(units(wire, sent[compacting].body))
     assert len(replaced) >= 6      # the conversation so far, both sides
     for record in sent[compacting + 1:]:
@@ -223,11 +223,15 @@ def note(i: int) -> str:
     return f"note {i}: remember the value v{i}-" + "detail " * 300
 
 
-@pytest.fixture(scope="module", params=WIRES)
+@pytest.fixture(scope="module", params=[(w, s) for w in ("anthropic", "responses")
+                                        for s in (False, True)],
+                ids=["anthropic-whole", "anthropic-streamed", "responses-whole",
+                     "responses-streamed"])
 def capped(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One conversation per wire behind the emulator's 32 KB cap (not configured)."""
-    wire = request.param
+    """One conversation per wire (whole and streamed replies) behind the emulator's 32 KB
+    cap (not configured)."""
+    wire, stream = request.param
     # Module-scoped: set up before conftest's per-test data directory, so its own.
     with pytest.MonkeyPatch.context() as patch, \
             Emulator(context_window=200_000, max_body=CAP) as emu:
@@ -243,7 +247,9 @@ def capped(request: pytest.FixtureRequest,
         session.subscribe(events.append)
         texts = [note(i) for i in range(TURNS)]
         try:
-            replies = [session.send(text, stream=False) for text in texts]
+            replies = [session.send(text, stream=stream) for text in texts]
+            assert all(bool(r.body.get("stream")) is stream
+                       for r in emu.requests if r.body is not None)
             yield {"wire": wire, "emu": emu, "session": session, "events": events,
                    "texts": texts, "replies": replies}
         finally:
@@ -295,7 +301,7 @@ def test_behind_a_real_nginx_every_turn_is_answered_with_at_most_one_413(
         session.subscribe(events.append)
         texts = [note(i) for i in range(TURNS)]
         try:
-            replies = [session.send(text, stream=False) for text in texts]
+            replies = [session.send(text) for text in texts]       # streamed, the default
             check_turns(session, replies, texts, events)
             logged = box.requests()
             path = "/v1/messages" if wire == "anthropic" else "/v1/responses"
