@@ -1016,3 +1016,70 @@ def test_framing_lines_alone_give_only_the_header() -> None:
             + markers.omitted_note(2, 300) + "\n"
             + markers.instructions("keep it short")) * 3
     assert summarize(text) == "[STRUCTURED SUMMARY — covering 3 earlier messages]"
+
+
+# -- extended thinking (Anthropic) -----------------------------------------------------------
+
+_THINK = {"type": "enabled", "budget_tokens": 1024}
+_WEATHER = [{"name": "weather", "description": "The weather.",
+             "input_schema": {"type": "object", "properties": {}}}]
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_with_thinking_on_the_answer_starts_with_a_signed_thinking_block(
+        emulator: Any, stream: bool) -> None:
+    emu = emulator()
+    client = emu.anthropic_client(max_retries=0)
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+    kwargs: dict[str, Any] = {"model": "emulator", "max_tokens": 2048, "messages": asked,
+                              "tools": _WEATHER, "thinking": _THINK}
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            reply = events.get_final_message()
+    else:
+        reply = client.messages.create(**kwargs)
+    thought, call = (b.to_dict() for b in reply.content)
+    assert thought["type"] == "thinking" and thought["thinking"].startswith("Read 1 message")
+    assert thought["signature"].startswith("EmuThinking") and call["type"] == "tool_use"
+    assert reply.stop_reason == "tool_use"
+    # The same request again: the same block (deterministic).
+    again = client.messages.create(**{**kwargs, "stream": False}) if stream else \
+        client.messages.create(**kwargs)
+    assert again.content[0].to_dict() == thought
+    # Without thinking: no block, as before.
+    plain = client.messages.create(model="emulator", max_tokens=64, messages=asked,
+                                   tools=_WEATHER)
+    assert [b.type for b in plain.content] == ["tool_use"]
+
+
+def test_a_tool_loop_sent_back_without_its_thinking_block_is_refused(emulator: Any) -> None:
+    emu = emulator()
+    client = emu.anthropic_client(max_retries=0)
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+    reply = client.messages.create(model="emulator", max_tokens=2048, messages=asked,
+                                   tools=_WEATHER, thinking=_THINK)
+    content = [b.to_dict() for b in reply.content]
+    result = {"role": "user", "content": [{"type": "tool_result",
+                                           "tool_use_id": content[1]["id"], "content": "sunny"}]}
+    whole = [*asked, {"role": "assistant", "content": content}, result]
+    done = client.messages.create(model="emulator", max_tokens=2048, messages=whole,
+                                  tools=_WEATHER, thinking=_THINK)
+    assert done.content[0].type == "thinking" and done.content[1].type == "text"
+    stripped = [*asked, {"role": "assistant", "content": content[1:]}, result]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model="emulator", max_tokens=2048, messages=stripped,
+                               tools=_WEATHER, thinking=_THINK)
+    message = info.value.body["error"]["message"]
+    assert message.startswith("messages.1.content.0.type: Expected `thinking` or "
+                              "`redacted_thinking`, but found `tool_use`. When `thinking` is "
+                              "enabled, a final `assistant` message must start with a thinking "
+                              "block (preceeding the lastmost set of `tool_use` and "
+                              "`tool_result` blocks).")
+    assert (emu.requests[-1].status, emu.requests[-1].fault) == (400, "thinking")
+    # Thinking off, or a turn that is not a tool loop: no such rule.
+    assert client.messages.create(model="emulator", max_tokens=64, messages=stripped,
+                                  tools=_WEATHER).content[0].type == "text"
+    later = [*stripped, {"role": "assistant", "content": "It is sunny."},
+             {"role": "user", "content": "thanks"}]
+    assert client.messages.create(model="emulator", max_tokens=2048, messages=later,
+                                  tools=_WEATHER, thinking=_THINK).content[0].type == "thinking"

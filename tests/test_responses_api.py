@@ -16,6 +16,7 @@ from strategies import valid_histories
 
 from ipy_ctxrecovery import ChatSession, Settings
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
+from ipy_ctxrecovery.core.events import WindowLearned
 from ipy_ctxrecovery.core.history import (
     Compaction,
     Message,
@@ -24,6 +25,7 @@ from ipy_ctxrecovery.core.history import (
     ToolCall,
     problems,
 )
+from ipy_ctxrecovery.core.wording import describe
 from ipy_ctxrecovery.emulator import responses as emu_responses
 from ipy_ctxrecovery.errors import ChatError
 from ipy_ctxrecovery.failures import FailureKind
@@ -183,6 +185,51 @@ def test_reasoning_is_encrypted_only_when_asked_and_must_come_back_unchanged(
     assert "Items are not persisted when `store` is set to false" in gone.value.message
     assert client.responses.create(model="emulator", input="no reasoning",
                                    reasoning={"effort": "none"}).output[0].type == "message"
+
+
+def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.openai_client(max_retries=0)
+    tools = [{"type": "function", "name": "weather", "description": "The weather.",
+              "parameters": {"type": "object", "properties": {}}}]
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+    first = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
+                                    include=["reasoning.encrypted_content"])
+    reasoning, call = (o.to_dict() for o in first.output)
+    assert (reasoning["type"], call["type"]) == ("reasoning", "function_call")
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    whole = client.responses.create(model="emulator", input=[*asked, reasoning, call, result],
+                                    tools=tools, store=False)
+    assert whole.status == "completed"
+    for without in ([*asked, call, result], [*asked, call, reasoning, result]):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="emulator", input=without, tools=tools, store=False)
+        assert info.value.body == {
+            "message": f"Item '{call['id']}' of type 'function_call' was provided without its "
+                       f"required 'reasoning' item: '{reasoning['id']}'.",
+            "type": "invalid_request_error", "param": "input", "code": None}
+    # Without its id the API cannot tell which answer the call came from: accepted.
+    anonymous = {k: v for k, v in call.items() if k not in ("id", "status")}
+    assert client.responses.create(model="emulator", input=[*asked, anonymous, result],
+                                   tools=tools, store=False).status == "completed"
+    # Stored and continued by previous_response_id, the reasoning is in the stored items.
+    stored = client.responses.create(model="emulator", input=asked, tools=tools)
+    chained = client.responses.create(
+        model="emulator", previous_response_id=stored.id, tools=tools,
+        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
+                "output": "rain"}])
+    assert chained.status == "completed"
+    # A model asked not to reason gives a call no reasoning item to need.
+    plain = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
+                                    reasoning={"effort": "none"})
+    bare = plain.output[0].to_dict()
+    assert bare["type"] == "function_call"
+    assert client.responses.create(model="emulator", input=[*asked, bare, result], tools=tools,
+                                   store=False).status == "completed"
+    emu.reset()
+    assert client.responses.create(model="emulator", input=[*asked, call, result],
+                                   tools=tools, store=False).status == "completed"
 
 
 def test_previous_response_id_continues_a_stored_response(emulator: Any) -> None:
@@ -743,6 +790,31 @@ def test_a_session_on_the_responses_api_in_a_small_window(emulator: Any) -> None
     assert session.status().compactions >= 1
     # Reasoning items survive the package's own compaction: the latest answers' ones are sent.
     assert any(i.get("type") == "reasoning" for i in body_messages(emu.requests[-1]))
+    session.close()
+
+
+def test_a_wrong_window_on_the_responses_api_is_rejected_once(emulator: Any) -> None:
+    """The Responses window error names no window: the rejected request's size is the
+    bound the session keeps under — one rejection, not two for every overflow (a blind
+    ladder step finds nothing to cut under the wrong window and sends the same body)."""
+    emu = emulator(context_window=4096)
+    events: list[Any] = []
+    session = ChatSession("emulator", emulator=emu, name="resp-wrong-window",
+                          settings=Settings(openai_api="responses", context_window=100_000),
+                          on_event=events.append)
+    texts = [filler(i, 1000) for i in range(30)]
+    turns = converse(session, emu, texts)
+    check(session, turns, texts)
+    # Streamed, the refusal is the stream's error event (HTTP 200): counted by its fault.
+    rejected = [r for r in emu.requests if r.fault is not None]
+    assert [r.fault for r in rejected] == ["context"]
+    learned = [e for e in events if isinstance(e, WindowLearned)]
+    assert len(learned) == 1 and learned[0].bound and learned[0].previous == 100_000
+    # The bound is the rejected request's tokens: above the real window, not far.
+    assert 4096 < learned[0].window <= 4096 * 1.25
+    assert session.window == learned[0].window
+    assert "which its error did not name" in describe(learned[0])
+    assert session.status().compactions >= 2      # later overflows were compacted before
     session.close()
 
 

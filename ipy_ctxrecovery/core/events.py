@@ -252,10 +252,15 @@ class Truncated(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowLearned(Event):
-    """A context overflow reported a window below the session's: used from now on."""
+    """A context overflow reported a window below the session's: used from now on.
+
+    ``bound``: the error named no window (the Responses API's "Your input exceeds the
+    context window of this model."), so ``window`` is the rejected request's tokens — the
+    real window is below it, and the session keeps under it from now on."""
 
     window: int
     previous: int
+    bound: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

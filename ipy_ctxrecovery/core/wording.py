@@ -707,6 +707,11 @@ def _(e: ev.Truncated) -> str:
 
 @describe.register
 def _(e: ev.WindowLearned) -> str:
+    if e.bound:
+        return (f"{INFO} A request of ≈{e.window:,} tokens was over the provider's context "
+                f"window, which its error did not name (this session assumed "
+                f"{e.previous:,}) — keeping under {e.window:,} tokens from now on; "
+                "%chat config CHATCLI_CONTEXT_WINDOW=N sets the real one")
     return (f"{INFO} Learned a context window of {e.window:,} tokens from the provider (this "
             f"session assumed {e.previous:,}) — using it from now on; "
             f"%chat config CHATCLI_CONTEXT_WINDOW={e.window} starts with it")
@@ -1047,6 +1052,9 @@ def cap_detail(e: ev.CapChanged) -> str:
 
 
 def window_detail(e: ev.WindowLearned) -> str:
+    if e.bound:
+        return (f"{e.previous:,} → under {e.window:,} tokens (a rejected request's size; "
+                "the provider named no window)")
     return f"{e.previous:,} → {e.window:,} tokens (as the provider reported)"
 
 

@@ -115,6 +115,14 @@ followed by the request is one message — and the request is the last such piec
   prompt itself — what small models (SmolLM2-135M) do.
 * Prefill (Anthropic path): a request whose last message is an assistant turn is
   continued exactly from that text, as the API does (``prefill="continue"``, the default).
+* Extended thinking (Anthropic path, ``thinking`` ``enabled`` or ``adaptive``): the answer
+  starts with a signed ``thinking`` block (``Read <k> messages (<p> input tokens) and
+  planned the answer.``; streamed as ``thinking_delta`` + ``signature_delta``). A request
+  continuing a tool loop (its last message holds ``tool_result`` blocks) whose assistant
+  message does not start with a thinking block gets the API's 400 ("Expected `thinking`
+  or `redacted_thinking`, but found `tool_use`…", fault ``thinking``).
+* Reasoning (Responses path): see ``responses.py`` — reasoning items, and a
+  ``function_call`` sent back by its id without its reasoning item refused as the API does.
 
 Prompt caching
 --------------

@@ -7,10 +7,18 @@ checks include, when configured, strict role alternation on the OpenAI path
 (:mod:`.roles`) and, on the Anthropic path, a final assistant turn (a prefill): refused
 outright as by Claude 4.6 and later, or when it ends in whitespace as by every model. The
 OpenAI path also plays, when asked, how llama-cpp-python's server differs (:mod:`.quirks`).
+
+Extended thinking (Anthropic, ``thinking`` of type ``enabled`` or ``adaptive``): the answer
+starts with a ``thinking`` block signed by the emulator (:func:`thinking_block`); a request
+that continues a tool loop (its last message holds ``tool_result`` blocks) must send the
+assistant message of that loop starting with its thinking block, else the API's 400
+(:func:`thinking_missing`, fault ``thinking``).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +27,8 @@ from . import faults, quirks, replies, roles, wire
 from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
-__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "respond"]
+__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "respond",
+           "thinking_block", "thinking_missing"]
 
 NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
               "end with a user message.")
@@ -29,6 +38,54 @@ PREFILL_WHITESPACE = "messages: final assistant content cannot end with trailing
 
 Streamed = tuple[tuple[tuple[str, str], ...], Iterable[bytes]]
 """Extra response headers and the SSE events of a streamed answer."""
+
+_THINKING_REQUIRED = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
+"""The Anthropic API's refusal of a tool loop sent back without its thinking block
+(mastra-ai/mastra#7799, anomalyco/opencode#3077, Kilo-Org/kilocode#5219)."""
+
+
+def _thinking_on(body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def thinking_block(turns: list[replies.Turn], prompt: int) -> dict[str, Any]:
+    """The thinking block the emulator's answer starts with, signed (deterministic)."""
+    n = len(turns)
+    text = (f"Read {n} message{'' if n == 1 else 's'} ({prompt} input tokens) and planned "
+            "the answer.")
+    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+    return {"type": "thinking", "thinking": text, "signature": "EmuThinking" + digest}
+
+
+def thinking_missing(body: dict[str, Any]) -> str | None:
+    """With thinking on, the API's refusal of a request continuing a tool loop whose
+    assistant message does not start with a thinking block; else None."""
+    messages = body.get("messages")
+    if not _thinking_on(body) or not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    content = last.get("content") if isinstance(last, dict) else None
+    if not (isinstance(last, dict) and last.get("role") == "user" and isinstance(content, list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)):
+        return None
+    index = next((i for i in range(len(messages) - 2, -1, -1)
+                  if isinstance(messages[i], dict) and messages[i].get("role") == "assistant"),
+                 None)
+    if index is None:
+        return None
+    blocks = messages[index].get("content")
+    first = "text" if isinstance(blocks, str) else next(
+        (str(b.get("type")) for b in blocks or () if isinstance(b, dict)), "text")
+    if first in ("thinking", "redacted_thinking"):
+        return None
+    return _THINKING_REQUIRED.format(index=index, found=first)
 
 
 def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: str | None,
@@ -84,6 +141,9 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         cache_problem = breakpoint_error(body)
         if cache_problem is not None:
             return None, faults.bad_request(wire_name, cache_problem)
+        unthought = thinking_missing(body)
+        if unthought is not None:
+            return "thinking", faults.bad_request(wire_name, unthought)
     else:
         messages = body.get("messages")
         if string_content_only and isinstance(messages, list) \
@@ -135,10 +195,13 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             cached = cache.anthropic(managed.plan_body or managed.body)
         ident = new_id("msg_emu")
         headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
+        thought = thinking_block(turns, prompt) if _thinking_on(body) else None
         if stream:
-            events = wire.anthropic_events(plan, model=model, ident=ident, cache=cached)
+            events = wire.anthropic_events(plan, model=model, ident=ident, cache=cached,
+                                           thinking=thought)
             return None, (headers, managing.finish_events(events, managed))
-        message = wire.anthropic_message(plan, model=model, ident=ident, cache=cached)
+        message = wire.anthropic_message(plan, model=model, ident=ident, cache=cached,
+                                         thinking=thought)
         if managed.requested or managed.compaction_beta:
             message = managing.finish_message(message, managed)
         return None, Answer(200, message, (("Content-Type", "application/json"), *headers))

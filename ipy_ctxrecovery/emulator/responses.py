@@ -18,7 +18,13 @@ compaction item the summary it stands for.
   ``"none"``), with a summary when ``reasoning.summary`` is asked and an
   ``encrypted_content`` when ``include`` names ``reasoning.encrypted_content``. Sent back
   with a bad ``encrypted_content`` it is the API's 400; sent back by id alone when it was
-  not stored, the API's 404 (items are not persisted with ``store: false``).
+  not stored, the API's 404 (items are not persisted with ``store: false``). A
+  ``function_call`` item sent back with the id the emulator gave it, when its answer had
+  a reasoning item, needs that reasoning item before it in the input (stored or not: the
+  emulator remembers the pairs, bounded): without it, the API's 400 "Item 'fc_…' of type
+  'function_call' was provided without its required 'reasoning' item: 'rs_…'."
+  (mastra-ai/mastra#8738). A function call sent without an id is not checked (the API
+  cannot tell which answer it came from).
 * Storage: ``store`` (default true, as the API) keeps the response; ``previous_response_id``
   puts its input and output before the new input; an unknown id is the API's 400
   ``previous_response_not_found``. At most :data:`KEEP_RESPONSES` are kept.
@@ -55,6 +61,7 @@ from .faults import Answer
 __all__ = [
     "COMPACT_PATH",
     "INPUT_TOKENS_PATH",
+    "KEEP_PAIRS",
     "KEEP_RESPONSES",
     "MIN_OUTPUT_TOKENS",
     "RESPONSES_PATH",
@@ -72,6 +79,8 @@ INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
 #: Stored responses kept (oldest forgotten first). Each holds its whole context (the items
 #: a chain shares are shared, not copied), so the bound is a count a client's chains need.
 KEEP_RESPONSES = 256
+#: Function call items whose reasoning item the emulator remembers (oldest forgotten).
+KEEP_PAIRS = 4096
 #: The API's least ``max_output_tokens``.
 MIN_OUTPUT_TOKENS = 16
 
@@ -131,6 +140,21 @@ class ResponseStore:
         self._lock = threading.Lock()
         self._responses: OrderedDict[str, _Stored] = OrderedDict()
         self._item_ids: dict[str, int] = {}
+        # function_call item id -> the reasoning item id its answer had (stored or not).
+        self._reasoning_of: OrderedDict[str, str] = OrderedDict()
+
+    def pair(self, call_item: str, reasoning_item: str) -> None:
+        """Remember that the function call item ``call_item`` was produced with the
+        reasoning item ``reasoning_item`` (at most :data:`KEEP_PAIRS`, oldest forgotten)."""
+        with self._lock:
+            self._reasoning_of[call_item] = reasoning_item
+            while len(self._reasoning_of) > KEEP_PAIRS:
+                self._reasoning_of.popitem(last=False)
+
+    def reasoning_of(self, call_item: str) -> str | None:
+        """The reasoning item id the function call item ``call_item`` was produced with."""
+        with self._lock:
+            return self._reasoning_of.get(call_item)
 
     def put(self, ident: str, items: Sequence[Any]) -> None:
         with self._lock:
@@ -161,6 +185,7 @@ class ResponseStore:
         with self._lock:
             self._responses.clear()
             self._item_ids.clear()
+            self._reasoning_of.clear()
 
     def __len__(self) -> int:
         with self._lock:
@@ -190,6 +215,12 @@ def _item_not_stored(ident: str, index: int) -> Answer:
     return _error(404, f"Item with id '{ident}' not found. Items are not persisted when "
                   "`store` is set to false. Try again with `store` set to true, or remove "
                   "this item from your input.", param=f"input[{index}]")
+
+
+def _without_reasoning(call_item: str, reasoning_item: str) -> Answer:
+    # mastra-ai/mastra#8738 (o3 on api.openai.com): param "input", code null.
+    return _error(400, f"Item '{call_item}' of type 'function_call' was provided without its "
+                  f"required 'reasoning' item: '{reasoning_item}'.", param="input")
 
 
 # --------------------------------------------------------------------------- input
@@ -264,10 +295,22 @@ def _turn(item: Any) -> replies.Turn | None:
     return None
 
 
-def _check_items(items: Sequence[Any], store: ResponseStore) -> Answer | None:
-    """The API's refusal of an item it cannot read back, or None."""
+def _check_items(items: Sequence[Any], store: ResponseStore,
+                 before: Sequence[Any] = ()) -> Answer | None:
+    """The API's refusal of an item it cannot read back, or None (``before``: the items of
+    a previous response the input continues)."""
+    reasoned = {str(i.get("id")) for i in before
+                if isinstance(i, Mapping) and i.get("type") == "reasoning"}
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping) or item.get("type") not in ("reasoning", "compaction"):
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "reasoning" and item.get("id"):
+            reasoned.add(str(item["id"]))
+        if item.get("type") == "function_call" and isinstance(item.get("id"), str):
+            needed = store.reasoning_of(item["id"])
+            if needed is not None and needed not in reasoned:
+                return _without_reasoning(item["id"], needed)
+        if item.get("type") not in ("reasoning", "compaction"):
             continue
         kind = str(item["type"])
         ident = str(item.get("id") or "")
@@ -303,7 +346,7 @@ def _context(body: Mapping[str, Any], store: ResponseStore
         if stored is None:
             return _not_found(str(previous))
         items.extend(stored)
-    refused = _check_items(new, store)
+    refused = _check_items(new, store, items)
     if refused is not None:
         return refused
     items.extend(new)
@@ -523,6 +566,7 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
     if compaction is not None:
         output.append(compaction)
     thought = 0
+    rid: str | None = None
     if reasoning.get("effort") != "none":
         text = _reasoning_text(turns, prompt)
         thought = replies.count_tokens(text)
@@ -536,7 +580,10 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
     cut = plan.finish == "length"
     if plan.tool_calls:
         for call in plan.tool_calls:
-            output.append({"id": new_id("fc_emu"), "type": "function_call",
+            fc = new_id("fc_emu")
+            if rid is not None:
+                store.pair(fc, rid)
+            output.append({"id": fc, "type": "function_call",
                            "status": "completed", "arguments": call.arguments,
                            "call_id": f"call_{call.number}", "name": call.name})
     else:

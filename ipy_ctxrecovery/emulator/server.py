@@ -83,9 +83,9 @@ class RequestRecord:
     JSON (None when there is no ``raw`` or it is not JSON; parsed on each access, so a
     record holds only the bytes); ``fault`` the fault that answered it (``"413:nginx"``,
     ``"waf:cloudflare"``, ``"drop"``, ``"429"``, ``"context"``, ``"output_limit"``,
-    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``, ``"content"``) or
-    None — a refusal answered as an empty 200 stream keeps its label with status 200;
-    ``headers`` the request's headers in the order received, the value of every
+    ``"auth"``, ``"max_request_body"``, ``"prefill"``, ``"alternation"``, ``"content"``,
+    ``"thinking"``) or None — a refusal answered as an empty 200 stream keeps its label
+    with status 200; ``headers`` the request's headers in the order received, the value of every
     credential header (``Authorization``, ``x-api-key``, ``X-Emulator-Token``, cookies…)
     replaced by ``[REDACTED]``.
     """

@@ -6,7 +6,8 @@ OpenAI Chat Completions: a ``chat.completion`` object, or ``chat.completion.chun
 Anthropic Messages: a ``message`` object, or the named events ``message_start``,
 ``content_block_start``, ``ping``, ``content_block_delta`` (``text_delta`` /
 ``input_json_delta``), ``content_block_stop``, ``message_delta`` (stop reason and cumulative
-usage), ``message_stop``.
+usage), ``message_stop``. With extended thinking, the answer's first block is a
+``thinking`` block (streamed as ``thinking_delta`` pieces and one ``signature_delta``).
 """
 
 from __future__ import annotations
@@ -173,11 +174,12 @@ def _anthropic_content(plan: Plan) -> list[dict[str, Any]]:
 
 
 def anthropic_message(plan: Plan, *, model: str, ident: str,
-                      cache: CacheUsage = _NO_CACHE) -> bytes:
-    """A non-streamed ``message`` body."""
+                      cache: CacheUsage = _NO_CACHE,
+                      thinking: dict[str, Any] | None = None) -> bytes:
+    """A non-streamed ``message`` body (``thinking``: its thinking block, first)."""
     body = {
         "id": ident, "type": "message", "role": "assistant", "model": model,
-        "content": _anthropic_content(plan),
+        "content": [*([thinking] if thinking else []), *_anthropic_content(plan)],
         "stop_reason": ANTHROPIC_STOP[plan.finish], "stop_sequence": None,
         "usage": _anthropic_usage(plan, plan.completion_tokens, cache),
     }
@@ -185,19 +187,35 @@ def anthropic_message(plan: Plan, *, model: str, ident: str,
 
 
 def anthropic_events(plan: Plan, *, model: str, ident: str,
-                     cache: CacheUsage = _NO_CACHE) -> Iterator[bytes]:
+                     cache: CacheUsage = _NO_CACHE,
+                     thinking: dict[str, Any] | None = None) -> Iterator[bytes]:
     """The SSE byte stream of a streamed message, as the Messages API sends it."""
     start: dict[str, Any] = {"id": ident, "type": "message", "role": "assistant", "model": model,
              "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": _anthropic_usage(plan, 1, cache)}
     yield sse({"type": "message_start", "message": start}, "message_start")
+    first = 0
+    if thinking:
+        yield sse({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+                  "content_block_start")
+        for piece in text_pieces(thinking["thinking"]):
+            yield sse({"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "thinking_delta", "thinking": piece}},
+                      "content_block_delta")
+        yield sse({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "signature_delta", "signature": thinking["signature"]}},
+                  "content_block_delta")
+        yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        first = 1
     if plan.tool_calls:
-        for index, call in enumerate(plan.tool_calls):
+        for number, call in enumerate(plan.tool_calls):
+            index = first + number
             block = {"type": "tool_use", "id": f"toolu_{call.number}", "name": call.name,
                      "input": {}}
             yield sse({"type": "content_block_start", "index": index,
                        "content_block": block}, "content_block_start")
-            if index == 0:
+            if number == 0:
                 yield sse({"type": "ping"}, "ping")
             for piece in ["", *_slices(call.arguments)]:
                 yield sse({"type": "content_block_delta", "index": index,
@@ -205,13 +223,13 @@ def anthropic_events(plan: Plan, *, model: str, ident: str,
                           "content_block_delta")
             yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
     else:
-        yield sse({"type": "content_block_start", "index": 0,
+        yield sse({"type": "content_block_start", "index": first,
                    "content_block": {"type": "text", "text": ""}}, "content_block_start")
         yield sse({"type": "ping"}, "ping")
         for piece in text_pieces(plan.text):
-            yield sse({"type": "content_block_delta", "index": 0,
+            yield sse({"type": "content_block_delta", "index": first,
                        "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        yield sse({"type": "content_block_stop", "index": first}, "content_block_stop")
     yield sse({"type": "message_delta",
                "delta": {"stop_reason": ANTHROPIC_STOP[plan.finish], "stop_sequence": None},
                "usage": {"output_tokens": plan.completion_tokens}}, "message_delta")

@@ -360,7 +360,8 @@ class ContextPanel:
         if isinstance(event, ev.CapChanged):
             self.cap, self.cap_source = event.cap, event.source
         elif isinstance(event, ev.WindowLearned):
-            self.window, self.window_source = event.window, "learned from the provider"
+            self.window, self.window_source = event.window, (
+                "below a rejected request" if event.bound else "learned from the provider")
         if isinstance(event, (ev.TurnFinished, ev.Failed)):
             self.end_turn()
 

@@ -141,15 +141,29 @@ class LearnedLimits:
             else None
 
     # -- learning ---------------------------------------------------------------------------
-    def learn_window(self, failure: Failure, window: int) -> list[Event]:
-        """A context window an overflow reported below ``window`` (the one in force)."""
+    def learn_window(self, failure: Failure, window: int,
+                     rejected_tokens: int | None = None) -> list[Event]:
+        """A context window an overflow reported below ``window`` (the one in force).
+
+        An overflow that names no window (the Responses API's) still shows one bound: the
+        window is below ``rejected_tokens``, the rejected request's tokens (its prompt's
+        estimate and the answer it reserved). Below ``window``, that bound is used as the
+        window — else each such overflow would be rejected again on the same window, a
+        blind ladder step finding nothing to cut under it."""
+        if failure.kind is not FailureKind.CONTEXT_OVERFLOW:
+            return []
         limit = failure.limit_tokens
-        if failure.kind is FailureKind.CONTEXT_OVERFLOW and limit is not None \
-                and 0 < limit < window:
-            # A wrong CHATCLI_CONTEXT_WINDOW (or catalogue entry) would otherwise let the
-            # history grow past the real window again every few turns.
-            self.window = limit
-            return [WindowLearned(window=limit, previous=window)]
+        if limit is not None:
+            if 0 < limit < window:
+                # A wrong CHATCLI_CONTEXT_WINDOW (or catalogue entry) would otherwise let
+                # the history grow past the real window again every few turns.
+                self.window = limit
+                return [WindowLearned(window=limit, previous=window)]
+            return []
+        if failure.prompt_tokens is None and rejected_tokens is not None \
+                and 0 < rejected_tokens < window:
+            self.window = rejected_tokens
+            return [WindowLearned(window=rejected_tokens, previous=window, bound=True)]
         return []
 
     def assume_cap(self, cap: int) -> CapChanged | None:

@@ -236,7 +236,9 @@ class RecoveryLoop:
         limits, sizer = self.limits, self.sizer
         caps = limits.caps
         cap_before = caps.effective()
-        window_events = limits.learn_window(failure, sizer.window)
+        reserved = sizer.reserved_tokens(spec)
+        window_events = limits.learn_window(
+            failure, sizer.window, limits.tokens.estimate(body) + (reserved or 0))
         if window_events:
             sizer.forget_encoding()
         learned = [*learned, *window_events]
