@@ -324,6 +324,32 @@ def test_the_cap_fit_still_works_while_the_server_compacts() -> None:
     assert len(fake.requests) == 6      # no summary request
 
 
+def cap_fits_while_the_server_compacts() -> list[Event]:
+    """A configured 8 KB cap while the server compacts; turns that jump over the cap."""
+    fake = compacting(window=200_000, min_compact_trigger=100, compacts=True)
+    s, events = chat(fake, Settings(max_payload=8 * 1024))
+    for text in ("a" * 2_000, "b" * 2_500, "c" * 4_500, "d" * 100, "e" * 3_000, "f" * 5_000):
+        s.send(text)
+    assert not any(isinstance(e, CompactionPhase) for e in events)
+    return events
+
+
+def test_preflight_says_fitting_for_a_body_over_the_cap_while_the_server_compacts() -> None:
+    """A body over the cap is fitted, not left to the server (it would never see it)."""
+    events = cap_fits_while_the_server_compacts()
+    over = [e for e in events if isinstance(e, Preflight) and "cap" in e.reasons
+            and e.cap is not None and e.body_bytes > e.cap]
+    assert over and all(e.server_compacts for e in over)
+    assert all("fitting" in describe(e) and "the provider compacts" not in describe(e)
+               for e in over)
+
+
+def test_a_body_near_the_cap_but_under_it_is_left_to_the_server() -> None:
+    near = Preflight(body_bytes=7_500, est_tokens=1_900, cap=8_192, cap_source="configured",
+                     window=200_000, action="compact", reasons=("cap",), server_compacts=True)
+    assert describe(near).endswith("the provider compacts on its server")
+
+
 class Proxy(FakeProvider):
     """A proxy in front of the fake: bodies over ``limit`` bytes get a 413."""
 

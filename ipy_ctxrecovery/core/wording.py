@@ -444,7 +444,7 @@ def _(e: ev.Preflight) -> str:
     if "cap" in e.reasons and e.cap:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} ≈ "
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
-                     f"({format_size(e.cap)}) — {_acting(e)}")
+                     f"({format_size(e.cap)}) — {_acting(e, hard=e.body_bytes > e.cap)}")
     if "window" in e.reasons:
         what = _input_tokens(e) + (f" + max_tokens {e.max_tokens:,}" if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
