@@ -344,6 +344,14 @@ def test_preflight_says_fitting_for_a_body_over_the_cap_while_the_server_compact
                for e in over)
 
 
+def test_the_fit_line_speaks_of_no_compaction_while_the_server_compacts() -> None:
+    """The package compacted nothing before the fit: no "still … after compaction"."""
+    fits = [describe(e) for e in cap_fits_while_the_server_compacts()
+            if isinstance(e, FitBeforeSend)]
+    assert fits and all("after compaction" not in line and "fitting to" in line
+                        for line in fits)
+
+
 def test_a_body_near_the_cap_but_under_it_is_left_to_the_server() -> None:
     near = Preflight(body_bytes=7_500, est_tokens=1_900, cap=8_192, cap_source="configured",
                      window=200_000, action="compact", reasons=("cap",), server_compacts=True)

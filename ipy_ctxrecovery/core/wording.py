@@ -529,8 +529,9 @@ def _(e: ev.FitBeforeSend) -> str:
         what = (f"≈{e.est_tokens:,} tokens"
                 + (f" + max_tokens {e.reserved_tokens:,}" if e.reserved_tokens else "")
                 + f" over the {e.window:,}-token window")
-    return (f"{CUT} pre-flight: still {format_size(e.body_bytes)} after compaction, {what} — "
-            f"fitting to {format_size(e.goal_bytes)} before sending")
+    size = (f"still {format_size(e.body_bytes)} after compaction" if e.after_compaction
+            else format_size(e.body_bytes))
+    return f"{CUT} pre-flight: {size}, {what} — fitting to {format_size(e.goal_bytes)} before sending"
 
 
 @describe_debug.register

@@ -209,7 +209,8 @@ class RecoveryLoop:
         body = prepared.size
         # Sending it again only repeats the rejection: fit it (or fail with a sentence).
         history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
-                                                 spec, sizer.compaction_target(), log)
+                                                 spec, sizer.compaction_target(), log,
+                                                 after_compaction=False)
         prepared = sizer.prepare(sizer.request(history, spec))
         request, body = prepared.request, prepared.size
         if body >= rejected:
