@@ -437,6 +437,25 @@ def test_the_event_is_a_quiet_status_line_and_a_card_row() -> None:
     assert "7 messages → 1" in step.detail and "opaque" in step.detail
 
 
+def nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_an_encrypted_compaction_is_said_without_brackets_in_brackets() -> None:
+    event = ServerCompacted(wire="openai", replaced_messages=7, before_bytes=40_000,
+                            after_bytes=3_000, summary_chars=None)
+    record = TurnRecord()
+    record.feed(event)
+    step = record.latest("server_compaction")
+    assert step is not None
+    assert nesting(describe(event)) == 1 and nesting(step.detail) == 1
+    assert "encrypted" in describe(event) and "encrypted" in step.detail
+
+
 def test_the_panel_shows_a_server_compaction_row() -> None:
     from ipy_ctxrecovery.notebook import panel
 
@@ -501,7 +520,7 @@ def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].endswith(
         "assistant [server compaction: replaces everything before it] We discussed X.")
-    assert "opaque (the provider's encrypted summary) from the openai server" in lines[3]
+    assert "an opaque, encrypted summary from the openai server" in lines[3]
 
 
 def test_a_resumed_session_keeps_its_server_compaction() -> None:

@@ -1315,7 +1315,7 @@ def server_compaction_words(summary_chars: int | None) -> str:
     """How ``%chat history`` names a server compaction's content: its summary's size, or
     "opaque" for an encrypted one (OpenAI's)."""
     if summary_chars is None:
-        return "opaque (the provider's encrypted summary)"
+        return "an opaque, encrypted summary"
     return f"summary of {plural(summary_chars, 'character')}"
 
 
