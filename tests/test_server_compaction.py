@@ -5,6 +5,7 @@ undo-compact, context editing, and the events and their wording."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -342,6 +343,20 @@ def test_preflight_says_fitting_for_a_body_over_the_cap_while_the_server_compact
     assert over and all(e.server_compacts for e in over)
     assert all("fitting" in describe(e) and "the provider compacts" not in describe(e)
                for e in over)
+
+
+def test_the_card_calls_a_body_over_the_cap_over_it_and_fitted() -> None:
+    from ipy_ctxrecovery.core.wording import preflight_verdict
+
+    over = [e for e in cap_fits_while_the_server_compacts() if isinstance(e, Preflight)
+            and "cap" in e.reasons and e.cap is not None and e.body_bytes > e.cap]
+    assert over and all(preflight_verdict(e).startswith("over the cap → fitting")
+                        for e in over)
+    own = Preflight(body_bytes=29_000, est_tokens=7_000, cap=24_000, cap_source="configured",
+                    window=128_000, action="compact", reasons=("cap",))
+    assert preflight_verdict(own) == "over the cap → compacting"
+    near = dataclasses.replace(own, body_bytes=22_000, server_compacts=True)
+    assert preflight_verdict(near) == "near the cap → the provider compacts on its server"
 
 
 def test_the_fit_line_speaks_of_no_compaction_while_the_server_compacts() -> None:

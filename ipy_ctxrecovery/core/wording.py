@@ -860,7 +860,8 @@ def preflight_verdict(e: ev.Preflight) -> str:
     """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
     if "cap" in e.reasons:
-        parts.append(f"near the cap → {_acting(e)}")
+        over = e.cap is not None and e.body_bytes > e.cap
+        parts.append(f"{'over' if over else 'near'} the cap → {_acting(e, hard=over)}")
     if "window" in e.reasons:
         parts.append(f"prompt + answer over the window → {_acting(e, hard=True)}")
     if "budget" in e.reasons and e.budget_bytes is not None:
