@@ -501,8 +501,8 @@ def _first_line(tool: Any) -> str:
     return " ".join(paragraph.split())
 
 
-@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names; KEY "
-             "alone shows that one setting and where its value comes from.",
+@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names; a KEY "
+             "alone shows that setting and where its value comes from.",
              _arg("assignments", nargs="*", metavar="KEY=VALUE",
                   help="e.g. CHATCLI_MAX_PAYLOAD=5MB (or 5 MB) or raise_on_error=False; a KEY "
                        "alone shows it; none: show all settings and where each comes from. "
@@ -513,8 +513,9 @@ def _config(magics: ChatMagics, args: Any) -> None:
         _show_config(magics)
         return
     items = _assignments(args.assignments)
-    if len(items) == 1 and "=" not in items[0]:
-        _show_one(magics, items[0])
+    if all("=" not in item for item in items):
+        for item in items:
+            _show_one(magics, item)
         return
     traits = magics.class_traits(config=True)
     as_typed: dict[str, str] = {}  # validation messages name the key the way it was typed
