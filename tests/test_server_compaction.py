@@ -359,6 +359,20 @@ def test_the_card_calls_a_body_over_the_cap_over_it_and_fitted() -> None:
     assert preflight_verdict(near) == "near the cap → the provider compacts on its server"
 
 
+def test_the_card_says_what_pre_flight_does_once_for_the_cap_and_the_window() -> None:
+    from ipy_ctxrecovery.core.wording import preflight_verdict
+
+    both = Preflight(body_bytes=40_000, est_tokens=9_700, cap=24_000, cap_source="configured",
+                     window=8_192, max_tokens=4_096, action="compact",
+                     reasons=("cap", "window"), server_compacts=True)
+    assert preflight_verdict(both) == ("over the cap and prompt + answer over the window → "
+                                       "fitting (no summary: the server compacts)")
+    near = dataclasses.replace(both, body_bytes=22_000)
+    assert preflight_verdict(near) == ("near the cap → the provider compacts on its server · "
+                                       "prompt + answer over the window → fitting (no "
+                                       "summary: the server compacts)")
+
+
 def test_the_fit_line_speaks_of_no_compaction_while_the_server_compacts() -> None:
     """The package compacted nothing before the fit: no "still … after compaction"."""
     fits = [describe(e) for e in cap_fits_while_the_server_compacts()

@@ -859,11 +859,17 @@ def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:
 def preflight_verdict(e: ev.Preflight) -> str:
     """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
+    acting: dict[str, tuple[str, str]] = {}
     if "cap" in e.reasons:
         over = e.cap is not None and e.body_bytes > e.cap
-        parts.append(f"{'over' if over else 'near'} the cap → {_acting(e, hard=over)}")
+        acting["cap"] = (f"{'over' if over else 'near'} the cap", _acting(e, hard=over))
     if "window" in e.reasons:
-        parts.append(f"prompt + answer over the window → {_acting(e, hard=True)}")
+        acting["window"] = ("prompt + answer over the window", _acting(e, hard=True))
+    if len({did for _, did in acting.values()}) == 1:      # said once for both
+        found = " and ".join(what for what, _ in acting.values())
+        parts.append(f"{found} → {next(iter(acting.values()))[1]}")
+    else:
+        parts.extend(f"{what} → {did}" for what, did in acting.values())
     if "budget" in e.reasons and e.budget_bytes is not None:
         parts.append(f"over the chat budget, {format_size(e.budget_bytes)} "
                      f"({_budget_term(e)}) → {_acting(e)}")
