@@ -299,6 +299,8 @@ def test_a_clamped_trigger_leaves_the_package_compacting_and_says_so_once() -> N
     assert [n.note for n in notes] == ["clamped"] and notes[0].of == "cap"
     assert notes[0].trigger_tokens == 50_000 and notes[0].derived_tokens < 50_000
     assert "below the server's lowest trigger" in describe(notes[0])
+    # "needs compaction by ≈N tokens" read as an amount to remove: it is where it is due.
+    assert f"needs compaction at ≈{notes[0].derived_tokens:,} tokens" in describe(notes[0])
     assert any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in events)
     assert all(r.context is not None and r.context.compact_trigger == 50_000
                for r in fake.requests if r.messages[0].text == "Be brief.")

@@ -1361,7 +1361,7 @@ def server_note_line(e: ev.ServerCompactionNote) -> str:
                 "compaction — this server does not compact; the package compacts itself "
                 "from now on")
     by = "payload cap" if e.of == "cap" else "context window"
-    return (f"{INFO} server compaction: the {by} needs compaction by ≈{e.derived_tokens:,} "
+    return (f"{INFO} server compaction: the {by} needs compaction at ≈{e.derived_tokens:,} "
             f"tokens, below the server's lowest trigger ({e.trigger_tokens:,}); the package "
             "keeps the history within it as before (its own summary runs)")
 
