@@ -554,6 +554,30 @@ def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
     assert "an opaque, encrypted summary from the openai server" in lines[3]
 
 
+def test_the_transcript_labels_the_compaction_as_the_servers(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    # QA: `%chat export x.md` showed the server's summary as "## assistant" prose, as if
+    # the model had said it; `--full` said it "replaces everything before it", in the
+    # transcript that keeps everything before it.
+    from ipy_ctxrecovery.notebook import get_magics
+
+    loaded_shell.run_cell_magic("chat", "", "first")
+    session = get_magics().workspace.session()
+    compaction = Message(Role.ASSISTANT, (Compaction("anthropic", "{}", "We discussed X."),),
+                         tag=TAG_SERVER_COMPACTION)
+    session._transcript = [*session.transcript, compaction]
+    capsys.readouterr()
+    loaded_shell.run_line_magic("chat", "history --full")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "replaces everything" not in last
+    assert last.endswith("[server compaction: the provider's summary of the messages "
+                         "before it] We discussed X.")
+    loaded_shell.run_line_magic("chat", f"export {tmp_path / 't.md'}")
+    text = (tmp_path / "t.md").read_text()
+    assert text.endswith("## assistant · server compaction: the provider's summary of the "
+                         "messages before it\n\nWe discussed X.\n")
+
+
 def test_a_resumed_session_keeps_its_server_compaction() -> None:
     fake = compacting(["a1", compaction_reply("a2", "S"), "a3"])
     s, _ = chat(fake, name="resumed-compaction")

@@ -179,7 +179,8 @@ def _history(magics: ChatMagics, args: Any) -> None:
     for i, message in enumerate(messages):
         text = " ".join(message.text.split()) or _describe_blocks(message)
         cut = text if len(text) <= args.width else text[: args.width - 1] + "…"
-        tag = f" [{_TAG_WORDS.get(message.tag, message.tag)}]" if message.tag else ""
+        words = _TRANSCRIPT_TAG_WORDS if args.full else _TAG_WORDS
+        tag = f" [{words.get(message.tag, message.tag)}]" if message.tag else ""
         print(f"{i:>3} {message.role.value:<9}{tag} {cut}")
 
 
@@ -193,6 +194,12 @@ _TAG_WORDS = {
     history.TAG_PINNED_RULES: "pinned: your standing instructions, verbatim",
     history.TAG_USER_WORDS: "your earlier messages, verbatim",
     history.TAG_SERVER_COMPACTION: "server compaction: replaces everything before it",
+}
+#: The same in the transcript (``--full``, ``export``), which keeps what a compaction replaced.
+_TRANSCRIPT_TAG_WORDS = {
+    **_TAG_WORDS,
+    history.TAG_SERVER_COMPACTION: "server compaction: the provider's summary of the "
+                                   "messages before it",
 }
 
 
@@ -810,7 +817,10 @@ def _export(magics: ChatMagics, args: Any) -> None:
 def _markdown(session: Any, messages: Any) -> str:
     lines = [f"# Chat transcript: {session.name}", "", f"Model: `{session.model}`", ""]
     for message in messages:
-        lines += [f"## {message.role.value}", "", message.text or _describe_blocks(message), ""]
+        heading = f"## {message.role.value}"
+        if message.tag == history.TAG_SERVER_COMPACTION:    # not the model's own words
+            heading += f" · {_TRANSCRIPT_TAG_WORDS[message.tag]}"
+        lines += [heading, "", message.text or _describe_blocks(message), ""]
     return "\n".join(lines)
 
 
