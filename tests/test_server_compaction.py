@@ -514,6 +514,22 @@ def test_what_if_says_server_compaction_instead_of_a_summary() -> None:
     assert off.server_line is None and off.summary
 
 
+def test_what_if_judges_the_server_trigger_on_the_request_it_would_send() -> None:
+    """A request the fit brings under the trigger is not one the server would compact: the
+    plan's server line measures the request after pre-flight, not the one before it."""
+    fake = compacting(window=8_192, min_compact_trigger=100, compacts=True)
+    s, _ = chat(fake)
+    for i in range(4):
+        s.send(f"turn {i}: " + "words " * 700)
+    plan = s.what_if(size=20_000)
+    assert plan.server_line is not None and plan.after_bytes < plan.before_bytes
+    sent = s._sizer.estimate(plan.after_bytes)
+    trigger = int(plan.server_line.split("compacts past ")[1].split()[0].replace(",", ""))
+    assert ("is over it" in plan.server_line) == (sent > trigger)
+    if "is over it" in plan.server_line:
+        assert f"≈{sent:,} tokens" in plan.server_line
+
+
 def test_history_lists_the_compaction_as_its_own_kind(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     from ipy_ctxrecovery.notebook import subcommands
