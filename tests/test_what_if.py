@@ -4,6 +4,7 @@ validation, no side effects, rendering."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -448,3 +449,18 @@ def test_the_plan_page_has_no_colour_but_the_theme_and_the_fates(emulator: Any) 
     assert "messages kept (#" in page                    # the dim line is on the page
     assert theme_problems(page, installed_themes(), allowed=FATE_COLOURS.values()) == []
     assert vetted(page) == []
+
+
+def test_a_give_up_never_says_a_size_is_more_than_the_same_size() -> None:
+    # QA: "the request is 8.5 KB, more than the 8.5 KB this request can carry": two sizes
+    # a few bytes apart, rounded alike. Where they round alike they are given in bytes.
+    fake = FakeProvider((), wire="anthropic", server_compaction=True,
+                        min_compact_trigger=1_000, compacts=True)
+    s = ChatSession(provider=fake, settings=Settings(max_payload=24 * 1024),
+                    system="Be brief.", sleep=lambda _s: None)
+    for i in range(3):
+        s.send(f"part {i} " + "log line worker-3 job=nightly-etl rows=120000 status=ok " * 60)
+    text = str(s.what_if(size=7_000))
+    said = re.search(r"the request is ([\d.,]+ \w+), more than the ([\d.,]+ \w+)", text)
+    assert said is not None, text
+    assert said.group(1) != said.group(2)
