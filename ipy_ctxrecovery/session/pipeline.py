@@ -282,7 +282,8 @@ class Preparer:
         if report.applied:
             log.shrinks.append(Shrink("compaction", history, len(compacted)))
             body = sizer.measure(compacted, spec)
-        fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
+        fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log,
+                                       after_compaction=report.applied)
         if fitted is not history:
             return self.refit_answer(fitted, requested, log, asked=asked)
         return fitted, spec, body
@@ -443,7 +444,7 @@ class Preparer:
 
     def fit_known_limits(self, history: History, body: int, reserve: int | None,
                          spec: RequestSpec, target: int, log: TurnLog, *,
-                         after_compaction: bool = True) -> History:
+                         after_compaction: bool) -> History:
         """Never send blind what pre-flight already knows is too big (ANCHORS: no blind retry).
 
         After compaction the body can still be over a known limit — the current turn's own
