@@ -419,6 +419,26 @@ def test_a_proxy_413_is_fitted_without_a_summary_while_the_server_compacts() -> 
     assert trigger * s.limits.tokens.bytes_per_token <= Proxy.limit
 
 
+def test_the_413_drop_says_why_there_was_no_summary_while_the_server_compacts() -> None:
+    """QA: "↳ oldest messages dropped to fit (23 → 10 messages)" where, with the server's
+    compaction off, the same 413 is answered by a summary: the line and the card say why."""
+    from ipy_ctxrecovery.core.events import LadderStep
+    from ipy_ctxrecovery.core.wording import ladder_detail
+
+    fake = Proxy((), wire="anthropic", server_compaction=True, min_compact_trigger=100,
+                 window=200_000, compacts=True)
+    _, events = long_chat(fake, Settings(background_compaction=False), turns=16, size=1_500)
+    drops = [e for e in events if isinstance(e, LadderStep)
+             and e.after_messages < e.before_messages]
+    assert drops
+    assert all(describe(e).endswith("(no summary: the server compacts)") for e in drops)
+    assert all("no summary: the server compacts" in ladder_detail(e, done=True)
+               for e in drops)
+    plain = Proxy((), window=200_000)
+    _, own = long_chat(plain, Settings(background_compaction=False), turns=16, size=1_500)
+    assert not any("server compacts" in describe(e) for e in own if isinstance(e, LadderStep))
+
+
 def test_context_editing_is_asked_with_heavy_tool_results_and_reported_as_microcompact() -> None:
     edits = (ContextEdit("clear_tool_uses", cleared_tokens=2_345, cleared_items=4),)
     fake = compacting(window=200_000, min_compact_trigger=100)

@@ -194,6 +194,9 @@ class LadderStep(Event):
     notes: tuple[str, ...] = ()
     summarizing: bool = False
     summary_not_used: str | None = None
+    server_compacts: bool = False
+    """The provider compacts on its server: the step drops instead of summarizing
+    (``docs/server-compaction.md``)."""
 
     @property
     def level(self) -> Level:

@@ -280,7 +280,8 @@ class RecoveryLoop:
         if result.changed or result.notes or not_used is not None:
             self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
                                      after_messages=len(history), notes=tuple(result.notes),
-                                     summary_not_used=not_used), log)
+                                     summary_not_used=not_used,
+                                     server_compacts=sizer.server.compacts()), log)
         if result.payload_notice_added:
             self.bus.emit(NoticeInjected(notice="payload"), log)
         if result.compaction_notice_added:
