@@ -421,10 +421,11 @@ def _dropped(e: ev.LadderStep) -> bool:
     return e.after_messages < e.before_messages
 
 
-def _no_summary(e: ev.LadderStep) -> str:
+def _no_summary(e: ev.LadderStep, sep: str) -> str:
     """Why a step that dropped messages did not summarize them, when it is the server's
-    compaction (the same 413 without it is answered by a summary)."""
-    return " (no summary: the server compacts)" if e.server_compacts and _dropped(e) else ""
+    compaction (the same 413 without it is answered by a summary), after ``sep``."""
+    return f"{sep}no summary: the server compacts" if e.server_compacts and _dropped(e) \
+        else ""
 
 
 def _announces(e: ev.LadderStep) -> bool:
@@ -630,7 +631,7 @@ def _(e: ev.LadderStep) -> str:
         done.append(f"summary not used ({e.summary_not_used})")
     if _dropped(e):
         done.append(f"oldest messages dropped to fit ({e.before_messages} → "
-                    f"{plural(e.after_messages, 'message')})" + _no_summary(e))
+                    f"{plural(e.after_messages, 'message')}{_no_summary(e, '; ')})")
     elif e.level is Level.AGGRESSIVE:
         done.append("tool results shortened (budget halved)")
     else:
@@ -1046,8 +1047,8 @@ def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None,
         return (f"{why} → older messages summarized to fit {target}" if done
                 else f"{why} → summarizing older messages to {target}")
     moved = f"{e.before_messages} → {plural(e.after_messages, 'message')}"
-    return (f"{why} → {moved}" + (f" ({'; '.join(e.notes)})" if e.notes else "")
-            + _no_summary(e))
+    said = "; ".join(e.notes) + _no_summary(e, "; " if e.notes else "")
+    return f"{why} → {moved}" + (f" ({said})" if said else "")
 
 
 def cap_detail(e: ev.CapChanged) -> str:
