@@ -355,7 +355,8 @@ class Settings:
                 continue
             if f.name in _FLAG_FIELDS:
                 if not isinstance(value, bool):
-                    raise ConfigError(f"{f.name}={value!r} is not on or off; use True or False.")
+                    raise ConfigError(f"{f.name}={value!r} is not valid; use on or off (or True "
+                                      "or False).")
                 continue
             if f.name in _TEXT_FIELDS:
                 if value is not None and not isinstance(value, str):
@@ -552,7 +553,7 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
             return raw
         flag = _FLAG_WORDS.get(str(raw).strip().lower())
         if flag is None:
-            raise ConfigError(f"{key}={raw!r} is not on or off; use True or False.")
+            raise ConfigError(f"{key}={raw!r} is not valid; use on or off (or True or False).")
         return flag
     if name in _TEXT_FIELDS:
         text = str(raw).strip()

@@ -1343,6 +1343,31 @@ def test_config_shows_one_key_and_takes_a_size_with_a_space(
     assert chat.settings().max_payload == 2 * 1024 * 1024
 
 
+def test_config_shows_several_keys_given_alone(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # QA: "%chat config server_compaction openai_api" said "'server_compaction' is not
+    # KEY=VALUE", although `%chat help` reads "config [KEY[=VALUE] …]".
+    ip.run_line_magic("chat", "config server_compaction CHATCLI_OPENAI_API verbosity")
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in out[:2]] == [
+        ["CHATCLI_SERVER_COMPACTION", "server_compaction", "auto"],
+        ["CHATCLI_OPENAI_API", "openai_api", "auto"]]
+    assert out[2:] == ["ChatMagics.verbosity = 'normal' (default)"]
+
+
+def test_a_bad_flag_setting_is_told_the_words_it_takes(
+        chat: ChatMagics, ip: Any) -> None:
+    # QA: "openai_store='perhaps' is not on or off; use True or False." named two pairs
+    # of words, as if on/off were not accepted.
+    for key in ("openai_store", "CHATCLI_BACKGROUND_COMPACTION"):
+        with pytest.raises(UsageError) as raised:
+            ip.run_line_magic("chat", f"config {key}=perhaps")
+        assert str(raised.value) == (f"%chat config: {key}='perhaps' is not valid; use on "
+                                     "or off (or True or False).")
+    assert chat.settings().openai_store is False
+    assert chat.settings().background_compaction is True
+
+
 def test_config_rows_without_a_variable_and_no_cap_read_like_the_others(
         chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_line_magic("chat", "config chat_budget_ratio")

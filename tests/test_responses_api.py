@@ -957,3 +957,21 @@ def test_a_streamed_refusal_is_the_answer_and_failed_responses_are_errors() -> N
                                      "output_index": 0, "content_index": 0, "delta": "Hel",
                                      "sequence_number": 0}))
     assert isinstance(error, ChatError) and error.failure.kind is FailureKind.TRANSIENT
+
+
+def test_chat_status_says_the_responses_api_is_used(loaded_shell: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """With openai_api=responses the endpoint line says so; on Chat Completions it adds
+    nothing (a user who chose the API can see it is the one in use)."""
+    def endpoint() -> str:
+        capsys.readouterr()
+        loaded_shell.run_line_magic("chat", "status")
+        return next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("endpoint:"))
+
+    loaded_shell.run_line_magic("config", "ChatMagics.default_model = 'emulator:openai'")
+    loaded_shell.run_cell_magic("chat", "", "hello")
+    assert endpoint().endswith("/v1/")
+    loaded_shell.run_line_magic("chat", "config openai_api=responses")
+    loaded_shell.run_cell_magic("chat", "", "hello")
+    assert endpoint().endswith("/v1/ (Responses API)")

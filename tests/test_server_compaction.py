@@ -5,6 +5,7 @@ undo-compact, context editing, and the events and their wording."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -345,6 +346,8 @@ def test_a_clamped_trigger_leaves_the_package_compacting_and_says_so_once() -> N
     assert [n.note for n in notes] == ["clamped"] and notes[0].of == "cap"
     assert notes[0].trigger_tokens == 50_000 and notes[0].derived_tokens < 50_000
     assert "below the server's lowest trigger" in describe(notes[0])
+    # "needs compaction by ≈N tokens" read as an amount to remove: it is where it is due.
+    assert f"needs compaction at ≈{notes[0].derived_tokens:,} tokens" in describe(notes[0])
     assert any(isinstance(e, CompactionPhase) and e.phase == "summarize" for e in events)
     assert all(r.context is not None and r.context.compact_trigger == 50_000
                for r in fake.requests if r.messages[0].text == "Be brief.")
@@ -369,6 +372,68 @@ def test_the_cap_fit_still_works_while_the_server_compacts() -> None:
     assert fake.compactions >= 1 and any(isinstance(e, ServerCompacted) for e in events)
     assert not any(isinstance(e, CompactionPhase) for e in events)
     assert len(fake.requests) == 6      # no summary request
+
+
+def cap_fits_while_the_server_compacts() -> list[Event]:
+    """A configured 8 KB cap while the server compacts; turns that jump over the cap."""
+    fake = compacting(window=200_000, min_compact_trigger=100, compacts=True)
+    s, events = chat(fake, Settings(max_payload=8 * 1024))
+    for text in ("a" * 2_000, "b" * 2_500, "c" * 4_500, "d" * 100, "e" * 3_000, "f" * 5_000):
+        s.send(text)
+    assert not any(isinstance(e, CompactionPhase) for e in events)
+    return events
+
+
+def test_preflight_says_fitting_for_a_body_over_the_cap_while_the_server_compacts() -> None:
+    """A body over the cap is fitted, not left to the server (it would never see it)."""
+    events = cap_fits_while_the_server_compacts()
+    over = [e for e in events if isinstance(e, Preflight) and "cap" in e.reasons
+            and e.cap is not None and e.body_bytes > e.cap]
+    assert over and all(e.server_compacts for e in over)
+    assert all("fitting" in describe(e) and "the provider compacts" not in describe(e)
+               for e in over)
+
+
+def test_the_card_calls_a_body_over_the_cap_over_it_and_fitted() -> None:
+    from ipy_ctxrecovery.core.wording import preflight_verdict
+
+    over = [e for e in cap_fits_while_the_server_compacts() if isinstance(e, Preflight)
+            and "cap" in e.reasons and e.cap is not None and e.body_bytes > e.cap]
+    assert over and all(preflight_verdict(e).startswith("over the cap → fitting")
+                        for e in over)
+    own = Preflight(body_bytes=29_000, est_tokens=7_000, cap=24_000, cap_source="configured",
+                    window=128_000, action="compact", reasons=("cap",))
+    assert preflight_verdict(own) == "over the cap → compacting"
+    near = dataclasses.replace(own, body_bytes=22_000, server_compacts=True)
+    assert preflight_verdict(near) == "near the cap → the provider compacts on its server"
+
+
+def test_the_card_says_what_pre_flight_does_once_for_the_cap_and_the_window() -> None:
+    from ipy_ctxrecovery.core.wording import preflight_verdict
+
+    both = Preflight(body_bytes=40_000, est_tokens=9_700, cap=24_000, cap_source="configured",
+                     window=8_192, max_tokens=4_096, action="compact",
+                     reasons=("cap", "window"), server_compacts=True)
+    assert preflight_verdict(both) == ("over the cap and prompt + answer over the window → "
+                                       "fitting (no summary: the server compacts)")
+    near = dataclasses.replace(both, body_bytes=22_000)
+    assert preflight_verdict(near) == ("near the cap → the provider compacts on its server · "
+                                       "prompt + answer over the window → fitting (no "
+                                       "summary: the server compacts)")
+
+
+def test_the_fit_line_speaks_of_no_compaction_while_the_server_compacts() -> None:
+    """The package compacted nothing before the fit: no "still … after compaction"."""
+    fits = [describe(e) for e in cap_fits_while_the_server_compacts()
+            if isinstance(e, FitBeforeSend)]
+    assert fits and all("after compaction" not in line and "fitting to" in line
+                        for line in fits)
+
+
+def test_a_body_near_the_cap_but_under_it_is_left_to_the_server() -> None:
+    near = Preflight(body_bytes=7_500, est_tokens=1_900, cap=8_192, cap_source="configured",
+                     window=200_000, action="compact", reasons=("cap",), server_compacts=True)
+    assert describe(near).endswith("the provider compacts on its server")
 
 
 class Proxy(FakeProvider):
@@ -399,6 +464,27 @@ def test_a_proxy_413_is_fitted_without_a_summary_while_the_server_compacts() -> 
     assert fake.compactions >= 1
     trigger = fake.requests[-1].context.compact_trigger  # type: ignore[union-attr]
     assert trigger * s.limits.tokens.bytes_per_token <= Proxy.limit
+
+
+def test_the_413_drop_says_why_there_was_no_summary_while_the_server_compacts() -> None:
+    """QA: "↳ oldest messages dropped to fit (23 → 10 messages)" where, with the server's
+    compaction off, the same 413 is answered by a summary: the line and the card say why."""
+    from ipy_ctxrecovery.core.events import LadderStep
+    from ipy_ctxrecovery.core.wording import ladder_detail
+
+    fake = Proxy((), wire="anthropic", server_compaction=True, min_compact_trigger=100,
+                 window=200_000, compacts=True)
+    _, events = long_chat(fake, Settings(background_compaction=False), turns=16, size=1_500)
+    drops = [e for e in events if isinstance(e, LadderStep)
+             and e.after_messages < e.before_messages]
+    assert drops
+    assert all(describe(e).endswith("messages; no summary: the server compacts)")
+               for e in drops)
+    assert all(ladder_detail(e, done=True).endswith("; no summary: the server compacts)")
+               for e in drops)
+    plain = Proxy((), window=200_000)
+    _, own = long_chat(plain, Settings(background_compaction=False), turns=16, size=1_500)
+    assert not any("server compacts" in describe(e) for e in own if isinstance(e, LadderStep))
 
 
 def test_context_editing_is_asked_with_heavy_tool_results_and_reported_as_microcompact() -> None:
@@ -450,6 +536,25 @@ def test_the_event_is_a_quiet_status_line_and_a_card_row() -> None:
     assert "7 messages → 1" in step.detail and "an encrypted summary the package cannot read" in step.detail
 
 
+def nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_an_encrypted_compaction_is_said_without_brackets_in_brackets() -> None:
+    event = ServerCompacted(wire="openai", replaced_messages=7, before_bytes=40_000,
+                            after_bytes=3_000, summary_chars=None)
+    record = TurnRecord()
+    record.feed(event)
+    step = record.latest("server_compaction")
+    assert step is not None
+    assert nesting(describe(event)) == 1 and nesting(step.detail) == 1
+    assert "encrypted" in describe(event) and "encrypted" in step.detail
+
+
 def test_the_panel_shows_a_server_compaction_row() -> None:
     from ipy_ctxrecovery.notebook import panel
 
@@ -475,6 +580,22 @@ def test_what_if_says_server_compaction_instead_of_a_summary() -> None:
     assert "LLM summary would run" not in text
     off = s.what_if(server_compaction="off", size=3_000)
     assert off.server_line is None and off.summary
+
+
+def test_what_if_judges_the_server_trigger_on_the_request_it_would_send() -> None:
+    """A request the fit brings under the trigger is not one the server would compact: the
+    plan's server line measures the request after pre-flight, not the one before it."""
+    fake = compacting(window=8_192, min_compact_trigger=100, compacts=True)
+    s, _ = chat(fake)
+    for i in range(4):
+        s.send(f"turn {i}: " + "words " * 700)
+    plan = s.what_if(size=20_000)
+    assert plan.server_line is not None and plan.after_bytes < plan.before_bytes
+    sent = s._sizer.estimate(plan.after_bytes)
+    trigger = int(plan.server_line.split("compacts past ")[1].split()[0].replace(",", ""))
+    assert ("is over it" in plan.server_line) == (sent > trigger)
+    if "is over it" in plan.server_line:
+        assert f"≈{sent:,} tokens" in plan.server_line
 
 
 def test_history_lists_the_compaction_as_its_own_kind(capsys: pytest.CaptureFixture[str]
@@ -515,6 +636,30 @@ def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
     assert lines[1].endswith(
         "assistant [server compaction: replaces everything before it] We discussed X.")
     assert "an encrypted summary the package cannot read, from the openai server" in lines[3]
+
+
+def test_the_transcript_labels_the_compaction_as_the_servers(
+        loaded_shell: Any, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    # QA: `%chat export x.md` showed the server's summary as "## assistant" prose, as if
+    # the model had said it; `--full` said it "replaces everything before it", in the
+    # transcript that keeps everything before it.
+    from ipy_ctxrecovery.notebook import get_magics
+
+    loaded_shell.run_cell_magic("chat", "", "first")
+    session = get_magics().workspace.session()
+    compaction = Message(Role.ASSISTANT, (Compaction("anthropic", "{}", "We discussed X."),),
+                         tag=TAG_SERVER_COMPACTION)
+    session._transcript = [*session.transcript, compaction]
+    capsys.readouterr()
+    loaded_shell.run_line_magic("chat", "history --full")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "replaces everything" not in last
+    assert last.endswith("[server compaction: the provider's summary of the messages "
+                         "before it] We discussed X.")
+    loaded_shell.run_line_magic("chat", f"export {tmp_path / 't.md'}")
+    text = (tmp_path / "t.md").read_text()
+    assert text.endswith("## assistant · server compaction: the provider's summary of the "
+                         "messages before it\n\nWe discussed X.\n")
 
 
 def test_a_resumed_session_keeps_its_server_compaction() -> None:

@@ -828,3 +828,25 @@ def test_compact_reset_and_undo_from_another_thread_wait_for_the_turn_in_flight(
     assert sorted(_user_lines(s.directory / "transcript.jsonl")) == said
     assert problems(s.history) == []
     s.close()
+
+
+def test_a_fit_after_a_compaction_that_was_not_applied_says_no_compaction() -> None:
+    """QA (notebook 09): the summarizer failed, "history kept as it was", then the fit's
+    line said "still 29.0 KB after compaction" — of a compaction that did not happen."""
+    from ipy_ctxrecovery.core.events import CompactionPhase, FitBeforeSend
+    from ipy_ctxrecovery.core.wording import describe
+    from ipy_ctxrecovery.failures import FailureKind
+
+    fake = FakeProvider(["a1", "a2", "a3", failure(FailureKind.TRANSIENT, "503"), "a4"],
+                        window=128_000)
+    events: list[Any] = []
+    s = ChatSession(provider=fake, settings=Settings(max_payload=24 * 1024,
+                                                     background_compaction=False),
+                    on_event=events.append, sleep=lambda _s: None)
+    for i in range(3):
+        s.send(f"turn {i}: " + "words " * 700)
+    s.send("runbook: " + "restart the pod and watch p99 " * 500)
+    rejected = [e for e in events if isinstance(e, CompactionPhase) and e.phase == "rejected"]
+    fits = [describe(e) for e in events if isinstance(e, FitBeforeSend)]
+    assert rejected and fits
+    assert all("after compaction" not in line for line in fits), fits

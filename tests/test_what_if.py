@@ -448,3 +448,14 @@ def test_the_plan_page_has_no_colour_but_the_theme_and_the_fates(emulator: Any) 
     assert "messages kept (#" in page                    # the dim line is on the page
     assert theme_problems(page, installed_themes(), allowed=FATE_COLOURS.values()) == []
     assert vetted(page) == []
+
+
+def test_a_give_up_never_says_a_size_is_more_than_the_same_size() -> None:
+    # QA: "the request is 8.5 KB, more than the 8.5 KB this request can carry": two sizes
+    # a few bytes apart, rounded alike. Where they round alike they are given in bytes.
+    from ipy_ctxrecovery.core.ladder.apply import _sized
+    from ipy_ctxrecovery.settings import format_size
+
+    assert format_size(8_750) == format_size(8_700)     # the case: alike when rounded
+    assert _sized(8_750, 8_700) == ("8,750 bytes", "8,700 bytes")
+    assert _sized(20_000, 8_700) == (format_size(20_000), format_size(8_700))

@@ -97,7 +97,8 @@ class MaxTokensLowered(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitBeforeSend(Event):
-    """After compaction the body was still over a known limit: fitted before sending."""
+    """The body was over a known limit (after compaction, or with none run): fitted before
+    sending."""
 
     body_bytes: int
     goal_bytes: int
@@ -108,6 +109,9 @@ class FitBeforeSend(Event):
     reserved_tokens: int
     window: int
     notes: tuple[str, ...] = ()
+    after_compaction: bool = True
+    """The package compacted the history first (False: the fit alone — while the server
+    compacts, or for a body at a size already rejected)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +194,9 @@ class LadderStep(Event):
     notes: tuple[str, ...] = ()
     summarizing: bool = False
     summary_not_used: str | None = None
+    server_compacts: bool = False
+    """The provider compacts on its server: the step drops instead of summarizing
+    (``docs/server-compaction.md``)."""
 
     @property
     def level(self) -> Level:

@@ -421,6 +421,13 @@ def _dropped(e: ev.LadderStep) -> bool:
     return e.after_messages < e.before_messages
 
 
+def _no_summary(e: ev.LadderStep, sep: str) -> str:
+    """Why a step that dropped messages did not summarize them, when it is the server's
+    compaction (the same 413 without it is answered by a summary), after ``sep``."""
+    return f"{sep}no summary: the server compacts" if e.server_compacts and _dropped(e) \
+        else ""
+
+
 def _announces(e: ev.LadderStep) -> bool:
     """A step announced before it is applied (its ⚠ line), not its outcome."""
     return not e.notes and e.summary_not_used is None and e.after_messages == e.before_messages
@@ -444,7 +451,7 @@ def _(e: ev.Preflight) -> str:
     if "cap" in e.reasons and e.cap:
         lines.append(f"{INFO} pre-flight: history {format_size(e.body_bytes)} ≈ "
                      f"{round(100 * e.body_bytes / e.cap)}% of {e.cap_source} cap "
-                     f"({format_size(e.cap)}) — {_acting(e)}")
+                     f"({format_size(e.cap)}) — {_acting(e, hard=e.body_bytes > e.cap)}")
     if "window" in e.reasons:
         what = _input_tokens(e) + (f" + max_tokens {e.max_tokens:,}" if e.max_tokens else "")
         lines.append(f"{INFO} pre-flight: {what} > context window {e.window:,} tokens — "
@@ -529,8 +536,9 @@ def _(e: ev.FitBeforeSend) -> str:
         what = (f"≈{e.est_tokens:,} tokens"
                 + (f" + max_tokens {e.reserved_tokens:,}" if e.reserved_tokens else "")
                 + f" over the {e.window:,}-token window")
-    return (f"{CUT} pre-flight: still {format_size(e.body_bytes)} after compaction, {what} — "
-            f"fitting to {format_size(e.goal_bytes)} before sending")
+    size = (f"still {format_size(e.body_bytes)} after compaction" if e.after_compaction
+            else format_size(e.body_bytes))
+    return f"{CUT} pre-flight: {size}, {what} — fitting to {format_size(e.goal_bytes)} before sending"
 
 
 @describe_debug.register
@@ -623,7 +631,7 @@ def _(e: ev.LadderStep) -> str:
         done.append(f"summary not used ({e.summary_not_used})")
     if _dropped(e):
         done.append(f"oldest messages dropped to fit ({e.before_messages} → "
-                    f"{plural(e.after_messages, 'message')})")
+                    f"{plural(e.after_messages, 'message')}{_no_summary(e, '; ')})")
     elif e.level is Level.AGGRESSIVE:
         done.append("tool results shortened (budget halved)")
     else:
@@ -863,10 +871,17 @@ def sizes_after(e: ev.TurnFinished, cap_source: str | None) -> str:
 def preflight_verdict(e: ev.Preflight) -> str:
     """What pre-flight made of the request (its sizes have their own lines)."""
     parts = []
+    acting: dict[str, tuple[str, str]] = {}
     if "cap" in e.reasons:
-        parts.append(f"near the cap → {_acting(e)}")
+        over = e.cap is not None and e.body_bytes > e.cap
+        acting["cap"] = (f"{'over' if over else 'near'} the cap", _acting(e, hard=over))
     if "window" in e.reasons:
-        parts.append(f"prompt + answer over the window → {_acting(e, hard=True)}")
+        acting["window"] = ("prompt + answer over the window", _acting(e, hard=True))
+    if len({did for _, did in acting.values()}) == 1:      # said once for both
+        found = " and ".join(what for what, _ in acting.values())
+        parts.append(f"{found} → {next(iter(acting.values()))[1]}")
+    else:
+        parts.extend(f"{what} → {did}" for what, did in acting.values())
     if "budget" in e.reasons and e.budget_bytes is not None:
         parts.append(f"over the chat budget, {format_size(e.budget_bytes)} "
                      f"({_budget_term(e)}) → {_acting(e)}")
@@ -1037,7 +1052,8 @@ def ladder_detail(e: ev.LadderStep, *, not_used: ev.LadderStep | None = None,
         return (f"{why} → older messages summarized to fit {target}" if done
                 else f"{why} → summarizing older messages to {target}")
     moved = f"{e.before_messages} → {plural(e.after_messages, 'message')}"
-    return f"{why} → {moved}" + (f" ({'; '.join(e.notes)})" if e.notes else "")
+    said = "; ".join(e.notes) + _no_summary(e, "; " if e.notes else "")
+    return f"{why} → {moved}" + (f" ({said})" if said else "")
 
 
 def cap_detail(e: ev.CapChanged) -> str:
@@ -1361,7 +1377,7 @@ def server_note_line(e: ev.ServerCompactionNote) -> str:
                 "compaction — this server does not compact; the package compacts itself "
                 "from now on")
     by = "payload cap" if e.of == "cap" else "context window"
-    return (f"{INFO} server compaction: the {by} needs compaction by ≈{e.derived_tokens:,} "
+    return (f"{INFO} server compaction: the {by} needs compaction at ≈{e.derived_tokens:,} "
             f"tokens, below the server's lowest trigger ({e.trigger_tokens:,}); the package "
             "keeps the history within it as before (its own summary runs)")
 

@@ -11,6 +11,7 @@ from typing import Any
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
 from ..providers.base_urls import query_problem
+from ..providers.openai_responses import OpenAIResponsesProvider
 from ..session.redactor import client_credentials
 from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
 
@@ -88,7 +89,15 @@ def describe_endpoint(url: str | None, env: Mapping[str, str] | None = None) -> 
 
 def session_endpoint(session: Any, embedded: Any = None) -> str:
     """Where a live session's requests go (``%chat status``); ``embedded``: the kernel's
-    own emulator (a session given another one is told as "an emulator")."""
+    own emulator (a session given another one is told as "an emulator"). The OpenAI
+    wire's Responses API is named (``openai_api``: the user can see the one in use)."""
+    where = _endpoint(session, embedded)
+    if getattr(session.provider, "api", None) == OpenAIResponsesProvider.api:
+        where += " (Responses API)"
+    return where
+
+
+def _endpoint(session: Any, embedded: Any) -> str:
     provider = session.provider
     client = getattr(provider, "client", None)
     url = getattr(client, "base_url", None)

@@ -179,7 +179,8 @@ def _history(magics: ChatMagics, args: Any) -> None:
     for i, message in enumerate(messages):
         text = " ".join(message.text.split()) or _describe_blocks(message)
         cut = text if len(text) <= args.width else text[: args.width - 1] + "…"
-        tag = f" [{_TAG_WORDS.get(message.tag, message.tag)}]" if message.tag else ""
+        words = _TRANSCRIPT_TAG_WORDS if args.full else _TAG_WORDS
+        tag = f" [{words.get(message.tag, message.tag)}]" if message.tag else ""
         print(f"{i:>3} {message.role.value:<9}{tag} {cut}")
 
 
@@ -193,6 +194,12 @@ _TAG_WORDS = {
     history.TAG_PINNED_RULES: "pinned: your standing instructions, verbatim",
     history.TAG_USER_WORDS: "your earlier messages, verbatim",
     history.TAG_SERVER_COMPACTION: "server compaction: replaces everything before it",
+}
+#: The same in the transcript (``--full``, ``export``), which keeps what a compaction replaced.
+_TRANSCRIPT_TAG_WORDS = {
+    **_TAG_WORDS,
+    history.TAG_SERVER_COMPACTION: "server compaction: the provider's summary of the "
+                                   "messages before it",
 }
 
 
@@ -501,8 +508,8 @@ def _first_line(tool: Any) -> str:
     return " ".join(paragraph.split())
 
 
-@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names; KEY "
-             "alone shows that one setting and where its value comes from.",
+@_subcommand("config", "Show or set settings: KEY=VALUE with env-var or field names; a KEY "
+             "alone shows that setting and where its value comes from.",
              _arg("assignments", nargs="*", metavar="KEY=VALUE",
                   help="e.g. CHATCLI_MAX_PAYLOAD=5MB (or 5 MB) or raise_on_error=False; a KEY "
                        "alone shows it; none: show all settings and where each comes from. "
@@ -513,8 +520,9 @@ def _config(magics: ChatMagics, args: Any) -> None:
         _show_config(magics)
         return
     items = _assignments(args.assignments)
-    if len(items) == 1 and "=" not in items[0]:
-        _show_one(magics, items[0])
+    if all("=" not in item for item in items):
+        for item in items:
+            _show_one(magics, item)
         return
     traits = magics.class_traits(config=True)
     as_typed: dict[str, str] = {}  # validation messages name the key the way it was typed
@@ -809,7 +817,10 @@ def _export(magics: ChatMagics, args: Any) -> None:
 def _markdown(session: Any, messages: Any) -> str:
     lines = [f"# Chat transcript: {session.name}", "", f"Model: `{session.model}`", ""]
     for message in messages:
-        lines += [f"## {message.role.value}", "", message.text or _describe_blocks(message), ""]
+        heading = f"## {message.role.value}"
+        if message.tag == history.TAG_SERVER_COMPACTION:    # not the model's own words
+            heading += f" · {_TRANSCRIPT_TAG_WORDS[message.tag]}"
+        lines += [heading, "", message.text or _describe_blocks(message), ""]
     return "\n".join(lines)
 
 

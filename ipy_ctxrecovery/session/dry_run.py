@@ -184,8 +184,10 @@ class _TracingPreparer(Preparer):
         return out
 
     def fit_known_limits(self, history: History, body: int, reserve: int | None,
-                         spec: RequestSpec, target: int, log: TurnLog) -> History:
-        out = super().fit_known_limits(history, body, reserve, spec, target, log)
+                         spec: RequestSpec, target: int, log: TurnLog, *,
+                         after_compaction: bool) -> History:
+        out = super().fit_known_limits(history, body, reserve, spec, target, log,
+                                       after_compaction=after_compaction)
         self.record.stages.append(("fit", out))
         return out
 

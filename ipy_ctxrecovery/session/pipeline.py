@@ -282,7 +282,8 @@ class Preparer:
         if report.applied:
             log.shrinks.append(Shrink("compaction", history, len(compacted)))
             body = sizer.measure(compacted, spec)
-        fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log)
+        fitted = self.fit_known_limits(compacted, body, reserve, spec, target, log,
+                                       after_compaction=report.applied)
         if fitted is not history:
             return self.refit_answer(fitted, requested, log, asked=asked)
         return fitted, spec, body
@@ -342,7 +343,8 @@ class Preparer:
         message stay). A proxy's cap is not the server's business."""
         if not self._over_hard_limit(body, reserve):
             return history, spec, body
-        fitted = self.fit_known_limits(history, body, reserve, spec, compactor.NO_LIMIT, log)
+        fitted = self.fit_known_limits(history, body, reserve, spec, compactor.NO_LIMIT, log,
+                                       after_compaction=False)
         if fitted is history:
             return history, spec, body
         return self.refit_answer(fitted, requested, log, asked=asked)
@@ -441,7 +443,8 @@ class Preparer:
         return spec.with_max_tokens(fitted)
 
     def fit_known_limits(self, history: History, body: int, reserve: int | None,
-                         spec: RequestSpec, target: int, log: TurnLog) -> History:
+                         spec: RequestSpec, target: int, log: TurnLog, *,
+                         after_compaction: bool) -> History:
         """Never send blind what pre-flight already knows is too big (ANCHORS: no blind retry).
 
         After compaction the body can still be over a known limit — the current turn's own
@@ -506,7 +509,8 @@ class Preparer:
                                  over="cap" if over_cap else "window", cap=cap,
                                  cap_source=caps.source, est_tokens=est,
                                  reserved_tokens=reserved, window=window,
-                                 notes=tuple(result.notes)), log)
+                                 notes=tuple(result.notes),
+                                 after_compaction=after_compaction), log)
         if result.compaction_notice_added:
             self._emit(NoticeInjected(notice="compaction"), log)
         log.shrinks.append(Shrink("fit", history, len(result.history)))

@@ -215,7 +215,7 @@ class RecoveryLoop:
         # Sending it again only repeats the rejection: fit it (or fail with a sentence).
         target = NO_LIMIT if sizer.server.compacts() else sizer.compaction_target()
         history = self.preparer.fit_known_limits(history, body, sizer.reserved_tokens(spec),
-                                                 spec, target, log)
+                                                 spec, target, log, after_compaction=False)
         prepared = sizer.prepare(sizer.request(history, spec))
         request, body = prepared.request, prepared.size
         if body >= rejected:
@@ -291,7 +291,8 @@ class RecoveryLoop:
         if result.changed or result.notes or not_used is not None:
             self.bus.emit(LadderStep(decision=decision, failure=failure, before_messages=before,
                                      after_messages=len(history), notes=tuple(result.notes),
-                                     summary_not_used=not_used), log)
+                                     summary_not_used=not_used,
+                                     server_compacts=sizer.server.compacts()), log)
         if result.payload_notice_added:
             self.bus.emit(NoticeInjected(notice="payload"), log)
         if result.compaction_notice_added:

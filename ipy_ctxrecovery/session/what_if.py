@@ -840,7 +840,8 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
         cap=caps.effective(), cap_source=caps.source, window=sizer.window,
         window_known=sizer.window_known, fates=fates,
         prepare_at=_prepare_at(record.trigger, chosen),
-        server_line=_server_line(sizer, before))
+        server_line=_server_line(sizer, prepared.body_bytes if prepared is not None
+                                 else before))
     if prepared is None:
         refused = str(record.refused)
         return Plan(**common, added=(), after_bytes=before, planned=full, after_tokens=sizer.estimate(before),
@@ -871,10 +872,11 @@ def plan(history: History, text: str | None, spec: RequestSpec, *, endpoint: End
                                 chosen, record.store))
 
 
-def _server_line(sizer: RequestSizer, before: int) -> str | None:
+def _server_line(sizer: RequestSizer, sent: int) -> str | None:
     """The plan's line for the provider's server compaction (None: not asked): a plan
     cannot know the server's summary, so it predicts none of the package's where the
-    server would compact — it says so."""
+    server would compact — it says so, judged on ``sent``, the body pre-flight would
+    send (a fit can bring it under the trigger)."""
     server = sizer.server
     decision = server.decision()
     if not decision.asked:
@@ -882,7 +884,7 @@ def _server_line(sizer: RequestSizer, before: int) -> str | None:
     when = server.trigger()
     return server_plan_line(carried=decision.carried, compacts=server.compacts(),
                             trigger_tokens=when.tokens, derived_tokens=when.derived,
-                            request_tokens=sizer.estimate(before), of=when.of,
+                            request_tokens=sizer.estimate(sent), of=when.of,
                             ignored=sizer.limits.server_did_not_compact)
 
 

@@ -338,13 +338,26 @@ def _hard_limit(decision: Decision, settings: Settings) -> int | None:
     return math.floor(decision.limit_bytes * (1 + settings.exact_fit_margin))
 
 
-def _over(decision: Decision, limit: int) -> str:
+def _sized(size: int, limit: int) -> tuple[str, str]:
+    """``size`` and the ``limit`` it is over, in bytes where they would round alike
+    ("8.5 KB, more than the 8.5 KB")."""
+    shown, most = format_size(size), format_size(limit)
+    return (shown, most) if shown != most else (f"{size:,} bytes", f"{limit:,} bytes")
+
+
+def _size_over(decision: Decision, size: int, limit: int) -> str:
+    """``size``, then what it is more than (:func:`_over`)."""
+    return f"{_sized(size, limit)[0]}, {_over(decision, limit, size)}"
+
+
+def _over(decision: Decision, limit: int, size: int | None = None) -> str:
     """What a request over ``limit`` is more than: for a payload limit, the size the
     proxy/gateway already rejected and where its limit looks to be (the learned cap the
     status line gave) — never the rejected size called what the path "can carry"."""
     rejected, estimate = decision.rejected_bytes, decision.cap_bytes
     if not decision.payload_related or rejected is None:
-        return f"more than the {format_size(limit)} this request can carry"
+        most = format_size(limit) if size is None else _sized(size, limit)[1]
+        return f"more than the {most} this request can carry"
     looks = (f" (its limit looks to be about {format_size(estimate)})"
              if estimate is not None and estimate < rejected else "")
     return (f"no smaller than the {format_size(rejected)} request the proxy/gateway "
@@ -364,7 +377,6 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
         systems = tuple([m for m in h if m.role is system])
     hint = "raise the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)" if decision.payload_related \
         else "use a model with a larger context window"
-    over = _over(decision, limit)
     latest = latest_user_index(h)
     with_latest = None if latest is None else measure((*systems, h[latest]))
     # A body only grows with a message more: when the request fits, the system prompt
@@ -372,12 +384,13 @@ def _hopeless(h: History, decision: Decision, measure: Callable[[History], int],
     if systems and (with_latest is None or with_latest > limit):
         size = measure(systems)
         if size > limit:
-            return (f"The system prompt alone is {format_size(size)}, {over}; shorten "
-                    f"the system prompt or {hint}.")
+            return (f"The system prompt alone is {_size_over(decision, size, limit)}; "
+                    f"shorten the system prompt or {hint}.")
     if with_latest is not None:
         size = with_latest
         if size > limit:
-            return (f"Your latest message makes the request {format_size(size)} even with "
+            shown, over = _sized(size, limit)[0], _over(decision, limit, size)
+            return (f"Your latest message makes the request {shown} even with "
                     f"all earlier history removed, {over}; send a shorter message (large "
                     "content can be read by a tool in ranges).")
     return None
@@ -418,8 +431,8 @@ def _exact_fit(decision: Decision, h: History, notes: list[str], *, settings: Se
             return LadderResult(
                 h, Level.GIVE_UP, 0, tuple(notes),
                 give_up_reason=(f"Even with all earlier history removed and tool results "
-                                f"shortened, the request is {format_size(size)}, "
-                                f"{_over(decision, limit)}; send a shorter message or raise "
+                                f"shortened, the request is {_size_over(decision, size, limit)}"
+                                "; send a shorter message or raise "
                                 "the proxy/gateway limit (CHATCLI_MAX_PAYLOAD)."))
     if deferred is not None and deferred is not store:
         deferred.commit(out)
