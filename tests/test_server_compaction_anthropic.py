@@ -260,7 +260,10 @@ def test_a_compacted_reply_reports_the_input_as_sent_apart(emu: Emulator,
     assert compacted.usage.compaction_input_tokens == counted
     assert compacted.usage.prompt_tokens is not None
     assert compacted.usage.prompt_tokens < counted / 2
-    assert compacted.usage.compaction_output_tokens > 0     # the summary it wrote
+    assert compacted.usage.compaction is not None
+    assert (compacted.usage.compaction.completion_tokens or 0) > 0     # the summary it wrote
+    billed = compacted.usage.billed()
+    assert billed.prompt_tokens == compacted.usage.prompt_tokens + counted
     plain = provider.send(Request(messages=history[:3], max_tokens=64, context=_compact(),
                                   stream=stream))
     assert plain.usage.compaction_input_tokens is None

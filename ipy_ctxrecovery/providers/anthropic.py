@@ -755,19 +755,21 @@ def _usage(usage: Any, earlier: Usage | None = None) -> Usage:
     if isinstance(uncached, int):
         total = uncached + (written or 0) + (read or 0)
     output = field(usage, "output_tokens")
-    compacted, summary = _compaction_usage(
-        usage, (before.compaction_input_tokens, before.compaction_output_tokens))
     return Usage(total, output if isinstance(output, int) else before.completion_tokens,
-                 read, written, compacted, summary)
+                 read, written, _compaction_usage(usage, before.compaction))
 
 
-def _compaction_usage(usage: Any, earlier: tuple[int | None, int]) -> tuple[int | None, int]:
-    """(input, output) tokens of the usage's ``compaction`` iteration — the whole input as
-    sent and the summary written; the top-level counts are the answer's, on the compacted
-    input — or ``earlier``."""
+def _compaction_usage(usage: Any, earlier: Usage | None) -> Usage | None:
+    """The usage of the ``compaction`` iteration among ``usage.iterations`` — the whole
+    input as sent and the summary written, its cache reads and writes apart — or
+    ``earlier`` (the top-level counts are the answer's, on the compacted input)."""
     iterations = field(usage, "iterations")
     if not isinstance(iterations, list):
         return earlier
+    for entry in iterations:
+        if field(entry, "type") == "compaction" and isinstance(field(entry, "input_tokens"), int):
+            return _usage(entry)
+    return earlier
     for entry in iterations:
         if field(entry, "type") == "compaction":
             counts = [field(entry, name) for name in (

@@ -194,18 +194,36 @@ class Usage:
     """Of ``prompt_tokens`` (the whole input), those read from the provider's prompt cache."""
     cache_write_tokens: int = 0
     """Of ``prompt_tokens``, those written to the prompt cache (Anthropic)."""
-    compaction_input_tokens: int | None = None
-    """The input as sent, when the server compacted it before answering (Anthropic's
-    ``usage.iterations`` entry of type ``compaction``); ``prompt_tokens`` is then the
-    compacted input the answer read, not the body's. Billed besides ``prompt_tokens``."""
-    compaction_output_tokens: int = 0
-    """The summary the server wrote for that compaction: billed output besides
-    ``completion_tokens``."""
+    compaction: Usage | None = None
+    """The server's compaction's own usage, when it compacted the request before answering
+    (Anthropic's ``usage.iterations`` entry of type ``compaction``): its ``prompt_tokens``
+    are the input as sent, its ``completion_tokens`` the summary it wrote. The fields
+    above are then the answer's, on the compacted input; both are billed."""
 
     @property
     def reported(self) -> bool:
         """Whether the reply said how many tokens it used at all."""
         return self.prompt_tokens is not None or self.completion_tokens is not None
+
+    @property
+    def compaction_input_tokens(self) -> int | None:
+        """The input as sent, where the server compacted it (``compaction``); else None."""
+        return None if self.compaction is None else self.compaction.prompt_tokens
+
+    def billed(self) -> Usage:
+        """Every token billed: the answer's and the server compaction's (None stays None
+        where neither reported it)."""
+        c = self.compaction
+        if c is None:
+            return self
+
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return Usage(add(self.prompt_tokens, c.prompt_tokens),
+                     add(self.completion_tokens, c.completion_tokens),
+                     self.cached_tokens + c.cached_tokens,
+                     self.cache_write_tokens + c.cache_write_tokens)
 
     @property
     def uncached_input(self) -> int | None:

@@ -193,11 +193,9 @@ class RecoveryLoop:
         self.limits.on_success(body, usage.prompt_tokens if sample is None else sample,
                                usage.completion_tokens, calibrate=sample is not None)
         # A server compaction is billed besides the answer: its input, its summary.
-        log.add_usage((usage.prompt_tokens or 0) + (usage.compaction_input_tokens or 0)
-                      if usage.prompt_tokens is not None else usage.compaction_input_tokens,
-                      (usage.completion_tokens or 0) + usage.compaction_output_tokens
-                      if usage.completion_tokens is not None else None,
-                      cached=usage.cached_tokens, cache_write=usage.cache_write_tokens)
+        billed = usage.billed()
+        log.add_usage(billed.prompt_tokens, billed.completion_tokens,
+                      cached=billed.cached_tokens, cache_write=billed.cache_write_tokens)
         recovered()
         if unstreamed and spec.stream and on_text is not None and response.message.text:
             on_text(response.message.text)      # shown as a streamed answer would be
