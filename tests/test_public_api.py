@@ -76,3 +76,11 @@ def test_the_session_values_have_one_public_home() -> None:
 
     assert session.Reply is ipy_ctxrecovery.Reply
     assert session.__all__ == ["KEEP", "ChatSession", "Reply", "SessionStatus"]
+
+
+def test_loading_the_extension_imports_no_sdk() -> None:
+    # The first %chat panel imports only its model's SDK (bench/panel.py); a notebook
+    # module that imported a provider at load (the Responses API's, for a status line)
+    # imported openai for every session, Anthropic's too.
+    loaded = _loaded_after("import ipy_ctxrecovery.notebook")
+    assert "openai" not in loaded and "anthropic" not in loaded, loaded

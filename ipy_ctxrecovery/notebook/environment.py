@@ -5,13 +5,13 @@ requests go (and through which proxy), and the ``CHATCLI_*`` settings.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.wording import endpoint_text
 from ..providers import is_emulator_model
 from ..providers.base_urls import query_problem
-from ..providers.openai_responses import OpenAIResponsesProvider
 from ..session.redactor import client_credentials
 from ..settings import ENV_VARS, ConfigError, Settings, proxy_for, public_url
 
@@ -92,7 +92,11 @@ def session_endpoint(session: Any, embedded: Any = None) -> str:
     own emulator (a session given another one is told as "an emulator"). The OpenAI
     wire's Responses API is named (``openai_api``: the user can see the one in use)."""
     where = _endpoint(session, embedded)
-    if getattr(session.provider, "api", None) == OpenAIResponsesProvider.api:
+    # Read where it is loaded, not imported here: importing it imports the openai SDK, which
+    # the extension's load leaves to the first session that needs it (bench/panel.py).
+    responses = sys.modules.get("ipy_ctxrecovery.providers.openai_responses")
+    if responses is not None and isinstance(session.provider,
+                                            responses.OpenAIResponsesProvider):
         where += " (Responses API)"
     return where
 
