@@ -355,8 +355,7 @@ class Settings:
                 continue
             if f.name in _FLAG_FIELDS:
                 if not isinstance(value, bool):
-                    raise ConfigError(f"{f.name}={value!r} is not valid; use on or off (or True "
-                                      "or False).")
+                    raise _not_a_flag(f.name, value)
                 continue
             if f.name in _TEXT_FIELDS:
                 if value is not None and not isinstance(value, str):
@@ -539,6 +538,11 @@ def _label(name: str) -> str:
     return name
 
 
+def _not_a_flag(key: str, value: object) -> ConfigError:
+    """The one sentence for a value an on/off setting does not take."""
+    return ConfigError(f"{key}={value!r} is not valid; use on or off (or True or False).")
+
+
 def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
     """Turn one textual value into the field's type, or raise a ConfigError naming ``key``."""
     if raw is None:
@@ -553,7 +557,7 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
             return raw
         flag = _FLAG_WORDS.get(str(raw).strip().lower())
         if flag is None:
-            raise ConfigError(f"{key}={raw!r} is not valid; use on or off (or True or False).")
+            raise _not_a_flag(key, raw)
         return flag
     if name in _TEXT_FIELDS:
         text = str(raw).strip()

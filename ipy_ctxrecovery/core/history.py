@@ -32,6 +32,7 @@ __all__ = [
     "char_size",
     "from_openai",
     "is_server_compaction",
+    "leading_compaction",
     "latest_user_index",
     "problems",
     "storable",
@@ -342,6 +343,19 @@ def ages(history: Sequence[Message]) -> list[int]:
 def is_server_compaction(message: Message) -> bool:
     """Whether ``message`` is a provider's server compaction (:data:`TAG_SERVER_COMPACTION`)."""
     return any(isinstance(b, Compaction) for b in message.blocks)
+
+
+def leading_compaction(history: Sequence[Message]) -> Compaction | None:
+    """The server compaction ``history`` opens with, None without one. It comes first after
+    the system messages — it replaced everything before it (:func:`problems`), and the APIs
+    refuse a compaction anywhere else — or after other messages the package wrote (tagged):
+    only the history's head is looked at, O(1) per request."""
+    for m in history:
+        if m.tag == TAG_SERVER_COMPACTION:
+            return next((b for b in m.blocks if isinstance(b, Compaction)), None)
+        if m.role is not Role.SYSTEM and m.tag is None:
+            return None
+    return None
 
 
 def latest_user_index(history: Sequence[Message]) -> int | None:

@@ -71,7 +71,6 @@ import httpx2
 from ..core.caching import BREAKPOINT, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, min_cacheable_tokens
 from ..core.catalogue import ModelInfo
 from ..core.history import (
-    TAG_SERVER_COMPACTION,
     Block,
     Compaction,
     Message,
@@ -80,6 +79,7 @@ from ..core.history import (
     Text,
     ToolCall,
     ToolResult,
+    leading_compaction,
 )
 from ..errors import ConfigError
 from ._common import (
@@ -340,14 +340,8 @@ def _holds_compaction(messages: Sequence[Message]) -> bool:
     """Whether the history opens with a server compaction message (it then goes with the
     compaction beta). It comes first after the system messages — it replaced everything
     before it (``history.problems``), and the API refuses a compaction block anywhere else
-    (the SDK's ``CompactionBlockMisplacedError``) — or after other messages the package
-    wrote (tagged): only the history's head is looked at, O(1) for pre-flight."""
-    for m in messages:
-        if m.tag == TAG_SERVER_COMPACTION:
-            return True
-        if m.role is not Role.SYSTEM and m.tag is None:
-            return False
-    return False
+    (the SDK's ``CompactionBlockMisplacedError``): ``history.leading_compaction``."""
+    return leading_compaction(messages) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -769,15 +763,6 @@ def _compaction_usage(usage: Any, earlier: Usage | None) -> Usage | None:
     for entry in iterations:
         if field(entry, "type") == "compaction" and isinstance(field(entry, "input_tokens"), int):
             return _usage(entry)
-    return earlier
-    for entry in iterations:
-        if field(entry, "type") == "compaction":
-            counts = [field(entry, name) for name in (
-                "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-            output = field(entry, "output_tokens")
-            if isinstance(counts[0], int):
-                return (sum(c for c in counts if isinstance(c, int)),
-                        output if isinstance(output, int) else 0)
     return earlier
 
 

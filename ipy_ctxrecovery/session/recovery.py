@@ -36,6 +36,7 @@ from ..core.history import (
     History,
     Message,
     latest_user_index,
+    leading_compaction,
 )
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import flow, policy
@@ -381,9 +382,8 @@ def _body_tokens(response: Response, sent: History) -> int | None:
     count the stored items too), or when ``sent`` carries an encrypted compaction (OpenAI's:
     its bytes are ciphertext, and what the server counts for it is the hidden summary's
     tokens — a sample would raise bytes/token by a tenth after every compaction)."""
-    if response.chained or response.edits or any(
-            isinstance(block, Compaction) and block.summary is None
-            for message in sent for block in message.blocks):
+    carried = leading_compaction(sent)
+    if response.chained or response.edits or (carried is not None and carried.summary is None):
         return None
     if any(isinstance(block, Compaction) for block in response.message.blocks):
         return response.usage.compaction_input_tokens
