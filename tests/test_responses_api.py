@@ -172,16 +172,18 @@ def test_reasoning_is_encrypted_only_when_asked_and_must_come_back_unchanged(
                                     reasoning={"summary": "auto"})
     item = asked.output[0].to_dict()
     assert item["encrypted_content"].startswith("gAAAAA") and item["summary"][0]["text"]
-    follow = [{"role": "user", "content": "hi"}, item, {"role": "user", "content": "more"}]
+    answer = asked.output[1].to_dict()
+    follow = [{"role": "user", "content": "hi"}, item, answer,
+              {"role": "user", "content": "more"}]
     assert client.responses.create(model="emulator", input=follow, store=False).status \
         == "completed"
     tampered = dict(item, encrypted_content=item["encrypted_content"][:-6] + "AAAAAA")
     with pytest.raises(openai.BadRequestError) as bad:
-        client.responses.create(model="emulator", input=[tampered, follow[2]], store=False)
+        client.responses.create(model="emulator", input=[tampered, *follow[2:]], store=False)
     assert "could not be verified" in bad.value.message
     by_id = {"type": "reasoning", "id": item["id"], "summary": []}
     with pytest.raises(openai.NotFoundError) as gone:
-        client.responses.create(model="emulator", input=[by_id, follow[2]], store=False)
+        client.responses.create(model="emulator", input=[by_id, *follow[2:]], store=False)
     assert "Items are not persisted when `store` is set to false" in gone.value.message
     assert client.responses.create(model="emulator", input="no reasoning",
                                    reasoning={"effort": "none"}).output[0].type == "message"
@@ -230,6 +232,56 @@ def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
     emu.reset()
     assert client.responses.create(model="emulator", input=[*asked, call, result],
                                    tools=tools, store=False).status == "completed"
+
+
+def test_a_reasoning_item_needs_what_followed_it_and_an_output_needs_its_call(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.openai_client(max_retries=0)
+    tools = [{"type": "function", "name": "weather", "description": "The weather.",
+              "parameters": {"type": "object", "properties": {}}}]
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+    first = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
+                                    include=["reasoning.encrypted_content"])
+    reasoning, call = (o.to_dict() for o in first.output)
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    later = {"role": "user", "content": "and tomorrow?"}
+    # A reasoning item last, or followed by a user message or a tool output: the API's 400
+    # (continuedev/continue#8933), whatever the call it belonged to.
+    for without in ([*asked, reasoning], [*asked, reasoning, later],
+                    [*asked, reasoning, result, later]):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="emulator", input=without, tools=tools, store=False)
+        assert info.value.body == {
+            "message": f"Item '{reasoning['id']}' of type 'reasoning' was provided without "
+                       "its required following item.",
+            "type": "invalid_request_error", "param": "input", "code": None}
+    # An output whose call is not before it (left out, or after it): the API's 400
+    # (continuedev/continue#10092).
+    for orphaned in ([*asked, result], [*asked, result, reasoning, call]):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="emulator", input=orphaned, tools=tools, store=False)
+        assert info.value.body == {
+            "message": "No tool call found for function call output with call_id "
+                       f"{call['call_id']}.",
+            "type": "invalid_request_error", "param": "input", "code": None}
+    # An answer's reasoning followed by its message, and a run of reasoning items before
+    # what they belonged to, are accepted; so is an output whose call a stored response
+    # holds.
+    plain = client.responses.create(model="emulator", input="hi", store=False,
+                                    include=["reasoning.encrypted_content"])
+    thought, said = (o.to_dict() for o in plain.output)
+    assert client.responses.create(
+        model="emulator", input=["hi", thought, said, "more"], store=False).status == "completed"
+    assert client.responses.create(
+        model="emulator", input=[*asked, thought, reasoning, call, result], tools=tools,
+        store=False).status == "completed"
+    stored = client.responses.create(model="emulator", input=asked, tools=tools)
+    chained = client.responses.create(
+        model="emulator", previous_response_id=stored.id, tools=tools,
+        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
+                "output": "rain"}])
+    assert chained.status == "completed"
 
 
 def test_previous_response_id_continues_a_stored_response(emulator: Any) -> None:

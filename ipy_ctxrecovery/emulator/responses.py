@@ -24,7 +24,13 @@ compaction item the summary it stands for.
   emulator remembers the pairs, bounded): without it, the API's 400 "Item 'fc_…' of type
   'function_call' was provided without its required 'reasoning' item: 'rs_…'."
   (mastra-ai/mastra#8738). A function call sent without an id is not checked (the API
-  cannot tell which answer it came from).
+  cannot tell which answer it came from). A reasoning item must be followed by what its
+  answer went on with (an assistant message or a function call; a run of reasoning items
+  by one), else the API's 400 "Item 'rs_…' of type 'reasoning' was provided without its
+  required following item." (continuedev/continue#8933); a ``function_call_output`` needs
+  a ``function_call`` with its ``call_id`` before it (in the input or the previous
+  response), else "No tool call found for function call output with call_id …."
+  (continuedev/continue#10092).
 * Storage: ``store`` (default true, as the API) keeps the response; ``previous_response_id``
   puts its input and output before the new input; an unknown id is the API's 400
   ``previous_response_not_found``. At most :data:`KEEP_RESPONSES` are kept.
@@ -223,6 +229,35 @@ def _without_reasoning(call_item: str, reasoning_item: str) -> Answer:
                   f"required 'reasoning' item: '{reasoning_item}'.", param="input")
 
 
+def _without_following(reasoning_item: str) -> Answer:
+    # continuedev/continue#8933, #10428 (api.openai.com): param "input", code null.
+    return _error(400, f"Item '{reasoning_item}' of type 'reasoning' was provided without its "
+                  "required following item.", param="input")
+
+
+def _output_without_call(call_id: str) -> Answer:
+    # continuedev/continue#10092, agentscope-ai/AgentTeams#299: param "input", code null.
+    return _error(400, f"No tool call found for function call output with call_id {call_id}.",
+                  param="input")
+
+
+# What a reasoning item's answer goes on with: the assistant's own output items.
+_FOLLOWING = frozenset({"function_call", "custom_tool_call", "web_search_call",
+                        "file_search_call", "computer_call", "code_interpreter_call",
+                        "image_generation_call", "local_shell_call", "mcp_call"})
+
+
+def _follows_reasoning(item: Any) -> bool:
+    """Whether ``item`` can be what a reasoning item before it belongs to (another
+    reasoning item continues the run: the item after the run decides)."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type") or "message"
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return kind in _FOLLOWING or kind == "reasoning"
+
+
 # --------------------------------------------------------------------------- input
 
 def _parts_text(content: Any) -> str:
@@ -301,11 +336,21 @@ def _check_items(items: Sequence[Any], store: ResponseStore,
     a previous response the input continues)."""
     reasoned = {str(i.get("id")) for i in before
                 if isinstance(i, Mapping) and i.get("type") == "reasoning"}
+    called = {str(i.get("call_id")) for i in before
+              if isinstance(i, Mapping) and i.get("type") == "function_call"}
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             continue
         if item.get("type") == "reasoning" and item.get("id"):
             reasoned.add(str(item["id"]))
+        if item.get("type") == "reasoning" and not _follows_reasoning(
+                items[index + 1] if index + 1 < len(items) else None):
+            return _without_following(str(item.get("id") or "reasoning"))
+        if item.get("type") == "function_call":
+            called.add(str(item.get("call_id")))
+        if item.get("type") == "function_call_output" \
+                and str(item.get("call_id")) not in called:
+            return _output_without_call(str(item.get("call_id")))
         if item.get("type") == "function_call" and isinstance(item.get("id"), str):
             needed = store.reasoning_of(item["id"])
             if needed is not None and needed not in reasoned:
