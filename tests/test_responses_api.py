@@ -898,6 +898,25 @@ def test_a_session_on_the_responses_api_continues_a_cut_answer(emulator: Any) ->
     session.close()
 
 
+def test_an_empty_answer_after_its_reasoning_does_not_break_the_next_turns(
+        emulator: Any) -> None:
+    # The model answered nothing but its reasoning: sent back alone, that reasoning item is
+    # the API's 400 on every later turn. It stays in the history; it is not sent.
+    emu = emulator(context_window=8192)
+    session = ChatSession("emulator", emulator=emu, settings=RESPONSES, name="resp-empty")
+    assert session.send("hello").text
+    assert session.send("[[words 0]]").text == ""
+    assert [type(b) for b in session.history[-1].blocks] == [Reasoning]
+    for text in ("and now?", "fine"):
+        assert session.send(text).text.startswith("Emulator reply")
+    assert [r.status for r in emu.requests] == [200] * 4
+    sent = body_messages(emu.requests[2])
+    assert [i.get("type") or i["role"] for i in sent] == [
+        "user", "reasoning", "assistant", "user", "user"]
+    assert problems(session.history) == []
+    session.close()
+
+
 def test_changing_the_api_setting_switches_a_live_sessions_provider(emulator: Any) -> None:
     emu = emulator()
     session = ChatSession("emulator", emulator=emu, settings=Settings(), name="resp-switch")

@@ -10,9 +10,10 @@ ChatError). What differs is the wire:
   assistant message as its blocks in order — a ``Compaction`` of this wire as the item the
   server wrote (verbatim), of another wire as an assistant message of its summary (left
   out without one), a ``Reasoning`` with an item id and ``encrypted_content`` as that
-  ``reasoning`` item (others are left out: the API cannot read them), text as an assistant
-  message, tool calls as ``function_call`` items — and a tool result as a
-  ``function_call_output`` item. Items need no merging (the API has no role
+  ``reasoning`` item (others are left out: the API cannot read them; so is one that no
+  text or tool call of its answer follows — an empty answer —, which the API refuses),
+  text as an assistant message, tool calls as ``function_call`` items — and a tool
+  result as a ``function_call_output`` item. Items need no merging (the API has no role
   alternation to keep), so a body is its messages' items side by side.
 * ``max_output_tokens`` only when the request sets it, at least 16 (the API refuses
   less: "Invalid 'max_output_tokens': integer below minimum value. Expected a value >=
@@ -141,7 +142,25 @@ def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
         elif isinstance(block, ToolResult):      # not in an assistant message; kept whole
             items.append({"type": "function_call_output", "call_id": block.call_id,
                           "output": for_body(block.content)})
-    return tuple(items)
+    return tuple(_answered_reasoning(items))
+
+
+def _answered_reasoning(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` without the reasoning items nothing of their answer follows: an answer
+    that was its reasoning alone (an empty text) is refused whole by the API when sent
+    back — 400 "Item 'rs_…' of type 'reasoning' was provided without its required
+    following item." (continuedev/continue#8933) — on every later turn."""
+    kept: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for item in items:
+        if item.get("type") == "reasoning":
+            pending.append(item)
+            continue
+        if item.get("role") == "assistant" or item.get("type") == "function_call":
+            kept.extend(pending)
+        pending = []
+        kept.append(item)
+    return kept
 
 
 def to_items(history: Sequence[Message]) -> list[dict[str, Any]]:
