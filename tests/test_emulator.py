@@ -263,9 +263,13 @@ def test_tool_call_then_result(emulator: Callable[..., Emulator], wire: str,
     ask_text = 'look [[tool read_file {"path": "data/notes.txt", "lines": [1, 20]}]]'
     user = {"role": "user", "content": ask_text}
     got = ask(emu, wire, [user], stream=stream, tools=tools)
-    prefix = "call_" if wire == "openai" else "toolu_"
-    assert got["calls"] == [(prefix + "1", "read_file",
-                             {"path": "data/notes.txt", "lines": [1, 20]})]
+    prefix = "call_emu" if wire == "openai" else "toolu_emu"
+    [(ident, name, arguments)] = got["calls"]
+    assert ident.startswith(prefix) and ident[len(prefix):].isdigit()
+    assert (name, arguments) == ("read_file", {"path": "data/notes.txt", "lines": [1, 20]})
+    # Asked the same again, a new id: the real APIs' ids are random, never repeated.
+    again = ask(emu, wire, [user], stream=stream, tools=tools)
+    assert again["calls"][0][0] != ident
     assert got["stop"] == ("tool_calls" if wire == "openai" else "tool_use")
     assert got["text"] == ""
     result = "x" * 1234
@@ -273,15 +277,15 @@ def test_tool_call_then_result(emulator: Callable[..., Emulator], wire: str,
     follow: list[dict[str, Any]]
     if wire == "openai":
         follow = [user, {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
+            {"id": ident, "type": "function",
              "function": {"name": "read_file", "arguments": args}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": result}]
+            {"role": "tool", "tool_call_id": ident, "content": result}]
     else:
         follow = [user, {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "toolu_1", "name": "read_file",
+            {"type": "tool_use", "id": ident, "name": "read_file",
              "input": json.loads(args)}]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": result}]}]
+                {"type": "tool_result", "tool_use_id": ident, "content": result}]}]
     done = ask(emu, wire, follow, stream=stream, tools=tools)
     assert done["calls"] == []
     assert done["stop"] == ("stop" if wire == "openai" else "end_turn")
@@ -1083,3 +1087,32 @@ def test_a_tool_loop_sent_back_without_its_thinking_block_is_refused(emulator: A
              {"role": "user", "content": "thanks"}]
     assert client.messages.create(model="emulator", max_tokens=2048, messages=later,
                                   tools=_WEATHER, thinking=_THINK).content[0].type == "thinking"
+
+
+def test_a_tool_use_id_sent_twice_is_refused_and_the_emulator_never_repeats_one(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.anthropic_client(max_retries=0)
+    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
+
+    def loop(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        reply = client.messages.create(model="emulator", max_tokens=64, messages=messages,
+                                       tools=_WEATHER)
+        call = reply.content[0].to_dict()
+        return [{"role": "assistant", "content": [call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],
+                                              "content": "sunny"}]}]
+
+    # The same history twice (as after a compaction shortened it): two ids all the same.
+    first, second = loop(asked), loop(asked)
+    assert first[0]["content"][0]["id"] != second[0]["content"][0]["id"]
+    again = [*asked, *first, {"role": "assistant", "content": "Sunny."}, *asked, *second]
+    assert client.messages.create(model="emulator", max_tokens=64, messages=again,
+                                  tools=_WEATHER).content[0].type == "text"
+    repeated = [*asked, *first, {"role": "assistant", "content": "Sunny."}, *asked, *first]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model="emulator", max_tokens=64, messages=repeated,
+                               tools=_WEATHER)
+    assert info.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "messages.5.content.0: `tool_use` ids must be unique"}

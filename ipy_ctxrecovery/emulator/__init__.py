@@ -75,8 +75,9 @@ followed by the request is one message — and the request is the last such piec
 * ``[[echo]]`` in it: the reply is the rest of the message after the directive (one
   newline right after it dropped), verbatim — any text, code block or script to cut.
 * ``[[tool NAME {"json": "args"}]]`` in it (several allowed), with no tool result after it:
-  the reply is a tool call to NAME with those arguments — ids ``call_<n>`` / ``toolu_<n>``
-  (``n`` = tool calls already in the history + 1), ``finish_reason="tool_calls"`` /
+  the reply is a tool call to NAME with those arguments — ids ``call_emu<n>`` /
+  ``toolu_emu<n>`` with ``n`` from the emulator's own counter (never the same twice, as
+  the real APIs' random ids), ``finish_reason="tool_calls"`` /
   ``stop_reason="tool_use"``. Once results arrive: ``Tool NAME returned <c> chars.`` per
   result, then the default (or ``[[words N]]``) reply.
 * Recall: when the request offers the ``recall_transcript`` tool (the package offers it

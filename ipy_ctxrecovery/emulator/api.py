@@ -13,6 +13,10 @@ starts with a ``thinking`` block signed by the emulator (:func:`thinking_block`)
 that continues a tool loop (its last message holds ``tool_result`` blocks) must send the
 assistant message of that loop starting with its thinking block, else the API's 400
 (:func:`thinking_missing`, fault ``thinking``).
+
+Tool calls get ids from the emulator's counter (``call_emu…`` / ``toolu_emu…``), never the
+same twice, as the real APIs' random ones; an Anthropic request carrying one ``tool_use``
+id twice is the API's 400 (:func:`repeated_tool_use`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from . import faults, quirks, replies, roles, wire
 from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
-__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "respond",
-           "thinking_block", "thinking_missing"]
+__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "repeated_tool_use",
+           "respond", "thinking_block", "thinking_missing"]
 
 NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
               "end with a user message.")
@@ -88,6 +92,24 @@ def thinking_missing(body: dict[str, Any]) -> str | None:
     return _THINKING_REQUIRED.format(index=index, found=first)
 
 
+def repeated_tool_use(body: dict[str, Any]) -> str | None:
+    """The Anthropic API's refusal of a request whose messages carry one ``tool_use`` id
+    twice (at the second), else None: "messages.1.content.1: `tool_use` ids must be
+    unique" (anthropics/claude-code#20901, trycua/cua#524)."""
+    seen: set[str] = set()
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if not (isinstance(block, dict) and block.get("type") == "tool_use"):
+                continue
+            ident = str(block.get("id"))
+            if ident in seen:
+                return f"messages.{i}.content.{j}: `tool_use` ids must be unique"
+            seen.add(ident)
+    return None
+
+
 def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: str | None,
             context_window: int, max_output_tokens: int | None,
             new_id: Callable[[str], str],
@@ -144,6 +166,9 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         unthought = thinking_missing(body)
         if unthought is not None:
             return "thinking", faults.bad_request(wire_name, unthought)
+        repeated = repeated_tool_use(body)
+        if repeated is not None:
+            return None, faults.bad_request(wire_name, repeated)
     else:
         messages = body.get("messages")
         if string_content_only and isinstance(messages, list) \
@@ -188,6 +213,8 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         limits.append(cap)
     plan = replies.plan(turns, tools=tools, limit=min(limits), continuation=continuation,
                         prefill=prefilled is not None)
+    plan = replies.with_call_ids(plan, new_id,
+                                 "toolu_emu" if wire_name == "anthropic" else "call_emu")
     cached = CacheUsage()
     if wire_name == "anthropic":
         assert managed is not None

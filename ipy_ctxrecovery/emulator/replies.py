@@ -8,10 +8,11 @@ documented in the package docstring (``ipy_ctxrecovery.emulator``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "prompt_tokens",
     "recall_arguments",
     "summarize",
+    "with_call_ids",
 ]
 
 #: Per-message overhead and per-request priming of the token rule.
@@ -89,14 +91,21 @@ _TOOL_RE = re.compile(r"\[\[tool\s+([A-Za-z0-9_.:-]+)\s*")
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A tool call the emulator emits (``number`` gives ``call_<n>`` / ``toolu_<n>``)."""
+    """A tool call the emulator emits: ``number`` counts the calls of the history it
+    answers; ``ident`` is its id on the wire (:func:`with_call_ids`; unset, ``call_<n>`` /
+    ``toolu_<n>``)."""
 
     number: int
     name: str
     arguments: str
+    ident: str = ""
 
     def input(self) -> Any:
         return json.loads(self.arguments)
+
+    def wire_id(self, prefix: str) -> str:
+        """Its id on the wire: ``ident``, else ``prefix`` and its number."""
+        return self.ident or f"{prefix}{self.number}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +591,16 @@ def plan(turns: Sequence[Turn], *, tools: Any = None, limit: int | None = None,
         text = _cut(text, limit * BYTES_PER_TOKEN)
         finish = "length"
     return Plan(text, (), finish, p, count_tokens(text), notes)
+
+
+def with_call_ids(plan: Plan, new_id: Callable[[str], str], prefix: str) -> Plan:
+    """``plan`` with each tool call named ``new_id(prefix)``: the real APIs' ids are random,
+    so never the same twice, even after a compaction shortened the history the call
+    numbers count."""
+    if not plan.tool_calls:
+        return plan
+    calls = tuple(dataclasses.replace(c, ident=new_id(prefix)) for c in plan.tool_calls)
+    return dataclasses.replace(plan, tool_calls=calls)
 
 
 def summary_answer(text: str, max_tokens: int | None = None) -> str:

@@ -603,6 +603,7 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
     if max_output_tokens is not None:
         room.append(max_output_tokens)
     plan = replies.plan(turns, tools=tools, limit=max(min(room), 0), continuation=continuation)
+    plan = replies.with_call_ids(plan, new_id, "call_emu")
     cached = cache.openai(model, seen, tools) if cache is not None else CacheUsage()
 
     reasoning = _reasoning_options(body)
@@ -630,7 +631,7 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
                 store.pair(fc, rid)
             output.append({"id": fc, "type": "function_call",
                            "status": "completed", "arguments": call.arguments,
-                           "call_id": f"call_{call.number}", "name": call.name})
+                           "call_id": call.wire_id("call_"), "name": call.name})
     else:
         output.append(_message_item(new_id("msg_emu"), plan.text,
                                     "incomplete" if cut else "completed"))

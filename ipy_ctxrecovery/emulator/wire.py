@@ -88,7 +88,7 @@ def _openai_usage(plan: Plan, cache: CacheUsage = _NO_CACHE) -> dict[str, Any]:
 
 
 def _openai_tool_calls(plan: Plan) -> list[dict[str, Any]]:
-    return [{"id": f"call_{c.number}", "type": "function",
+    return [{"id": c.wire_id("call_"), "type": "function",
              "function": {"name": c.name, "arguments": c.arguments}} for c in plan.tool_calls]
 
 
@@ -133,7 +133,7 @@ def openai_chunks(plan: Plan, *, model: str, ident: str, include_usage: bool = F
     if plan.tool_calls:
         for index, call in enumerate(plan.tool_calls):
             head: dict[str, Any] = {"tool_calls": [{
-                "index": index, "id": f"call_{call.number}", "type": "function",
+                "index": index, "id": call.wire_id("call_"), "type": "function",
                 "function": {"name": call.name, "arguments": ""}}]}
             if index == 0:
                 head = {"role": "assistant", "content": None, **head, "refusal": None}
@@ -168,7 +168,7 @@ def _anthropic_usage(plan: Plan, output_tokens: int,
 
 def _anthropic_content(plan: Plan) -> list[dict[str, Any]]:
     if plan.tool_calls:
-        return [{"type": "tool_use", "id": f"toolu_{c.number}", "name": c.name,
+        return [{"type": "tool_use", "id": c.wire_id("toolu_"), "name": c.name,
                  "input": c.input()} for c in plan.tool_calls]
     return [{"type": "text", "text": plan.text}]
 
@@ -211,7 +211,7 @@ def anthropic_events(plan: Plan, *, model: str, ident: str,
     if plan.tool_calls:
         for number, call in enumerate(plan.tool_calls):
             index = first + number
-            block = {"type": "tool_use", "id": f"toolu_{call.number}", "name": call.name,
+            block = {"type": "tool_use", "id": call.wire_id("toolu_"), "name": call.name,
                      "input": {}}
             yield sse({"type": "content_block_start", "index": index,
                        "content_block": block}, "content_block_start")
