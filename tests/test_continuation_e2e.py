@@ -174,11 +174,14 @@ def test_anthropic_wire_continues_by_prefill_where_the_model_allows_it(emulator:
 def test_extended_thinking_turns_the_prefill_off(emulator: Any) -> None:
     emu = emulator(prefill="reject")
     session = ChatSession("emulator:anthropic", emulator=emu, settings=SETTINGS, name="join-think")
-    reply = session.send("[[words 70]]", max_tokens=9,
+    # max_tokens above the budget, as the API wants (else the budget would be fitted).
+    reply = session.send("[[words 1200]]", max_tokens=1100,
                          options={"thinking": {"type": "enabled", "budget_tokens": 1024}})
-    assert reply.text == words(70)
+    assert reply.text == words(1200)
     assert [r.fault for r in emu.requests] == [None] * len(emu.requests)
-    assert len(emu.requests) > 2
+    assert len(emu.requests) >= 2
+    assert all(r.body["thinking"]["budget_tokens"] == 1024 for r in emu.requests)
+    assert CONTINUATION_PROMPT.splitlines()[0] in json.dumps(emu.requests[-1].body)
     session.close()
 
 

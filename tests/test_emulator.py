@@ -31,6 +31,7 @@ from ipy_ctxrecovery.core.classify import classify
 from ipy_ctxrecovery.core.continuation import CONTINUATION_PROMPT
 from ipy_ctxrecovery.core.prompts import summary_header, with_recall_hint
 from ipy_ctxrecovery.emulator import Emulator
+from ipy_ctxrecovery.emulator.api import INTERLEAVED_THINKING_BETA
 from ipy_ctxrecovery.emulator.faults import parse_fault
 from ipy_ctxrecovery.emulator.replies import Turn, count_tokens, plan, summarize
 from ipy_ctxrecovery.errors import ConfigError
@@ -1116,3 +1117,38 @@ def test_a_tool_use_id_sent_twice_is_refused_and_the_emulator_never_repeats_one(
     assert info.value.body["error"] == {
         "type": "invalid_request_error",
         "message": "messages.5.content.0: `tool_use` ids must be unique"}
+
+
+def test_a_thinking_budget_under_1024_or_not_below_max_tokens_is_refused(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.anthropic_client(max_retries=0)
+    asked = [{"role": "user", "content": "hello"}]
+
+    def refusal(max_tokens: int, budget: int, **kwargs: Any) -> str:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            client.messages.create(model="emulator", max_tokens=max_tokens, messages=asked,
+                                   thinking={"type": "enabled", "budget_tokens": budget},
+                                   **kwargs)
+        assert emu.requests[-1].fault == "thinking"
+        return str(info.value.body["error"]["message"])
+
+    # anthropics/claude-code#8756; danny-avila/LibreChat#8346.
+    over = ("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+            "documentation at https://docs.claude.com/en/docs/build-with-claude/"
+            "extended-thinking#max-tokens-and-context-window-size")
+    assert refusal(2048, 2048) == refusal(1500, 2048) == over
+    assert refusal(4096, 1023) == ("thinking.enabled.budget_tokens: Input should be greater "
+                                   "than or equal to 1024")
+    for max_tokens, budget in ((1025, 1024), (4096, 2048)):
+        reply = client.messages.create(model="emulator", max_tokens=max_tokens, messages=asked,
+                                       thinking={"type": "enabled", "budget_tokens": budget})
+        assert reply.content[0].type == "thinking"
+    # Interleaved thinking's budget spans the tool loop: it may exceed max_tokens.
+    reply = client.beta.messages.create(
+        model="emulator", max_tokens=1500, messages=asked, betas=[INTERLEAVED_THINKING_BETA],
+        thinking={"type": "enabled", "budget_tokens": 2048})
+    assert reply.content[0].type == "thinking"
+    # Adaptive thinking has no budget to check.
+    assert client.messages.create(model="emulator", max_tokens=64, messages=asked,
+                                  thinking={"type": "adaptive"}).content[0].type == "thinking"

@@ -12,7 +12,9 @@ Extended thinking (Anthropic, ``thinking`` of type ``enabled`` or ``adaptive``):
 starts with a ``thinking`` block signed by the emulator (:func:`thinking_block`); a request
 that continues a tool loop (its last message holds ``tool_result`` blocks) must send the
 assistant message of that loop starting with its thinking block, else the API's 400
-(:func:`thinking_missing`, fault ``thinking``).
+(:func:`thinking_missing`, fault ``thinking``). A budget (``enabled``) under 1024 tokens,
+or not below ``max_tokens`` (without the interleaved-thinking beta), is the API's 400 too
+(:func:`thinking_budget_error`, fault ``thinking``).
 
 Tool calls get ids from the emulator's counter (``call_emu…`` / ``toolu_emu…``), never the
 same twice, as the real APIs' random ones; an Anthropic request carrying one ``tool_use``
@@ -32,7 +34,7 @@ from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
 __all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "repeated_tool_use",
-           "respond", "thinking_block", "thinking_missing"]
+           "respond", "thinking_block", "thinking_budget_error", "thinking_missing"]
 
 NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
               "end with a user message.")
@@ -53,6 +55,20 @@ _THINKING_REQUIRED = (
 """The Anthropic API's refusal of a tool loop sent back without its thinking block
 (mastra-ai/mastra#7799, anomalyco/opencode#3077, Kilo-Org/kilocode#5219)."""
 
+MIN_THINKING_BUDGET = 1024
+"""The least ``thinking.budget_tokens`` the Anthropic API takes."""
+THINKING_BUDGET_TOO_SMALL = ("thinking.enabled.budget_tokens: Input should be greater than or "
+                             "equal to 1024")
+"""The Anthropic API's refusal of a smaller budget (danny-avila/LibreChat#8346)."""
+THINKING_OVER_MAX_TOKENS = (
+    "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+    "documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+    "#max-tokens-and-context-window-size")
+"""The Anthropic API's refusal of a budget at or over ``max_tokens``
+(anthropics/claude-code#8756)."""
+INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
+"""With it the budget spans a whole tool loop and may exceed ``max_tokens``."""
+
 
 def _thinking_on(body: dict[str, Any]) -> bool:
     thinking = body.get("thinking")
@@ -66,6 +82,23 @@ def thinking_block(turns: list[replies.Turn], prompt: int) -> dict[str, Any]:
             "the answer.")
     digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
     return {"type": "thinking", "thinking": text, "signature": "EmuThinking" + digest}
+
+
+def thinking_budget_error(body: dict[str, Any], betas: frozenset[str]) -> str | None:
+    """The API's refusal of the budget of ``thinking`` of type ``enabled``: under
+    :data:`MIN_THINKING_BUDGET`, or not below ``max_tokens`` (unless interleaved thinking's
+    beta lets it span a tool loop); else None."""
+    thinking = body.get("thinking")
+    if not (isinstance(thinking, dict) and thinking.get("type") == "enabled"):
+        return None
+    budget = thinking.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+        return THINKING_BUDGET_TOO_SMALL
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, int) and max_tokens <= budget \
+            and INTERLEAVED_THINKING_BETA not in betas:
+        return THINKING_OVER_MAX_TOKENS
+    return None
 
 
 def thinking_missing(body: dict[str, Any]) -> str | None:
@@ -163,7 +196,7 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         cache_problem = breakpoint_error(body)
         if cache_problem is not None:
             return None, faults.bad_request(wire_name, cache_problem)
-        unthought = thinking_missing(body)
+        unthought = thinking_budget_error(body, betas) or thinking_missing(body)
         if unthought is not None:
             return "thinking", faults.bad_request(wire_name, unthought)
         repeated = repeated_tool_use(body)
