@@ -64,6 +64,7 @@ SAMPLES: list[ev.Event] = [
     ev.Recovered(attempts=1),
     ev.TurnFinished(history_bytes=10 * KB, est_tokens=2600, window=8192, cap=30 * KB),
     ev.StreamUsageMissing(),
+    ev.ThinkingFitted(requested=2048, sent=1000, max_tokens=2000),
 ]
 
 

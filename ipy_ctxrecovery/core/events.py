@@ -39,6 +39,7 @@ __all__ = [
     "ServerCompacted",
     "ServerCompactionNote",
     "StreamUsageMissing",
+    "ThinkingFitted",
     "ToolRun",
     "Truncated",
     "TurnFinished",
@@ -93,6 +94,17 @@ class MaxTokensLowered(Event):
     reason: Literal["output_limit", "window"]
     est_tokens: int
     window: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingFitted(Event):
+    """The max_tokens sent left no room for extended thinking's budget as asked: the
+    budget went lowered to its share (``sent``), or thinking off for the request (``sent``
+    None; ``core/thinking.py``)."""
+
+    requested: int
+    sent: int | None
+    max_tokens: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,7 @@ from ..failures import Failure, FailureKind, Signature
 from ..settings import format_size
 from . import events as ev
 from .ladder.decide import Decision, Level
+from .thinking import MIN_BUDGET as MIN_THINKING_BUDGET
 
 __all__ = [
     "MARKS",
@@ -529,6 +530,17 @@ def _(e: ev.MaxTokensLowered) -> str:
 
 
 @describe.register
+def _(e: ev.ThinkingFitted) -> str:
+    if e.sent is None:
+        return (f"{INFO} pre-flight: max_tokens {e.max_tokens:,} leaves too little for extended "
+                f"thinking (budget {e.requested:,}; the API's least is {MIN_THINKING_BUDGET:,}) "
+                "— sending this request without thinking")
+    return (f"{INFO} pre-flight: max_tokens {e.max_tokens:,} is not above the thinking budget "
+            f"{e.requested:,} as asked — sending thinking budget {e.sent:,} (its share of the "
+            "answer)")
+
+
+@describe.register
 def _(e: ev.FitBeforeSend) -> str:
     if e.over == "cap" and e.cap is not None:
         what = f"over the {format_size(e.cap)} {e.cap_source} cap"
@@ -896,7 +908,10 @@ def preflight_verdict(e: ev.Preflight) -> str:
                                  else "within the window")
 
 
-def answer_size_detail(e: ev.MaxTokensLowered) -> str:
+def answer_size_detail(e: ev.MaxTokensLowered | ev.ThinkingFitted) -> str:
+    if isinstance(e, ev.ThinkingFitted):
+        sent = "off" if e.sent is None else f"{e.sent:,}"
+        return f"thinking budget {e.requested:,} → {sent} (max_tokens {e.max_tokens:,})"
     why = ("the output limit learned earlier" if e.reason == "output_limit"
            else "room left in the window")
     return f"max_tokens {e.requested:,} → {e.sent:,} ({why})"

@@ -90,6 +90,7 @@ class Step:
 
 _DETAILS: dict[type, Callable[[Any], str]] = {
     ev.MaxTokensLowered: w.answer_size_detail,
+    ev.ThinkingFitted: w.answer_size_detail,
     ev.MicrocompactApplied: w.microcompact_detail,
     ev.BudgetApplied: w.budget_detail,
     ev.FitBeforeSend: w.fit_detail,
@@ -106,7 +107,8 @@ _DETAILS: dict[type, Callable[[Any], str]] = {
 }
 
 _STAGES: dict[type, str] = {
-    ev.MaxTokensLowered: "answer_size", ev.MicrocompactApplied: "microcompact",
+    ev.MaxTokensLowered: "answer_size", ev.ThinkingFitted: "answer_size",
+    ev.MicrocompactApplied: "microcompact",
     ev.BudgetApplied: "budget", ev.FitBeforeSend: "fit", ev.CapChanged: "cap",
     ev.WindowLearned: "window", ev.NoticeInjected: "notice", ev.Retrying: "retry",
     ev.ToolRun: "tool", ev.Escalation: "continuation", ev.Truncated: "continuation",

@@ -29,6 +29,7 @@ from ..core.events import (
     Recovered,
     Retrying,
     Sending,
+    ThinkingFitted,
 )
 from ..core.history import (
     TAG_PAYLOAD_NOTICE,
@@ -40,6 +41,7 @@ from ..core.history import (
 )
 from ..core.prompts import PAYLOAD_NOTICE
 from ..core.recovery import flow, policy
+from ..core.thinking import ThinkingFit
 from ..errors import ChatError, redact
 from ..failures import Failure, FailureKind
 from ..providers.base import Cancel, Request, Response, TextCallback
@@ -119,6 +121,7 @@ class RecoveryLoop:
         error: ChatError | None = None
         response: Response | None = None
         unstreamed = False          # an empty stream: this request goes on unstreamed
+        thinking_told: ThinkingFit | None = None     # said once, unless it changes
         body = 0
         try:
             effect: flow.Effect = next(recovery)
@@ -128,6 +131,11 @@ class RecoveryLoop:
                     sending = dataclasses.replace(spec, stream=False) if unstreamed else spec
                     history, request, body = self._encoded_within_limits(history, sending,
                                                                          log)
+                    fitted = self.sizer.thinking_fit(sending)
+                    if fitted is not None and fitted != thinking_told:
+                        thinking_told = fitted
+                        self.bus.emit(ThinkingFitted(requested=fitted.asked, sent=fitted.sent,
+                                                     max_tokens=fitted.max_tokens), log)
                     cancel = Cancel()
                     request = dataclasses.replace(request,
                                                   retries=flow.sdk_may_retry(caps, body),

@@ -22,6 +22,7 @@ from typing import Any
 from ..core import compactor
 from ..core.catalogue import lookup
 from ..core.history import History, Message, Role, latest_user_index
+from ..core.thinking import ThinkingFit, fit_thinking
 from ..providers.base import (
     AdvertisesWindow,
     Caching,
@@ -45,9 +46,18 @@ class RequestSpec:
     max_tokens: int | None = None
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     stream: bool = False
+    first_max_tokens: tuple[int | None, ...] = field(default=(), repr=False)
+    """The max_tokens this spec was made with, once :meth:`with_max_tokens` changed it."""
 
     def with_max_tokens(self, max_tokens: int | None) -> RequestSpec:
-        return dataclasses.replace(self, max_tokens=max_tokens)
+        return dataclasses.replace(self, max_tokens=max_tokens,
+                                   first_max_tokens=self.first_max_tokens or (self.max_tokens,))
+
+    @property
+    def asked_max_tokens(self) -> int | None:
+        """The max_tokens asked for, before pre-flight, the ladder or an escalation changed
+        it (None: the provider's default)."""
+        return self.first_max_tokens[0] if self.first_max_tokens else self.max_tokens
 
 
 class RequestSizer:
@@ -225,9 +235,19 @@ class RequestSizer:
             kept = keep(history)
             if kept is not None:
                 caching = Caching(caching.bytes_per_token, keep=kept)
+        fit = self.thinking_fit(spec)
+        options = spec.options if fit is None else fit.options
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
-                       options=dict(spec.options), stream=spec.stream, caching=caching,
+                       options=dict(options), stream=spec.stream, caching=caching,
                        context=self.server.context(history))
+
+    def thinking_fit(self, spec: RequestSpec) -> ThinkingFit | None:
+        """How a request of ``spec`` fits extended thinking's budget to the max_tokens it
+        sends (``core/thinking.py``: its share of the max_tokens asked, or thinking off for
+        the request), or None when the budget goes as asked."""
+        first = spec.asked_max_tokens
+        asked = first if first is not None else self.default_max_tokens(spec)
+        return fit_thinking(spec.options, self.reserved_tokens(spec), asked)
 
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while
