@@ -121,9 +121,15 @@ followed by the request is one message — and the request is the last such piec
   planned the answer.``; streamed as ``thinking_delta`` + ``signature_delta``). A request
   continuing a tool loop (its last message holds ``tool_result`` blocks) whose assistant
   message does not start with a thinking block gets the API's 400 ("Expected `thinking`
-  or `redacted_thinking`, but found `tool_use`…", fault ``thinking``).
+  or `redacted_thinking`, but found `tool_use`…", fault ``thinking``); so does an
+  ``enabled`` budget under 1024 tokens or not below ``max_tokens`` (unless the
+  interleaved-thinking beta is named).
+* Tool ids (Anthropic path): a request carrying one ``tool_use`` id twice gets the API's
+  400 ("messages.N.content.M: `tool_use` ids must be unique").
 * Reasoning (Responses path): see ``responses.py`` — reasoning items, and a
-  ``function_call`` sent back by its id without its reasoning item refused as the API does.
+  ``function_call`` sent back by its id without its reasoning item refused as the API does;
+  so are a reasoning item without what followed it in its answer and a
+  ``function_call_output`` without its ``function_call``.
 
 Prompt caching
 --------------
