@@ -205,25 +205,28 @@ def test_the_turn_log_sums_cache_figures_as_reported() -> None:
 
 
 def test_a_breakpoint_never_lands_on_a_thinking_block(provider: Any, emu: Any) -> None:
-    """The API takes no cache_control on a thinking block: a message ending in one is
-    marked on the block before it, and one that is only thinking is not marked."""
+    """The API takes no cache_control on a thinking block, nor an assistant message that
+    ends in one: a message's trailing thinking is not sent (one that is only thinking is
+    not sent at all), and a breakpoint is on the block after a leading one."""
     from ipy_ctxrecovery.core.history import Reasoning, Role, Text
 
     only_thinking = Message(Role.ASSISTANT, (Reasoning("thought " * 20, "sig-1"),))
-    ends_thinking = Message(Role.ASSISTANT, (Text("partial answer"),
-                                             Reasoning("more thought", "sig-2")))
+    thinks_first = Message(Role.ASSISTANT, (Reasoning("more thought", "sig-2"),
+                                            Text("partial answer"), Reasoning("after", "sig-3")))
     history = (Message.system(BIG_SYSTEM), Message.user("question: " + "why " * 60),
-               only_thinking, Message.user("go on"), ends_thinking)
+               only_thinking, Message.user("go on"), thinks_first)
     body = sent(provider, emu, Request(history, max_tokens=50, stream=False,
                                        caching=Caching(keep=3)))
-    # messages: 0 user, 1 assistant (thinking only), 2 user, 3 assistant (text, thinking)
-    assert breakpoints(body) == ["system.0", "messages.3.0"]
-    assert body["messages"][3]["content"][1]["type"] == "thinking"
+    # messages: 0 user (the question and "go on" merged), 1 assistant (thinking, text)
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
+    assert [b["type"] for b in body["messages"][1]["content"]] == ["thinking", "text"]
+    # The kept prefix (three messages) ends on the question; the last mark is the text.
+    assert breakpoints(body) == ["system.0", "messages.0.0", "messages.1.1"]
     # The emulator refuses what the API refuses.
     from ipy_ctxrecovery.emulator.cache import breakpoint_error
 
-    body["messages"][3]["content"][1]["cache_control"] = {"type": "ephemeral"}
-    assert breakpoint_error(body) == ("messages.3.content.1.thinking.cache_control: "
+    body["messages"][1]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    assert breakpoint_error(body) == ("messages.1.content.0.thinking.cache_control: "
                                       "Extra inputs are not permitted")
 
 

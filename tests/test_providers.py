@@ -1049,6 +1049,34 @@ def test_emulator_tool_call_round_trip(spec: str, emulator: Any) -> None:
     assert second.stop is StopReason.END and "get_weather" in second.message.text
 
 
+def test_an_answer_that_was_its_thinking_alone_is_not_sent_back(emulator: Any) -> None:
+    # Sent back, an assistant message ending in its thinking block is the API's 400
+    # "The final block in an assistant message cannot be `thinking`." on every later turn.
+    emu = emulator()
+    provider = make_provider("emulator:anthropic", emulator=emu, max_retries=0)
+    think = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    history: tuple[Message, ...] = (Message.user("[[words 0]]"),)
+    empty = provider.send(Request(history, max_tokens=2048, options=think))
+    assert [type(b) for b in empty.message.blocks] == [Reasoning, Text]
+    assert empty.message.text == ""
+    history += (empty.message, Message.user("and now?"))
+    answers = []
+    for options in ({}, think):
+        again = provider.send(Request(history, max_tokens=2048, options=options))
+        assert again.stop is StopReason.END and again.message.text
+        answers.append(again.message)
+        sent = emu.requests[-1].body["messages"]
+        assert [m["role"] for m in sent] == ["user"]          # the two requests, merged
+        assert provider.measure(Request(history, max_tokens=2048, options=options)) \
+            == emu.requests[-1].body_bytes
+    # Thinking before text goes back as it came.
+    history += (answers[-1], Message.user("more"))
+    provider.send(Request(history, max_tokens=2048, options=think))
+    assert [b["type"] for b in emu.requests[-1].body["messages"][1]["content"]] \
+        == ["thinking", "text"]
+    provider.close()
+
+
 @pytest.mark.parametrize("spec", ["emulator", "emulator:anthropic"])
 def test_owned_emulator_started_and_stopped(spec: str) -> None:
     provider = make_provider(spec, settings=Settings(context_window=3000), max_retries=0)

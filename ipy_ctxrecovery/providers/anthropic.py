@@ -9,7 +9,9 @@ History conversion (our blocks → Messages API):
   ``{}``; not a JSON object → ``{"_raw_arguments": "<text>"}``, see
   ``_common.parse_arguments``);
 - reasoning goes back as a ``thinking`` block only when it carries Anthropic's
-  signature (the API rejects unsigned thinking); other reasoning is dropped;
+  signature (the API rejects unsigned thinking), and never last in an assistant message
+  (the API rejects that too: an answer that was its thinking alone is not sent); other
+  reasoning is dropped;
 - consecutive messages of the same role are merged into one (the API wants alternating
   roles), and empty text blocks are left out (the API rejects them).
 
@@ -175,6 +177,8 @@ def _messages(history: Sequence[Message]) -> list[dict[str, Any]]:
         if role is system:
             continue
         blocks = [b for b in map(_block, m.blocks) if b is not None]
+        if role is assistant:
+            _drop_trailing_thinking(blocks)
         if not blocks:
             continue
         name = "assistant" if role is assistant else "user"
@@ -204,7 +208,20 @@ def _role(m: Message) -> str:
 
 
 def _blocks(m: Message) -> list[dict[str, Any]]:
-    return [b for b in (_block(x) for x in m.blocks) if b is not None]
+    blocks = [b for b in (_block(x) for x in m.blocks) if b is not None]
+    if m.role is Role.ASSISTANT:
+        _drop_trailing_thinking(blocks)
+    return blocks
+
+
+def _drop_trailing_thinking(blocks: list[dict[str, Any]]) -> None:
+    """An assistant message's converted ``blocks`` without the thinking blocks it ends
+    with: the API refuses an assistant message whose last block is thinking — 400
+    "messages.1: The final block in an assistant message cannot be `thinking`."
+    (tailcallhq/forgecode#2107) — which an answer that was its thinking alone (an empty
+    text) would be on every later turn. Thinking of an earlier turn is optional."""
+    while blocks and blocks[-1].get("type") == "thinking":
+        blocks.pop()
 
 
 def _message_size(m: Message) -> tuple[str, int, int] | None:
@@ -378,7 +395,8 @@ def _markable_from_end(m: Message) -> int | None:
     ``cache_control`` on a thinking block, so a message ending in one is marked on the
     block before it."""
     blocks = [b for b in m.blocks if _block(b) is not None]
-    for back, block in enumerate(reversed(blocks)):
+    sent = len(_blocks(m))      # an assistant message's trailing thinking is not sent
+    for back, block in enumerate(reversed(blocks[:sent])):
         if not isinstance(block, Reasoning):
             return back
     return None
