@@ -1152,3 +1152,24 @@ def test_a_thinking_budget_under_1024_or_not_below_max_tokens_is_refused(
     # Adaptive thinking has no budget to check.
     assert client.messages.create(model="emulator", max_tokens=64, messages=asked,
                                   thinking={"type": "adaptive"}).content[0].type == "thinking"
+
+
+def test_an_assistant_message_ending_in_thinking_is_refused(emulator: Any) -> None:
+    emu = emulator()
+    client = emu.anthropic_client(max_retries=0)
+    asked = [{"role": "user", "content": "hello"}]
+    reply = client.messages.create(model="emulator", max_tokens=2048, messages=asked,
+                                   thinking=_THINK)
+    thought, said = (b.to_dict() for b in reply.content)
+    later = {"role": "user", "content": "and now?"}
+    for thinking in (_THINK, None):
+        extra = {"thinking": thinking} if thinking else {}
+        with pytest.raises(anthropic.BadRequestError) as info:
+            client.messages.create(model="emulator", max_tokens=2048, **extra,
+                                   messages=[*asked, {"role": "assistant", "content": [thought]},
+                                             later])
+        assert info.value.body["error"]["message"] == (
+            "messages.1: The final block in an assistant message cannot be `thinking`.")
+    assert client.messages.create(
+        model="emulator", max_tokens=2048, thinking=_THINK,
+        messages=[*asked, {"role": "assistant", "content": [thought, said]}, later]).content

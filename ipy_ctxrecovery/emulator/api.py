@@ -14,7 +14,8 @@ that continues a tool loop (its last message holds ``tool_result`` blocks) must 
 assistant message of that loop starting with its thinking block, else the API's 400
 (:func:`thinking_missing`, fault ``thinking``). A budget (``enabled``) under 1024 tokens,
 or not below ``max_tokens`` (without the interleaved-thinking beta), is the API's 400 too
-(:func:`thinking_budget_error`, fault ``thinking``).
+(:func:`thinking_budget_error`, fault ``thinking``), and so is an assistant message that ends
+in a thinking block (:func:`ends_in_thinking`).
 
 Tool calls get ids from the emulator's counter (``call_emu…`` / ``toolu_emu…``), never the
 same twice, as the real APIs' random ones; an Anthropic request carrying one ``tool_use``
@@ -33,8 +34,9 @@ from . import faults, quirks, replies, roles, wire
 from .cache import CacheUsage, PromptCache, breakpoint_error
 from .faults import Answer
 
-__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "repeated_tool_use",
-           "respond", "thinking_block", "thinking_budget_error", "thinking_missing"]
+__all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "ends_in_thinking",
+           "repeated_tool_use", "respond", "thinking_block", "thinking_budget_error",
+           "thinking_missing"]
 
 NO_PREFILL = ("This model does not support assistant message prefill. The conversation must "
               "end with a user message.")
@@ -125,6 +127,21 @@ def thinking_missing(body: dict[str, Any]) -> str | None:
     return _THINKING_REQUIRED.format(index=index, found=first)
 
 
+def ends_in_thinking(body: dict[str, Any]) -> str | None:
+    """The Anthropic API's refusal of an assistant message whose last block is a thinking
+    block, else None: "messages.1: The final block in an assistant message cannot be
+    `thinking`." (tailcallhq/forgecode#2107)."""
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        last = content[-1] if isinstance(content, list) and content else None
+        if isinstance(last, dict) and last.get("type") in ("thinking", "redacted_thinking"):
+            return f"messages.{i}: The final block in an assistant message cannot be `thinking`."
+    return None
+
+
 def repeated_tool_use(body: dict[str, Any]) -> str | None:
     """The Anthropic API's refusal of a request whose messages carry one ``tool_use`` id
     twice (at the second), else None: "messages.1.content.1: `tool_use` ids must be
@@ -196,7 +213,8 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         cache_problem = breakpoint_error(body)
         if cache_problem is not None:
             return None, faults.bad_request(wire_name, cache_problem)
-        unthought = thinking_budget_error(body, betas) or thinking_missing(body)
+        unthought = thinking_budget_error(body, betas) or ends_in_thinking(body) \
+            or thinking_missing(body)
         if unthought is not None:
             return "thinking", faults.bad_request(wire_name, unthought)
         repeated = repeated_tool_use(body)
