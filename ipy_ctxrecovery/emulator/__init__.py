@@ -123,7 +123,8 @@ followed by the request is one message — and the request is the last such piec
   message does not start with a thinking block gets the API's 400 ("Expected `thinking`
   or `redacted_thinking`, but found `tool_use`…", fault ``thinking``); so does an
   ``enabled`` budget under 1024 tokens or not below ``max_tokens`` (unless the
-  interleaved-thinking beta is named).
+  interleaved-thinking beta is named), and an assistant message ending in a thinking block
+  (thinking on or off).
 * Tool ids (Anthropic path): a request carrying one ``tool_use`` id twice gets the API's
   400 ("messages.N.content.M: `tool_use` ids must be unique").
 * Reasoning (Responses path): see ``responses.py`` — reasoning items, and a
