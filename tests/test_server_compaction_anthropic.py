@@ -144,6 +144,32 @@ def test_a_compaction_comes_back_first_and_says_what_it_replaced(
     assert sent is not None and response.usage.prompt_tokens < sent // 4
 
 
+def test_a_tool_loop_with_thinking_goes_on_after_its_compaction(
+        emu: Emulator, provider: AnthropicProvider) -> None:
+    # The reply that compacted starts with the compaction block, then its thinking and the
+    # call: sent back so, as the API returned it, the loop goes on (its thinking block is
+    # the first after the compaction).
+    from ipy_ctxrecovery.core.history import Reasoning
+    from ipy_ctxrecovery.providers.base import ToolSpec
+
+    weather = ToolSpec("weather", "The weather.", {"type": "object", "properties": {}})
+    think = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    history = (*_long_history()[:-1],
+               Message.user('the last question [[tool weather {"city": "Oslo"}]]'))
+    first = provider.send(Request(history, context=_compact(), tools=(weather,),
+                                  options=think, max_tokens=2048))
+    compaction, answer = _split(first.message)
+    assert [type(b) for b in answer.blocks] == [Reasoning, ToolCall]
+    (call,) = answer.tool_calls
+    history += (compaction, answer, Message.tool(call.id, "sunny", name="weather"))
+    done = provider.send(Request(history, context=_compact(), tools=(weather,),
+                                 options=think, max_tokens=2048))
+    assert emu.requests[-1].status == 200
+    assert done.message.text
+    looped = emu.requests[-1].body["messages"][-2]
+    assert [b["type"] for b in looped["content"]] == ["compaction", "thinking", "tool_use"]
+
+
 def test_whole_and_streamed_replies_read_the_same_compaction(
         emu: Emulator, provider: AnthropicProvider) -> None:
     history = _long_history()

@@ -105,7 +105,8 @@ def thinking_budget_error(body: dict[str, Any], betas: frozenset[str]) -> str | 
 
 def thinking_missing(body: dict[str, Any]) -> str | None:
     """With thinking on, the API's refusal of a request continuing a tool loop whose
-    assistant message does not start with a thinking block; else None."""
+    assistant message does not start with a thinking block (after the compaction block
+    a compacting reply starts with); else None."""
     messages = body.get("messages")
     if not _thinking_on(body) or not isinstance(messages, list) or not messages:
         return None
@@ -120,8 +121,10 @@ def thinking_missing(body: dict[str, Any]) -> str | None:
     if index is None:
         return None
     blocks = messages[index].get("content")
+    # A compaction block the server put first in its reply comes before its thinking.
     first = "text" if isinstance(blocks, str) else next(
-        (str(b.get("type")) for b in blocks or () if isinstance(b, dict)), "text")
+        (str(b.get("type")) for b in blocks or ()
+         if isinstance(b, dict) and b.get("type") != "compaction"), "text")
     if first in ("thinking", "redacted_thinking"):
         return None
     return _THINKING_REQUIRED.format(index=index, found=first)
