@@ -224,11 +224,14 @@ class RequestSizer:
         if caching is not None and keep is not None:
             kept = keep(history)
             if kept is not None:
-                caching = Caching(caching.bytes_per_token, keep=kept)
+                caching = dataclasses.replace(caching, keep=kept)
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
                        options=dict(spec.options), stream=spec.stream, caching=caching,
                        context=self.server.context(history))
 
+    long_cache: Callable[[], bool] | None = None
+    """Whether the request asks for long cache retention (``Caching.long``; the preparer's
+    :meth:`~.pipeline.Preparer.long_cache`); None: never."""
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while
     (``Caching.keep``; the preparer's :meth:`~.pipeline.Preparer.keep`); None: no such
@@ -244,7 +247,10 @@ class RequestSizer:
         breakpoint a little below the model's minimum is ignored by the API, not refused."""
         if not self.settings.prompt_caching:
             return None
-        return Caching(self.settings.chars_per_token)
+        own = self.endpoint.on_own_service
+        long = self.long_cache is not None and self.long_cache()
+        return Caching(self.settings.chars_per_token, long=long,
+                       key=self.endpoint.cache_key if own else None)
 
     def prepare(self, request: Request) -> Prepared:
         """Pre-flight's view of ``request``: its exact body size and the max_tokens the body
