@@ -117,9 +117,12 @@ class Preparer:
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
         self._previous = self._sent
+        # Decided on the pauses before this one: after a pause the cache is cold, and the
+        # switch to long entries is cheaper on the next, warm request (it writes only what
+        # is new at the long price, not the whole prefix).
+        self._sent_long, self._long = self._long, self._decide_long()
         if self._sent_at is not None:
             self._gaps.append(self.clock() - self._sent_at)
-        self._sent_long, self._long = self._long, self._decide_long()
         for note in self.sizer.server.notes():
             self._emit(note, log)
         history = self.rewrites(history, spec, log)
