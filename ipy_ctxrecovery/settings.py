@@ -300,12 +300,14 @@ class Settings:
     own; it is sent a ``prompt_cache_key`` for the conversation). Off: no breakpoint, key
     or retention is sent."""
     cache_retention: str = "auto"
-    """How long the provider keeps the cache: "short" (Anthropic's 5 minutes, OpenAI's
-    default), "long" (Anthropic's 1-hour entries, written at 2× the input price instead of
-    1.25×; OpenAI's ``prompt_cache_retention="24h"`` where the model takes it, at no extra
-    cost) or "auto": 1-hour entries on Anthropic's own service (and the emulator) once the
-    session's pauses between requests make them the cheaper (``core.caching.long_ttl_pays``),
-    the provider's default elsewhere."""
+    """How long the provider keeps the cache: "short" (Anthropic's 5-minute entries,
+    OpenAI's ``prompt_cache_retention="in_memory"``), "long" (Anthropic's 1-hour entries,
+    written at 2× the input price instead of 1.25×; OpenAI's ``"24h"``, at no extra cost;
+    neither is zero-data-retention eligible) or "auto": on Anthropic's own service (and
+    the emulator) 1-hour entries once the session's pauses between requests make them the
+    cheaper (``core.caching.long_ttl_pays``); on OpenAI nothing is sent (its default: a
+    day without zero data retention, minutes with it), and the cache is taken for warm.
+    OpenAI's values are sent only to models that take them."""
     microcompact_clear_at_least: int = 4_000
     """Tokens: rewrites of messages already sent (microcompact, the tool-result budget) wait
     until they clear at least this many at once, unless a compaction or a fit is due or the

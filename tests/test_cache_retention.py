@@ -78,11 +78,16 @@ def test_one_hour_writes_are_billed_at_twice_the_input_price() -> None:
 
 
 def test_openai_parameters_follow_the_model_and_the_callers_own_win() -> None:
-    both = Caching(key="k", long=True)
+    both = Caching(key="k", retention="long")
     assert openai_cache_parameters(both, "gpt-5.4") == {"prompt_cache_key": "k",
                                                         "prompt_cache_retention": "24h"}
     assert openai_cache_parameters(both, "gpt-4o") == {"prompt_cache_key": "k"}
     assert openai_cache_parameters(Caching(key="k"), "gpt-5.4") == {"prompt_cache_key": "k"}
+    short = Caching(retention="short")
+    assert openai_cache_parameters(short, "gpt-5.4") == {"prompt_cache_retention": "in_memory"}
+    # gpt-5.5 takes only 24h, gpt-4o neither: nothing they would refuse is sent.
+    assert openai_cache_parameters(short, "gpt-5.5") == {}
+    assert openai_cache_parameters(Caching(retention="long"), "gpt-4o") == {}
     assert openai_cache_parameters(None, "gpt-5.4") == {}
 
 
@@ -97,7 +102,7 @@ def emu() -> Any:
 def test_long_anthropic_breakpoints_live_an_hour_and_are_measured_exactly(emu: Any) -> None:
     provider = make_provider("emulator:anthropic", emulator=emu)
     try:
-        request = Request(_history(4), max_tokens=50, stream=False, caching=Caching(long=True))
+        request = Request(_history(4), max_tokens=50, stream=False, caching=Caching(retention="long"))
         response = provider.send(request)
         record = emu.requests[-1]
         assert provider.measure(request) == len(provider.encode(request)) == record.body_bytes
@@ -121,7 +126,7 @@ def test_openai_requests_carry_the_key_and_the_retention(emu: Any, spec: str) ->
     provider = make_provider("emulator", emulator=emu, settings=settings)
     try:
         request = Request(_history(2), max_tokens=50, stream=False,
-                          caching=Caching(key="conv-1", long=True))
+                          caching=Caching(key="conv-1", retention="long"))
         provider.send(request)
         assert emu.requests[-1].path.endswith("/responses") == spec.endswith("responses")
         body = emu.requests[-1].body

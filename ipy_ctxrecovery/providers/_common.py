@@ -710,14 +710,16 @@ class SDKAdapter:
 
 def openai_cache_parameters(caching: Caching | None, model: str) -> dict[str, str]:
     """OpenAI's caching parameters for a request (both its APIs): the conversation's
-    ``prompt_cache_key`` (``Caching.key``) and, with long retention asked
-    (``Caching.long``), ``prompt_cache_retention="24h"`` where the model takes it
-    (``core.caching.openai_retentions``). A caller's own option of the same name wins."""
+    ``prompt_cache_key`` (``Caching.key``) and, with a retention asked
+    (``Caching.retention`` "long" or "short"), ``prompt_cache_retention`` "24h" or
+    "in_memory" where the model takes it (``core.caching.openai_retentions``; "in_memory"
+    only where it may choose). A caller's own option of the same name wins."""
     if caching is None:
         return {}
     found: dict[str, str] = {}
     if caching.key:
         found["prompt_cache_key"] = caching.key
-    if caching.long and "24h" in openai_retentions(model):
-        found["prompt_cache_retention"] = "24h"
+    value = {"long": "24h", "short": "in_memory"}.get(caching.retention)
+    if value is not None and value in openai_retentions(model):
+        found["prompt_cache_retention"] = value
     return found

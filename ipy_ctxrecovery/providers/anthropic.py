@@ -612,7 +612,7 @@ class AnthropicProvider(SDKAdapter):
         if redundant and earlier is not None and room >= 1:
             at.add(earlier)            # a free slot: kept as before, harmless
         return _Marks(on_tools, on_system, tuple(sorted(at)),
-                      LONG_TTL if caching.long else DEFAULT_TTL)
+                      LONG_TTL if caching.retention == "long" else DEFAULT_TTL)
 
     def _keep_position(self, prefix: tuple[Message, ...], done: int,
                        least: float) -> tuple[int, int] | None:

@@ -105,10 +105,12 @@ class Caching:
     for a while (before the first one a batched rewrite may still change): a breakpoint
     after them, so the request that rewrites a later message still reads them from the
     cache (None: none)."""
-    long: bool = False
-    """Long retention (the ``cache_retention`` setting): Anthropic's breakpoints get
-    ``ttl: "1h"``; OpenAI is sent ``prompt_cache_retention: "24h"`` where the model takes it
-    (``core.caching.openai_retentions``)."""
+    retention: str = "auto"
+    """How long the cache should live (the ``cache_retention`` setting, decided for this
+    request): "long" — Anthropic's breakpoints get ``ttl: "1h"``, OpenAI is sent
+    ``prompt_cache_retention: "24h"``; "short" — 5-minute breakpoints, OpenAI's
+    ``"in_memory"``; "auto" — the provider's default (nothing sent). OpenAI's values only
+    where the model takes them (``core.caching.openai_retentions``)."""
     key: str | None = None
     """OpenAI's ``prompt_cache_key``: the conversation's, so its requests are routed to the
     machines that hold its prefix rather than by the first tokens alone, which every

@@ -96,11 +96,11 @@ class Preparer:
         """Seconds between the recent requests prepared (for ``cache_retention`` "auto")."""
         self._sizes: deque[int] = deque(maxlen=PAUSES_KEPT + 1)
         """Estimated input tokens of the recent requests prepared."""
-        self._long = self._sent_long = False
+        self._retention = self._sent_retention = "auto"
         """The retention the request being prepared asks for, and the previous one's
-        (True: long)."""
+        (``Caching.retention``)."""
         sizer.keep = self.keep
-        sizer.long_cache = self.long_cache
+        sizer.retention = self.retention
 
     def follow(self, other: Preparer) -> None:
         """Continue after ``other``'s previous request (its history, when it was prepared,
@@ -109,7 +109,7 @@ class Preparer:
         self._sent, self._sent_at, self.clock = other._sent, other._sent_at, other.clock
         self._gaps, self._sizes = deque(other._gaps, PAUSES_KEPT), deque(other._sizes,
                                                                           PAUSES_KEPT + 1)
-        self._long = self._sent_long = other._long
+        self._retention = self._sent_retention = other._retention
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
@@ -120,7 +120,7 @@ class Preparer:
         # Decided on the pauses before this one: after a pause the cache is cold, and the
         # switch to long entries is cheaper on the next, warm request (it writes only what
         # is new at the long price, not the whole prefix).
-        self._sent_long, self._long = self._long, self._decide_long()
+        self._sent_retention, self._retention = self._retention, self._decide_retention()
         if self._sent_at is not None:
             self._gaps.append(self.clock() - self._sent_at)
         for note in self.sizer.server.notes():
@@ -133,34 +133,40 @@ class Preparer:
         self._sizes.append(self.sizer.estimate(body))
         return Prepared(history, spec, body, tuple(log.events[start:]))
 
-    def long_cache(self) -> bool:
-        """Whether the request being prepared asks for long cache retention
-        (``Caching.long``), as decided when its preparation began."""
-        return self._long
+    def retention(self) -> str:
+        """The cache retention the request being prepared asks for (``Caching.retention``),
+        as decided when its preparation began."""
+        return self._retention
 
-    def _decide_long(self) -> bool:
+    def _decide_retention(self) -> str:
         """The ``cache_retention`` setting for the next request: "long" or "short" as set;
-        "auto" is long on Anthropic's own service (and the emulator) once the recent
-        pauses make one-hour entries the cheaper (``caching.long_ttl_pays``)."""
+        "auto" on Anthropic's own service (and the emulator) is "long" once the recent
+        pauses make one-hour entries the cheaper (``caching.long_ttl_pays``), else "short";
+        elsewhere "auto" (the provider's default)."""
         choice = self.settings.cache_retention
-        if choice != "auto":
-            return choice == "long"
         endpoint = self.sizer.endpoint
-        if getattr(endpoint.provider, "wire", None) != "anthropic" \
-                or not endpoint.on_own_service or not self._sizes:
-            return False
+        if choice != "auto" or getattr(endpoint.provider, "wire", None) != "anthropic" \
+                or not endpoint.on_own_service:
+            return choice
+        if not self._sizes:
+            return "short"
         sizes = list(self._sizes)
         growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False) if b > a]
         written = sum(growth) / len(growth) if growth else sizes[-1]
-        return caching.long_ttl_pays(tuple(self._gaps), sizes[-1], written)
+        return "long" if caching.long_ttl_pays(tuple(self._gaps), sizes[-1], written) \
+            else "short"
 
     def cache_life(self) -> float:
         """Seconds the previous request's cache lives unused: the short retention's
         ``cache_ttl_seconds``, or the long one's (an hour on Anthropic, a day on OpenAI
-        where the model takes it)."""
-        if self._sent_long:
-            provider = self.sizer.endpoint.provider
-            life = caching.long_life(getattr(provider, "wire", None), provider.model)
+        where the model takes it). OpenAI's default ("auto": nothing sent) is a day for
+        an organization without zero data retention and minutes with it; not knowing
+        which, the session takes the cache for warm and does not rewrite on a guess."""
+        provider = self.sizer.endpoint.provider
+        wire = getattr(provider, "wire", None)
+        if self._sent_retention == "long" or (wire == "openai"
+                                              and self._sent_retention == "auto"):
+            life = caching.long_life(wire, provider.model)
             if life is not None:
                 return life
         return self.settings.cache_ttl_seconds

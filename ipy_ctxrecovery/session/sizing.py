@@ -229,9 +229,9 @@ class RequestSizer:
                        options=dict(spec.options), stream=spec.stream, caching=caching,
                        context=self.server.context(history))
 
-    long_cache: Callable[[], bool] | None = None
-    """Whether the request asks for long cache retention (``Caching.long``; the preparer's
-    :meth:`~.pipeline.Preparer.long_cache`); None: never."""
+    retention: Callable[[], str] | None = None
+    """The cache retention the request asks for (``Caching.retention``; the preparer's
+    :meth:`~.pipeline.Preparer.retention`); None: the provider's default."""
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while
     (``Caching.keep``; the preparer's :meth:`~.pipeline.Preparer.keep`); None: no such
@@ -248,8 +248,8 @@ class RequestSizer:
         if not self.settings.prompt_caching:
             return None
         own = self.endpoint.on_own_service
-        long = self.long_cache is not None and self.long_cache()
-        return Caching(self.settings.chars_per_token, long=long,
+        retention = self.retention() if self.retention is not None else "auto"
+        return Caching(self.settings.chars_per_token, retention=retention,
                        key=self.endpoint.cache_key if own else None)
 
     def prepare(self, request: Request) -> Prepared:
