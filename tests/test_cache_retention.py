@@ -242,3 +242,26 @@ def test_the_setting_refuses_a_word_it_does_not_know() -> None:
     with pytest.raises(Exception) as raised:
         Settings().updated({"cache_retention": "forever"})
     assert "cache_retention" in str(raised.value) and "long" in str(raised.value)
+
+
+def test_one_hour_writes_are_said_and_kept_across_a_resume(emu: Any, tmp_path: Any,
+                                                           monkeypatch: Any) -> None:
+    from ipy_ctxrecovery.core import wording
+
+    assert wording.cache_split(10_000, 8_000, 1_200, 1_200) == (
+        "8,000 cached reads + 1,200 cache writes (all for 1 hour) + 800 uncached input tokens")
+    assert "(200 for 1 hour)" in wording.cache_split(10_000, 8_000, 1_200, 200)
+    assert "hour" not in wording.cache_split(10_000, 8_000, 1_200)
+    monkeypatch.setenv("IPY_CTXRECOVERY_DIR", str(tmp_path))
+    settings = Settings(cache_retention="long")
+    first = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM, name="hour",
+                        settings=settings)
+    first.send("hello " * 50, stream=False)
+    written = first.status().cache_write_1h_tokens
+    assert written > 0 and written == first.status().cache_write_tokens
+    assert "(all for 1 hour)" in wording.status_text(first.status())
+    first.close()
+    again = ChatSession.resume("hour", model="emulator:anthropic", emulator=emu,
+                               system=BIG_SYSTEM, settings=settings)
+    assert again.status().cache_write_1h_tokens == written
+    again.close()

@@ -268,7 +268,8 @@ class TurnRecord:
         usd = self.cost()
         if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
             return None
-        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd)
+        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd,
+                            self.cache_write_1h_tokens)
 
     def _compaction_cost(self, event: ev.CompactionPhase) -> str:
         """What an applied summary cost against the input it removes from later requests."""

@@ -524,7 +524,8 @@ class ChatSession:
             turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
             cap_note=limits.visible_cap_note, cached_tokens=self._cached_tokens,
-            cache_write_tokens=self._cache_write_tokens, cost=self._cost(),
+            cache_write_tokens=self._cache_write_tokens,
+            cache_write_1h_tokens=self._cache_write_1h_tokens, cost=self._cost(),
             background=self._background.state, counted_tokens=self._preparer.last_count,
             server_compaction=self._sizer.server.status_words())
 
