@@ -63,6 +63,9 @@ def test_openai_retentions_by_model_family() -> None:
     assert caching.long_life("anthropic", "claude-sonnet-4-6") == 3600.0
     assert caching.long_life("openai", "gpt-5.4") == 86_400.0
     assert caching.long_life("openai", "gpt-4o") is None
+    # From gpt-5.6 on: no retention field (deprecated), a 30-minute minimum life.
+    assert caching.openai_retentions("gpt-5.6-sol") == ()
+    assert caching.long_life("openai", "gpt-5.6-terra") == 1_800.0
 
 
 def test_one_hour_writes_are_billed_at_twice_the_input_price() -> None:

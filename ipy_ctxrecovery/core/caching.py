@@ -71,8 +71,10 @@ OPENAI_RETENTION_TTLS = {"in_memory": OPENAI_CACHE_TTL, "24h": 86_400.0}
 # prompt-caching#prompt-cache-retention and the SDK's field docs, openai 3.57): extended
 # (24h) retention for gpt-4.1, gpt-5, gpt-5-codex, gpt-5.1 (codex, codex-mini, chat),
 # gpt-5.2, gpt-5.3-codex and gpt-5.4; "for gpt-5.5, gpt-5.5-pro, and future models, only
-# 24h is supported". A family not listed takes in_memory only (nothing is sent). The
-# emulator takes both, so the tests can see either.
+# 24h is supported". From gpt-5.6 on the field is deprecated for ``prompt_cache_options``,
+# whose ``ttl`` ("30m", the only value and the default) is a minimum life: nothing is sent
+# there, and the cache is taken to live those 30 minutes. A family not listed takes
+# in_memory only (nothing is sent). The emulator takes both, so the tests can see either.
 _BOTH = ("in_memory", "24h")
 _ONLY_24H = ("24h",)
 _RETENTIONS = {
@@ -80,9 +82,11 @@ _RETENTIONS = {
     "gpt-5": _BOTH, "gpt-5-mini": (), "gpt-5-nano": (), "gpt-5-codex": _BOTH,
     "gpt-5.1": _BOTH, "gpt-5.2": _BOTH, "gpt-5.3-codex": _BOTH, "gpt-5.4": _BOTH,
     "gpt-5.4-mini": (), "gpt-5.4-nano": (),
-    "gpt-5.5": _ONLY_24H, "gpt-5.6": _ONLY_24H, "gpt-6": _ONLY_24H,
+    "gpt-5.5": _ONLY_24H, "gpt-5.6": (), "gpt-6": (),
     "emulator": _BOTH,
 }
+_MIN_LIFE = {"gpt-5.6": 1_800.0, "gpt-6": 1_800.0}
+"""Families whose cache lives at least ``prompt_cache_options.ttl`` (30 minutes)."""
 
 # (substring of the model id, minimum cacheable tokens), first match wins; Anthropic's
 # table: 4,096 for Opus 4.5/4.6 and Haiku 4.5, 2,048 for Sonnet 4.6 and Haiku 3/3.5,
@@ -119,8 +123,12 @@ def long_life(wire: str | None, model: str) -> float | None:
     model has no long retention, the short one applies)."""
     if wire == "anthropic":
         return CACHE_TTLS[LONG_TTL]
-    if wire == "openai" and "24h" in openai_retentions(model):
-        return OPENAI_RETENTION_TTLS["24h"]
+    if wire == "openai":
+        if "24h" in openai_retentions(model):
+            return OPENAI_RETENTION_TTLS["24h"]
+        name = family(model, _MIN_LIFE)
+        if name is not None:
+            return _MIN_LIFE[name]
     return None
 
 
