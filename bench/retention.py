@@ -104,8 +104,8 @@ def run(wire: str, choice: str, turns: int, price_model: str) -> Figures:
             Emulator(context_window=200_000, clock=lambda: clock[0], keep_requests=8) as emu:
         os.environ["IPY_CTXRECOVERY_DIR"] = tmp
         session = ChatSession(model, emulator=emu, system=SYSTEM, files_root=Path(tmp),
-                              settings=Settings(cache_retention=choice), builtin_tools=False)
-        session._preparer.clock = lambda: clock[0]  # the bench's time, for the session too
+                              settings=Settings(cache_retention=choice), builtin_tools=False,
+                              clock=lambda: clock[0])
         try:
             for i, gap in enumerate(pauses(turns)):
                 clock[0] += gap

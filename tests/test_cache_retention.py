@@ -186,8 +186,7 @@ def test_auto_switches_to_one_hour_entries_after_a_long_pause(tmp_path: Any) -> 
     clock = Clock()
     with Emulator(context_window=200_000, clock=clock) as emu:
         session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
-                              name="auto-retention", files_root=tmp_path)
-        session._preparer.clock = clock  # type: ignore[attr-defined]
+                              name="auto-retention", files_root=tmp_path, clock=clock)
 
         def turn(i: int, after: float) -> tuple[set[str], Usage]:
             clock.now += after
@@ -214,8 +213,7 @@ def test_short_and_long_are_kept_whatever_the_pauses(tmp_path: Any, choice: str,
     with Emulator(context_window=200_000, clock=clock) as emu:
         session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
                               settings=Settings(cache_retention=choice), name=f"r-{choice}",
-                              files_root=tmp_path)
-        session._preparer.clock = clock  # type: ignore[attr-defined]
+                              files_root=tmp_path, clock=clock)
         for i, pause in enumerate((30.0, 600.0, 30.0, 30.0)):
             clock.now += pause
             session.send(f"turn {i}: " + "tell me more " * 40, stream=False)

@@ -114,8 +114,12 @@ class ChatSession:
                  on_event: EventCallback | None = None, provider: Provider | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  files_root: str | os.PathLike[str] | None = None,
-                 builtin_tools: bool = True, paths: PathRegistry | None = None) -> None:
+                 builtin_tools: bool = True, paths: PathRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._turn_lock = threading.RLock()     # ``_one_at_a_time``
+        # What the session times its pauses by (the cache's life: docs/caching.md); a
+        # test, a bench or a tutorial moves it instead of waiting, with ``Emulator(clock=)``.
+        self._clock = clock
         self.settings = settings if settings is not None else Settings.from_env()
         self.max_tokens = max_tokens
         self.system = system
@@ -218,6 +222,7 @@ class ChatSession:
         self._compactor = SessionCompactor(self._sizer, self.bus, settings, sleep=sleep)
         self._preparer = Preparer(self._sizer, self._compactor, self._store, self.bus,
                                   settings)
+        self._preparer.clock = self._clock
         self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,
                                       self._compactor, self._store, self.bus, settings, sleep,
                                       while_waiting=self._files.flush)
