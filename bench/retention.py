@@ -9,7 +9,9 @@ and asks about it — sent through a :class:`ChatSession` against the emulator, 
 the bench moves: most turns 20–90 s apart, one in six after a pause of 8–25 minutes (past
 the 5-minute cache), and one lunch break of two hours (past the hour too).
 
-Each ``cache_retention`` setting runs the same session:
+Each ``cache_retention`` setting runs the same session, and so does ``today``: the client
+before issue 28 (``prompt_caching=off``: no Anthropic breakpoint, no OpenAI key or
+retention):
 
 * Anthropic: ``short`` (5-minute entries), ``long`` (1-hour entries, written at 2×
   input), ``auto`` (5-minute entries until the session's pauses make 1-hour ones pay,
@@ -24,7 +26,7 @@ turns and any summary request): input tokens weighted as billed (cached reads 0.
 Anthropic writes 1.25× for 5 minutes and 2× for an hour, OpenAI writes as input), the share
 read from cache, and the input cost in USD at ``--price-model``'s list price (Claude Sonnet
 4.6 and GPT-5.4 by default; the emulator itself bills nothing). Printed last: each
-setting's cost against ``short``.
+setting's cost against ``short`` and against ``today``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from ipy_ctxrecovery import ChatSession, Emulator, Settings
 from ipy_ctxrecovery.core import caching, prices
 from ipy_ctxrecovery.providers.base import Usage
 
-CHOICES = {"anthropic": ("short", "long", "auto"), "openai": ("short", "long", "auto")}
+CHOICES = {"anthropic": ("today", "short", "long", "auto"),
+           "openai": ("today", "short", "long", "auto")}
+TODAY = {"prompt_caching": False}
+"""The client before issue 28: no breakpoint (Anthropic), no key, no retention."""
 PRICE_MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-5.4"}
 SYSTEM = ("You help a data scientist in a Jupyter notebook: read what they paste, explain "
           "it, and suggest the next cell to run. ") * 12
@@ -104,7 +109,8 @@ def run(wire: str, choice: str, turns: int, price_model: str) -> Figures:
             Emulator(context_window=200_000, clock=lambda: clock[0], keep_requests=8) as emu:
         os.environ["IPY_CTXRECOVERY_DIR"] = tmp
         session = ChatSession(model, emulator=emu, system=SYSTEM, files_root=Path(tmp),
-                              settings=Settings(cache_retention=choice), builtin_tools=False,
+                              settings=Settings(**TODAY) if choice == "today"
+                              else Settings(cache_retention=choice), builtin_tools=False,
                               clock=lambda: clock[0])
         try:
             for i, gap in enumerate(pauses(turns)):
@@ -139,10 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {choice:<5} {f.weighted:>11,.0f} weighted input tokens of {f.prompt:>9,} "
                   f"({share:.0%} read from cache; {f.written:,} written, {f.written_1h:,} "
                   f"of them for an hour) ${f.usd:.3f}")
-        base = results["short"].weighted
+        base, today = results["short"].weighted, results["today"].weighted
         for choice, f in results.items():
-            if choice != "short":
+            if choice not in ("short", "today"):
                 print(f"ratio {wire} {choice}/short: {f.weighted / base:.2f}")
+        for choice, f in results.items():
+            if choice != "today":
+                print(f"ratio {wire} {choice}/today: {f.weighted / today:.2f}")
     return 0
 
 

@@ -218,7 +218,7 @@ def test_server_compaction_rejects_an_unknown_wire() -> None:
 def test_retention_prints_each_setting_and_long_pays_for_a_notebooks_pauses() -> None:
     out = run("retention.py", "--turns", "14")
     for wire in ("anthropic", "openai"):
-        choices = ("short", "long", "auto")
+        choices = ("today", "short", "long", "auto")
         assert f"== {wire} (input priced as " in out, out
         for choice in choices:
             assert re.search(rf"^  {choice} +[\d,]+ weighted input tokens of", out, re.M), out
@@ -226,6 +226,9 @@ def test_retention_prints_each_setting_and_long_pays_for_a_notebooks_pauses() ->
         ratio = re.search(rf"^ratio {wire} long/short: (\d+\.\d\d)$", out, re.M)
         assert ratio and float(ratio.group(1)) < 1.0, out
     assert re.search(r"^ratio anthropic auto/short: \d+\.\d\d$", out, re.M), out
+    # Before issue 28 the Anthropic wire set no breakpoint: any setting reads from cache.
+    today = re.search(r"^ratio anthropic auto/today: (\d+\.\d\d)$", out, re.M)
+    assert today and float(today.group(1)) < 1.0, out
 
 
 def test_retention_rejects_an_unknown_wire() -> None:
