@@ -266,3 +266,23 @@ def test_one_hour_writes_are_said_and_kept_across_a_resume(emu: Any, tmp_path: A
                                system=BIG_SYSTEM, settings=settings)
     assert again.status().cache_write_1h_tokens == written
     again.close()
+
+
+def test_a_plan_predicts_the_body_the_switched_session_sends(tmp_path: Any) -> None:
+    """After the pauses switch ``auto`` to one-hour entries, ``what_if`` and ``dry_run``
+    plan the body the next send carries, breakpoints and their TTL included."""
+    clock = Clock()
+    with Emulator(context_window=200_000, clock=clock) as emu:
+        session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
+                              name="planned", files_root=tmp_path, clock=clock)
+        for i, pause in enumerate((30.0, 30.0, 600.0, 30.0)):
+            clock.now += pause
+            session.send(f"turn {i}: " + "tell me more " * 40, stream=False)
+        assert _ttls(emu.requests[-1].body) == {"1h"}
+        clock.now += 30.0
+        text = "and the next one " * 30
+        plan = session.what_if(text=text, stream=False)
+        dry = session.dry_run(text)
+        session.send(text, stream=False)
+        assert plan.after_bytes == dry.body_bytes == emu.requests[-1].body_bytes
+        session.close()
