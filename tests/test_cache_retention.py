@@ -43,13 +43,15 @@ def _history(turns: int) -> tuple[Message, ...]:
 
 def test_long_entries_pay_once_a_pause_outlives_the_short_cache() -> None:
     quick = [30.0] * 20
-    # One pause of ten minutes in twenty: 5% × 1.15 × 20,000 = 1,150 > 0.75 × 1,000.
-    assert caching.long_ttl_pays(quick[:19] + [600.0], 20_000, 1_000)
+    # Two pauses of ten minutes in twenty: 10% × 1.15 × 20,000 = 2,300 > 0.75 × 1,000.
+    assert caching.long_ttl_pays(quick[:18] + [600.0, 900.0], 20_000, 1_000)
     assert not caching.long_ttl_pays(quick, 20_000, 1_000)
+    # One pause is not a habit (a meeting): every later write at 2x would bet on more.
+    assert not caching.long_ttl_pays(quick[:19] + [600.0], 20_000, 1_000)
     # A pause past the hour loses both caches: it counts for neither.
-    assert not caching.long_ttl_pays(quick[:19] + [7_200.0], 20_000, 1_000)
-    # A short prefix that grows fast: the 2x writes cost more than the rare pause saves.
-    assert not caching.long_ttl_pays(quick[:19] + [600.0], 2_000, 1_000)
+    assert not caching.long_ttl_pays(quick[:18] + [600.0, 7_200.0], 20_000, 1_000)
+    # A short prefix that grows fast: the 2x writes cost more than the pauses save.
+    assert not caching.long_ttl_pays(quick[:18] + [600.0, 600.0], 2_000, 1_000)
     assert not caching.long_ttl_pays([], 20_000, 1_000)
 
 
@@ -179,10 +181,10 @@ def _ttls(body: dict[str, Any]) -> set[str]:
     return found
 
 
-def test_auto_switches_to_one_hour_entries_after_a_long_pause(tmp_path: Any) -> None:
-    """Turns 30 s apart write 5-minute entries; after a 10-minute pause (which loses them)
-    the next warm request switches to one-hour ones, and the pause after that reads the
-    prefix from the cache instead of writing it again."""
+def test_auto_switches_to_one_hour_entries_after_two_long_pauses(tmp_path: Any) -> None:
+    """Turns 30 s apart write 5-minute entries; one 10-minute pause loses them and changes
+    nothing; after the second the next warm request switches to one-hour ones, and the
+    pause after that reads the prefix from the cache instead of writing it again."""
     clock = Clock()
     with Emulator(context_window=200_000, clock=clock) as emu:
         session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
@@ -195,12 +197,15 @@ def test_auto_switches_to_one_hour_entries_after_a_long_pause(tmp_path: Any) -> 
 
         for i in range(4):
             assert turn(i, 30.0)[0] == {"5m"}
-        ttls, cold = turn(4, 600.0)             # the pause: cache gone, still 5-minute
+        ttls, cold = turn(4, 600.0)             # a pause: cache gone, still 5-minute
         assert ttls == {"5m"} and cold.cached_tokens == 0
-        ttls, warm = turn(5, 30.0)              # warm: switches, writes only what is new
+        assert turn(5, 30.0)[0] == {"5m"}       # one pause is not a habit
+        ttls, cold = turn(6, 600.0)             # the second: cache gone again
+        assert ttls == {"5m"} and cold.cached_tokens == 0
+        ttls, warm = turn(7, 30.0)              # warm: switches, writes only what is new
         assert ttls == {"1h"} and warm.cached_tokens > 0
         assert warm.cache_write_1h_tokens == warm.cache_write_tokens
-        ttls, after = turn(6, 600.0)            # the same pause now reads the prefix
+        ttls, after = turn(8, 600.0)            # the same pause now reads the prefix
         assert ttls == {"1h"} and after.cached_tokens > 0.8 * (after.prompt_tokens or 0)
         assert session.status().cost is not None
         session.close()
@@ -275,7 +280,7 @@ def test_a_plan_predicts_the_body_the_switched_session_sends(tmp_path: Any) -> N
     with Emulator(context_window=200_000, clock=clock) as emu:
         session = ChatSession("emulator:anthropic", emulator=emu, system=BIG_SYSTEM,
                               name="planned", files_root=tmp_path, clock=clock)
-        for i, pause in enumerate((30.0, 30.0, 600.0, 30.0)):
+        for i, pause in enumerate((30.0, 600.0, 30.0, 600.0, 30.0)):
             clock.now += pause
             session.send(f"turn {i}: " + "tell me more " * 40, stream=False)
         assert _ttls(emu.requests[-1].body) == {"1h"}

@@ -132,6 +132,11 @@ def long_life(wire: str | None, model: str) -> float | None:
     return None
 
 
+PAUSES_TO_SWITCH = 2
+"""Pauses of 5 to 60 minutes :func:`long_ttl_pays` wants among ``gaps`` before it bets on
+more: one may be an accident (a meeting), two are a habit."""
+
+
 def long_ttl_pays(gaps: Sequence[float], prefix_tokens: float, written_tokens: float) -> bool:
     """Whether one-hour Anthropic entries cost less than five-minute ones, judged by the
     session's recent pauses between requests (``gaps``, seconds).
@@ -140,13 +145,15 @@ def long_ttl_pays(gaps: Sequence[float], prefix_tokens: float, written_tokens: f
     request writes its whole prefix again (``prefix_tokens`` at 1.25×) where a ``1h`` one
     reads it (0.1×). Every write costs 2× instead of 1.25× in exchange, on what a request
     adds (``written_tokens``, about the tokens written per request). With ``m`` the share of
-    pauses in that range, long pays when ``m·(1.25 − 0.1)·P > (2 − 1.25)·W``. A pause past
-    the hour loses both, and counts for neither.
+    pauses in that range, long pays when ``m·(1.25 − 0.1)·P > (2 − 1.25)·W``, and when at
+    least ``PAUSES_TO_SWITCH`` pauses say so. A pause past the hour loses both, and counts
+    for neither.
     """
-    if not gaps:
-        return False
     short_life, long_life = CACHE_TTLS[DEFAULT_TTL], CACHE_TTLS[LONG_TTL]
-    saved_by = sum(1 for g in gaps if short_life <= g < long_life) / len(gaps)
+    lost = sum(1 for g in gaps if short_life <= g < long_life)
+    if lost < PAUSES_TO_SWITCH:
+        return False
+    saved_by = lost / len(gaps)
     short_write, long_write = WRITE_SHARE[DEFAULT_TTL], WRITE_SHARE[LONG_TTL]
     return saved_by * (short_write - READ_SHARE) * prefix_tokens \
         > (long_write - short_write) * max(0.0, written_tokens)
