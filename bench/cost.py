@@ -61,7 +61,6 @@ BYTES_PER_TOKEN = 4
 MIN_CACHE_TOKENS = caching.min_cacheable_tokens("emulator")
 READ, WRITE = 0.1, 1.25
 LOOKBACK = caching.LOOKBACK_BLOCKS
-TTL = caching.CACHE_TTLS[caching.DEFAULT_TTL]
 KEEP_PROMPTS = 32
 
 CLIENTS = {
@@ -94,8 +93,9 @@ def _plain(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def units(body: dict[str, Any], wire: str) -> tuple[list[str], list[bool]]:
-    """The cacheable units of a body in prompt order, and which carry a breakpoint.
+def units(body: dict[str, Any], wire: str) -> tuple[list[str], list[str | None]]:
+    """The cacheable units of a body in prompt order, and the TTL of the breakpoint each
+    carries (None: none).
 
     OpenAI: the tools (one unit), then each message whole. Anthropic: each tool, each
     ``system`` block, each content block of each message (a string content is one; the
@@ -105,12 +105,14 @@ def units(body: dict[str, Any], wire: str) -> tuple[list[str], list[bool]]:
     if wire == "openai":
         out = [_plain(body.get("tools") or [])]
         out += [_plain(m) for m in body["messages"]]
-        return out, [False] * len(out)
-    out, marks = [], []
+        return out, [None] * len(out)
+    out: list[str] = []
+    marks: list[str | None] = []
 
     def add(text: str, block: Any) -> None:
         out.append(text)
-        marks.append(isinstance(block, dict) and block.get("cache_control") is not None)
+        control = block.get("cache_control") if isinstance(block, dict) else None
+        marks.append(control.get("ttl", caching.DEFAULT_TTL) if control else None)
 
     for tool in body.get("tools") or []:
         add("tool:" + _plain(tool), tool)
@@ -130,8 +132,9 @@ class Meter:
     """Cache-weighted input tokens of a stream of request bodies, one wire.
 
     ``now`` is the bench's clock (seconds) when a body is added: an OpenAI prefix stays
-    cached ``caching.OPENAI_CACHE_TTL`` after its last use, an Anthropic entry its ``ttl``
-    (5 minutes) after its last read or write.
+    cached for its ``prompt_cache_retention`` after its last use (in memory,
+    ``caching.OPENAI_CACHE_TTL``, when none is sent), an Anthropic entry its breakpoint's
+    ``ttl`` (5 minutes, or 1 hour written at 2×) after its last read or write.
     """
 
     wire: str
@@ -148,8 +151,8 @@ class Meter:
     """Tokens of units (messages, blocks) no earlier request carried anywhere: sent for
     the first time, so billed uncached by any cache (each turn's new tool result, a
     preview or a summary when it first appears)."""
-    _recent: list[tuple[float, list[str], list[int]]] = field(default_factory=list)
-    _entries: dict[str, float] = field(default_factory=dict)
+    _recent: list[tuple[float, list[str], list[int], float]] = field(default_factory=list)
+    _entries: dict[str, tuple[float, float]] = field(default_factory=dict)
     _seen: set[int] = field(default_factory=set)
 
     def add(self, body: dict[str, Any], now: float = 0.0) -> None:
@@ -161,19 +164,20 @@ class Meter:
                 self._seen.add(key)
                 self.fresh += tokens(len(p))
         if self.wire == "openai":
-            self._openai(parts, now)
+            retention = body.get("prompt_cache_retention") or "in_memory"
+            self._openai(parts, now, caching.OPENAI_RETENTION_TTLS[retention])
         else:
             self._anthropic(parts, marks, now)
 
-    def _openai(self, parts: list[str], now: float) -> None:
+    def _openai(self, parts: list[str], now: float, life: float) -> None:
         ends, size = [], 0
         for p in parts:
             size += len(p)
             ends.append(size)
         total = tokens(size)
-        live = [r for r in self._recent if now - r[0] < caching.OPENAI_CACHE_TTL]
+        live = [r for r in self._recent if now - r[0] < r[3]]
         shared = 0
-        for _, prev, prev_ends in live:
+        for _, prev, prev_ends, _life in live:
             n = 0
             while n < len(prev) and n < len(parts) and prev[n] == parts[n]:
                 n += 1
@@ -182,13 +186,13 @@ class Meter:
                 chars += len(os.path.commonprefix([prev[n], parts[n]]))
             shared = max(shared, chars)
         cached = caching.openai_cached_tokens(tokens(shared))
-        self._recent = (live + [(now, parts, ends)])[-KEEP_PROMPTS:]
+        self._recent = (live + [(now, parts, ends, life)])[-KEEP_PROMPTS:]
         self.total += total
         self.cached += cached
         self.new += total - tokens(shared)
         self.weighted += cached * READ + (total - cached)
 
-    def _anthropic(self, parts: list[str], marks: list[bool], now: float) -> None:
+    def _anthropic(self, parts: list[str], marks: list[str | None], now: float) -> None:
         sizes, hashes, h, size = [], [], hashlib.sha1(), 0
         for p in parts:
             h.update(p.encode("utf-8", "surrogatepass"))
@@ -201,7 +205,7 @@ class Meter:
         if not self.breakpoints or not at:
             self.weighted += total
             return
-        self._entries = {k: t for k, t in self._entries.items() if t > now}
+        self._entries = {k: e for k, e in self._entries.items() if e[0] > now}
         read_at = -1
         for mark in at:
             for j in range(mark, max(-1, mark - LOOKBACK - 1), -1):
@@ -210,27 +214,34 @@ class Meter:
                     break
         read = sizes[read_at] if read_at >= 0 else 0
         if read_at >= 0:
-            self._entries[hashes[read_at]] = now + TTL
-        done = read
+            life = self._entries[hashes[read_at]][1]
+            self._entries[hashes[read_at]] = (now + life, life)
+        done, cost = read, 0.0
         for mark in at:
             if sizes[mark] < MIN_CACHE_TOKENS:
                 continue
-            self._entries[hashes[mark]] = now + TTL
-            done = max(done, sizes[mark])
+            ttl = marks[mark] or caching.DEFAULT_TTL
+            life = caching.CACHE_TTLS[ttl]
+            self._entries[hashes[mark]] = (now + life, life)
+            if sizes[mark] > done:
+                cost += (sizes[mark] - done) * caching.WRITE_SHARE[ttl]
+                done = sizes[mark]
         written = done - read
         self.cached += read
         self.written += written
-        self.weighted += read * READ + written * WRITE + (total - done)
+        self.weighted += read * READ + cost + (total - done)
 
 
 def run(wire: str, kind: str, client: str, turns: int, window: int, *, gap: float = 30.0,
         pause: float = 0.0, trace: Callable[[int, dict[str, Any], float], None] | None = None,
-        ) -> tuple[Meter, int]:
+        retention: str = "auto") -> tuple[Meter, int]:
     """One client's session: turn ``i`` starts ``gap`` seconds after turn ``i-1`` (on the
     bench's clock, which the session's idle rule reads too), and the turn halfway waits
     ``pause`` seconds more (0: none)."""
     model = "emulator" if wire == "openai" else "emulator:anthropic"
-    settings = Settings(context_window=window, **CLIENTS[client])
+    # today's client predates cache_retention: it sends none.
+    extra = {} if client == "today" else {"cache_retention": retention}
+    settings = Settings(context_window=window, **{**CLIENTS[client], **extra})
     meter = Meter("openai" if wire == "openai" else "anthropic",
                   breakpoints=client != "today")
     clock = [1_000.0]
@@ -268,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=200_000)
     parser.add_argument("--gap", type=float, default=30.0,
                         help="seconds between two turns on the bench's clock")
+    parser.add_argument("--retention", default="auto", choices=("auto", "short", "long"),
+                        help="cache_retention of the batched and append-only clients")
     parser.add_argument("--pause", type=float, default=360.0,
                         help="seconds more before the middle turn (past the 5-minute TTL; 0: none)")
     args = parser.parse_args(argv)
@@ -286,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fits = True
             for client in CLIENTS:
                 meter, compactions = run(wire, kind, client, args.turns, args.window,
-                                         gap=args.gap, pause=args.pause)
+                                         gap=args.gap, pause=args.pause,
+                                         retention=args.retention)
                 meters[client] = meter
                 if client == "append-only":
                     fits = compactions == 0

@@ -166,6 +166,7 @@ ENV_VARS: Mapping[str, str] = {
     "CHATCLI_PRICES": "prices",
     "CHATCLI_BACKGROUND_COMPACTION": "background_compaction",
     "CHATCLI_PROMPT_CACHING": "prompt_caching",
+    "CHATCLI_CACHE_RETENTION": "cache_retention",
     "CHATCLI_SERVER_COMPACTION": "server_compaction",
     "CHATCLI_OPENAI_API": "openai_api",
     "CHATCLI_OPENAI_STORE": "openai_store",
@@ -175,6 +176,7 @@ _FLAG_FIELDS = frozenset({"redact_stored", "read_file", "ask_server_window",
                           "background_compaction", "prompt_caching", "openai_store"})
 CHOICES: Mapping[str, tuple[str, ...]] = {
     "server_compaction": ("auto", "on", "off"),
+    "cache_retention": ("auto", "short", "long"),
     "openai_api": ("auto", "chat", "responses"),
 }
 """Fields that take one word of a few (the first is the default)."""
@@ -295,14 +297,25 @@ class Settings:
     prompt_caching: bool = True
     """Set cache breakpoints on the Anthropic wire (tools, system prompt, the conversation),
     so a turn reads its repeated prefix from the provider's cache (OpenAI caches on its
-    own). Off: no breakpoint is sent."""
+    own; it is sent a ``prompt_cache_key`` for the conversation). Off: no breakpoint, key
+    or retention is sent."""
+    cache_retention: str = "auto"
+    """How long the provider keeps the cache: "short" (Anthropic's 5-minute entries,
+    OpenAI's ``prompt_cache_retention="in_memory"``), "long" (Anthropic's 1-hour entries,
+    written at 2× the input price instead of 1.25×; OpenAI's ``"24h"``, at no extra cost;
+    neither is zero-data-retention eligible) or "auto": on Anthropic's own service (and
+    the emulator) 1-hour entries once the session's pauses between requests make them the
+    cheaper (``core.caching.long_ttl_pays``); on OpenAI nothing is sent (its default: a
+    day without zero data retention, minutes with it), and the cache is taken for warm.
+    OpenAI's values are sent only to models that take them."""
     microcompact_clear_at_least: int = 4_000
     """Tokens: rewrites of messages already sent (microcompact, the tool-result budget) wait
     until they clear at least this many at once, unless a compaction or a fit is due or the
     cache has expired (``cache_ttl_seconds``); 0 = rewrite at once, every turn."""
     cache_ttl_seconds: float = 300.0
-    """Seconds a provider keeps a prompt cache unused (5 minutes on both providers): a
-    session idle longer has lost its cache, so pending rewrites are free then."""
+    """Seconds a provider keeps a short-retention prompt cache unused (5 minutes on both
+    providers): a session idle longer has lost its cache, so pending rewrites are free then.
+    A request sent with long retention lives 1 hour (Anthropic) or 24 hours (OpenAI)."""
     prices: str | None = None
     """Price overrides, ``model=in/cached/write/out`` pairs (USD per million tokens, comma
     separated) or a JSON object (``CHATCLI_PRICES``); see :func:`parse_prices`."""

@@ -213,3 +213,25 @@ def test_server_compaction_rejects_an_unknown_wire() -> None:
     done = subprocess.run([sys.executable, str(BENCH / "server_compaction.py"), "--wires",
                            "chat"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown wire" in done.stderr
+
+
+def test_retention_prints_each_setting_and_long_pays_for_a_notebooks_pauses() -> None:
+    out = run("retention.py", "--turns", "14")
+    for wire in ("anthropic", "openai"):
+        choices = ("today", "short", "long", "auto")
+        assert f"== {wire} (input priced as " in out, out
+        for choice in choices:
+            assert re.search(rf"^  {choice} +[\d,]+ weighted input tokens of", out, re.M), out
+        # The pauses past five minutes lose the short cache and not the long one.
+        ratio = re.search(rf"^ratio {wire} long/short: (\d+\.\d\d)$", out, re.M)
+        assert ratio and float(ratio.group(1)) < 1.0, out
+    assert re.search(r"^ratio anthropic auto/short: \d+\.\d\d$", out, re.M), out
+    # Before issue 28 the Anthropic wire set no breakpoint: any setting reads from cache.
+    today = re.search(r"^ratio anthropic auto/today: (\d+\.\d\d)$", out, re.M)
+    assert today and float(today.group(1)) < 1.0, out
+
+
+def test_retention_rejects_an_unknown_wire() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "retention.py"), "--wires", "chat"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown wire" in done.stderr

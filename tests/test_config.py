@@ -85,6 +85,7 @@ def test_from_env_reads_every_variable() -> None:
         "CHATCLI_PRICES": "gpt-4o=1/0.5/0/2",
         "CHATCLI_BACKGROUND_COMPACTION": "off",
         "CHATCLI_PROMPT_CACHING": "off",
+        "CHATCLI_CACHE_RETENTION": "Long",
         "CHATCLI_SERVER_COMPACTION": "On",
         "CHATCLI_OPENAI_API": "responses",
         "CHATCLI_OPENAI_STORE": "yes",
@@ -101,6 +102,7 @@ def test_from_env_reads_every_variable() -> None:
     assert s.summary_max_requests == 3
     assert s.prices == "gpt-4o=1/0.5/0/2"
     assert s.prompt_caching is False and Settings().prompt_caching is True
+    assert (s.cache_retention, Settings().cache_retention) == ("long", "auto")
     assert (s.server_compaction, s.openai_api, s.openai_store) == ("on", "responses", True)
     assert (Settings().server_compaction, Settings().openai_api) == ("auto", "auto")
     assert Settings().openai_store is False

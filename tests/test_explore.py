@@ -431,14 +431,14 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     cap = session.caps.effective()
     assert cap is not None and session.settings.max_payload is None
     widget = explore(ip)
-    assert widget.cap.value == format_size(cap) == "15.7 KB"    # not "none"
+    assert widget.cap.value == format_size(cap) == "15.8 KB"    # not "none"
     assert "learned from a refusal on this network path" in widget.notes["cap"].value
     plan = widget.plan
     assert plan is not None and plan.changes == {} and widget.assignments() == {}
     assert (plan.cap, plan.cap_source) == (cap, "learned")
     text = widget.text()
-    assert text.startswith("explore session default: cap=15.7 KB, window=64000")
-    assert "sources: cap 15.7 KB: learned from a refusal on this network path" in text
+    assert text.startswith("explore session default: cap=15.8 KB, window=64000")
+    assert "sources: cap 15.8 KB: learned from a refusal on this network path" in text
     # Apply with the learned cap untouched: nothing (it is not made a configured cap).
     widget.apply_button.click()
     assert "nothing to apply" in widget.message.value
@@ -449,7 +449,7 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     plan = widget.plan
     assert plan is not None and (plan.cap, plan.cap_source) == (12 * 1024, "configured")
     assert plan.changes == {"max_payload": (None, 12 * 1024)}
-    assert (f"moved from 15.7 KB — learned from a refusal on this network path, {cap:,} "
+    assert (f"moved from 15.8 KB — learned from a refusal on this network path, {cap:,} "
             "bytes") in widget.notes["cap"].value
     # The value in force written otherwise is no move.
     widget.cap.value = f"{cap}B"
@@ -458,7 +458,7 @@ def test_a_learned_cap_is_shown_as_in_force_and_is_no_change_on_apply(
     widget.cap.value = "64KB"
     plan = widget.plan
     assert plan is not None and (plan.cap, plan.cap_source) == (cap, "learned")
-    assert "the learned 15.7 KB still applies below it" in widget.notes["cap"].value
+    assert "the learned 15.8 KB still applies below it" in widget.notes["cap"].value
     assert widget.assignments() == {"CHATCLI_MAX_PAYLOAD": "64 KB"}
 
 
@@ -631,8 +631,8 @@ def test_in_a_kernel_the_display_tells_the_learned_cap_a_refusal_and_undo(
         _, results = run("w = get_ipython().run_line_magic('chat', 'explore')\nw")
         text = results[0]["data"]["text/plain"]
         assert "application/vnd.jupyter.widget-view+json" in results[0]["data"]
-        assert text.startswith("explore session default: cap=15.7 KB, window=64000")
-        assert "cap 15.7 KB: learned from a refusal on this network path" in text
+        assert text.startswith("explore session default: cap=15.8 KB, window=64000")
+        assert "cap 15.8 KB: learned from a refusal on this network path" in text
         assert "cap=none" not in text
         # A typed value waits for its debounce on the kernel's loop: between cells, it runs.
         out, _ = run("w.cap.value = 'abc'; print(w._pending is not None, w._error)")
@@ -651,7 +651,7 @@ def test_in_a_kernel_the_display_tells_the_learned_cap_a_refusal_and_undo(
         out, _ = run("print(w.cap.value); print(w.undo_button.disabled)\n"
                      "%chat config CHATCLI_MAX_PAYLOAD")
         lines = out.splitlines()
-        assert lines[:2] == ["15.7 KB", "True"] and "no cap" in lines[-1]
+        assert lines[:2] == ["15.8 KB", "True"] and "no cap" in lines[-1]
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

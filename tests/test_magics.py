@@ -1007,14 +1007,14 @@ def test_compact_says_its_result_once(chat: ChatMagics, ip: Any,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_line_magic("chat", "compact")
     assert capsys.readouterr().out == "nothing to compact: session default has no messages yet\n"
-    for i in range(4):
+    for i in range(6):
         cell(ip, "", f"message number {i} " + "lorem ipsum dolor sit amet " * 40)
     capsys.readouterr()
     ip.run_line_magic("chat", "compact")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
-    assert out[0].startswith("⇣ Summarizing older messages with the model (8 messages, ")
-    assert re.fullmatch(r"✓ compacted: 8 → 3 messages, [\d.]+ KB → [\d.]+ KB "
+    assert out[0].startswith("⇣ Summarizing older messages with the model (12 messages, ")
+    assert re.fullmatch(r"✓ compacted: 12 → 3 messages, [\d.]+ KB → [\d.]+ KB "
                         r"\(%chat undo-compact restores\)", out[1]), out[1]
 
 

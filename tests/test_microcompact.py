@@ -384,17 +384,39 @@ def test_a_session_rewrites_at_once_with_batching_off(emulator: object, tmp_path
     assert any("omitted" in t or "cleared" in t for t in _tool_texts(last))
 
 
-def test_a_session_rewrites_when_idle_past_the_ttl(emulator: object, tmp_path: Path) -> None:
-    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+@pytest.mark.parametrize("retention, idle", [("short", S.cache_ttl_seconds + 1),
+                                              ("auto", 86_400.0 + 1)])
+def test_a_session_rewrites_when_idle_past_the_ttl(emulator: object, tmp_path: Path,
+                                                   retention: str, idle: float) -> None:
+    """With in-memory retention the cache is gone after five idle minutes; with OpenAI's
+    default (a day, for an organization without zero data retention) after a day."""
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000,
+                                 cache_retention=retention)
     now = [1000.0]
     session._preparer.clock = lambda: now[0]  # type: ignore[attr-defined]
     for i in range(5):
         _turn(session, i)
     assert all("omitted" not in t for t in _tool_texts(emu.requests[-1].body))  # type: ignore[attr-defined]
-    now[0] += S.cache_ttl_seconds + 1
+    now[0] += idle
     _turn(session, 5)
     first = [r.body for r in emu.requests][-2]  # type: ignore[attr-defined]
     assert any("omitted" in t or "cleared" in t for t in _tool_texts(first))
+
+
+def test_openai_default_retention_is_not_rewritten_on_a_guess(emulator: object,
+                                                              tmp_path: Path) -> None:
+    """Five idle minutes lose an in-memory cache, not a 24-hour one; OpenAI's default is
+    either (it follows the organization's data retention), so nothing is rewritten."""
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+    now = [1000.0]
+    session._preparer.clock = lambda: now[0]  # type: ignore[attr-defined]
+    for i in range(5):
+        _turn(session, i)
+    now[0] += S.cache_ttl_seconds + 1
+    _turn(session, 5)
+    first = [r.body for r in emu.requests][-2]  # type: ignore[attr-defined]
+    assert all("omitted" not in t and "cleared" not in t for t in _tool_texts(first))
+    assert "prompt_cache_retention" not in first
 
 
 def test_a_session_rewrites_when_the_window_needs_it(emulator: object, tmp_path: Path) -> None:
@@ -415,7 +437,8 @@ def test_dry_run_and_what_if_batch_rewrites_as_the_run_does(emulator: object,
     plan none, as the next send makes none; idle past the TTL they plan them, as it does."""
     from ipy_ctxrecovery.core.events import MicrocompactApplied
 
-    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000)
+    session, emu = _tool_session(emulator, tmp_path, microcompact_clear_at_least=50_000,
+                                 cache_retention="short")
     now = [1000.0]
     session._preparer.clock = lambda: now[0]  # type: ignore[attr-defined]
     for i in range(5):

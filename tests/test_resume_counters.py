@@ -22,7 +22,7 @@ from ipy_ctxrecovery.providers.base import Request, Usage
 from ipy_ctxrecovery.session.store import Transcript
 
 COUNTERS = ("prompt_tokens", "completion_tokens", "turns", "compactions", "recoveries",
-            "cached_tokens", "cache_write_tokens")
+            "cached_tokens", "cache_write_tokens", "cache_write_1h_tokens")
 
 
 def counters(session: ChatSession) -> dict[str, int]:

@@ -162,7 +162,8 @@ def test_messages_dropped_by_the_fit_agree_with_the_send(emulator: Any) -> None:
     notice = Message.user(with_recall_hint(compaction_notice(8, summarized=False)))
     left = session.provider.measure(Request(      # type: ignore[attr-defined]
         messages=(session.history[0], notice, Message.user(text)), max_tokens=None,
-        stream=False, tools=tuple(t.spec for t in session.tools)))
+        stream=False, tools=tuple(t.spec for t in session.tools),
+        caching=session._sizer.caching))     # type: ignore[attr-defined]  # its cache key too
     cap = left + (whole.before_bytes - left) // 2
     plan = agree(session, emu, text, cap=cap)
     assert plan.fates[Fate.DROPPED] == 8

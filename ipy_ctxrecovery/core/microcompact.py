@@ -227,7 +227,7 @@ class RewriteDecision:
 
 
 def rewrite_now(*, freed_tokens: int, broken_tokens: int, idle_seconds: float | None,
-                shrink_due: bool, settings: Settings,
+                shrink_due: bool, settings: Settings, cache_life: float | None = None,
                 horizon: int = REWRITE_HORIZON_TURNS, read_share: float = CACHE_READ_SHARE,
                 write_share: float = CACHE_WRITE_SHARE) -> RewriteDecision:
     """The cost rule for rewriting messages the provider has cached (``docs/caching.md``).
@@ -240,7 +240,8 @@ def rewrite_now(*, freed_tokens: int, broken_tokens: int, idle_seconds: float | 
 
     In order: nothing cached is broken → rewrite; a compaction or fit is due → rewrite
     (recovery beats cache); batching off (``microcompact_clear_at_least`` 0) → rewrite;
-    idle past ``cache_ttl_seconds`` → rewrite (the cache is gone anyway); fewer than
+    idle past ``cache_life`` (the previous request's cache lifetime; None:
+    ``cache_ttl_seconds``) → rewrite (the cache is gone anyway); fewer than
     ``microcompact_clear_at_least`` tokens freed → wait; otherwise rewrite when the
     saving over ``horizon`` turns, ``F·r·(H−1) + B·r`` (the first turn no longer reads the
     broken prefix, each later one reads F fewer tokens), is at least what rewriting the
@@ -252,7 +253,8 @@ def rewrite_now(*, freed_tokens: int, broken_tokens: int, idle_seconds: float | 
         return RewriteDecision(True, "fit")
     if settings.microcompact_clear_at_least <= 0:
         return RewriteDecision(True, "off")
-    if idle_seconds is not None and idle_seconds >= settings.cache_ttl_seconds:
+    life = settings.cache_ttl_seconds if cache_life is None else cache_life
+    if idle_seconds is not None and idle_seconds >= life:
         return RewriteDecision(True, "idle")
     if freed_tokens < settings.microcompact_clear_at_least:
         return RewriteDecision(False, "below_bound")

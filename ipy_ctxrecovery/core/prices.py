@@ -10,7 +10,8 @@ at a ``-`` boundary, so dated ids and ``-latest`` aliases share their family's p
 
 Tokens are counted as the providers report them: ``prompt_tokens`` is the whole input,
 of which ``cached_tokens`` were read from the cache and ``cache_write_tokens`` written to
-it (Anthropic's 5-minute cache write, 1.25× input); the rest is uncached input.
+it (Anthropic's 5-minute cache write, 1.25× input; ``cache_write_1h_tokens`` of them with
+the one-hour TTL, 2× input, ``caching.WRITE_SHARE``); the rest is uncached input.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..settings import parse_prices
+from .caching import LONG_TTL, WRITE_SHARE
 from .catalogue import family
 
 __all__ = ["PRICES", "Cost", "Price", "TokenUsage", "estimate", "price_for"]
@@ -141,7 +143,8 @@ def estimate(model: str, usage: TokenUsage, overrides: str | None = None) -> Cos
     """What ``usage`` cost on ``model`` (None: price unknown).
 
     Uncached input is ``prompt_tokens − cached − written``; a write with no write price
-    (OpenAI: there is none) is billed as input.
+    (OpenAI: there is none) is billed as input; a one-hour write (``cache_write_1h_tokens``,
+    read where the usage has it) at ``WRITE_SHARE["1h"]`` of the input price.
     """
     price = price_for(model, overrides)
     if price is None:
@@ -151,8 +154,10 @@ def estimate(model: str, usage: TokenUsage, overrides: str | None = None) -> Cos
     written = max(0, usage.cache_write_tokens or 0)
     uncached = max(0, prompt - cached - written)
     write_price = price.write if price.write else price.input
+    long = min(written, max(0, getattr(usage, "cache_write_1h_tokens", 0) or 0))
+    long_price = price.input * WRITE_SHARE[LONG_TTL] if price.write else price.input
     per = 1_000_000
     return Cost(uncached_input=uncached * price.input / per,
                 cached_input=cached * price.cached / per,
-                cache_write=written * write_price / per,
+                cache_write=((written - long) * write_price + long * long_price) / per,
                 output=(usage.completion_tokens or 0) * price.output / per)

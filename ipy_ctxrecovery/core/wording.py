@@ -306,7 +306,8 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         cap += f" — {status.cap_note}"
     cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
     usd = getattr(status, "cost", None)
-    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd)}"] \
+    long = getattr(status, "cache_write_1h_tokens", 0)
+    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd, long)}"] \
         if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
@@ -1314,12 +1315,16 @@ def money(usd: float | None) -> str:
     return f"≈ ${usd:,.4f}" if usd < 1 else f"≈ ${usd:,.2f}"
 
 
-def cache_split(prompt: int, cached: int, written: int) -> str:
+def cache_split(prompt: int, cached: int, written: int, written_1h: int = 0) -> str:
     """The input as the provider reported it: ``8,000 cached reads + 1,200 cache writes +
-    300 uncached input tokens``."""
+    300 uncached input tokens``; writes with a one-hour TTL are said: ``1,200 cache writes
+    (all for 1 hour)``, ``(200 for 1 hour)``."""
     uncached = max(0, prompt - cached - written)
-    return (f"{cached:,} cached reads + {written:,} cache writes + {uncached:,} uncached "
-            "input tokens")
+    long = min(written, written_1h)
+    hour = "" if not long else " (all for 1 hour)" if long == written \
+        else f" ({long:,} for 1 hour)"
+    return (f"{cached:,} cached reads + {written:,} cache writes{hour} + {uncached:,} "
+            "uncached input tokens")
 
 
 def cache_said(cached: int, written: int, usd: float | None) -> bool:
@@ -1329,10 +1334,11 @@ def cache_said(cached: int, written: int, usd: float | None) -> bool:
     return bool(cached or written) or usd is None or usd > 0
 
 
-def cache_line(prompt: int, cached: int, written: int, usd: float | None) -> str:
+def cache_line(prompt: int, cached: int, written: int, usd: float | None,
+               written_1h: int = 0) -> str:
     """The input split and the estimated cost of it all (input and answer), one line."""
     said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
-    return f"{cache_split(prompt, cached, written)} · {said}"
+    return f"{cache_split(prompt, cached, written, written_1h)} · {said}"
 
 
 def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int,

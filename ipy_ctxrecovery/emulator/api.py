@@ -31,7 +31,7 @@ from typing import Any
 
 from . import context as managing
 from . import faults, quirks, replies, roles, wire
-from .cache import CacheUsage, PromptCache, breakpoint_error
+from .cache import CacheUsage, PromptCache, breakpoint_error, retention_error
 from .faults import Answer
 
 __all__ = ["NO_PREFILL", "PREFILL_WHITESPACE", "Streamed", "count_tokens", "ends_in_thinking",
@@ -231,6 +231,10 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
         if alternation is not None and isinstance(messages, list) \
                 and not roles.alternates(messages):
             return refused("alternation", roles.rejection(alternation))
+        retention = retention_error(body)
+        if retention is not None:
+            return None, faults.bad_request(wire_name, retention,
+                                            param="prompt_cache_retention")
         prefilled = None
         turns = replies.openai_turns(body)
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
@@ -287,7 +291,7 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
             message = managing.finish_message(message, managed)
         return None, Answer(200, message, (("Content-Type", "application/json"), *headers))
     if cache is not None:
-        cached = cache.openai(model, turns, tools)
+        cached = cache.openai(model, turns, tools, body.get("prompt_cache_retention"))
     ident = new_id("chatcmpl-emu")
     headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
     if stream:

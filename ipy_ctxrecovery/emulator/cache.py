@@ -4,8 +4,9 @@ Token counts are the emulator's own (``replies.prompt_tokens``); the rules are
 :mod:`ipy_ctxrecovery.core.caching`'s.
 
 OpenAI (automatic): a request's prefix is its tools, then its messages, whole: the shared
-prefix with a recent request of the same model (one used within ``OPENAI_CACHE_TTL``) ends
-at the first message that differs. ``cached_tokens`` is that prefix's tokens, 0 below
+prefix with a recent request of the same model (one used within its retention's life:
+``OPENAI_CACHE_TTL`` in memory, a day with ``prompt_cache_retention="24h"``,
+``caching.OPENAI_RETENTION_TTLS``) ends at the first message that differs. ``cached_tokens`` is that prefix's tokens, 0 below
 1,024, in steps of 128 past it (``caching.openai_cached_tokens``).
 
 Anthropic (breakpoints): the request is a list of blocks — each tool, each ``system``
@@ -43,7 +44,8 @@ from .replies import (
     count_tokens,
 )
 
-__all__ = ["CacheUsage", "PromptCache", "anthropic_blocks", "breakpoint_error"]
+__all__ = ["CacheUsage", "PromptCache", "anthropic_blocks", "breakpoint_error",
+           "retention_error"]
 
 #: Recent prompts remembered per model on the OpenAI path, and Anthropic entries in all.
 KEEP_PROMPTS = 32
@@ -206,6 +208,15 @@ def breakpoint_error(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+def retention_error(body: Mapping[str, Any]) -> str | None:
+    """The OpenAI API's 400 message for the request's ``prompt_cache_retention``, or None."""
+    value = body.get("prompt_cache_retention")
+    if value is None or value in caching.OPENAI_RETENTION_TTLS:
+        return None
+    return (f"Invalid value: {json.dumps(value)}. Supported values are: "
+            + " and ".join(f"'{v}'" for v in caching.OPENAI_RETENTION_TTLS) + ".")
+
+
 @dataclass(slots=True)
 class _Prompt:
     """A recent OpenAI prompt: its units' keys, tokens after each unit, its last use."""
@@ -213,6 +224,7 @@ class _Prompt:
     keys: tuple[int, ...]
     ends: tuple[int, ...]
     used: float
+    life: float = caching.OPENAI_CACHE_TTL
 
 
 class PromptCache:
@@ -230,8 +242,10 @@ class PromptCache:
             self._entries.clear()
 
     # -- OpenAI ---------------------------------------------------------------------------
-    def openai(self, model: str, turns: Sequence[Turn], tools: Any = None) -> CacheUsage:
-        """The cached tokens of this prompt, which is then remembered as a recent one."""
+    def openai(self, model: str, turns: Sequence[Turn], tools: Any = None,
+               retention: str | None = None) -> CacheUsage:
+        """The cached tokens of this prompt, which is then remembered as a recent one for
+        its ``retention``'s life (``prompt_cache_retention``; None: in memory)."""
         keys = [hash(json.dumps(tools, sort_keys=True, default=str)) if tools else 0]
         total = TOKENS_PER_REQUEST + (count_tokens(json.dumps(tools)) if tools else 0)
         ends = [total]
@@ -242,7 +256,7 @@ class PromptCache:
         now = self._clock()
         with self._lock:
             recent = self._prompts.setdefault(model, deque(maxlen=KEEP_PROMPTS))
-            live = [p for p in recent if now - p.used < caching.OPENAI_CACHE_TTL]
+            live = [p for p in recent if now - p.used < p.life]
             shared, best = 0, None
             for p in live:
                 n = _common(p.keys, keys)
@@ -252,7 +266,9 @@ class PromptCache:
                 best.used = now
             recent.clear()
             recent.extend(live)
-            recent.append(_Prompt(tuple(keys), tuple(ends), now))
+            life = caching.OPENAI_RETENTION_TTLS.get(retention or "in_memory",
+                                                     caching.OPENAI_CACHE_TTL)
+            recent.append(_Prompt(tuple(keys), tuple(ends), now, life))
         return CacheUsage(read=min(caching.openai_cached_tokens(shared), total))
 
     # -- Anthropic --------------------------------------------------------------------------

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import faults, replies, wire
-from .cache import CacheUsage, PromptCache
+from .cache import CacheUsage, PromptCache, retention_error
 from .faults import Answer
 
 __all__ = [
@@ -556,6 +556,10 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
             "likely means you aren't using your HTTP library correctly.)")
     model = str(body.get("model") or "emulator")
     headers = (("x-request-id", faults.request_id()), ("openai-version", "2020-10-01"))
+    retention = retention_error(body)
+    if retention is not None:
+        return None, _error(400, retention, param="prompt_cache_retention",
+                            code="invalid_value")
     found = _context(body, store)
     if isinstance(found, Answer):
         return None, found
@@ -604,7 +608,8 @@ def respond(kind: str, body: Any, *, presented_key: str | None, api_key: str | N
         room.append(max_output_tokens)
     plan = replies.plan(turns, tools=tools, limit=max(min(room), 0), continuation=continuation)
     plan = replies.with_call_ids(plan, new_id, "call_emu")
-    cached = cache.openai(model, seen, tools) if cache is not None else CacheUsage()
+    cached = cache.openai(model, seen, tools, body.get("prompt_cache_retention")) \
+        if cache is not None else CacheUsage()
 
     reasoning = _reasoning_options(body)
     include = body.get("include") or ()

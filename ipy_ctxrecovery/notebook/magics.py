@@ -518,7 +518,8 @@ class ChatMagics(Magics):
                       prompt_tokens=reply.usage.prompt_tokens or 0,
                       completion_tokens=reply.usage.completion_tokens or 0,
                       cached_tokens=getattr(reply.usage, "cached_tokens", 0) or 0,
-                      cache_write_tokens=getattr(reply.usage, "cache_write_tokens", 0) or 0)
+                      cache_write_tokens=getattr(reply.usage, "cache_write_tokens", 0) or 0,
+                      cache_write_1h_tokens=getattr(reply.usage, "cache_write_1h_tokens", 0) or 0)
         if _str(reply.finish_reason) == "length" \
                 and not any(isinstance(e, ev.Truncated) for e in printer.events):
             # Cut with no escalation event (a cut tool call, say): still said once.

@@ -392,7 +392,8 @@ def _usage(magics: ChatMagics, args: Any) -> None:
           f"{plural(int(totals['turns'] or 0), 'cell')}")
     if cache_said(status.cached_tokens, status.cache_write_tokens, status.cost):
         print("  " + cache_line(status.prompt_tokens, status.cached_tokens,
-                                status.cache_write_tokens, status.cost))
+                                status.cache_write_tokens, status.cost,
+                                status.cache_write_1h_tokens))
 
 
 #: What each provider needs, and where its requests go unless told otherwise.

@@ -160,6 +160,7 @@ class TurnRecord:
     """The session's ``prices`` setting (the user's overrides)."""
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
     _streamed: int = 0
 
     # -- reading events ---------------------------------------------------------------------
@@ -244,17 +245,19 @@ class TurnRecord:
 
     def finish(self, *, elapsed: float, prompt_tokens: int = 0,
                completion_tokens: int = 0, cached_tokens: int = 0,
-               cache_write_tokens: int = 0) -> None:
+               cache_write_tokens: int = 0, cache_write_1h_tokens: int = 0) -> None:
         """The turn ended after ``elapsed`` seconds, with the tokens its reply reported (a
         failed or interrupted turn has no reply: none are shown)."""
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
         self.cached_tokens, self.cache_write_tokens = cached_tokens, cache_write_tokens
+        self.cache_write_1h_tokens = cache_write_1h_tokens
         self.elapsed = elapsed
 
     def cost(self) -> float | None:
         """The estimated USD of the tokens the turn reported (None: price unknown)."""
         cost = prices.estimate(self.model, Usage(self.prompt_tokens, self.completion_tokens,
-                                                 self.cached_tokens, self.cache_write_tokens),
+                                                 self.cached_tokens, self.cache_write_tokens,
+                                                 cache_write_1h_tokens=self.cache_write_1h_tokens),
                                self.prices)
         return None if cost is None else cost.total
 
@@ -267,7 +270,8 @@ class TurnRecord:
         usd = self.cost()
         if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
             return None
-        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd)
+        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd,
+                            self.cache_write_1h_tokens)
 
     def _compaction_cost(self, event: ev.CompactionPhase) -> str:
         """What an applied summary cost against the input it removes from later requests."""

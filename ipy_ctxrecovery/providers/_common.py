@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx2
 
+from ..core.caching import openai_retentions
 from ..core.catalogue import ModelInfo, lookup
 from ..core.classify import classify, fingerprint
 from ..core.history import Message
@@ -52,7 +53,7 @@ from ._wire import (
     prove_call,
     shape_key,
 )
-from .base import Prepared, Request, Response, TextCallback
+from .base import Caching, Prepared, Request, Response, TextCallback
 from .base_urls import query_problem
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "cut_before_an_answer",
     "incomplete_reply",
     "malformed_reply",
+    "openai_cache_parameters",
     "plain",
     "split_options",
 ]
@@ -704,3 +706,20 @@ class SDKAdapter:
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             on_close()
+
+
+def openai_cache_parameters(caching: Caching | None, model: str) -> dict[str, str]:
+    """OpenAI's caching parameters for a request (both its APIs): the conversation's
+    ``prompt_cache_key`` (``Caching.key``) and, with a retention asked
+    (``Caching.retention`` "long" or "short"), ``prompt_cache_retention`` "24h" or
+    "in_memory" where the model takes it (``core.caching.openai_retentions``; "in_memory"
+    only where it may choose). A caller's own option of the same name wins."""
+    if caching is None:
+        return {}
+    found: dict[str, str] = {}
+    if caching.key:
+        found["prompt_cache_key"] = caching.key
+    value = {"long": "24h", "short": "in_memory"}.get(caching.retention)
+    if value is not None and value in openai_retentions(model):
+        found["prompt_cache_retention"] = value
+    return found

@@ -70,7 +70,14 @@ from typing import Any
 import anthropic
 import httpx2
 
-from ..core.caching import BREAKPOINT, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, min_cacheable_tokens
+from ..core.caching import (
+    DEFAULT_TTL,
+    LONG_TTL,
+    LOOKBACK_BLOCKS,
+    MAX_BREAKPOINTS,
+    breakpoint,
+    min_cacheable_tokens,
+)
 from ..core.catalogue import ModelInfo
 from ..core.history import (
     Block,
@@ -370,23 +377,29 @@ class _Marks:
     tools: bool = False
     system: bool = False
     at: tuple[tuple[int, int], ...] = ()
+    ttl: str = DEFAULT_TTL
+    """Every breakpoint's (the API wants a longer TTL before a shorter one: one for all)."""
 
 
 _NO_MARKS = _Marks()
-_BREAKPOINT_BYTES = converted_size({"type": "text", "cache_control": BREAKPOINT}) \
-    - converted_size({"type": "text"})
-"""What a breakpoint adds to the block it is set on (``,"cache_control":{…}``)."""
 
 
-def _marked(block: dict[str, Any]) -> dict[str, Any]:
-    return {**block, "cache_control": dict(BREAKPOINT)}
+@functools.cache
+def _breakpoint_bytes(ttl: str) -> int:
+    """What a breakpoint adds to the block it is set on (``,"cache_control":{…}``)."""
+    return converted_size({"type": "text", "cache_control": breakpoint(ttl)}) \
+        - converted_size({"type": "text"})
+
+
+def _marked(block: dict[str, Any], ttl: str) -> dict[str, Any]:
+    return {**block, "cache_control": breakpoint(ttl)}
 
 
 def _mark_messages(messages: list[dict[str, Any]], marks: _Marks) -> None:
     """Set the message breakpoints of ``marks`` on ``to_anthropic``'s messages."""
     for at, block in marks.at:
         content = messages[at]["content"]
-        content[block] = _marked(content[block])
+        content[block] = _marked(content[block], marks.ttl)
 
 
 def _markable_from_end(m: Message) -> int | None:
@@ -504,11 +517,11 @@ class AnthropicProvider(SDKAdapter):
         marks = self._marks(request, tools, system)
         self._last_marks = (request, marks)
         if marks.tools:
-            tools[-1] = _marked(tools[-1])
+            tools[-1] = _marked(tools[-1], marks.ttl)
         if tools:
             kwargs["tools"] = tools
         if marks.system and system is not None:
-            kwargs["system"] = [_marked({"type": "text", "text": system})]
+            kwargs["system"] = [_marked({"type": "text", "text": system}, marks.ttl)]
         if convert:
             _mark_messages(messages, marks)
         if management is not None:
@@ -616,7 +629,8 @@ class AnthropicProvider(SDKAdapter):
         room -= on_tools
         if redundant and earlier is not None and room >= 1:
             at.add(earlier)            # a free slot: kept as before, harmless
-        return _Marks(on_tools, on_system, tuple(sorted(at)))
+        return _Marks(on_tools, on_system, tuple(sorted(at)),
+                      LONG_TTL if caching.retention == "long" else DEFAULT_TTL)
 
     def _keep_position(self, prefix: tuple[Message, ...], done: int,
                        least: float) -> tuple[int, int] | None:
@@ -666,7 +680,7 @@ class AnthropicProvider(SDKAdapter):
             last = self._last_marks
         assert last is not None
         marks = last[1]
-        return _BREAKPOINT_BYTES * len(marks.at)
+        return _breakpoint_bytes(marks.ttl) * len(marks.at)
 
     @property
     def default_max_tokens(self) -> int:
@@ -767,8 +781,10 @@ def _usage(usage: Any, earlier: Usage | None = None) -> Usage:
     if isinstance(uncached, int):
         total = uncached + (written or 0) + (read or 0)
     output = field(usage, "output_tokens")
+    long = field(field(usage, "cache_creation"), "ephemeral_1h_input_tokens")
     return Usage(total, output if isinstance(output, int) else before.completion_tokens,
-                 read, written, _compaction_usage(usage, before.compaction))
+                 read, written, _compaction_usage(usage, before.compaction),
+                 long if isinstance(long, int) else before.cache_write_1h_tokens)
 
 
 def _compaction_usage(usage: Any, earlier: Usage | None) -> Usage | None:

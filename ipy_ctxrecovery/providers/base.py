@@ -105,6 +105,16 @@ class Caching:
     for a while (before the first one a batched rewrite may still change): a breakpoint
     after them, so the request that rewrites a later message still reads them from the
     cache (None: none)."""
+    retention: str = "auto"
+    """How long the cache should live (the ``cache_retention`` setting, decided for this
+    request): "long" — Anthropic's breakpoints get ``ttl: "1h"``, OpenAI is sent
+    ``prompt_cache_retention: "24h"``; "short" — 5-minute breakpoints, OpenAI's
+    ``"in_memory"``; "auto" — the provider's default (nothing sent). OpenAI's values only
+    where the model takes them (``core.caching.openai_retentions``)."""
+    key: str | None = None
+    """OpenAI's ``prompt_cache_key``: the conversation's, so its requests are routed to the
+    machines that hold its prefix rather than by the first tokens alone, which every
+    conversation with the same system prompt shares (None: not sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +209,9 @@ class Usage:
     (Anthropic's ``usage.iterations`` entry of type ``compaction``): its ``prompt_tokens``
     are the input as sent, its ``completion_tokens`` the summary it wrote. The fields
     above are then the answer's, on the compacted input; both are billed."""
+    cache_write_1h_tokens: int = 0
+    """Of ``cache_write_tokens``, those written with a one-hour TTL (Anthropic's
+    ``cache_creation.ephemeral_1h_input_tokens``), billed at 2× input instead of 1.25×."""
 
     @property
     def reported(self) -> bool:
@@ -223,7 +236,8 @@ class Usage:
         return Usage(add(self.prompt_tokens, c.prompt_tokens),
                      add(self.completion_tokens, c.completion_tokens),
                      self.cached_tokens + c.cached_tokens,
-                     self.cache_write_tokens + c.cache_write_tokens)
+                     self.cache_write_tokens + c.cache_write_tokens,
+                     cache_write_1h_tokens=self.cache_write_1h_tokens + c.cache_write_1h_tokens)
 
     @property
     def uncached_input(self) -> int | None:

@@ -50,6 +50,7 @@ from ._common import (
     converted_size,
     field,
     incomplete_reply,
+    openai_cache_parameters,
     plain,
     split_options,
 )
@@ -206,6 +207,8 @@ class OpenAIProvider(SDKAdapter):
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
         kwargs["messages"] = to_wire(request.messages) if convert else []
+        for name, value in openai_cache_parameters(request.caching, self.model_id).items():
+            kwargs.setdefault(name, value)
         if request.tools:
             kwargs["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description,

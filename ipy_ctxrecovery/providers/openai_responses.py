@@ -69,6 +69,7 @@ from ._common import (
     field,
     incomplete_reply,
     json_size,
+    openai_cache_parameters,
     plain,
     split_options,
 )
@@ -336,6 +337,8 @@ class OpenAIResponsesProvider(SDKAdapter):
         kwargs, extra = split_options(create, request.options, _RESERVED)
         kwargs["model"] = self.model_id
         items, previous = self._plan(request)
+        for name, value in openai_cache_parameters(request.caching, self.model_id).items():
+            kwargs.setdefault(name, value)
         if convert:
             kwargs["input"] = items if items is not None else to_items(request.messages)
         else:

@@ -137,7 +137,8 @@ class SessionCompactor:
             # Paid for whether or not the compaction is then applied.
             log.add_usage(response.usage.prompt_tokens, response.usage.completion_tokens,
                           cached=response.usage.cached_tokens,
-                          cache_write=response.usage.cache_write_tokens)
+                          cache_write=response.usage.cache_write_tokens,
+                          cache_write_1h=response.usage.cache_write_1h_tokens)
         usage = response.usage
         return SummaryReply(response.message.text, truncated=response.stop is StopReason.LENGTH,
                             input_tokens=usage.prompt_tokens,

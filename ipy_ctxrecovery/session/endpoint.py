@@ -21,7 +21,9 @@ from ..providers.base import Closable, Provider, Refreshable
 from ..redaction import MASK, path_credential
 from .redactor import client_credentials
 
-__all__ = ["Endpoint", "public_url"]
+__all__ = ["OWN_SERVICE_HOSTS", "Endpoint", "public_url"]
+
+OWN_SERVICE_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
 
 ProviderFactory = Callable[[str, Any, Any], Provider]
 """``factory(model, client, emulator)`` → a new provider (``providers.make_provider``)."""
@@ -51,6 +53,9 @@ class Endpoint:
         self.client = client          # the SDK client the user gave, if any
         self.emulator = emulator      # the emulator ``emulator*`` models talk to
         self._factory = factory
+        self.cache_key: str | None = None
+        """The conversation's ``prompt_cache_key`` (``Caching.key``), sent on the provider's
+        own service only (:attr:`on_own_service`); None: none."""
 
     @property
     def model(self) -> str:
@@ -63,6 +68,19 @@ class Endpoint:
     @property
     def on_emulator(self) -> bool:
         return is_emulator_model(self.model)
+
+    @property
+    def on_own_service(self) -> bool:
+        """The provider's own service (api.openai.com, api.anthropic.com) or the emulator,
+        which take every caching parameter; a gateway or another server may refuse one."""
+        if self.on_emulator:
+            return True
+        url = base_url(self.provider)
+        try:
+            host = (urlsplit(url).hostname or "").lower() if url else ""
+        except ValueError:
+            return False
+        return host in OWN_SERVICE_HOSTS
 
     def path_key(self) -> str | None:
         """The network path as a string (None: the provider shows no base URL)."""

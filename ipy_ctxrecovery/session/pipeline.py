@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core import budget, compactor, exact_count, ladder, microcompact, preflight
+from ..core import budget, caching, compactor, exact_count, ladder, microcompact, preflight
 from ..core.budget import ResultStore
 from ..core.events import (
     BudgetApplied,
@@ -44,6 +45,9 @@ from .sizing import RequestSizer, RequestSpec
 from .turn_log import EventBus, Shrink, TurnLog
 
 __all__ = ["Count", "Prepared", "Preparer", "Swap"]
+
+PAUSES_KEPT = 20
+"""The recent pauses between requests ``cache_retention`` "auto" judges by."""
 
 Swap = Callable[[History, RequestSpec, TurnLog, Callable[[Event], None]], History]
 Count = Callable[[Request], int | None]
@@ -88,13 +92,24 @@ class Preparer:
         self._previous: History = ()
         """``_sent`` as this request's preparation began: the request before it."""
         self._kept: tuple[History, History, int | None] | None = None
+        self._gaps: deque[float] = deque(maxlen=PAUSES_KEPT)
+        """Seconds between the recent requests prepared (for ``cache_retention`` "auto")."""
+        self._sizes: deque[int] = deque(maxlen=PAUSES_KEPT + 1)
+        """Estimated input tokens of the recent requests prepared."""
+        self._retention = self._sent_retention = "auto"
+        """The retention the request being prepared asks for, and the previous one's
+        (``Caching.retention``)."""
         sizer.keep = self.keep
+        sizer.retention = self.retention
 
     def follow(self, other: Preparer) -> None:
         """Continue after ``other``'s previous request (its history, when it was prepared,
         its clock): a dry run or a plan then batches rewrites as the session's next
         request will, not as a first request would (``docs/caching.md``)."""
         self._sent, self._sent_at, self.clock = other._sent, other._sent_at, other.clock
+        self._gaps, self._sizes = deque(other._gaps, PAUSES_KEPT), deque(other._sizes,
+                                                                          PAUSES_KEPT + 1)
+        self._retention = self._sent_retention = other._retention
 
     def _emit(self, event: Event, log: TurnLog) -> None:
         self.bus.emit(event, log)
@@ -102,6 +117,12 @@ class Preparer:
     def prepare(self, history: History, spec: RequestSpec, log: TurnLog) -> Prepared:
         start = len(log.events)
         self._previous = self._sent
+        # Decided on the pauses before this one: after a pause the cache is cold, and the
+        # switch to long entries is cheaper on the next, warm request (it writes only what
+        # is new at the long price, not the whole prefix).
+        self._sent_retention, self._retention = self._retention, self._decide_retention()
+        if self._sent_at is not None:
+            self._gaps.append(self.clock() - self._sent_at)
         for note in self.sizer.server.notes():
             self._emit(note, log)
         history = self.rewrites(history, spec, log)
@@ -109,7 +130,46 @@ class Preparer:
             history = self.swap(history, spec, log, lambda event: self._emit(event, log))
         history, spec, body = self.preflight(history, spec, log)
         self._sent, self._sent_at = history, self.clock()
+        self._sizes.append(self.sizer.estimate(body))
         return Prepared(history, spec, body, tuple(log.events[start:]))
+
+    def retention(self) -> str:
+        """The cache retention the request being prepared asks for (``Caching.retention``),
+        as decided when its preparation began."""
+        return self._retention
+
+    def _decide_retention(self) -> str:
+        """The ``cache_retention`` setting for the next request: "long" or "short" as set;
+        "auto" on Anthropic's own service (and the emulator) is "long" once the recent
+        pauses make one-hour entries the cheaper (``caching.long_ttl_pays``), else "short";
+        elsewhere "auto" (the provider's default)."""
+        choice = self.settings.cache_retention
+        endpoint = self.sizer.endpoint
+        if choice != "auto" or getattr(endpoint.provider, "wire", None) != "anthropic" \
+                or not endpoint.on_own_service:
+            return choice
+        if not self._sizes:
+            return "short"
+        sizes = list(self._sizes)
+        growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False) if b > a]
+        written = sum(growth) / len(growth) if growth else sizes[-1]
+        return "long" if caching.long_ttl_pays(tuple(self._gaps), sizes[-1], written) \
+            else "short"
+
+    def cache_life(self) -> float:
+        """Seconds the previous request's cache lives unused: the short retention's
+        ``cache_ttl_seconds``, or the long one's (an hour on Anthropic, a day on OpenAI
+        where the model takes it). OpenAI's default ("auto": nothing sent) is a day for
+        an organization without zero data retention and minutes with it; not knowing
+        which, the session takes the cache for warm and does not rewrite on a guess."""
+        provider = self.sizer.endpoint.provider
+        wire = getattr(provider, "wire", None)
+        if self._sent_retention == "long" or (wire == "openai"
+                                              and self._sent_retention == "auto"):
+            life = caching.long_life(wire, provider.model)
+            if life is not None:
+                return life
+        return self.settings.cache_ttl_seconds
 
     def keep(self, history: History) -> int | None:
         """The leading messages of ``history`` that later requests are expected to carry
@@ -158,7 +218,7 @@ class Preparer:
                                                  - self._size(candidate[first:]))),
             broken_tokens=self.sizer.estimate(self._size(history[first:sent])),
             idle_seconds=None if self._sent_at is None else self.clock() - self._sent_at,
-            shrink_due=False, settings=s)
+            shrink_due=False, settings=s, cache_life=self.cache_life())
         if not decision.rewrite and self.shrink_due(history, spec):
             decision = microcompact.RewriteDecision(True, "fit")
         self.last_rewrite = decision

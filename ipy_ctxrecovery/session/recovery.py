@@ -204,7 +204,8 @@ class RecoveryLoop:
         # A server compaction is billed besides the answer: its input, its summary.
         billed = usage.billed()
         log.add_usage(billed.prompt_tokens, billed.completion_tokens,
-                      cached=billed.cached_tokens, cache_write=billed.cache_write_tokens)
+                      cached=billed.cached_tokens, cache_write=billed.cache_write_tokens,
+                      cache_write_1h=billed.cache_write_1h_tokens)
         recovered()
         if unstreamed and spec.stream and on_text is not None and response.message.text:
             on_text(response.message.text)      # shown as a streamed answer would be

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import os
@@ -113,8 +114,12 @@ class ChatSession:
                  on_event: EventCallback | None = None, provider: Provider | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  files_root: str | os.PathLike[str] | None = None,
-                 builtin_tools: bool = True, paths: PathRegistry | None = None) -> None:
+                 builtin_tools: bool = True, paths: PathRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._turn_lock = threading.RLock()     # ``_one_at_a_time``
+        # What the session times its pauses by (the cache's life: docs/caching.md); a
+        # test, a bench or a tutorial moves it instead of waiting, with ``Emulator(clock=)``.
+        self._clock = clock
         self.settings = settings if settings is not None else Settings.from_env()
         self.max_tokens = max_tokens
         self.system = system
@@ -148,6 +153,7 @@ class ChatSession:
         self._completion_tokens = 0
         self._cached_tokens = 0
         self._cache_write_tokens = 0
+        self._cache_write_1h_tokens = 0
         self._turns_answered = 0
         self._compactions = 0
         self._compactions_before_resume = 0  # their history is not on disk: no undo
@@ -210,9 +216,13 @@ class ChatSession:
         """The parts of a turn, wired to the session's endpoint, limits and settings."""
         settings = self.settings
         self._sizer = RequestSizer(self._endpoint, self.limits, settings, self._toolbox.specs)
+        # The conversation's prompt_cache_key: its files' place, hashed (no path is sent).
+        self._endpoint.cache_key = "ipy-ctxrecovery-" + hashlib.sha256(
+            str(self._files.directory).encode()).hexdigest()[:24]
         self._compactor = SessionCompactor(self._sizer, self.bus, settings, sleep=sleep)
         self._preparer = Preparer(self._sizer, self._compactor, self._store, self.bus,
                                   settings)
+        self._preparer.clock = self._clock
         self._recovery = RecoveryLoop(self._endpoint, self._sizer, self._preparer,
                                       self._compactor, self._store, self.bus, settings, sleep,
                                       while_waiting=self._files.flush)
@@ -285,13 +295,15 @@ class ChatSession:
                 "turns": self._turns_answered, "compactions": self._compactions,
                 "recoveries": self._recovery.recoveries,
                 "cached_tokens": self._cached_tokens,
-                "cache_write_tokens": self._cache_write_tokens}
+                "cache_write_tokens": self._cache_write_tokens,
+                "cache_write_1h_tokens": self._cache_write_1h_tokens}
 
     def _restore_counters(self, saved: Mapping[str, int]) -> None:
         self._prompt_tokens = saved.get("prompt_tokens", 0)
         self._completion_tokens = saved.get("completion_tokens", 0)
         self._cached_tokens = saved.get("cached_tokens", 0)
         self._cache_write_tokens = saved.get("cache_write_tokens", 0)
+        self._cache_write_1h_tokens = saved.get("cache_write_1h_tokens", 0)
         self._turns_answered = saved.get("turns", 0)
         self._compactions = self._compactions_before_resume = saved.get("compactions", 0)
         self._recovery.recoveries = saved.get("recoveries", 0)
@@ -517,16 +529,26 @@ class ChatSession:
             turns=self._turns_answered,
             compactions=self._compactions, recoveries=self._recovery.recoveries,
             cap_note=limits.visible_cap_note, cached_tokens=self._cached_tokens,
-            cache_write_tokens=self._cache_write_tokens, cost=self._cost(),
+            cache_write_tokens=self._cache_write_tokens,
+            cache_write_1h_tokens=self._cache_write_1h_tokens, cost=self._cost(),
             background=self._background.state, counted_tokens=self._preparer.last_count,
             server_compaction=self._sizer.server.status_words())
 
     def _cost(self) -> float | None:
         """The estimated USD of every token this session was billed (None: price unknown)."""
         cost = prices.estimate(self.model, Usage(self._prompt_tokens, self._completion_tokens,
-                                                 self._cached_tokens, self._cache_write_tokens),
+                                                 self._cached_tokens, self._cache_write_tokens,
+                                                 cache_write_1h_tokens=self._cache_write_1h_tokens),
                                self.settings.prices)
         return None if cost is None else cost.total
+
+    def _bill(self, log: TurnLog) -> None:
+        """Add what ``log``'s requests were billed to the session's totals."""
+        self._prompt_tokens += log.prompt_tokens
+        self._completion_tokens += log.completion_tokens
+        self._cached_tokens += log.cached_tokens
+        self._cache_write_tokens += log.cache_write_tokens
+        self._cache_write_1h_tokens += log.cache_write_1h_tokens
 
     # -- transcript -----------------------------------------------------------------------
     def _record(self, message: Message, *, later: bool = False) -> None:
@@ -596,10 +618,7 @@ class ChatSession:
             raise
         finally:
             self._files.flush()
-            self._prompt_tokens += log.prompt_tokens
-            self._completion_tokens += log.completion_tokens
-            self._cached_tokens += log.cached_tokens
-            self._cache_write_tokens += log.cache_write_tokens
+            self._bill(log)
             self._save_learned()  # a failed turn may still have learned a limit
             if not kept:
                 # Its tokens and recoveries count: a line with no message but the counters.
@@ -614,7 +633,8 @@ class ChatSession:
                                    window=self.window, cap=self.caps.effective()), log)
         return Reply(text=result.answer.text, finish_reason=result.stop.value,
                      usage=Usage(log.prompt_tokens, log.completion_tokens, log.cached_tokens,
-                                 log.cache_write_tokens),
+                                 log.cache_write_tokens,
+                                 cache_write_1h_tokens=log.cache_write_1h_tokens),
                      actions=log.actions, model=self.model)
 
     def dry_run(self, text: str | None = None, *, max_tokens: int | None = None,
@@ -694,10 +714,7 @@ class ChatSession:
                                               instructions=instructions, force=True)
         finally:
             # The summary request is paid for, whether the compaction is applied or not.
-            self._prompt_tokens += log.prompt_tokens
-            self._completion_tokens += log.completion_tokens
-            self._cached_tokens += log.cached_tokens
-            self._cache_write_tokens += log.cache_write_tokens
+            self._bill(log)
         if report.applied:
             self._keep_shrinks([Shrink("compaction", before, len(new))])
             self._history = new

@@ -234,7 +234,7 @@ class RequestSizer:
         if caching is not None and keep is not None:
             kept = keep(history)
             if kept is not None:
-                caching = Caching(caching.bytes_per_token, keep=kept)
+                caching = dataclasses.replace(caching, keep=kept)
         fit = self.thinking_fit(spec)
         options = spec.options if fit is None else fit.options
         return Request(messages=history, max_tokens=spec.max_tokens, tools=self._tools(),
@@ -249,6 +249,9 @@ class RequestSizer:
         asked = first if first is not None else self.default_max_tokens(spec)
         return fit_thinking(spec.options, self.reserved_tokens(spec), asked)
 
+    retention: Callable[[], str] | None = None
+    """The cache retention the request asks for (``Caching.retention``; the preparer's
+    :meth:`~.pipeline.Preparer.retention`); None: the provider's default."""
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while
     (``Caching.keep``; the preparer's :meth:`~.pipeline.Preparer.keep`); None: no such
@@ -264,7 +267,10 @@ class RequestSizer:
         breakpoint a little below the model's minimum is ignored by the API, not refused."""
         if not self.settings.prompt_caching:
             return None
-        return Caching(self.settings.chars_per_token)
+        own = self.endpoint.on_own_service
+        retention = self.retention() if self.retention is not None else "auto"
+        return Caching(self.settings.chars_per_token, retention=retention,
+                       key=self.endpoint.cache_key if own else None)
 
     def prepare(self, request: Request) -> Prepared:
         """Pre-flight's view of ``request``: its exact body size and the max_tokens the body

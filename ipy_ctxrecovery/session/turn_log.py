@@ -46,6 +46,8 @@ class TurnLog:
     """Prompt tokens read from the provider's cache, summed."""
     cache_write_tokens: int = 0
     """Prompt tokens written to the provider's cache, summed."""
+    cache_write_1h_tokens: int = 0
+    """Of those, written with a one-hour TTL."""
     shrinks: list[Shrink] = field(default_factory=list)
     """Every shrink this turn applied, oldest first."""
     deadline: float | None = None
@@ -65,11 +67,13 @@ class TurnLog:
         return tuple(line for line in (describe(e) for e in self.events) if line)
 
     def add_usage(self, prompt: int | None, completion: int | None, *,
-                  cached: int | None = 0, cache_write: int | None = 0) -> None:
+                  cached: int | None = 0, cache_write: int | None = 0,
+                  cache_write_1h: int | None = 0) -> None:
         self.prompt_tokens += prompt or 0
         self.completion_tokens += completion or 0
         self.cached_tokens += cached or 0
         self.cache_write_tokens += cache_write or 0
+        self.cache_write_1h_tokens += cache_write_1h or 0
 
 
 class EventBus:

@@ -77,6 +77,8 @@ class SessionStatus:
     """Of ``prompt_tokens``, those the provider read from its prompt cache."""
     cache_write_tokens: int = 0
     """Of ``prompt_tokens``, those written to the prompt cache."""
+    cache_write_1h_tokens: int = 0
+    """Of ``cache_write_tokens``, those written with a one-hour TTL (Anthropic)."""
     cost: float | None = None
     """Estimated USD for every token above (``core/prices.py``); None: price unknown."""
     background: str = "idle"
