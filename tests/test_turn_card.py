@@ -408,6 +408,46 @@ def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
         "input tokens smaller (≈ $0.2000 uncached)")
 
 
+def test_a_background_summary_row_says_what_its_requests_were_billed() -> None:
+    # Its tokens are the session's (%chat usage counts them in the turn that tells it), not
+    # the turn's answer's: the card says them, so the cards add up to %chat usage.
+    rec = TurnRecord(model="gpt-4o")
+    rec.feed(ev.BackgroundSummary(state="ready", covered_messages=14, before_messages=23,
+                                  after_messages=10, before_bytes=40_000, after_bytes=8_000,
+                                  prompt_tokens=3_000, completion_tokens=300,
+                                  cached_tokens=1_000))
+    (step,) = [s for s in rec.steps if s.stage == "background"]
+    # 2,000 × $2.50 + 1,000 × $1.25 + 300 × $10 = $0.00925; 32,000 B ≈ 8,000 tokens × $2.50.
+    assert step.detail.endswith(
+        "swapped in when needed · background summary request 3,000 + 300 tokens (≈ $0.0093); "
+        "each later request ≈ 8,000 input tokens smaller (≈ $0.0200 uncached)")
+    failed = TurnRecord(model="gpt-4o")
+    failed.feed(ev.BackgroundSummary(state="failed", reason="nothing to summarize",
+                                     prompt_tokens=1_000, completion_tokens=10))
+    assert failed.steps[0].detail == ("failed: nothing to summarize · background summary "
+                                      "request 1,000 + 10 tokens (≈ $0.0026)")
+    told = TurnRecord(model="gpt-4o")
+    told.feed(ev.BackgroundSummary(state="preparing", before_bytes=4_000))
+    assert "tokens" not in told.steps[0].detail
+
+
+def test_a_server_compaction_row_prices_it_against_what_it_removes() -> None:
+    rec = TurnRecord(model="claude-sonnet-4", estimate=lambda b: b // 4)
+    rec.feed(ev.ServerCompacted(wire="anthropic", replaced_messages=23, before_bytes=20_000,
+                                after_bytes=2_000, summary_chars=963, prompt_tokens=4_800,
+                                completion_tokens=250, cached_tokens=3_900))
+    (step,) = rec.steps
+    # 900 × $3 + 3,900 × $0.30 + 250 × $15 = $0.00762; 18,000 B = 4,500 tokens × $3.
+    assert step.detail.endswith(
+        "history 19.5 KB → 2.0 KB · the server's compaction 4,800 + 250 tokens (≈ $0.0076); "
+        "each later request ≈ 4,500 input tokens smaller (≈ $0.0135 uncached)")
+    # No usage reported for it: nothing said of its cost.
+    quiet = TurnRecord(model="claude-sonnet-4")
+    quiet.feed(ev.ServerCompacted(wire="anthropic", replaced_messages=2, before_bytes=20_000,
+                                  after_bytes=2_000))
+    assert "tokens" not in quiet.steps[0].detail
+
+
 def test_the_card_and_the_panel_say_how_many_facts_the_summary_kept() -> None:
     from ipy_ctxrecovery.notebook.panel import _tracker
 

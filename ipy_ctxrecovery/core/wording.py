@@ -1320,12 +1320,17 @@ def cache_line(prompt: int, cached: int, written: int, usd: float | None) -> str
     return f"{cache_split(prompt, cached, written)} · {said}"
 
 
-def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int,
-                    paid_usd: float | None, saved_usd: float | None) -> str:
-    """What a summary cost against what it removes from every later request."""
-    paid = f"summary request {summary_prompt:,} + {summary_completion:,} tokens"
+def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int | None,
+                    paid_usd: float | None, saved_usd: float | None, *,
+                    label: str = "summary request") -> str:
+    """What a summary cost against what it removes from every later request (``None``:
+    it removed nothing, a summary that failed); ``label`` names what was billed (the
+    package's summary request, the background one, the server's compaction)."""
+    paid = f"{label} {summary_prompt:,} + {summary_completion:,} tokens"
     if paid_usd is not None:
         paid += f" ({money(paid_usd)})"
+    if removed_tokens is None:
+        return paid
     saved = f"each later request ≈ {removed_tokens:,} input tokens smaller"
     if saved_usd is not None:
         saved += f" ({money(saved_usd)} uncached)"

@@ -81,7 +81,8 @@ class Step:
             return w.preflight_verdict(first)
         if isinstance(first, ev.Failed):
             return first.sentence
-        return _DETAILS[type(first)](first)
+        detail = _DETAILS[type(first)](first)
+        return f"{detail} · {self.note}" if self.note else detail
 
     @property
     def glyph(self) -> str:
@@ -224,7 +225,8 @@ class TurnRecord:
                 "info" if isinstance(event, (ev.NoticeInjected, ev.ServerCompactionNote)) or (
                     isinstance(event, ev.BackgroundSummary) and event.state != "swapped") \
                 else "done"
-            self._add(_STAGES[type(event)], status, event)
+            step = self._add(_STAGES[type(event)], status, event)
+            step.note = self._billed_note(event)
 
     def text_arrived(self, delta: str) -> None:
         """``on_text`` callback: the answer streaming in (the running send counts it)."""
@@ -281,6 +283,33 @@ class TurnRecord:
             saved = removed * price.input / per
         return w.compaction_cost(event.summary_input_tokens,
                                  event.summary_output_tokens or 0, removed, paid, saved)
+
+    def _billed_note(self, event: ev.Event) -> str:
+        """What a summary made outside the turn's own requests was billed — one prepared in
+        the background (told when ready or failed), the provider's server compaction —
+        against what it removes from later requests ('' when no usage was reported)."""
+        if isinstance(event, ev.BackgroundSummary) and event.state in ("ready", "failed") \
+                and (event.prompt_tokens or event.completion_tokens):
+            tokens = (event.prompt_tokens, event.completion_tokens, event.cached_tokens,
+                      event.cache_write_tokens)
+            label = "background summary request"
+            after = event.after_bytes if event.state == "ready" else None
+        elif isinstance(event, ev.ServerCompacted) and event.prompt_tokens is not None:
+            tokens = (event.prompt_tokens, event.completion_tokens or 0, event.cached_tokens,
+                      event.cache_write_tokens)
+            label = "the server's compaction"
+            after = event.after_bytes
+        else:
+            return ""
+        # A failed summary removes nothing: only what it was billed is said.
+        removed = None if after is None else self.estimate(max(0, event.before_bytes - after))
+        price = prices.price_for(self.model, self.prices) if self.model else None
+        paid = saved = None
+        if price is not None:
+            cost = prices.estimate(self.model, Usage(*tokens), self.prices)
+            paid = None if cost is None else cost.total
+            saved = None if removed is None else removed * price.input / 1_000_000
+        return w.compaction_cost(tokens[0], tokens[1], removed, paid, saved, label=label)
 
     # -- views ----------------------------------------------------------------------------------
     @property

@@ -659,6 +659,8 @@ class ChatSession:
             if isinstance(event, BackgroundSummary):
                 self._prompt_tokens += event.prompt_tokens
                 self._completion_tokens += event.completion_tokens
+                self._cached_tokens += event.cached_tokens
+                self._cache_write_tokens += event.cache_write_tokens
             self.bus.emit(event, log)
 
     @property
