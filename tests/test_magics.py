@@ -1274,6 +1274,15 @@ def test_env_warnings_do_not_contradict_and_rejected_values_are_not_the_source(
     assert out[1].split()[2:4] == ["2", "(default;"]
 
 
+def test_a_malformed_prices_variable_is_named_once(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    load_with_env(ip, monkeypatch, {"CHATCLI_PRICES": "emulator=1/2"})
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("⚠ ignoring CHATCLI_PRICES: the price of 'emulator' is not four "
+                           "non-negative numbers; expected model=in/cached/write/out")
+    assert line.count("CHATCLI_PRICES") == 1 and line.endswith("Using the default (none).")
+
+
 def test_bad_env_values_never_cost_a_good_one_its_value(
         ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Two bad variables (one out of range, one contradicting a default) used to make the

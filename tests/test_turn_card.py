@@ -377,6 +377,8 @@ def test_the_card_shows_the_cache_split_and_the_cost_of_a_priced_model(emulator:
             "estimated cost ≈ $0.0245")
     assert "  " + line in card.text().splitlines()
     assert "cache</span> 8,000 cached reads + 1,500 cache writes" in card.html()
+    # The cost is one unbreakable phrase: a narrow card wrapped it after the "≈".
+    assert "input tokens · estimated&nbsp;cost&nbsp;≈&nbsp;$0.0245</div>" in card.html()
     over = TurnRecord(model="claude-sonnet-4", prices="claude-sonnet-4=0/0/0/1000")
     over.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1_000)
     assert TurnCard(over).text().endswith("estimated cost ≈ $1.00")

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..failures import Failure, FailureKind, Signature
 from ..settings import format_size
 from . import events as ev
+from .catalogue import bare
 from .ladder.decide import Decision, Level
 
 __all__ = [
@@ -305,8 +306,9 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         cap += f" — {status.cap_note}"
     cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
     usd = getattr(status, "cost", None)
-    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd)}"] \
-        if cache_said(cached, written, usd) else []
+    line = cache_line(status.prompt_tokens, cached, written, usd,
+                      price_name=bare(str(status.model)))
+    cache = [f"cache: {line}"] if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
         lines.append(f"endpoint: {endpoint}")
@@ -1314,10 +1316,21 @@ def cache_said(cached: int, written: int, usd: float | None) -> bool:
     return bool(cached or written) or usd is None or usd > 0
 
 
-def cache_line(prompt: int, cached: int, written: int, usd: float | None) -> str:
-    """The input split and the estimated cost of it all (input and answer), one line."""
+def cache_line(prompt: int, cached: int, written: int, usd: float | None, *,
+               price_name: str | None = None) -> str:
+    """The input split and the estimated cost of it all (input and answer), one line.
+    ``price_name``: the name a price for the model takes; with it, an unknown price says
+    how to set one (``%chat usage``, ``%chat status``; the card stays short)."""
     said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
+    if usd is None and price_name:
+        said += f" ({unknown_price_fix(price_name)})"
     return f"{cache_split(prompt, cached, written)} · {said}"
+
+
+def unknown_price_fix(price_name: str) -> str:
+    """How to give a model with no price one (USD per million tokens)."""
+    return (f"set it with %chat config prices={price_name}=IN/CACHED/WRITE/OUT, USD per "
+            "million tokens")
 
 
 def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int | None,

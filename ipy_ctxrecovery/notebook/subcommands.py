@@ -27,6 +27,7 @@ from .. import errors
 from .._files import write_private_atomic
 from ..core import events as ev
 from ..core import history, prompts
+from ..core.catalogue import bare
 from ..core.wording import (
     cache_line,
     cache_said,
@@ -392,7 +393,8 @@ def _usage(magics: ChatMagics, args: Any) -> None:
           f"{plural(int(totals['turns'] or 0), 'cell')}")
     if cache_said(status.cached_tokens, status.cache_write_tokens, status.cost):
         print("  " + cache_line(status.prompt_tokens, status.cached_tokens,
-                                status.cache_write_tokens, status.cost))
+                                status.cache_write_tokens, status.cost,
+                                price_name=bare(status.model)))
 
 
 #: What each provider needs, and where its requests go unless told otherwise.

@@ -12,6 +12,7 @@ from :mod:`..wording`; nothing here imports IPython.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -394,6 +395,15 @@ _CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-hei
         "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
 
 
+_COST = re.compile(r"(?:estimated cost )?≈ \$[\d,.]+")
+
+
+def _cost_unbroken(escaped: str) -> str:
+    """``estimated cost ≈ $0.0209`` kept on one line (a narrow card wrapped it after the ≈
+    or between "cost" and its amount)."""
+    return _COST.sub(lambda m: m.group(0).replace(" ", "&nbsp;"), escaped)
+
+
 class TurnCard:
     """The static record of one finished turn (``text/html`` + ``text/plain``).
 
@@ -437,7 +447,7 @@ class TurnCard:
         e = html.escape
         color = theme.BORDER_OK if self.ok else theme.BORDER_ERROR
         sizes = "".join(
-            f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
+            f"<div><span style='opacity:.7'>{label}</span> {_cost_unbroken(e(text))}</div>"
             for label, text in (("before", self.before), ("after", self.after),
                                 ("cache", self.cache)) if text)
         # Inline styles: notebook front ends right-align and stripe output tables.
