@@ -92,3 +92,11 @@ def test_the_json_example_a_malformed_price_gives_works_where_it_is_typed() -> N
     example = PRICE_FORMS[PRICE_FORMS.index("'"):]
     (word,) = shlex.split(f"prices={example}")
     assert parse_prices(word.partition("=")[2]) == {"gpt-4o": (2.5, 1.25, 0.0, 10.0)}
+
+
+def test_a_summary_is_priced_against_what_it_removes() -> None:
+    # 30,000 × $2.50 + 2,000 × $10 = $0.095; 80,000 removed tokens × $2.50 = $0.20.
+    paid, saved = prices.summary_usd("gpt-4o", 30_000, 2_000, 80_000)
+    assert (paid, saved) == (pytest.approx(0.095), pytest.approx(0.20))
+    assert prices.summary_usd("my-local", 1, 1, 1) == (None, None)
+    assert prices.summary_usd("my-local", 1_000_000, 0, 0, "my-local=1/0/0/1")[0] == 1.0

@@ -22,7 +22,7 @@ from typing import Protocol
 from ..settings import parse_prices
 from .catalogue import family
 
-__all__ = ["PRICES", "Cost", "Price", "TokenUsage", "estimate", "price_for"]
+__all__ = ["PRICES", "Cost", "Price", "TokenUsage", "estimate", "price_for", "summary_usd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +156,16 @@ def estimate(model: str, usage: TokenUsage, overrides: str | None = None) -> Cos
                 cached_input=cached * price.cached / per,
                 cache_write=written * write_price / per,
                 output=(usage.completion_tokens or 0) * price.output / per)
+
+
+def summary_usd(model: str, summary_input: int, summary_output: int, removed: int,
+                overrides: str | None = None) -> tuple[float | None, float | None]:
+    """(what a summary request cost, what the ``removed`` input tokens cost a later request
+    at the uncached price): the turn card's and ``%chat compact``'s figures; (None, None)
+    when the price is unknown."""
+    price = price_for(model, overrides) if model else None
+    if price is None:
+        return None, None
+    per = 1_000_000
+    return ((summary_input * price.input + summary_output * price.output) / per,
+            removed * price.input / per)

@@ -26,12 +26,13 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from .. import errors
 from .._files import write_private_atomic
 from ..core import events as ev
-from ..core import history, prompts
+from ..core import history, prices, prompts
 from ..core.catalogue import bare
 from ..core.wording import (
     cache_line,
     cache_said,
     compact_result,
+    compaction_cost,
     emulator_quirk,
     forgotten_limits,
     messages_held,
@@ -263,6 +264,16 @@ def _compact(magics: ChatMagics, args: Any) -> None:
                          summarized=report.summarized_messages,
                          target_bytes=targets[-1] if targets else None, kept=kept,
                          pinned=pinned, reason=report.rejected_reason))
+    if report.summary_input_tokens is not None:
+        # What the summary was billed (in %chat usage), against what it saves every request.
+        removed = session.estimator.estimate(max(0, report.before_bytes - report.after_bytes)) \
+            if report.applied else None
+        paid, saved = prices.summary_usd(session.model, report.summary_input_tokens,
+                                         report.summary_output_tokens or 0, removed or 0,
+                                         session.settings.prices)
+        print("  " + compaction_cost(report.summary_input_tokens,
+                                     report.summary_output_tokens or 0, removed, paid,
+                                     None if removed is None else saved))
 
 
 def _kept_whole(messages: Any) -> tuple[int, int]:

@@ -275,13 +275,9 @@ class TurnRecord:
         if event.summary_input_tokens is None or event.after_bytes is None:
             return ""
         removed = self.estimate(max(0, event.before_bytes - event.after_bytes))
-        price = prices.price_for(self.model, self.prices) if self.model else None
-        paid = saved = None
-        if price is not None:
-            per = 1_000_000
-            paid = (event.summary_input_tokens * price.input
-                    + (event.summary_output_tokens or 0) * price.output) / per
-            saved = removed * price.input / per
+        paid, saved = prices.summary_usd(self.model, event.summary_input_tokens,
+                                         event.summary_output_tokens or 0, removed,
+                                         self.prices)
         return w.compaction_cost(event.summary_input_tokens,
                                  event.summary_output_tokens or 0, removed, paid, saved)
 
