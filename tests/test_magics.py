@@ -1760,9 +1760,11 @@ def test_usage_and_status_show_the_cache_split_and_the_cost(
     ip.run_line_magic("chat", "usage")
     out = capsys.readouterr().out.splitlines()
     status = chat.workspace.sessions["default"].status()
-    assert out[1] == (f"  0 cached reads + 0 cache writes + {status.prompt_tokens:,} uncached "
-                      f"input tokens · estimated cost ≈ ${status.cost:,.2f}")
+    assert out[1:] == [f"  0 cached reads + 0 cache writes + {status.prompt_tokens:,} "
+                       "uncached input tokens",
+                       f"  cost: ≈ ${status.cost:,.2f} (estimated; input and answer)"]
     assert status.cost == pytest.approx(status.prompt_tokens / 1e6 + status.completion_tokens)
     ip.run_line_magic("chat", "status")
     lines = capsys.readouterr().out.splitlines()
-    assert f"cache: {out[1].strip()}" in lines
+    at = lines.index(f"cache: {out[1].strip()}")
+    assert lines[at + 1] == out[2].strip()

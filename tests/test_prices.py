@@ -99,4 +99,5 @@ def test_a_summary_is_priced_against_what_it_removes() -> None:
     paid, saved = prices.summary_usd("gpt-4o", 30_000, 2_000, 80_000)
     assert (paid, saved) == (pytest.approx(0.095), pytest.approx(0.20))
     assert prices.summary_usd("my-local", 1, 1, 1) == (None, None)
+    assert prices.summary_usd("emulator", 1, 1, 1) == (None, None)    # bills nothing
     assert prices.summary_usd("my-local", 1_000_000, 0, 0, "my-local=1/0/0/1")[0] == 1.0

@@ -373,26 +373,31 @@ def test_the_card_shows_the_cache_split_and_the_cost_of_a_priced_model(emulator:
                cached_tokens=8_000, cache_write_tokens=1_500)
     card = TurnCard(rec)
     # 500 × $3 + 8,000 × $0.30 + 1,500 × $3.75 + 1,000 × $15 per million = $0.0245
-    line = ("cache   8,000 cached reads + 1,500 cache writes + 500 uncached input tokens · "
-            "estimated cost ≈ $0.0245")
-    assert "  " + line in card.text().splitlines()
+    lines = card.text().splitlines()
+    # The cost on its own line, under the split: beside it, the line ran past 80 columns
+    # and read as the cost of the cache.
+    at = lines.index("  cache   8,000 cached reads + 1,500 cache writes + 500 uncached input "
+                     "tokens")
+    assert lines[at + 1] == "  cost    ≈ $0.0245 (estimated; input and answer)"
     assert "cache</span> 8,000 cached reads + 1,500 cache writes" in card.html()
     # The cost is one unbreakable phrase: a narrow card wrapped it after the "≈".
-    assert "input tokens · estimated&nbsp;cost&nbsp;≈&nbsp;$0.0245</div>" in card.html()
+    assert "cost</span> ≈&nbsp;$0.0245 (estimated; input and answer)</div>" in card.html()
     over = TurnRecord(model="claude-sonnet-4", prices="claude-sonnet-4=0/0/0/1000")
     over.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1_000)
-    assert TurnCard(over).text().endswith("estimated cost ≈ $1.00")
+    assert "\n  cost    ≈ $1.00 (estimated; input and answer)" in TurnCard(over).text()
     unknown = TurnRecord(model="llama-3-70b")
     unknown.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
-    assert TurnCard(unknown).text().endswith("10 uncached input tokens · price unknown")
+    assert TurnCard(unknown).text().splitlines()[-2:] == [
+        "  cache   0 cached reads + 0 cache writes + 10 uncached input tokens",
+        "  cost    price unknown"]
     # The emulator bills nothing: no line until it reports a cache.
     free = TurnRecord(model="emulator")
     free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
     assert "cache" not in TurnCard(free).text()
     free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1, cached_tokens=4)
     assert TurnCard(free).text().endswith(
-        "cache   4 cached reads + 0 cache writes + 6 uncached input tokens · estimated cost "
-        "≈ $0.0000")
+        "cache   4 cached reads + 0 cache writes + 6 uncached input tokens\n"
+        "  cost    ≈ $0.0000 (estimated; input and answer)")
 
 
 def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
@@ -408,6 +413,17 @@ def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
     assert step.detail.endswith(
         " · summary request 30,000 + 2,000 tokens (≈ $0.0950); each later request ≈ 80,000 "
         "input tokens smaller (≈ $0.2000 uncached)")
+    # The emulator bills nothing: the tokens are said, no "$0.0000" twice.
+    free = TurnRecord(model="emulator")
+    for event in (ev.CompactionPhase(phase="start", before_messages=20, before_bytes=400_000,
+                                     target_bytes=100_000),
+                  ev.CompactionPhase(phase="applied", before_messages=20, after_messages=5,
+                                     before_bytes=400_000, after_bytes=80_000,
+                                     outcome="summary", summary_input_tokens=30_000,
+                                     summary_output_tokens=2_000)):
+        free.feed(event)
+    assert free.steps[0].detail.endswith(" · summary request 30,000 + 2,000 tokens; each "
+                                         "later request ≈ 80,000 input tokens smaller")
 
 
 def test_a_background_summary_row_says_what_its_requests_were_billed() -> None:

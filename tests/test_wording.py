@@ -14,7 +14,7 @@ from ipy_ctxrecovery.core import prices
 from ipy_ctxrecovery.core.ladder.decide import Decision, LadderState, Level
 from ipy_ctxrecovery.core.wording import (
     MARKS,
-    cache_line,
+    cost_words,
     describe,
     describe_debug,
     endpoint_text,
@@ -177,15 +177,17 @@ def test_an_unknown_price_says_how_to_set_it_by_the_name_a_price_takes() -> None
                              prompt_tokens=1_000, completion_tokens=10, compactions=0,
                              recoveries=0, cap_note=None, cached_tokens=0,
                              cache_write_tokens=0, cost=None)
-    (line,) = [ln for ln in status_text(status).splitlines() if ln.startswith("cache:")]
-    assert line == ("cache: 0 cached reads + 0 cache writes + 1,000 uncached input tokens · "
-                    "price unknown (set it with %chat config "
-                    "prices=qwen2.5-7b-instruct=IN/CACHED/WRITE/OUT, USD per million tokens)")
+    lines = status_text(status).splitlines()
+    (cache,) = [ln for ln in lines if ln.startswith("cache:")]
+    assert cache == "cache: 0 cached reads + 0 cache writes + 1,000 uncached input tokens"
+    # The cost on a line of its own, after it (beside the split it ran past 80 columns).
+    assert lines[lines.index(cache) + 1] == (
+        "cost: price unknown (set it with %chat config "
+        "prices=qwen2.5-7b-instruct=IN/CACHED/WRITE/OUT, USD per million tokens)")
     assert prices.price_for(status.model, "qwen2.5-7b-instruct=1/0.1/0/2") is not None
     # The card keeps it short; a known price says nothing of it.
-    assert cache_line(10, 0, 0, None) == ("0 cached reads + 0 cache writes + 10 uncached "
-                                          "input tokens · price unknown")
-    assert "set it" not in cache_line(10, 0, 0, 0.5, price_name="gpt-4o")
+    assert cost_words(None) == "price unknown"
+    assert cost_words(0.5, price_name="gpt-4o") == "≈ $0.5000 (estimated; input and answer)"
 
 
 def test_a_fit_that_stays_above_its_goal_is_not_told_as_reaching_it() -> None:

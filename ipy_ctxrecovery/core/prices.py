@@ -37,6 +37,11 @@ class Price:
     OpenAI bills a write as ordinary input, see :func:`estimate`)."""
     output: float
 
+    @property
+    def free(self) -> bool:
+        """Nothing is billed (the built-in emulator's price): no money is said."""
+        return not (self.input or self.cached or self.write or self.output)
+
 
 # USD per million tokens: (input, cached read, cache write (5 min), output).
 # OpenAI (no cache-write price: a write is billed as input): gpt-4o, gpt-4o-mini, gpt-4.1
@@ -162,9 +167,10 @@ def summary_usd(model: str, summary_input: int, summary_output: int, removed: in
                 overrides: str | None = None) -> tuple[float | None, float | None]:
     """(what a summary request cost, what the ``removed`` input tokens cost a later request
     at the uncached price): the turn card's and ``%chat compact``'s figures; (None, None)
-    when the price is unknown."""
+    when the price is unknown, or nothing is billed (the emulator: "$0.0000" twice a
+    line said nothing)."""
     price = price_for(model, overrides) if model else None
-    if price is None:
+    if price is None or price.free:
         return None, None
     per = 1_000_000
     return ((summary_input * price.input + summary_output * price.output) / per,

@@ -29,7 +29,7 @@ from .ladder.decide import Decision, Level
 
 __all__ = [
     "MARKS",
-    "cache_line",
+    "cost_words",
     "cache_said",
     "cache_split",
     "compaction_cost",
@@ -306,9 +306,9 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
         cap += f" — {status.cap_note}"
     cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
     usd = getattr(status, "cost", None)
-    line = cache_line(status.prompt_tokens, cached, written, usd,
-                      price_name=bare(str(status.model)))
-    cache = [f"cache: {line}"] if cache_said(cached, written, usd) else []
+    cache = [f"cache: {cache_split(status.prompt_tokens, cached, written)}",
+             f"cost: {cost_words(usd, price_name=bare(str(status.model)))}"] \
+        if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
         lines.append(f"endpoint: {endpoint}")
@@ -1310,21 +1310,22 @@ def cache_split(prompt: int, cached: int, written: int) -> str:
 
 
 def cache_said(cached: int, written: int, usd: float | None) -> bool:
-    """Whether the cache line has something to say: a cache was used, or the tokens have a
+    """Whether the cache and cost lines have something to say: a cache was used, or the tokens have a
     price (known and not nil, or unknown — which is said). The built-in emulator bills
     nothing and, until it reports a cache, has no line."""
     return bool(cached or written) or usd is None or usd > 0
 
 
-def cache_line(prompt: int, cached: int, written: int, usd: float | None, *,
-               price_name: str | None = None) -> str:
-    """The input split and the estimated cost of it all (input and answer), one line.
-    ``price_name``: the name a price for the model takes; with it, an unknown price says
-    how to set one (``%chat usage``, ``%chat status``; the card stays short)."""
-    said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
-    if usd is None and price_name:
-        said += f" ({unknown_price_fix(price_name)})"
-    return f"{cache_split(prompt, cached, written)} · {said}"
+def cost_words(usd: float | None, *, price_name: str | None = None) -> str:
+    """The estimated cost of everything counted (input and answer), on a line of its own
+    (``cost`` on the card, in ``%chat usage`` and ``%chat status``: beside the input's
+    split it ran past 80 columns and read as the cost of the cache). ``price_name``: the
+    name a price for the model takes; with it, an unknown price says how to set one (the
+    card stays short)."""
+    if usd is None:
+        return f"price unknown ({unknown_price_fix(price_name)})" if price_name \
+            else "price unknown"
+    return f"{money(usd)} (estimated; input and answer)"
 
 
 def unknown_price_fix(price_name: str) -> str:

@@ -29,10 +29,11 @@ from ..core import events as ev
 from ..core import history, prices, prompts
 from ..core.catalogue import bare
 from ..core.wording import (
-    cache_line,
     cache_said,
+    cache_split,
     compact_result,
     compaction_cost,
+    cost_words,
     emulator_quirk,
     forgotten_limits,
     messages_held,
@@ -403,9 +404,9 @@ def _usage(magics: ChatMagics, args: Any) -> None:
           f"{totals['completion_tokens']:,} completion tokens over "
           f"{plural(int(totals['turns'] or 0), 'cell')}")
     if cache_said(status.cached_tokens, status.cache_write_tokens, status.cost):
-        print("  " + cache_line(status.prompt_tokens, status.cached_tokens,
-                                status.cache_write_tokens, status.cost,
-                                price_name=bare(status.model)))
+        print("  " + cache_split(status.prompt_tokens, status.cached_tokens,
+                                 status.cache_write_tokens))
+        print(f"  cost: {cost_words(status.cost, price_name=bare(status.model))}")
 
 
 #: What each provider needs, and where its requests go unless told otherwise.

@@ -259,8 +259,9 @@ class TurnRecord:
                                self.prices)
         return None if cost is None else cost.total
 
-    def cache_text(self) -> str | None:
-        """The card's ``cache`` line: the input as reported and its estimated cost."""
+    def cache_text(self) -> tuple[str, str] | None:
+        """The card's ``cache`` and ``cost`` lines: the input as reported, and the estimated
+        cost of the turn (input and answer)."""
         if not (self.prompt_tokens or self.completion_tokens):
             return None
         if not (self.model or self.cached_tokens or self.cache_write_tokens):
@@ -268,7 +269,8 @@ class TurnRecord:
         usd = self.cost()
         if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
             return None
-        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd)
+        return (w.cache_split(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens),
+                w.cost_words(usd))
 
     def _compaction_cost(self, event: ev.CompactionPhase) -> str:
         """What an applied summary cost against the input it removes from later requests."""
@@ -302,7 +304,7 @@ class TurnRecord:
         removed = None if after is None else self.estimate(max(0, event.before_bytes - after))
         price = prices.price_for(self.model, self.prices) if self.model else None
         paid = saved = None
-        if price is not None:
+        if price is not None and not price.free:
             cost = prices.estimate(self.model, Usage(*tokens), self.prices)
             paid = None if cost is None else cost.total
             saved = None if removed is None else removed * price.input / 1_000_000
@@ -391,12 +393,11 @@ _CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-hei
         "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
 
 
-_COST = re.compile(r"(?:estimated cost )?≈ \$[\d,.]+")
+_COST = re.compile(r"≈ \$[\d,.]+")
 
 
 def _cost_unbroken(escaped: str) -> str:
-    """``estimated cost ≈ $0.0209`` kept on one line (a narrow card wrapped it after the ≈
-    or between "cost" and its amount)."""
+    """``≈ $0.0209`` kept on one line (a narrow card wrapped it after the ≈)."""
     return _COST.sub(lambda m: m.group(0).replace(" ", "&nbsp;"), escaped)
 
 
@@ -422,7 +423,9 @@ class TurnCard:
             self.after = w.history_as_before(record.kept_messages)
         else:
             self.after = None
-        self.cache = record.cache_text()
+        said = record.cache_text()
+        self.cache: str | None = said[0] if said else None
+        self.cost: str | None = said[1] if said else None
         self.rows: tuple[tuple[str, str, str], ...] = tuple(
             (step.glyph, step.name, step.detail) for step in record.steps)
         self.ok = record.failed is None and not record.cancelled
@@ -435,6 +438,8 @@ class TurnCard:
             lines.append(f"  after   {self.after}")
         if self.cache:
             lines.append(f"  cache   {self.cache}")
+        if self.cost:
+            lines.append(f"  cost    {self.cost}")
         width = max((len(name) for _, name, _ in self.rows), default=0)
         lines += [f"  {glyph} {name.ljust(width)}  {detail}" for glyph, name, detail in self.rows]
         return "\n".join(lines)
@@ -445,7 +450,7 @@ class TurnCard:
         sizes = "".join(
             f"<div><span style='opacity:.7'>{label}</span> {_cost_unbroken(e(text))}</div>"
             for label, text in (("before", self.before), ("after", self.after),
-                                ("cache", self.cache)) if text)
+                                ("cache", self.cache), ("cost", self.cost)) if text)
         # Inline styles: notebook front ends right-align and stripe output tables.
         cell = "text-align:left;vertical-align:top;border:none;background:none;padding:0 "
         rows = "".join(
