@@ -1012,11 +1012,12 @@ def test_compact_says_its_result_once(chat: ChatMagics, ip: Any,
     capsys.readouterr()
     ip.run_line_magic("chat", "compact")
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 3
+    assert len(out) == 4
     assert out[0].startswith("⇣ Summarizing older messages with the model (8 messages, ")
     assert re.fullmatch(r"✓ compacted: 8 → 3 messages, [\d.]+ KB → [\d.]+ KB "
                         r"\(%chat undo-compact restores\)", out[1]), out[1]
     assert out[2].startswith("  summary request ")      # what it was billed, once
+    assert out[3].startswith("  each later request ≈ ")
 
 
 def test_status_of_an_empty_session_and_plurals(chat: ChatMagics, ip: Any,

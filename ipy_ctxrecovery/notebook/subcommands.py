@@ -272,9 +272,10 @@ def _compact(magics: ChatMagics, args: Any) -> None:
         paid, saved = prices.summary_usd(session.model, report.summary_input_tokens,
                                          report.summary_output_tokens or 0, removed or 0,
                                          session.settings.prices)
-        print("  " + compaction_cost(report.summary_input_tokens,
-                                     report.summary_output_tokens or 0, removed, paid,
-                                     None if removed is None else saved))
+        said = compaction_cost(report.summary_input_tokens, report.summary_output_tokens or 0,
+                               removed, paid, None if removed is None else saved)
+        for part in said.split("; "):       # a line each: within 80 columns
+            print("  " + part)
 
 
 def _kept_whole(messages: Any) -> tuple[int, int]:
