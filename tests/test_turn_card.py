@@ -380,6 +380,9 @@ def test_the_card_shows_the_cache_split_and_the_cost_of_a_priced_model(emulator:
                      "tokens")
     assert lines[at + 1] == "  cost    ≈ $0.0245 (estimated; input and answer)"
     assert "cache</span> 8,000 cached reads + 1,500 cache writes" in card.html()
+    # JupyterLab typesets an HTML output's $…$ as LaTeX: two amounts in one card became a
+    # formula (tests/test_browser.py shows it); the card's root opts out of MathJax.
+    assert card.html().startswith("<div class='ctxr-card mathjax_ignore tex2jax_ignore' ")
     # The cost is one unbreakable phrase: a narrow card wrapped it after the "≈".
     assert "cost</span> ≈&nbsp;$0.0245 (estimated; input and answer)</div>" in card.html()
     over = TurnRecord(model="claude-sonnet-4", prices="claude-sonnet-4=0/0/0/1000")

@@ -23,7 +23,7 @@ from ..core import wording as w
 from ..failures import Failure
 from ..providers.base import Usage
 
-__all__ = ["CARD_MODES", "Step", "TurnCard", "TurnRecord", "card_wanted"]
+__all__ = ["CARD_MODES", "NO_MATH", "Step", "TurnCard", "TurnRecord", "card_wanted"]
 
 CARD_MODES = ("auto", "always", "never")
 """``ChatMagics.turn_card``: ``auto`` writes a card when something happened beyond a
@@ -393,6 +393,11 @@ _CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-hei
         "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
 
 
+NO_MATH = "mathjax_ignore tex2jax_ignore"
+"""Classes on the root of our HTML outputs: JupyterLab typesets the ``$…$`` of an HTML
+output as LaTeX (MathJax 3's ignore class, and MathJax 2's), and two amounts of money in
+one card ("≈ $0.0181); each later request … (≈ $0.0130") became a formula."""
+
 _COST = re.compile(r"≈ \$[\d,.]+")
 
 
@@ -460,7 +465,7 @@ class TurnCard:
             for glyph, name, detail in self.rows)
         table = (f"<table style='border-collapse:collapse;border:none;margin:2px 0 0 0;"
                  f"table-layout:auto'>{rows}</table>" if rows else "")
-        return (f"<div class='ctxr-card' data-session='{e(self.session)}' "
+        return (f"<div class='ctxr-card {NO_MATH}' data-session='{e(self.session)}' "
                 f"style='{_CSS.format(color=color)}'>"
                 f"<div><b>turn</b> · {e(self.header)}</div>{sizes}{table}</div>")
 
