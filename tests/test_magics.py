@@ -1769,3 +1769,20 @@ def test_usage_and_status_show_the_cache_split_and_the_cost(
     lines = capsys.readouterr().out.splitlines()
     at = lines.index(f"cache: {out[1].strip()}")
     assert lines[at + 1] == out[2].strip()
+
+
+def test_setting_prices_says_what_it_drops_and_when_it_misses_the_sessions_model(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # A second prices= silently dropped the first one's models, and an entry for another
+    # model (or a typo) left the session's cost as it was with nothing said.
+    ip.run_line_magic("chat", "config prices=emulator=3/0.3/3.75/15")
+    assert capsys.readouterr().out == "set prices=emulator=3/0.3/3.75/15\n"
+    ip.run_line_magic("chat", "config prices=gpt4o=1/1/0/1")
+    assert capsys.readouterr().out.splitlines() == [
+        "set prices=gpt4o=1/1/0/1",
+        "ℹ prices replaces the earlier setting: emulator is no longer in it (list every model "
+        "in one prices=, comma separated)",
+        "ℹ prices has no entry for session default's model, emulator, which keeps its list "
+        "price (its entry would be emulator=IN/CACHED/WRITE/OUT)"]
+    ip.run_line_magic("chat", "config prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2")
+    assert capsys.readouterr().out == "set prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2\n"

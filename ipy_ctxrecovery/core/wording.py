@@ -30,6 +30,8 @@ from .ladder.decide import Decision, Level
 __all__ = [
     "MARKS",
     "cost_words",
+    "prices_dropped",
+    "prices_miss",
     "cache_said",
     "cache_split",
     "compaction_cost",
@@ -1326,6 +1328,20 @@ def cost_words(usd: float | None, *, price_name: str | None = None) -> str:
         return f"price unknown ({unknown_price_fix(price_name)})" if price_name \
             else "price unknown"
     return f"{money(usd)} (estimated; input and answer)"
+
+
+def prices_dropped(models: Sequence[str]) -> str:
+    """``%chat config prices=…`` replaced a setting that priced other models."""
+    return (f"ℹ prices replaces the earlier setting: {', '.join(models)} "
+            f"{'is' if len(models) == 1 else 'are'} no longer in it (list every model in one "
+            "prices=, comma separated)")
+
+
+def prices_miss(session: str, model: str, price_name: str, *, known: bool) -> str:
+    """``%chat config prices=…`` names no entry for the current session's model."""
+    keeps = "keeps its list price" if known else "has no price"
+    return (f"ℹ prices has no entry for session {session}'s model, {model}, which {keeps} "
+            f"(its entry would be {price_name}=IN/CACHED/WRITE/OUT)")
 
 
 def unknown_price_fix(price_name: str) -> str:

@@ -25,8 +25,8 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from .. import errors
 from .._files import write_private_atomic
+from ..core import catalogue, history, prices, prompts
 from ..core import events as ev
-from ..core import history, prices, prompts
 from ..core.catalogue import bare
 from ..core.wording import (
     cache_said,
@@ -38,13 +38,23 @@ from ..core.wording import (
     forgotten_limits,
     messages_held,
     plural,
+    prices_dropped,
+    prices_miss,
     server_compaction_words,
     status_text,
 )
 from ..emulator import quirks
 from ..session.redactor import Redactor
 from ..session.store import Transcript
-from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size, seconds_arg
+from ..settings import (
+    ENV_VARS,
+    ConfigError,
+    field_for,
+    format_size,
+    parse_prices,
+    parse_size,
+    seconds_arg,
+)
 from .cell_inputs import whole_number
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
@@ -554,8 +564,9 @@ def _config(magics: ChatMagics, args: Any) -> None:
             as_typed[key] = value
         else:
             trait_values[field] = _trait_value(magics, traits[field], key, value)
+    before = magics.settings()
     try:
-        magics.settings().updated(as_typed, source="setting")
+        before.updated(as_typed, source="setting")
     except ConfigError as e:
         raise UsageError(f"%chat config: {e}") from e
     with magics.hold_trait_notifications():
@@ -570,6 +581,28 @@ def _config(magics: ChatMagics, args: Any) -> None:
             setattr(magics, field, value)
     now = magics.settings()
     print("set " + ", ".join(_said_set(item, now) for item in items))
+    if "prices" in settings_values:
+        for line in _prices_notes(magics, before.prices, now.prices):
+            print(line)
+
+
+def _prices_notes(magics: ChatMagics, before: str | None, now: str | None) -> list[str]:
+    """What a new ``prices`` setting does not do, said when it is set: the models of the
+    previous one it drops (a setting replaces, it does not add), and the current session's
+    model when it names no entry for it (a typo, or another model's name)."""
+    old = set(parse_prices(before)) if before else set()
+    new = parse_prices(now) if now else {}
+    notes = []
+    dropped = sorted(old - set(new))
+    if dropped:
+        notes.append(prices_dropped(dropped))
+    name = magics.workspace.current
+    session = magics.workspace.sessions.get(name)
+    model = session.model if session is not None else magics.workspace.defaults.model()
+    if new and catalogue.family(model, new) is None:
+        notes.append(prices_miss(name, model, bare(model),
+                                 known=prices.price_for(model) is not None))
+    return notes
 
 
 #: What None means for the settings where it is a value (0 for a size or a window).
