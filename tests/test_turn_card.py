@@ -75,7 +75,7 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
     first, second = (f"{e.body_bytes / KB:.1f} KB" for e in sent)
     lines = card.text().splitlines()
     assert lines[0] == ("turn · session default · ✓ answered after 1 recovery step · 2.4 s · "
-                        "1,234 prompt + 56 answer tokens")
+                        "1,234 prompt + 56 completion tokens")
     assert lines[1].startswith(f"  before  request {first} · no payload cap known · ≈")
     assert lines[1].endswith(" of 200,000 tokens")
     assert lines[2].startswith("  after   history ") and \
@@ -148,7 +148,7 @@ def test_a_routine_turn_has_a_card_only_when_asked(emulator: Any) -> None:
     assert not rec.something_happened
     assert not card_wanted("auto", rec) and card_wanted("always", rec)
     lines = TurnCard(rec).text().splitlines()
-    assert lines[0] == "turn · session default · ✓ answered · 0.3 s · 10 prompt + 12 answer tokens"
+    assert lines[0] == "turn · session default · ✓ answered · 0.3 s · 10 prompt + 12 completion tokens"
     assert [line[:4] for line in lines[3:]] == ["  ✓ ", "  ✓ "]
     assert lines[3].split()[1:] == ["pre-flight", "within", "the", "window"]
     assert lines[4].endswith(" · answered") and "send" in lines[4]

@@ -1128,7 +1128,9 @@ def turn_outcome(*, failed: ev.Failed | None, recovered: int, cancelled: bool,
 
 
 def tokens_used(prompt: int, completion: int) -> str:
-    return f"{prompt:,} prompt + {completion:,} answer tokens"
+    """The card's tokens, in the words of ``%chat usage`` and ``%chat status`` (it said
+    "answer tokens" where they say "completion tokens")."""
+    return f"{prompt:,} prompt + {completion:,} completion tokens"
 
 
 def elapsed(seconds: float) -> str:
