@@ -871,3 +871,15 @@ def test_a_session_that_changes_model_prices_each_models_tokens_at_its_own_price
                                settings=Settings(prices=prices))
     assert again.status().cost == pytest.approx(expected)
     again.close()
+
+
+def test_a_session_that_cannot_build_its_provider_leaves_its_name_free(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No key set: the session failed, and the retry once the key was set was refused with
+    # "session 'keyless' is open in this process already" until the kernel restarted.
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(CtxRecoveryError, match="No OpenAI key"):
+        ChatSession("openai:gpt-4o-mini", name="keyless")
+    again = ChatSession("fake", provider=FakeProvider(), name="keyless")
+    again.close()

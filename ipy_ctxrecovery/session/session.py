@@ -137,7 +137,13 @@ class ChatSession:
         self._paths = paths if paths is not None else PathRegistry()
         made = provider is None
         if provider is None:
-            provider = _make_provider(model, client, emulator, self.settings)
+            try:
+                provider = _make_provider(model, client, emulator, self.settings)
+            except BaseException:
+                # No key yet, a bad model name: the name is free for the retry (it stayed
+                # "open in this process already" until the kernel restarted).
+                self._files.release()
+                raise
         self._endpoint = Endpoint(provider, owned=made, client=client, emulator=emulator,
                                   factory=self._factory)
         self.bus = EventBus(mask=self.redactor.shown)
