@@ -1786,3 +1786,16 @@ def test_setting_prices_says_what_it_drops_and_when_it_misses_the_sessions_model
         "price (its entry would be emulator=IN/CACHED/WRITE/OUT)"]
     ip.run_line_magic("chat", "config prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2")
     assert capsys.readouterr().out == "set prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2\n"
+
+
+def test_turning_prompt_caching_off_says_openai_caches_all_the_same(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # Off, the OpenAI wire went on reporting cached reads, with nothing said of why.
+    ip.run_line_magic("chat", "config prompt_caching=off")
+    assert capsys.readouterr().out.splitlines() == [
+        "set prompt_caching=off",
+        "ℹ prompt_caching off: no cache breakpoints are sent (the Anthropic wire caches "
+        "nothing then); OpenAI still caches a repeated prefix on its own, which no request "
+        "setting turns off"]
+    ip.run_line_magic("chat", "config prompt_caching=off")      # already off: said once
+    assert capsys.readouterr().out == "set prompt_caching=off\n"

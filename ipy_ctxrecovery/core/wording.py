@@ -30,6 +30,7 @@ from .ladder.decide import Decision, Level
 __all__ = [
     "MARKS",
     "cost_words",
+    "PROMPT_CACHING_OFF",
     "prices_dropped",
     "prices_miss",
     "cache_said",
@@ -1344,6 +1345,12 @@ def prices_miss(session: str, model: str, price_name: str, *, known: bool) -> st
     keeps = "keeps its list price" if known else "has no price"
     return (f"ℹ prices has no entry for session {session}'s model, {model}, which {keeps} "
             f"(its entry would be {price_name}=IN/CACHED/WRITE/OUT)")
+
+
+PROMPT_CACHING_OFF = ("ℹ prompt_caching off: no cache breakpoints are sent (the Anthropic "
+                      "wire caches nothing then); OpenAI still caches a repeated prefix on "
+                      "its own, which no request setting turns off")
+"""Said when ``prompt_caching`` is turned off: on the OpenAI wire cached reads go on."""
 
 
 def unknown_price_fix(price_name: str) -> str:

@@ -29,6 +29,7 @@ from ..core import catalogue, history, prices, prompts
 from ..core import events as ev
 from ..core.catalogue import bare
 from ..core.wording import (
+    PROMPT_CACHING_OFF,
     cache_said,
     cache_split,
     compact_result,
@@ -584,6 +585,9 @@ def _config(magics: ChatMagics, args: Any) -> None:
     if "prices" in settings_values:
         for line in _prices_notes(magics, before.prices, now.prices):
             print(line)
+    if "prompt_caching" in settings_values and before.prompt_caching \
+            and not now.prompt_caching:
+        print(PROMPT_CACHING_OFF)
 
 
 def _prices_notes(magics: ChatMagics, before: str | None, now: str | None) -> list[str]:
