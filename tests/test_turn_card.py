@@ -360,7 +360,9 @@ def chunked_summary() -> list[ev.Event]:
 def test_a_chunked_summary_says_what_it_read_cost_and_dropped_unread() -> None:
     text = card_of(chunked_summary()).text()
     row = next(line for line in text.splitlines() if "compaction" in line)
-    assert "summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens" in row
+    # Its tokens once, in and out (the row said "9,120 tokens" and then "8,000 + 1,120").
+    assert "summary: 14 messages read in 3 chunks, 3 requests · " in row
+    assert "summary request 8,000 + 1,120 tokens" in row and "9,120" not in row
     assert "2 messages dropped unread (summary-request bound 8)" in row
 
 

@@ -918,9 +918,11 @@ def budget_detail(e: ev.BudgetApplied) -> str:
     return f"{plural(e.replaced, 'tool result')} → previews (full text saved)"
 
 
-def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True) -> str:
+def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True,
+                      tokens: bool = True) -> str:
     """What one compaction did (or is doing), from its phases so far; ``cost``: with what
-    its summary read and cost (:func:`summary_lines`)."""
+    its summary read and cost (:func:`summary_lines`); ``tokens``: with the summary's
+    tokens in all (the card leaves them to its note, which splits them in and out)."""
     last = phases[-1]
     n0, b0 = last.before_messages, format_size(last.before_bytes)
     n1 = last.after_messages if last.after_messages is not None else n0
@@ -948,20 +950,20 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True
     done = (f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
             + (f" · {facts}" if facts else ""))
     if last.outcome == "summary" and cost:
-        done += "".join(f" · {line}" for line in summary_lines(last))
+        done += "".join(f" · {line}" for line in summary_lines(last, tokens=tokens))
     return done
 
 
-def summary_cost(e: ev.CompactionPhase) -> str:
+def summary_cost(e: ev.CompactionPhase, *, tokens: bool = True) -> str:
     """``summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens`` ('' when the
-    compaction asked for no summary)."""
+    compaction asked for no summary; ``tokens`` False: without the tokens)."""
     if not e.summary_requests:
         return ""
     chunks = f" in {plural(e.chunks, 'chunk')}" if e.chunks > 1 else ""
     known = [t for t in (e.summary_input_tokens, e.summary_output_tokens) if t is not None]
-    tokens = f", {sum(known):,} tokens" if known else ""
+    tokens_said = f", {sum(known):,} tokens" if known and tokens else ""
     return (f"summary: {plural(e.read_messages, 'message')} read{chunks}, "
-            f"{plural(e.summary_requests, 'request')}{tokens}")
+            f"{plural(e.summary_requests, 'request')}{tokens_said}")
 
 
 def dropped_unread(e: ev.CompactionPhase) -> str:
@@ -973,10 +975,10 @@ def dropped_unread(e: ev.CompactionPhase) -> str:
     return f"{plural(e.dropped_unread, 'message')} dropped unread{bound}"
 
 
-def summary_lines(e: ev.CompactionPhase) -> list[str]:
+def summary_lines(e: ev.CompactionPhase, *, tokens: bool = True) -> list[str]:
     """What a summary read and cost, and what it dropped unread: the card's and the
     panel's lines (none when no summary was asked for)."""
-    return [line for line in (summary_cost(e), dropped_unread(e)) if line]
+    return [line for line in (summary_cost(e, tokens=tokens), dropped_unread(e)) if line]
 
 
 def pinned_rules(e: ev.CompactionPhase) -> str:

@@ -67,8 +67,10 @@ class Step:
             return w.send_detail(first, status=self.status, failure=self.failure,
                                  streamed_tokens=self.streamed_tokens)
         if isinstance(first, ev.CompactionPhase):
+            # The note says the summary's tokens, split in and out: not twice.
             detail = w.compaction_detail([e for e in self.events
-                                          if isinstance(e, ev.CompactionPhase)])
+                                          if isinstance(e, ev.CompactionPhase)],
+                                         tokens=not self.note)
             return f"{detail} · {self.note}" if self.note else detail
         if isinstance(first, ev.LadderStep):
             # The step's announcement, or what it did once that is known (its outcome).
