@@ -631,8 +631,9 @@ def _coerce(name: str, key: str, raw: str | int | float | None) -> Any:
 
 
 PRICE_FORMS = ("model=in/cached/write/out pairs in USD per million tokens, comma separated "
-               "(e.g. gpt-4o=2.5/1.25/0/10), or a JSON object such as "
-               '{"gpt-4o": [2.5, 1.25, 0, 10]}')
+               "(e.g. gpt-4o=2.5/1.25/0/10), or a JSON object in single quotes such as "
+               """'{"gpt-4o": [2.5, 1.25, 0, 10]}'""")
+"""The quotes keep the JSON's own: a %chat config line (as a shell) takes off the others."""
 
 
 def parse_prices(text: str, *, name: str = "prices") -> dict[str, tuple[float, float, float, float]]:
@@ -669,6 +670,8 @@ def parse_prices(text: str, *, name: str = "prices") -> dict[str, tuple[float, f
         numbers: list[float] = []
         if isinstance(value, list) and len(value) == 4:
             for v in value:
+                if isinstance(v, bool):     # JSON true is not a price (float(True) is 1.0)
+                    break
                 try:
                     number = float(v.strip()) if isinstance(v, str) else float(v)
                 except (TypeError, ValueError):

@@ -3,6 +3,7 @@ swapped in at the turn that needs room — with the real SDKs against the emulat
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -258,6 +259,45 @@ def test_a_failed_background_summary_is_one_line_and_the_turn_goes_on() -> None:
     session._background.wait()      # noqa: SLF001
     session.send(words(101), stream=False, max_tokens=50)
     assert len(of(events, "preparing")) == tried
+    session.close()
+
+
+class _CachedSummaries(FakeProvider):
+    """Answers as FakeProvider; a summary request reports half its input read from the
+    cache and a tenth written to it."""
+
+    def send(self, request: Request, on_text: Any = None) -> Response:
+        if not any(m.role is Role.SYSTEM and "STRUCTURED SUMMARY" in m.text
+                   for m in request.messages):
+            return super().send(request, on_text)
+        self.script.append("## Conversation so far\n- " + "\n- ".join(
+            words(i)[:120] for i in range(12)))
+        reply = super().send(request, on_text)
+        prompt = reply.usage.prompt_tokens or 0
+        usage = dataclasses.replace(reply.usage, cached_tokens=prompt // 2,
+                                    cache_write_tokens=prompt // 10)
+        return dataclasses.replace(reply, usage=usage)
+
+
+def test_a_background_summarys_cache_reads_and_writes_are_counted() -> None:
+    # Its input tokens were counted, its cache reads and writes were not: %chat usage then
+    # billed the reads as uncached input.
+    session = ChatSession("fake", provider=_CachedSummaries(window=WINDOW),
+                          settings=Settings(context_window=WINDOW))
+    events: list[Any] = []
+    session.subscribe(events.append)
+    for i in range(40):
+        session.send(words(i), stream=False, max_tokens=50)
+        if of(events, "ready"):
+            break
+        session._background.wait()      # noqa: SLF001 - let the worker finish first
+    (ready,) = of(events, "ready")
+    # (Its requests' halves and tenths, summed: it may take more than one request.)
+    assert 0 < ready.cached_tokens <= ready.prompt_tokens // 2
+    assert 0 < ready.cache_write_tokens <= ready.prompt_tokens // 10
+    status = session.status()
+    assert (status.cached_tokens, status.cache_write_tokens) == (ready.cached_tokens,
+                                                                  ready.cache_write_tokens)
     session.close()
 
 

@@ -1012,10 +1012,12 @@ def test_compact_says_its_result_once(chat: ChatMagics, ip: Any,
     capsys.readouterr()
     ip.run_line_magic("chat", "compact")
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2
+    assert len(out) == 4
     assert out[0].startswith("⇣ Summarizing older messages with the model (12 messages, ")
     assert re.fullmatch(r"✓ compacted: 12 → 3 messages, [\d.]+ KB → [\d.]+ KB "
                         r"\(%chat undo-compact restores\)", out[1]), out[1]
+    assert out[2].startswith("  summary request ")      # what it was billed, once
+    assert out[3].startswith("  each later request ≈ ")
 
 
 def test_status_of_an_empty_session_and_plurals(chat: ChatMagics, ip: Any,
@@ -1272,6 +1274,15 @@ def test_env_warnings_do_not_contradict_and_rejected_values_are_not_the_source(
     assert out[0].split() == ["CHATCLI_MAX_PAYLOAD", "max_payload", "no", "cap", "(default;",
                               "CHATCLI_MAX_PAYLOAD='lots'", "was", "ignored)"]
     assert out[1].split()[2:4] == ["2", "(default;"]
+
+
+def test_a_malformed_prices_variable_is_named_once(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    load_with_env(ip, monkeypatch, {"CHATCLI_PRICES": "emulator=1/2"})
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("⚠ ignoring CHATCLI_PRICES: the price of 'emulator' is not four "
+                           "non-negative numbers; expected model=in/cached/write/out")
+    assert line.count("CHATCLI_PRICES") == 1 and line.endswith("Using the default (none).")
 
 
 def test_bad_env_values_never_cost_a_good_one_its_value(
@@ -1750,9 +1761,41 @@ def test_usage_and_status_show_the_cache_split_and_the_cost(
     ip.run_line_magic("chat", "usage")
     out = capsys.readouterr().out.splitlines()
     status = chat.workspace.sessions["default"].status()
-    assert out[1] == (f"  0 cached reads + 0 cache writes + {status.prompt_tokens:,} uncached "
-                      f"input tokens · estimated cost ≈ ${status.cost:,.2f}")
+    assert out[1:] == [f"  0 cached reads + 0 cache writes + {status.prompt_tokens:,} "
+                       "uncached input tokens",
+                       f"  cost: ≈ ${status.cost:,.2f} (estimated; input and answer)"]
     assert status.cost == pytest.approx(status.prompt_tokens / 1e6 + status.completion_tokens)
     ip.run_line_magic("chat", "status")
     lines = capsys.readouterr().out.splitlines()
-    assert f"cache: {out[1].strip()}" in lines
+    at = lines.index(f"cache: {out[1].strip()}")
+    assert lines[at + 1] == out[2].strip()
+
+
+def test_setting_prices_says_what_it_drops_and_when_it_misses_the_sessions_model(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # A second prices= silently dropped the first one's models, and an entry for another
+    # model (or a typo) left the session's cost as it was with nothing said.
+    ip.run_line_magic("chat", "config prices=emulator=3/0.3/3.75/15")
+    assert capsys.readouterr().out == "set prices=emulator=3/0.3/3.75/15\n"
+    ip.run_line_magic("chat", "config prices=gpt4o=1/1/0/1")
+    assert capsys.readouterr().out.splitlines() == [
+        "set prices=gpt4o=1/1/0/1",
+        "ℹ prices replaces the earlier setting: emulator is no longer in it (list every model "
+        "in one prices=, comma separated)",
+        "ℹ prices has no entry for session default's model, emulator, which keeps its list "
+        "price (its entry would be emulator=IN/CACHED/WRITE/OUT)"]
+    ip.run_line_magic("chat", "config prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2")
+    assert capsys.readouterr().out == "set prices=gpt4o=1/1/0/1,emulator=1/0.1/1.25/2\n"
+
+
+def test_turning_prompt_caching_off_says_openai_caches_all_the_same(
+        chat: ChatMagics, ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # Off, the OpenAI wire went on reporting cached reads, with nothing said of why.
+    ip.run_line_magic("chat", "config prompt_caching=off")
+    assert capsys.readouterr().out.splitlines() == [
+        "set prompt_caching=off",
+        "ℹ prompt_caching off: no cache breakpoints are sent (the Anthropic wire caches "
+        "nothing then); OpenAI still caches a repeated prefix on its own, which no request "
+        "setting turns off"]
+    ip.run_line_magic("chat", "config prompt_caching=off")      # already off: said once
+    assert capsys.readouterr().out == "set prompt_caching=off\n"

@@ -68,7 +68,9 @@ def test_the_prices_setting_from_the_environment() -> None:
 
 
 @pytest.mark.parametrize("bad", ["gpt-4o", "gpt-4o=1/2/3", "gpt-4o=1/2/x/4", "gpt-4o=-1/0/0/1",
-                                 "{not json", '["a"]', '{"a": [1, 2]}', ",", "=1/1/1/1"])
+                                 "{not json", '["a"]', '{"a": [1, 2]}', ",", "=1/1/1/1",
+                                 '{"a": [1, true, 0, 2]}', '{"a": {"input": false, "cached": 0, '
+                                 '"write": 0, "output": 1}}'])
 def test_a_malformed_price_is_one_sentence(bad: str) -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_env({"CHATCLI_PRICES": bad})
@@ -77,3 +79,25 @@ def test_a_malformed_price_is_one_sentence(bad: str) -> None:
     assert "in/cached/write/out" in said
     with pytest.raises(ConfigError):
         parse_prices(bad)
+
+
+def test_the_json_example_a_malformed_price_gives_works_where_it_is_typed() -> None:
+    # The example was unquoted: typed on a %chat config line, IPython's argument split takes
+    # its double quotes off and the JSON no longer parses. In single quotes it survives that
+    # split, as it does a shell's export.
+    import shlex
+
+    from ipy_ctxrecovery.settings import PRICE_FORMS
+
+    example = PRICE_FORMS[PRICE_FORMS.index("'"):]
+    (word,) = shlex.split(f"prices={example}")
+    assert parse_prices(word.partition("=")[2]) == {"gpt-4o": (2.5, 1.25, 0.0, 10.0)}
+
+
+def test_a_summary_is_priced_against_what_it_removes() -> None:
+    # 30,000 × $2.50 + 2,000 × $10 = $0.095; 80,000 removed tokens × $2.50 = $0.20.
+    paid, saved = prices.summary_usd("gpt-4o", 30_000, 2_000, 80_000)
+    assert (paid, saved) == (pytest.approx(0.095), pytest.approx(0.20))
+    assert prices.summary_usd("my-local", 1, 1, 1) == (None, None)
+    assert prices.summary_usd("emulator", 1, 1, 1) == (None, None)    # bills nothing
+    assert prices.summary_usd("my-local", 1_000_000, 0, 0, "my-local=1/0/0/1")[0] == 1.0

@@ -618,6 +618,21 @@ def test_usage_of_a_compaction_reply_is_counted() -> None:
     assert reply.usage == Usage(10, 5, 0, 0)
 
 
+def test_the_compaction_event_carries_what_the_compaction_was_billed() -> None:
+    # The card prices the server's compaction from its event (turn_card._billed_note).
+    own = Usage(4_800, 250, 3_900, 100)
+    reply = dataclasses.replace(compaction_reply("a"), usage=Usage(10, 5, compaction=own))
+    s, events = chat(compacting([reply]))
+    s.send("q")
+    (told,) = [e for e in events if isinstance(e, ServerCompacted)]
+    assert (told.prompt_tokens, told.completion_tokens, told.cached_tokens,
+            told.cache_write_tokens) == (4_800, 250, 3_900, 100)
+    s2, events2 = chat(compacting([compaction_reply("a")]))      # none reported
+    s2.send("q")
+    (quiet,) = [e for e in events2 if isinstance(e, ServerCompacted)]
+    assert quiet.prompt_tokens is None and quiet.completion_tokens is None
+
+
 def test_chat_history_shows_the_compaction_in_a_shell(loaded_shell: Any,
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:

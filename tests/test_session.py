@@ -850,3 +850,36 @@ def test_a_fit_after_a_compaction_that_was_not_applied_says_no_compaction() -> N
     fits = [describe(e) for e in events if isinstance(e, FitBeforeSend)]
     assert rejected and fits
     assert all("after compaction" not in line for line in fits), fits
+
+
+def test_a_session_that_changes_model_prices_each_models_tokens_at_its_own_price() -> None:
+    # The session's cost priced every token at the model in force: a cheap model's turns
+    # were billed at the dear one's after a switch (%chat usage overstated them ×2 here).
+    prices = "gpt-4o-mini=1/0/0/0,gpt-4.5-preview=100/0/0/0"
+    s = ChatSession("fake", provider=FakeProvider(["one"], model="gpt-4o-mini"),
+                    settings=Settings(prices=prices), name="two-models")
+    s.send("a")
+    cheap = s.status().prompt_tokens
+    s.update(provider=FakeProvider(["two"], model="gpt-4.5-preview"))
+    s.send("b")
+    dear = s.status().prompt_tokens - cheap
+    expected = (cheap * 1 + dear * 100) / 1e6
+    assert s.status().cost == pytest.approx(expected)
+    s.close()
+    # Kept with the session: a resumed one prices them as before.
+    again = ChatSession.resume("two-models", provider=FakeProvider(model="gpt-4.5-preview"),
+                               settings=Settings(prices=prices))
+    assert again.status().cost == pytest.approx(expected)
+    again.close()
+
+
+def test_a_session_that_cannot_build_its_provider_leaves_its_name_free(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No key set: the session failed, and the retry once the key was set was refused with
+    # "session 'keyless' is open in this process already" until the kernel restarted.
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(CtxRecoveryError, match="No OpenAI key"):
+        ChatSession("openai:gpt-4o-mini", name="keyless")
+    again = ChatSession("fake", provider=FakeProvider(), name="keyless")
+    again.close()

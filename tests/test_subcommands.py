@@ -80,6 +80,10 @@ def test_compact_says_when_it_changes_nothing_or_misses_its_target(
     capsys.readouterr()
     ip.run_line_magic("chat", "compact")
     out = capsys.readouterr().out.splitlines()
+    # What the summary was billed, against what it saves each later request, after the
+    # result (in tokens: the emulator bills nothing, so no money is said).
+    assert re.fullmatch(r"  each later request ≈ [\d,]+ input tokens smaller", out.pop()), out
+    assert re.fullmatch(r"  summary request [\d,]+ \+ [\d,]+ tokens", out.pop()), out
     # The latest request (7 KB) is kept whole, so a half-size target cannot be reached.
     assert re.fullmatch(
         r"✓ compacted: 4 → 3 messages, 15\.\d KB → [\d.]+ KB, still over the 7\.\d KB target: "
@@ -92,7 +96,8 @@ def test_compact_says_when_it_changes_nothing_or_misses_its_target(
     said = []
     for _ in range(4):
         ip.run_line_magic("chat", "compact")
-        said.append(capsys.readouterr().out.splitlines()[-1])
+        lines = capsys.readouterr().out.splitlines()
+        said.append(next(ln for ln in reversed(lines) if not ln.startswith("  ")))
         if said[-1].startswith("history unchanged"):
             break
     assert all(line.startswith("✓ compacted: 1 message summarized into one, 3 → 3 messages")

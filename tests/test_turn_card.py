@@ -75,7 +75,7 @@ def test_a_413_recovered_by_a_summary(emulator: Any) -> None:
     first, second = (f"{e.body_bytes / KB:.1f} KB" for e in sent)
     lines = card.text().splitlines()
     assert lines[0] == ("turn · session default · ✓ answered after 1 recovery step · 2.4 s · "
-                        "1,234 prompt + 56 answer tokens")
+                        "1,234 prompt + 56 completion tokens")
     assert lines[1].startswith(f"  before  request {first} · no payload cap known · ≈")
     assert lines[1].endswith(" of 200,000 tokens")
     assert lines[2].startswith("  after   history ") and \
@@ -148,7 +148,7 @@ def test_a_routine_turn_has_a_card_only_when_asked(emulator: Any) -> None:
     assert not rec.something_happened
     assert not card_wanted("auto", rec) and card_wanted("always", rec)
     lines = TurnCard(rec).text().splitlines()
-    assert lines[0] == "turn · session default · ✓ answered · 0.3 s · 10 prompt + 12 answer tokens"
+    assert lines[0] == "turn · session default · ✓ answered · 0.3 s · 10 prompt + 12 completion tokens"
     assert [line[:4] for line in lines[3:]] == ["  ✓ ", "  ✓ "]
     assert lines[3].split()[1:] == ["pre-flight", "within", "the", "window"]
     assert lines[4].endswith(" · answered") and "send" in lines[4]
@@ -360,7 +360,9 @@ def chunked_summary() -> list[ev.Event]:
 def test_a_chunked_summary_says_what_it_read_cost_and_dropped_unread() -> None:
     text = card_of(chunked_summary()).text()
     row = next(line for line in text.splitlines() if "compaction" in line)
-    assert "summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens" in row
+    # Its tokens once, in and out (the row said "9,120 tokens" and then "8,000 + 1,120").
+    assert "summary: 14 messages read in 3 chunks, 3 requests · " in row
+    assert "summary request 8,000 + 1,120 tokens" in row and "9,120" not in row
     assert "2 messages dropped unread (summary-request bound 8)" in row
 
 
@@ -373,24 +375,34 @@ def test_the_card_shows_the_cache_split_and_the_cost_of_a_priced_model(emulator:
                cached_tokens=8_000, cache_write_tokens=1_500)
     card = TurnCard(rec)
     # 500 × $3 + 8,000 × $0.30 + 1,500 × $3.75 + 1,000 × $15 per million = $0.0245
-    line = ("cache   8,000 cached reads + 1,500 cache writes + 500 uncached input tokens · "
-            "estimated cost ≈ $0.0245")
-    assert "  " + line in card.text().splitlines()
+    lines = card.text().splitlines()
+    # The cost on its own line, under the split: beside it, the line ran past 80 columns
+    # and read as the cost of the cache.
+    at = lines.index("  cache   8,000 cached reads + 1,500 cache writes + 500 uncached input "
+                     "tokens")
+    assert lines[at + 1] == "  cost    ≈ $0.0245 (estimated; input and answer)"
     assert "cache</span> 8,000 cached reads + 1,500 cache writes" in card.html()
+    # JupyterLab typesets an HTML output's $…$ as LaTeX: two amounts in one card became a
+    # formula (tests/test_browser.py shows it); the card's root opts out of MathJax.
+    assert card.html().startswith("<div class='ctxr-card mathjax_ignore tex2jax_ignore' ")
+    # The cost is one unbreakable phrase: a narrow card wrapped it after the "≈".
+    assert "cost</span> ≈&nbsp;$0.0245 (estimated; input and answer)</div>" in card.html()
     over = TurnRecord(model="claude-sonnet-4", prices="claude-sonnet-4=0/0/0/1000")
     over.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1_000)
-    assert TurnCard(over).text().endswith("estimated cost ≈ $1.00")
+    assert "\n  cost    ≈ $1.00 (estimated; input and answer)" in TurnCard(over).text()
     unknown = TurnRecord(model="llama-3-70b")
     unknown.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
-    assert TurnCard(unknown).text().endswith("10 uncached input tokens · price unknown")
+    assert TurnCard(unknown).text().splitlines()[-2:] == [
+        "  cache   0 cached reads + 0 cache writes + 10 uncached input tokens",
+        "  cost    price unknown"]
     # The emulator bills nothing: no line until it reports a cache.
     free = TurnRecord(model="emulator")
     free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1)
     assert "cache" not in TurnCard(free).text()
     free.finish(elapsed=1.0, prompt_tokens=10, completion_tokens=1, cached_tokens=4)
     assert TurnCard(free).text().endswith(
-        "cache   4 cached reads + 0 cache writes + 6 uncached input tokens · estimated cost "
-        "≈ $0.0000")
+        "cache   4 cached reads + 0 cache writes + 6 uncached input tokens\n"
+        "  cost    ≈ $0.0000 (estimated; input and answer)")
 
 
 def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
@@ -406,6 +418,57 @@ def test_a_compaction_card_prices_its_summary_against_what_it_removes() -> None:
     assert step.detail.endswith(
         " · summary request 30,000 + 2,000 tokens (≈ $0.0950); each later request ≈ 80,000 "
         "input tokens smaller (≈ $0.2000 uncached)")
+    # The emulator bills nothing: the tokens are said, no "$0.0000" twice.
+    free = TurnRecord(model="emulator")
+    for event in (ev.CompactionPhase(phase="start", before_messages=20, before_bytes=400_000,
+                                     target_bytes=100_000),
+                  ev.CompactionPhase(phase="applied", before_messages=20, after_messages=5,
+                                     before_bytes=400_000, after_bytes=80_000,
+                                     outcome="summary", summary_input_tokens=30_000,
+                                     summary_output_tokens=2_000)):
+        free.feed(event)
+    assert free.steps[0].detail.endswith(" · summary request 30,000 + 2,000 tokens; each "
+                                         "later request ≈ 80,000 input tokens smaller")
+
+
+def test_a_background_summary_row_says_what_its_requests_were_billed() -> None:
+    # Its tokens are the session's (%chat usage counts them in the turn that tells it), not
+    # the turn's answer's: the card says them, so the cards add up to %chat usage.
+    rec = TurnRecord(model="gpt-4o")
+    rec.feed(ev.BackgroundSummary(state="ready", covered_messages=14, before_messages=23,
+                                  after_messages=10, before_bytes=40_000, after_bytes=8_000,
+                                  prompt_tokens=3_000, completion_tokens=300,
+                                  cached_tokens=1_000))
+    (step,) = [s for s in rec.steps if s.stage == "background"]
+    # 2,000 × $2.50 + 1,000 × $1.25 + 300 × $10 = $0.00925; 32,000 B ≈ 8,000 tokens × $2.50.
+    assert step.detail.endswith(
+        "swapped in when needed · background summary request 3,000 + 300 tokens (≈ $0.0093); "
+        "each later request ≈ 8,000 input tokens smaller (≈ $0.0200 uncached)")
+    failed = TurnRecord(model="gpt-4o")
+    failed.feed(ev.BackgroundSummary(state="failed", reason="nothing to summarize",
+                                     prompt_tokens=1_000, completion_tokens=10))
+    assert failed.steps[0].detail == ("failed: nothing to summarize · background summary "
+                                      "request 1,000 + 10 tokens (≈ $0.0026)")
+    told = TurnRecord(model="gpt-4o")
+    told.feed(ev.BackgroundSummary(state="preparing", before_bytes=4_000))
+    assert "tokens" not in told.steps[0].detail
+
+
+def test_a_server_compaction_row_prices_it_against_what_it_removes() -> None:
+    rec = TurnRecord(model="claude-sonnet-4", estimate=lambda b: b // 4)
+    rec.feed(ev.ServerCompacted(wire="anthropic", replaced_messages=23, before_bytes=20_000,
+                                after_bytes=2_000, summary_chars=963, prompt_tokens=4_800,
+                                completion_tokens=250, cached_tokens=3_900))
+    (step,) = rec.steps
+    # 900 × $3 + 3,900 × $0.30 + 250 × $15 = $0.00762; 18,000 B = 4,500 tokens × $3.
+    assert step.detail.endswith(
+        "history 19.5 KB → 2.0 KB · the server's compaction 4,800 + 250 tokens (≈ $0.0076); "
+        "each later request ≈ 4,500 input tokens smaller (≈ $0.0135 uncached)")
+    # No usage reported for it: nothing said of its cost.
+    quiet = TurnRecord(model="claude-sonnet-4")
+    quiet.feed(ev.ServerCompacted(wire="anthropic", replaced_messages=2, before_bytes=20_000,
+                                  after_bytes=2_000))
+    assert "tokens" not in quiet.steps[0].detail
 
 
 def test_the_card_and_the_panel_say_how_many_facts_the_summary_kept() -> None:

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from ipy_ctxrecovery.core import events as ev
+from ipy_ctxrecovery.core import prices
 from ipy_ctxrecovery.core.ladder.decide import Decision, LadderState, Level
 from ipy_ctxrecovery.core.wording import (
     MARKS,
+    cost_words,
     describe,
     describe_debug,
     endpoint_text,
@@ -164,6 +166,29 @@ def test_endpoint_and_status_text() -> None:
         "history: empty (the 8,192-token window)",
         "payload cap: no payload cap configured",
         "transcript: 1 message"]
+
+
+def test_an_unknown_price_says_how_to_set_it_by_the_name_a_price_takes() -> None:
+    # %chat status (and %chat usage) said "price unknown" and nothing else: the name a
+    # price takes is the model's id without its provider and router prefixes.
+    status = SimpleNamespace(name="s", model="openai:Qwen/Qwen2.5-7B-Instruct",
+                             history_bytes=651, est_tokens=163, window=8192,
+                             window_guessed=False, window_learned=False, cap=None,
+                             cap_source=None, messages=2, transcript_messages=2,
+                             prompt_tokens=1_000, completion_tokens=10, compactions=0,
+                             recoveries=0, cap_note=None, cached_tokens=0,
+                             cache_write_tokens=0, cost=None)
+    lines = status_text(status).splitlines()
+    (cache,) = [ln for ln in lines if ln.startswith("cache:")]
+    assert cache == "cache: 0 cached reads + 0 cache writes + 1,000 uncached input tokens"
+    # The cost on a line of its own, after it (beside the split it ran past 80 columns).
+    assert lines[lines.index(cache) + 1] == (
+        "cost: price unknown (set it with %chat config "
+        "prices=qwen2.5-7b-instruct=IN/CACHED/WRITE/OUT, USD per million tokens)")
+    assert prices.price_for(status.model, "qwen2.5-7b-instruct=1/0.1/0/2") is not None
+    # The card keeps it short; a known price says nothing of it.
+    assert cost_words(None) == "price unknown"
+    assert cost_words(0.5, price_name="gpt-4o") == "≈ $0.5000 (estimated; input and answer)"
 
 
 def test_a_fit_that_stays_above_its_goal_is_not_told_as_reaching_it() -> None:

@@ -183,7 +183,7 @@ DEFAULT_MODEL_INFO = ModelInfo("unknown", 8_192, 4_096, guessed=True)
 """Conservative guess for a model the catalogue does not know (e.g. a local vLLM model)."""
 
 
-def _bare(model: str) -> str:
+def bare(model: str) -> str:
     """Strip our ``provider:`` prefix and router/cloud prefixes (``openai/``, ``anthropic.``)."""
     name = model.strip().lower()
     if ":" in name and name.split(":", 1)[0] in {"openai", "anthropic", "emulator"}:
@@ -201,7 +201,7 @@ def _bare(model: str) -> str:
 def family(model: str, families: Iterable[str]) -> str | None:
     """The entry of ``families`` that ``model`` belongs to: its exact id or the longest
     family at a ``-`` (or ``@``) boundary, after the provider prefixes are stripped."""
-    name = _bare(model)
+    name = bare(model)
     best: str | None = None
     for candidate in families:
         if (name == candidate or name.startswith(candidate + "-")

@@ -365,6 +365,10 @@ class BackgroundSummary(Event):
     after_bytes: int | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    """What the summary's requests were billed (``ready``, ``failed``): its input (of which
+    cache reads and writes) and output tokens, paid for in the turn that tells it."""
     reason: str | None = None
 
 
@@ -383,6 +387,13 @@ class ServerCompacted(Event):
     after_bytes: int
     summary_chars: int | None = None
     trigger_tokens: int | None = None
+    prompt_tokens: int | None = None
+    """The compaction's own usage, as the reply reported it apart from the answer's
+    (None: not reported): its input, of which ``cached_tokens`` read from the cache and
+    ``cache_write_tokens`` written, and its output (the summary)."""
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

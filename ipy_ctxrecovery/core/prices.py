@@ -24,7 +24,7 @@ from ..settings import parse_prices
 from .caching import LONG_TTL, WRITE_SHARE
 from .catalogue import family
 
-__all__ = ["PRICES", "Cost", "Price", "TokenUsage", "estimate", "price_for"]
+__all__ = ["PRICES", "Cost", "Price", "TokenUsage", "estimate", "price_for", "summary_usd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,11 @@ class Price:
     """A cache write (Anthropic's 5-minute write; 0 where writing costs nothing extra:
     OpenAI bills a write as ordinary input, see :func:`estimate`)."""
     output: float
+
+    @property
+    def free(self) -> bool:
+        """Nothing is billed (the built-in emulator's price): no money is said."""
+        return not (self.input or self.cached or self.write or self.output)
 
 
 # USD per million tokens: (input, cached read, cache write (5 min), output).
@@ -161,3 +166,17 @@ def estimate(model: str, usage: TokenUsage, overrides: str | None = None) -> Cos
                 cached_input=cached * price.cached / per,
                 cache_write=((written - long) * write_price + long * long_price) / per,
                 output=(usage.completion_tokens or 0) * price.output / per)
+
+
+def summary_usd(model: str, summary_input: int, summary_output: int, removed: int,
+                overrides: str | None = None) -> tuple[float | None, float | None]:
+    """(what a summary request cost, what the ``removed`` input tokens cost a later request
+    at the uncached price): the turn card's and ``%chat compact``'s figures; (None, None)
+    when the price is unknown, or nothing is billed (the emulator: "$0.0000" twice a
+    line said nothing)."""
+    price = price_for(model, overrides) if model else None
+    if price is None or price.free:
+        return None, None
+    per = 1_000_000
+    return ((summary_input * price.input + summary_output * price.output) / per,
+            removed * price.input / per)

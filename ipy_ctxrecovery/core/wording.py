@@ -24,12 +24,16 @@ from typing import Any, Literal
 from ..failures import Failure, FailureKind, Signature
 from ..settings import format_size
 from . import events as ev
+from .catalogue import bare
 from .ladder.decide import Decision, Level
 from .thinking import MIN_BUDGET as MIN_THINKING_BUDGET
 
 __all__ = [
     "MARKS",
-    "cache_line",
+    "cost_words",
+    "PROMPT_CACHING_OFF",
+    "prices_dropped",
+    "prices_miss",
     "cache_said",
     "cache_split",
     "compaction_cost",
@@ -307,7 +311,8 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
     cached, written = getattr(status, "cached_tokens", 0), getattr(status, "cache_write_tokens", 0)
     usd = getattr(status, "cost", None)
     long = getattr(status, "cache_write_1h_tokens", 0)
-    cache = [f"cache: {cache_line(status.prompt_tokens, cached, written, usd, long)}"] \
+    cache = [f"cache: {cache_split(status.prompt_tokens, cached, written, long)}",
+             f"cost: {cost_words(usd, price_name=bare(str(status.model)))}"] \
         if cache_said(cached, written, usd) else []
     lines = [f"session {name or status.name} · model {status.model}"]
     if endpoint:
@@ -929,9 +934,11 @@ def budget_detail(e: ev.BudgetApplied) -> str:
     return f"{plural(e.replaced, 'tool result')} → previews (full text saved)"
 
 
-def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True) -> str:
+def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True,
+                      tokens: bool = True) -> str:
     """What one compaction did (or is doing), from its phases so far; ``cost``: with what
-    its summary read and cost (:func:`summary_lines`)."""
+    its summary read and cost (:func:`summary_lines`); ``tokens``: with the summary's
+    tokens in all (the card leaves them to its note, which splits them in and out)."""
     last = phases[-1]
     n0, b0 = last.before_messages, format_size(last.before_bytes)
     n1 = last.after_messages if last.after_messages is not None else n0
@@ -959,20 +966,20 @@ def compaction_detail(phases: Sequence[ev.CompactionPhase], *, cost: bool = True
     done = (f"{how}: {n0} → {plural(n1, 'message')}, {b0} → {b1}{pinned_rules(last)}{kept}"
             + (f" · {facts}" if facts else ""))
     if last.outcome == "summary" and cost:
-        done += "".join(f" · {line}" for line in summary_lines(last))
+        done += "".join(f" · {line}" for line in summary_lines(last, tokens=tokens))
     return done
 
 
-def summary_cost(e: ev.CompactionPhase) -> str:
+def summary_cost(e: ev.CompactionPhase, *, tokens: bool = True) -> str:
     """``summary: 14 messages read in 3 chunks, 3 requests, 9,120 tokens`` ('' when the
-    compaction asked for no summary)."""
+    compaction asked for no summary; ``tokens`` False: without the tokens)."""
     if not e.summary_requests:
         return ""
     chunks = f" in {plural(e.chunks, 'chunk')}" if e.chunks > 1 else ""
     known = [t for t in (e.summary_input_tokens, e.summary_output_tokens) if t is not None]
-    tokens = f", {sum(known):,} tokens" if known else ""
+    tokens_said = f", {sum(known):,} tokens" if known and tokens else ""
     return (f"summary: {plural(e.read_messages, 'message')} read{chunks}, "
-            f"{plural(e.summary_requests, 'request')}{tokens}")
+            f"{plural(e.summary_requests, 'request')}{tokens_said}")
 
 
 def dropped_unread(e: ev.CompactionPhase) -> str:
@@ -984,10 +991,10 @@ def dropped_unread(e: ev.CompactionPhase) -> str:
     return f"{plural(e.dropped_unread, 'message')} dropped unread{bound}"
 
 
-def summary_lines(e: ev.CompactionPhase) -> list[str]:
+def summary_lines(e: ev.CompactionPhase, *, tokens: bool = True) -> list[str]:
     """What a summary read and cost, and what it dropped unread: the card's and the
     panel's lines (none when no summary was asked for)."""
-    return [line for line in (summary_cost(e), dropped_unread(e)) if line]
+    return [line for line in (summary_cost(e, tokens=tokens), dropped_unread(e)) if line]
 
 
 def pinned_rules(e: ev.CompactionPhase) -> str:
@@ -1140,7 +1147,9 @@ def turn_outcome(*, failed: ev.Failed | None, recovered: int, cancelled: bool,
 
 
 def tokens_used(prompt: int, completion: int) -> str:
-    return f"{prompt:,} prompt + {completion:,} answer tokens"
+    """The card's tokens, in the words of ``%chat usage`` and ``%chat status`` (it said
+    "answer tokens" where they say "completion tokens")."""
+    return f"{prompt:,} prompt + {completion:,} completion tokens"
 
 
 def elapsed(seconds: float) -> str:
@@ -1328,25 +1337,61 @@ def cache_split(prompt: int, cached: int, written: int, written_1h: int = 0) -> 
 
 
 def cache_said(cached: int, written: int, usd: float | None) -> bool:
-    """Whether the cache line has something to say: a cache was used, or the tokens have a
+    """Whether the cache and cost lines have something to say: a cache was used, or the tokens have a
     price (known and not nil, or unknown — which is said). The built-in emulator bills
     nothing and, until it reports a cache, has no line."""
     return bool(cached or written) or usd is None or usd > 0
 
 
-def cache_line(prompt: int, cached: int, written: int, usd: float | None,
-               written_1h: int = 0) -> str:
-    """The input split and the estimated cost of it all (input and answer), one line."""
-    said = "price unknown" if usd is None else f"estimated cost {money(usd)}"
-    return f"{cache_split(prompt, cached, written, written_1h)} · {said}"
+def cost_words(usd: float | None, *, price_name: str | None = None) -> str:
+    """The estimated cost of everything counted (input and answer), on a line of its own
+    (``cost`` on the card, in ``%chat usage`` and ``%chat status``: beside the input's
+    split it ran past 80 columns and read as the cost of the cache). ``price_name``: the
+    name a price for the model takes; with it, an unknown price says how to set one (the
+    card stays short)."""
+    if usd is None:
+        return f"price unknown ({unknown_price_fix(price_name)})" if price_name \
+            else "price unknown"
+    return f"{money(usd)} (estimated; input and answer)"
 
 
-def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int,
-                    paid_usd: float | None, saved_usd: float | None) -> str:
-    """What a summary cost against what it removes from every later request."""
-    paid = f"summary request {summary_prompt:,} + {summary_completion:,} tokens"
+def prices_dropped(models: Sequence[str]) -> str:
+    """``%chat config prices=…`` replaced a setting that priced other models."""
+    return (f"ℹ prices replaces the earlier setting: {', '.join(models)} "
+            f"{'is' if len(models) == 1 else 'are'} no longer in it (list every model in one "
+            "prices=, comma separated)")
+
+
+def prices_miss(session: str, model: str, price_name: str, *, known: bool) -> str:
+    """``%chat config prices=…`` names no entry for the current session's model."""
+    keeps = "keeps its list price" if known else "has no price"
+    return (f"ℹ prices has no entry for session {session}'s model, {model}, which {keeps} "
+            f"(its entry would be {price_name}=IN/CACHED/WRITE/OUT)")
+
+
+PROMPT_CACHING_OFF = ("ℹ prompt_caching off: no cache breakpoints are sent (the Anthropic "
+                      "wire caches nothing then); OpenAI still caches a repeated prefix on "
+                      "its own, which no request setting turns off")
+"""Said when ``prompt_caching`` is turned off: on the OpenAI wire cached reads go on."""
+
+
+def unknown_price_fix(price_name: str) -> str:
+    """How to give a model with no price one (USD per million tokens)."""
+    return (f"set it with %chat config prices={price_name}=IN/CACHED/WRITE/OUT, USD per "
+            "million tokens")
+
+
+def compaction_cost(summary_prompt: int, summary_completion: int, removed_tokens: int | None,
+                    paid_usd: float | None, saved_usd: float | None, *,
+                    label: str = "summary request") -> str:
+    """What a summary cost against what it removes from every later request (``None``:
+    it removed nothing, a summary that failed); ``label`` names what was billed (the
+    package's summary request, the background one, the server's compaction)."""
+    paid = f"{label} {summary_prompt:,} + {summary_completion:,} tokens"
     if paid_usd is not None:
         paid += f" ({money(paid_usd)})"
+    if removed_tokens is None:
+        return paid
     saved = f"each later request ≈ {removed_tokens:,} input tokens smaller"
     if saved_usd is not None:
         saved += f" ({money(saved_usd)} uncached)"

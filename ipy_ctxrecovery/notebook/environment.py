@@ -145,7 +145,9 @@ def env_settings(env: Mapping[str, str] | None = None) -> tuple[Settings, list[s
         try:
             Settings.read_value(var, raw)   # the value itself; the checks come next
         except ConfigError as e:
-            warnings[var] = (f"⚠ ignoring {var}: {e} Using the default "
+            # "ignoring CHATCLI_PRICES: CHATCLI_PRICES: the price of…" said the name twice.
+            said = str(e).removeprefix(f"{var}: ")
+            warnings[var] = (f"⚠ ignoring {var}: {said} Using the default "
                              f"({_shown_default(field_name)}).")
             continue
         readable[var] = raw

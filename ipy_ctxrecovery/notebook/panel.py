@@ -46,7 +46,7 @@ from ..core import wording as w
 from ..core.ladder.decide import Level
 from ..settings import Settings
 from .cell_cancel import INTERRUPT_JS
-from .turn_card import Step, TurnRecord
+from .turn_card import NO_MATH, Step, TurnRecord
 
 __all__ = ["STAGES", "ContextPanel", "PanelWidget", "kernel_id"]
 
@@ -599,7 +599,7 @@ def _bar(fraction: float | None, none_label: str) -> str:
 
 def _html(view: dict[str, Any], *, live: bool) -> str:
     e = html.escape
-    parts = [f"<div class='ctxr-panel' data-live='{'yes' if live else 'no'}'>",
+    parts = [f"<div class='ctxr-panel {NO_MATH}' data-live='{'yes' if live else 'no'}'>",
              f"<div class='ctxr-head'><span class='ctxr-title'>{e(view['title'])}</span>"
              f"<span class='ctxr-state'>{e(view['state'])}</span></div>"]
     for key, name in (("size", view["measured"]), ("tokens", "tokens")):

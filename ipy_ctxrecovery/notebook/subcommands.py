@@ -25,23 +25,37 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from .. import errors
 from .._files import write_private_atomic
+from ..core import catalogue, history, prices, prompts
 from ..core import events as ev
-from ..core import history, prompts
+from ..core.catalogue import bare
 from ..core.wording import (
-    cache_line,
+    PROMPT_CACHING_OFF,
     cache_said,
+    cache_split,
     compact_result,
+    compaction_cost,
+    cost_words,
     emulator_quirk,
     forgotten_limits,
     messages_held,
     plural,
+    prices_dropped,
+    prices_miss,
     server_compaction_words,
     status_text,
 )
 from ..emulator import quirks
 from ..session.redactor import Redactor
 from ..session.store import Transcript
-from ..settings import ENV_VARS, ConfigError, field_for, format_size, parse_size, seconds_arg
+from ..settings import (
+    ENV_VARS,
+    ConfigError,
+    field_for,
+    format_size,
+    parse_prices,
+    parse_size,
+    seconds_arg,
+)
 from .cell_inputs import whole_number
 from .display import EventPrinter
 from .workspace import DEFAULT_SESSION
@@ -262,6 +276,17 @@ def _compact(magics: ChatMagics, args: Any) -> None:
                          summarized=report.summarized_messages,
                          target_bytes=targets[-1] if targets else None, kept=kept,
                          pinned=pinned, reason=report.rejected_reason))
+    if report.summary_input_tokens is not None:
+        # What the summary was billed (in %chat usage), against what it saves every request.
+        removed = session.estimator.estimate(max(0, report.before_bytes - report.after_bytes)) \
+            if report.applied else None
+        paid, saved = prices.summary_usd(session.model, report.summary_input_tokens,
+                                         report.summary_output_tokens or 0, removed or 0,
+                                         session.settings.prices)
+        said = compaction_cost(report.summary_input_tokens, report.summary_output_tokens or 0,
+                               removed, paid, None if removed is None else saved)
+        for part in said.split("; "):       # a line each: within 80 columns
+            print("  " + part)
 
 
 def _kept_whole(messages: Any) -> tuple[int, int]:
@@ -391,9 +416,9 @@ def _usage(magics: ChatMagics, args: Any) -> None:
           f"{totals['completion_tokens']:,} completion tokens over "
           f"{plural(int(totals['turns'] or 0), 'cell')}")
     if cache_said(status.cached_tokens, status.cache_write_tokens, status.cost):
-        print("  " + cache_line(status.prompt_tokens, status.cached_tokens,
-                                status.cache_write_tokens, status.cost,
-                                status.cache_write_1h_tokens))
+        print("  " + cache_split(status.prompt_tokens, status.cached_tokens,
+                                 status.cache_write_tokens, status.cache_write_1h_tokens))
+        print(f"  cost: {cost_words(status.cost, price_name=bare(status.model))}")
 
 
 #: What each provider needs, and where its requests go unless told otherwise.
@@ -540,8 +565,9 @@ def _config(magics: ChatMagics, args: Any) -> None:
             as_typed[key] = value
         else:
             trait_values[field] = _trait_value(magics, traits[field], key, value)
+    before = magics.settings()
     try:
-        magics.settings().updated(as_typed, source="setting")
+        before.updated(as_typed, source="setting")
     except ConfigError as e:
         raise UsageError(f"%chat config: {e}") from e
     with magics.hold_trait_notifications():
@@ -556,6 +582,31 @@ def _config(magics: ChatMagics, args: Any) -> None:
             setattr(magics, field, value)
     now = magics.settings()
     print("set " + ", ".join(_said_set(item, now) for item in items))
+    if "prices" in settings_values:
+        for line in _prices_notes(magics, before.prices, now.prices):
+            print(line)
+    if "prompt_caching" in settings_values and before.prompt_caching \
+            and not now.prompt_caching:
+        print(PROMPT_CACHING_OFF)
+
+
+def _prices_notes(magics: ChatMagics, before: str | None, now: str | None) -> list[str]:
+    """What a new ``prices`` setting does not do, said when it is set: the models of the
+    previous one it drops (a setting replaces, it does not add), and the current session's
+    model when it names no entry for it (a typo, or another model's name)."""
+    old = set(parse_prices(before)) if before else set()
+    new = parse_prices(now) if now else {}
+    notes = []
+    dropped = sorted(old - set(new))
+    if dropped:
+        notes.append(prices_dropped(dropped))
+    name = magics.workspace.current
+    session = magics.workspace.sessions.get(name)
+    model = session.model if session is not None else magics.workspace.defaults.model()
+    if new and catalogue.family(model, new) is None:
+        notes.append(prices_miss(name, model, bare(model),
+                                 known=prices.price_for(model) is not None))
+    return notes
 
 
 #: What None means for the settings where it is a value (0 for a size or a window).

@@ -12,6 +12,7 @@ from :mod:`..wording`; nothing here imports IPython.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from ..core import wording as w
 from ..failures import Failure
 from ..providers.base import Usage
 
-__all__ = ["CARD_MODES", "Step", "TurnCard", "TurnRecord", "card_wanted"]
+__all__ = ["CARD_MODES", "NO_MATH", "Step", "TurnCard", "TurnRecord", "card_wanted"]
 
 CARD_MODES = ("auto", "always", "never")
 """``ChatMagics.turn_card``: ``auto`` writes a card when something happened beyond a
@@ -66,8 +67,10 @@ class Step:
             return w.send_detail(first, status=self.status, failure=self.failure,
                                  streamed_tokens=self.streamed_tokens)
         if isinstance(first, ev.CompactionPhase):
+            # The note says the summary's tokens, split in and out: not twice.
             detail = w.compaction_detail([e for e in self.events
-                                          if isinstance(e, ev.CompactionPhase)])
+                                          if isinstance(e, ev.CompactionPhase)],
+                                         tokens=not self.note)
             return f"{detail} · {self.note}" if self.note else detail
         if isinstance(first, ev.LadderStep):
             # The step's announcement, or what it did once that is known (its outcome).
@@ -81,7 +84,8 @@ class Step:
             return w.preflight_verdict(first)
         if isinstance(first, ev.Failed):
             return first.sentence
-        return _DETAILS[type(first)](first)
+        detail = _DETAILS[type(first)](first)
+        return f"{detail} · {self.note}" if self.note else detail
 
     @property
     def glyph(self) -> str:
@@ -227,7 +231,8 @@ class TurnRecord:
                 "info" if isinstance(event, (ev.NoticeInjected, ev.ServerCompactionNote)) or (
                     isinstance(event, ev.BackgroundSummary) and event.state != "swapped") \
                 else "done"
-            self._add(_STAGES[type(event)], status, event)
+            step = self._add(_STAGES[type(event)], status, event)
+            step.note = self._billed_note(event)
 
     def text_arrived(self, delta: str) -> None:
         """``on_text`` callback: the answer streaming in (the running send counts it)."""
@@ -261,8 +266,9 @@ class TurnRecord:
                                self.prices)
         return None if cost is None else cost.total
 
-    def cache_text(self) -> str | None:
-        """The card's ``cache`` line: the input as reported and its estimated cost."""
+    def cache_text(self) -> tuple[str, str] | None:
+        """The card's ``cache`` and ``cost`` lines: the input as reported, and the estimated
+        cost of the turn (input and answer)."""
         if not (self.prompt_tokens or self.completion_tokens):
             return None
         if not (self.model or self.cached_tokens or self.cache_write_tokens):
@@ -270,23 +276,47 @@ class TurnRecord:
         usd = self.cost()
         if not w.cache_said(self.cached_tokens, self.cache_write_tokens, usd):
             return None
-        return w.cache_line(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, usd,
-                            self.cache_write_1h_tokens)
+        return (w.cache_split(self.prompt_tokens, self.cached_tokens, self.cache_write_tokens,
+                              self.cache_write_1h_tokens),
+                w.cost_words(usd))
 
     def _compaction_cost(self, event: ev.CompactionPhase) -> str:
         """What an applied summary cost against the input it removes from later requests."""
         if event.summary_input_tokens is None or event.after_bytes is None:
             return ""
         removed = self.estimate(max(0, event.before_bytes - event.after_bytes))
-        price = prices.price_for(self.model, self.prices) if self.model else None
-        paid = saved = None
-        if price is not None:
-            per = 1_000_000
-            paid = (event.summary_input_tokens * price.input
-                    + (event.summary_output_tokens or 0) * price.output) / per
-            saved = removed * price.input / per
+        paid, saved = prices.summary_usd(self.model, event.summary_input_tokens,
+                                         event.summary_output_tokens or 0, removed,
+                                         self.prices)
         return w.compaction_cost(event.summary_input_tokens,
                                  event.summary_output_tokens or 0, removed, paid, saved)
+
+    def _billed_note(self, event: ev.Event) -> str:
+        """What a summary made outside the turn's own requests was billed — one prepared in
+        the background (told when ready or failed), the provider's server compaction —
+        against what it removes from later requests ('' when no usage was reported)."""
+        if isinstance(event, ev.BackgroundSummary) and event.state in ("ready", "failed") \
+                and (event.prompt_tokens or event.completion_tokens):
+            tokens = (event.prompt_tokens, event.completion_tokens, event.cached_tokens,
+                      event.cache_write_tokens)
+            label = "background summary request"
+            after = event.after_bytes if event.state == "ready" else None
+        elif isinstance(event, ev.ServerCompacted) and event.prompt_tokens is not None:
+            tokens = (event.prompt_tokens, event.completion_tokens or 0, event.cached_tokens,
+                      event.cache_write_tokens)
+            label = "the server's compaction"
+            after = event.after_bytes
+        else:
+            return ""
+        # A failed summary removes nothing: only what it was billed is said.
+        removed = None if after is None else self.estimate(max(0, event.before_bytes - after))
+        price = prices.price_for(self.model, self.prices) if self.model else None
+        paid = saved = None
+        if price is not None and not price.free:
+            cost = prices.estimate(self.model, Usage(*tokens), self.prices)
+            paid = None if cost is None else cost.total
+            saved = None if removed is None else removed * price.input / 1_000_000
+        return w.compaction_cost(tokens[0], tokens[1], removed, paid, saved, label=label)
 
     # -- views ----------------------------------------------------------------------------------
     @property
@@ -371,6 +401,19 @@ _CSS = ("font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-hei
         "max-width:46em;border-left:3px solid {color};padding:2px 0 2px 8px;margin:2px 0")
 
 
+NO_MATH = "mathjax_ignore tex2jax_ignore"
+"""Classes on the root of our HTML outputs: JupyterLab typesets the ``$…$`` of an HTML
+output as LaTeX (MathJax 3's ignore class, and MathJax 2's), and two amounts of money in
+one card ("≈ $0.0181); each later request … (≈ $0.0130") became a formula."""
+
+_COST = re.compile(r"≈ \$[\d,.]+")
+
+
+def _cost_unbroken(escaped: str) -> str:
+    """``≈ $0.0209`` kept on one line (a narrow card wrapped it after the ≈)."""
+    return _COST.sub(lambda m: m.group(0).replace(" ", "&nbsp;"), escaped)
+
+
 class TurnCard:
     """The static record of one finished turn (``text/html`` + ``text/plain``).
 
@@ -393,7 +436,9 @@ class TurnCard:
             self.after = w.history_as_before(record.kept_messages)
         else:
             self.after = None
-        self.cache = record.cache_text()
+        said = record.cache_text()
+        self.cache: str | None = said[0] if said else None
+        self.cost: str | None = said[1] if said else None
         self.rows: tuple[tuple[str, str, str], ...] = tuple(
             (step.glyph, step.name, step.detail) for step in record.steps)
         self.ok = record.failed is None and not record.cancelled
@@ -406,6 +451,8 @@ class TurnCard:
             lines.append(f"  after   {self.after}")
         if self.cache:
             lines.append(f"  cache   {self.cache}")
+        if self.cost:
+            lines.append(f"  cost    {self.cost}")
         width = max((len(name) for _, name, _ in self.rows), default=0)
         lines += [f"  {glyph} {name.ljust(width)}  {detail}" for glyph, name, detail in self.rows]
         return "\n".join(lines)
@@ -414,9 +461,9 @@ class TurnCard:
         e = html.escape
         color = theme.BORDER_OK if self.ok else theme.BORDER_ERROR
         sizes = "".join(
-            f"<div><span style='opacity:.7'>{label}</span> {e(text)}</div>"
+            f"<div><span style='opacity:.7'>{label}</span> {_cost_unbroken(e(text))}</div>"
             for label, text in (("before", self.before), ("after", self.after),
-                                ("cache", self.cache)) if text)
+                                ("cache", self.cache), ("cost", self.cost)) if text)
         # Inline styles: notebook front ends right-align and stripe output tables.
         cell = "text-align:left;vertical-align:top;border:none;background:none;padding:0 "
         rows = "".join(
@@ -426,7 +473,7 @@ class TurnCard:
             for glyph, name, detail in self.rows)
         table = (f"<table style='border-collapse:collapse;border:none;margin:2px 0 0 0;"
                  f"table-layout:auto'>{rows}</table>" if rows else "")
-        return (f"<div class='ctxr-card' data-session='{e(self.session)}' "
+        return (f"<div class='ctxr-card {NO_MATH}' data-session='{e(self.session)}' "
                 f"style='{_CSS.format(color=color)}'>"
                 f"<div><b>turn</b> · {e(self.header)}</div>{sizes}{table}</div>")
 

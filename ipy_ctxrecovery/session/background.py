@@ -40,7 +40,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..core.compactor import CompactionReport
 from ..core.events import BackgroundSummary, CompactionPhase, Event
@@ -64,6 +64,14 @@ class Prepared:
     report: CompactionReport
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+def _billed(log: TurnLog, **fields: Any) -> BackgroundSummary:
+    """A ``BackgroundSummary`` with what the worker's summary requests were billed."""
+    return BackgroundSummary(prompt_tokens=log.prompt_tokens,
+                             completion_tokens=log.completion_tokens,
+                             cached_tokens=log.cached_tokens,
+                             cache_write_tokens=log.cache_write_tokens, **fields)
 
 
 def same_message(a: Message, b: Message) -> bool:
@@ -227,18 +235,16 @@ class BackgroundCompactor:
             if not report.applied or not report.summarized_messages:
                 self._failed = report.rejected_reason or "nothing to summarize"
                 self._failed_at = self._size_now
-                self._pending.append(BackgroundSummary(
-                    state="failed", reason=self._failed, before_messages=len(history),
-                    prompt_tokens=log.prompt_tokens, completion_tokens=log.completion_tokens))
+                self._pending.append(_billed(
+                    log, state="failed", reason=self._failed, before_messages=len(history)))
                 return
             self._ready = Prepared(history, new, report, log.prompt_tokens,
                                    log.completion_tokens)
             self._failed_at = None
-            self._pending.append(BackgroundSummary(
-                state="ready", covered_messages=report.summarized_messages,
+            self._pending.append(_billed(
+                log, state="ready", covered_messages=report.summarized_messages,
                 before_messages=report.before_messages, after_messages=report.after_messages,
-                before_bytes=report.before_bytes, after_bytes=report.after_bytes,
-                prompt_tokens=log.prompt_tokens, completion_tokens=log.completion_tokens))
+                before_bytes=report.before_bytes, after_bytes=report.after_bytes))
 
     # -- before a turn or a command ---------------------------------------------------------
     def wait(self, timeout: float | None = None) -> None:

@@ -171,9 +171,15 @@ class ServerSide:
         assert block is not None
         new = sc.replace_before(history, compaction, settings=self.sizer.settings)
         kept = sum(1 for m in new if m is not compaction)
+        own = response.usage.compaction
         events.append(ServerCompacted(
             wire=block.wire, replaced_messages=len(history) - kept,
             before_bytes=measure(history), after_bytes=measure(new),
             summary_chars=None if block.summary is None else len(block.summary),
-            trigger_tokens=self.trigger().tokens))
+            trigger_tokens=self.trigger().tokens,
+            # Its own usage (reported apart from the answer's): what the card prices.
+            prompt_tokens=None if own is None else own.prompt_tokens,
+            completion_tokens=None if own is None else own.completion_tokens,
+            cached_tokens=0 if own is None else own.cached_tokens,
+            cache_write_tokens=0 if own is None else own.cache_write_tokens))
         return new, message, events

@@ -79,6 +79,10 @@ __all__ = ["ChatSession"]
 _session_counter = itertools.count(1)
 _UNDO_DEPTH = 20
 """How many shrinking turns ``undo_compact`` can step back through."""
+_BY_MODEL = "by_model:"
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens",
+                 "cache_write_1h_tokens")
+"""A session's usage by model, as its counters store it (``_counters``)."""
 
 
 _P = ParamSpec("_P")
@@ -139,7 +143,13 @@ class ChatSession:
         self._paths = paths if paths is not None else PathRegistry()
         made = provider is None
         if provider is None:
-            provider = _make_provider(model, client, emulator, self.settings)
+            try:
+                provider = _make_provider(model, client, emulator, self.settings)
+            except BaseException:
+                # No key yet, a bad model name: the name is free for the retry (it stayed
+                # "open in this process already" until the kernel restarted).
+                self._files.release()
+                raise
         self._endpoint = Endpoint(provider, owned=made, client=client, emulator=emulator,
                                   factory=self._factory)
         self.bus = EventBus(mask=self.redactor.shown)
@@ -153,6 +163,9 @@ class ChatSession:
         self._completion_tokens = 0
         self._cached_tokens = 0
         self._cache_write_tokens = 0
+        self._by_model: dict[str, list[int]] = {}
+        """The same four totals by the model that was billed them (a session can change
+        model: each model's tokens are priced at its own price)."""
         self._cache_write_1h_tokens = 0
         self._turns_answered = 0
         self._compactions = 0
@@ -289,14 +302,18 @@ class ChatSession:
         return session
 
     def _counters(self) -> dict[str, int]:
-        """The session's totals, as saved with its history (``store.py``)."""
+        """The session's totals, as saved with its history (``store.py``): the per-model
+        ones as ``by_model:MODEL|FIELD`` (the store keeps whole numbers by name)."""
+        by_model = {f"{_BY_MODEL}{model}|{field}": value
+                    for model, values in self._by_model.items()
+                    for field, value in zip(_USAGE_FIELDS, values, strict=True)}
         return {"prompt_tokens": self._prompt_tokens,
                 "completion_tokens": self._completion_tokens,
                 "turns": self._turns_answered, "compactions": self._compactions,
                 "recoveries": self._recovery.recoveries,
                 "cached_tokens": self._cached_tokens,
                 "cache_write_tokens": self._cache_write_tokens,
-                "cache_write_1h_tokens": self._cache_write_1h_tokens}
+                "cache_write_1h_tokens": self._cache_write_1h_tokens, **by_model}
 
     def _restore_counters(self, saved: Mapping[str, int]) -> None:
         self._prompt_tokens = saved.get("prompt_tokens", 0)
@@ -304,9 +321,16 @@ class ChatSession:
         self._cached_tokens = saved.get("cached_tokens", 0)
         self._cache_write_tokens = saved.get("cache_write_tokens", 0)
         self._cache_write_1h_tokens = saved.get("cache_write_1h_tokens", 0)
+        self._by_model = {}
+        for key, value in saved.items():
+            model, _, field = key.removeprefix(_BY_MODEL).rpartition("|")
+            if key.startswith(_BY_MODEL) and model and field in _USAGE_FIELDS:
+                values = self._by_model.setdefault(model, [0] * len(_USAGE_FIELDS))
+                values[_USAGE_FIELDS.index(field)] = value
         self._turns_answered = saved.get("turns", 0)
         self._compactions = self._compactions_before_resume = saved.get("compactions", 0)
         self._recovery.recoveries = saved.get("recoveries", 0)
+
 
     def _restore_learned(self) -> None:
         raw = self._files.load_learned()
@@ -535,20 +559,46 @@ class ChatSession:
             server_compaction=self._sizer.server.status_words())
 
     def _cost(self) -> float | None:
-        """The estimated USD of every token this session was billed (None: price unknown)."""
-        cost = prices.estimate(self.model, Usage(self._prompt_tokens, self._completion_tokens,
-                                                 self._cached_tokens, self._cache_write_tokens,
-                                                 cache_write_1h_tokens=self._cache_write_1h_tokens),
-                               self.settings.prices)
-        return None if cost is None else cost.total
+        """The estimated USD of every token this session was billed, each model's at its
+        own price (None: a price unknown). Tokens no model is recorded for (a session
+        saved before it kept them by model) are the current model's."""
+        rest = [self._prompt_tokens, self._completion_tokens, self._cached_tokens,
+                self._cache_write_tokens, self._cache_write_1h_tokens]
+        parts = list(self._by_model.items())
+        for _, values in parts:
+            rest = [r - v for r, v in zip(rest, values, strict=True)]
+        if any(r > 0 for r in rest):
+            parts.append((self.model, [max(0, r) for r in rest]))
+        total = 0.0
+        for model, values in parts:
+            if not any(values):
+                continue
+            prompt, completion, cached, written, written_1h = values
+            cost = prices.estimate(model, Usage(prompt, completion, cached, written,
+                                                cache_write_1h_tokens=written_1h),
+                                   self.settings.prices)
+            if cost is None:
+                return None
+            total += cost.total
+        return total
 
     def _bill(self, log: TurnLog) -> None:
         """Add what ``log``'s requests were billed to the session's totals."""
-        self._prompt_tokens += log.prompt_tokens
-        self._completion_tokens += log.completion_tokens
-        self._cached_tokens += log.cached_tokens
-        self._cache_write_tokens += log.cache_write_tokens
-        self._cache_write_1h_tokens += log.cache_write_1h_tokens
+        self._count(log.prompt_tokens, log.completion_tokens, log.cached_tokens,
+                    log.cache_write_tokens, log.cache_write_1h_tokens)
+
+    def _count(self, prompt: int, completion: int, cached: int, written: int,
+               written_1h: int = 0) -> None:
+        """Add billed tokens to the session's totals, and to its current model's."""
+        billed = (prompt, completion, cached, written, written_1h)
+        self._prompt_tokens += billed[0]
+        self._completion_tokens += billed[1]
+        self._cached_tokens += billed[2]
+        self._cache_write_tokens += billed[3]
+        self._cache_write_1h_tokens += billed[4]
+        values = self._by_model.setdefault(self.model, [0] * len(_USAGE_FIELDS))
+        for i, n in enumerate(billed):
+            values[i] += n
 
     # -- transcript -----------------------------------------------------------------------
     def _record(self, message: Message, *, later: bool = False) -> None:
@@ -677,8 +727,8 @@ class ChatSession:
         where it would land in the user's typing); its requests are paid for here."""
         for event in self._background.take_events():
             if isinstance(event, BackgroundSummary):
-                self._prompt_tokens += event.prompt_tokens
-                self._completion_tokens += event.completion_tokens
+                self._count(event.prompt_tokens, event.completion_tokens,
+                            event.cached_tokens, event.cache_write_tokens)
             self.bus.emit(event, log)
 
     @property

@@ -18,8 +18,8 @@ named S owns ``<root>/sessions/S/`` (0700) holding:
   to the journal, ``{"gen": g, "base": n, "set": [[i, message], ...], "add": [...]}``:
   the messages the turn added after the first ``n``, and the few earlier ones it
   replaced (microcompact previews). So a turn writes O(its new messages), not O(history).
-- the session's counters (tokens used, turns answered, compactions, recoveries) ride on
-  the same writes: ``"counters": {...}`` (totals, not increments) in the snapshot and in
+- the session's counters (tokens used, in all and by model, turns answered, compactions,
+  recoveries) ride on the same writes: ``"counters": {...}`` (totals, not increments) in the snapshot and in
   every journal line of a turn that changed them — a turn that added no message (failed,
   or not recorded) writes a line with nothing in ``add`` but its counters. Counters are a
   few dozen bytes and cost no extra file, write or fsync per turn; on load the last
