@@ -93,7 +93,8 @@ def test_a_turn_writes_its_counters_in_its_journal_line_and_no_other_file(
     # The usage by model rides with them (the cost prices each model's tokens at its own).
     assert {k: v for k, v in saved.items() if k not in COUNTERS} == {
         f"by_model:emulator|{field}": counters(s)[field] for field in (
-            "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")}
+            "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens",
+            "cache_write_1h_tokens")}
 
 
 def test_a_failed_turn_and_an_unrecorded_one_keep_their_counts_across_a_resume() -> None:
