@@ -252,6 +252,7 @@ class RequestSizer:
     retention: Callable[[], str] | None = None
     """The cache retention the request asks for (``Caching.retention``; the preparer's
     :meth:`~.pipeline.Preparer.retention`); None: the provider's default."""
+
     keep: Callable[[History], int | None] | None = None
     """The leading messages of a history expected to be sent unchanged for a while
     (``Caching.keep``; the preparer's :meth:`~.pipeline.Preparer.keep`); None: no such
