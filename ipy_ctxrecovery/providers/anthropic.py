@@ -32,8 +32,9 @@ sent as one text block) and on the last tool. At most four: the previous request
 breakpoint gives way first when the last one's lookback reaches it, then the tools' (the
 system's entry covers them). Each only where the prefix it ends is estimated to reach the
 model's minimum cacheable length (``core.caching.min_cacheable_tokens``), and never on a
-thinking block (the API takes none there: the block before it, or none). ``measure``
-counts them: the size is exact.
+thinking block (the API takes none there: the block before it, or none). With
+``Caching.retention`` "long" every breakpoint carries ``ttl: "1h"`` (one TTL for all: the API
+wants a longer one before a shorter one). ``measure`` counts them: the size is exact.
 
 Context management (``Request.context``): the body goes through the SDK's beta messages
 resource with ``context_management.edits`` and the ``betas`` the API documents —

@@ -9,6 +9,9 @@ the families that reject ``max_tokens`` (o-series reasoning models, gpt-5 and la
 as ``max_tokens`` for everything else, which is what OpenAI-compatible servers read. An
 option with either name in ``Request.options`` picks the name explicitly.
 Streaming asks for ``stream_options={"include_usage": True}`` so usage arrives too.
+``Request.caching`` adds ``prompt_cache_key`` and ``prompt_cache_retention`` where it asks
+for them and the model takes them (``_common.openai_cache_parameters``, as the Responses
+adapter does); an option of the same name wins.
 
 Consecutive messages of one role (system, user or assistant) go out as one message
 (:func:`to_wire`), as the Anthropic adapter does: after a compaction the history holds a
