@@ -291,3 +291,31 @@ def test_a_plan_predicts_the_body_the_switched_session_sends(tmp_path: Any) -> N
         session.send(text, stream=False)
         assert plan.after_bytes == dry.body_bytes == emu.requests[-1].body_bytes
         session.close()
+
+
+def test_status_says_the_prompt_cache_where_it_is_not_the_default(tmp_path: Any) -> None:
+    from ipy_ctxrecovery.core.wording import status_text
+
+    clock = Clock()
+    with Emulator(context_window=200_000, clock=clock) as emu:
+        def status(model: str, **settings: Any) -> str:
+            session = ChatSession(model, emulator=emu, system=BIG_SYSTEM, clock=clock,
+                                  files_root=tmp_path, settings=Settings(**settings))
+            for pause in (30.0, 600.0, 30.0, 600.0, 30.0):
+                clock.now += pause
+                session.send("more " * 30, stream=False)
+            text = status_text(session.status())
+            session.close()
+            return next((line for line in text.splitlines()
+                         if line.startswith("prompt cache: ")), "")
+
+        assert status("emulator") == ""          # the default says nothing
+        assert status("emulator:anthropic") == (
+            "prompt cache: 1-hour entries (cache_retention=auto: the session's pauses make "
+            "them pay)")
+        assert status("emulator:anthropic", cache_retention="short") == (
+            "prompt cache: 5-minute entries (cache_retention=short)")
+        assert status("emulator", cache_retention="long") == (
+            "prompt cache: 24-hour retention where the model takes it (cache_retention=long)")
+        assert "OpenAI still caches a repeated prefix" in status("emulator",
+                                                                 prompt_caching=False)

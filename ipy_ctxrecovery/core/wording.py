@@ -35,6 +35,7 @@ __all__ = [
     "prices_dropped",
     "prices_miss",
     "cache_said",
+    "cache_note",
     "cache_split",
     "compaction_cost",
     "money",
@@ -335,7 +336,27 @@ def status_text(status: Any, *, name: str | None = None, endpoint: str | None = 
     server = getattr(status, "server_compaction", None)
     if server:
         lines.append(f"server compaction: {server}")
+    note = getattr(status, "cache_note", None)
+    if note:
+        lines.append(f"prompt cache: {note}")
     return "\n".join(lines)
+
+
+def cache_note(*, caching: bool, choice: str, retention: str, wire: str | None) -> str | None:
+    """What ``%chat status`` says of the prompt cache where it is not the default: off,
+    or a retention set or chosen (``cache_retention``, docs/caching.md); None: the
+    default ("auto", nothing longer chosen yet)."""
+    if not caching:
+        extra = "; OpenAI still caches a repeated prefix by itself" if wire == "openai" else ""
+        return f"off (prompt_caching=off: no breakpoint, key or retention is sent{extra})"
+    if choice == "auto":
+        if retention == "long":
+            return "1-hour entries (cache_retention=auto: the session's pauses make them pay)"
+        return None
+    long = {"anthropic": "1-hour entries", "openai": "24-hour retention where the model takes it"}
+    short = {"anthropic": "5-minute entries", "openai": "in-memory retention"}
+    words = (long if choice == "long" else short).get(wire or "", choice)
+    return f"{words} (cache_retention={choice})"
 
 
 BACKGROUND_WORDS = {

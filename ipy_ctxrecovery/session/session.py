@@ -50,7 +50,7 @@ from ..core.history import History, Message, Role, unstorable_at
 from ..core.preflight import TokenEstimator
 from ..core.recall import shows_compaction
 from ..core.recovery.evidence import Caps
-from ..core.wording import plural
+from ..core.wording import cache_note, plural
 from ..errors import ChatError, ConfigError, CtxRecoveryError
 from ..providers import is_emulator_model
 from ..providers.base import CountsTokens, Provider, Request, TextCallback, Usage
@@ -556,7 +556,11 @@ class ChatSession:
             cache_write_tokens=self._cache_write_tokens,
             cache_write_1h_tokens=self._cache_write_1h_tokens, cost=self._cost(),
             background=self._background.state, counted_tokens=self._preparer.last_count,
-            server_compaction=self._sizer.server.status_words())
+            server_compaction=self._sizer.server.status_words(),
+            cache_note=cache_note(
+                caching=self.settings.prompt_caching, choice=self.settings.cache_retention,
+                retention=self._preparer.retention(),
+                wire=getattr(self._endpoint.provider, "wire", None)))
 
     def _cost(self) -> float | None:
         """The estimated USD of every token this session was billed, each model's at its

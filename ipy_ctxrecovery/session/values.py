@@ -90,6 +90,9 @@ class SessionStatus:
     server_compaction: str | None = None
     """What the provider's server compaction does for this session, in words (None: not
     asked; ``docs/server-compaction.md``)."""
+    cache_note: str | None = None
+    """The prompt cache where it is not the default, in words (off, or a retention set or
+    chosen; ``core.wording.cache_note``); None: the default."""
 
     def __str__(self) -> str:
         from ..core.wording import status_text
