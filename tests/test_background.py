@@ -237,16 +237,22 @@ class _RefusesSummaries(FakeProvider):
         return super().send(request, on_text)
 
 
+def turns_until(session: ChatSession, events: list[Any], state: str) -> None:
+    """Turns (at most 40), each after the worker has finished, until a background summary
+    event of ``state`` was told."""
+    for i in range(40):
+        session.send(words(i), stream=False, max_tokens=50)
+        if of(events, state):
+            return
+        session._background.wait()      # noqa: SLF001 - let the worker finish first
+
+
 def test_a_failed_background_summary_is_one_line_and_the_turn_goes_on() -> None:
     provider = _RefusesSummaries(window=WINDOW)
     session = ChatSession("fake", provider=provider, settings=Settings(context_window=WINDOW))
     events: list[Any] = []
     session.subscribe(events.append)
-    for i in range(40):
-        session.send(words(i), stream=False, max_tokens=50)
-        if of(events, "failed"):
-            break
-        session._background.wait()      # noqa: SLF001 - let the worker finish first
+    turns_until(session, events, "failed")
     failed = of(events, "failed")
     assert failed, "no background summary was tried"
     line = describe(failed[0])
@@ -286,11 +292,7 @@ def test_a_background_summarys_cache_reads_and_writes_are_counted() -> None:
                           settings=Settings(context_window=WINDOW))
     events: list[Any] = []
     session.subscribe(events.append)
-    for i in range(40):
-        session.send(words(i), stream=False, max_tokens=50)
-        if of(events, "ready"):
-            break
-        session._background.wait()      # noqa: SLF001 - let the worker finish first
+    turns_until(session, events, "ready")
     (ready,) = of(events, "ready")
     # (Its requests' halves and tenths, summed: it may take more than one request.)
     assert 0 < ready.cached_tokens <= ready.prompt_tokens // 2

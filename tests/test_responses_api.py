@@ -189,18 +189,26 @@ def test_reasoning_is_encrypted_only_when_asked_and_must_come_back_unchanged(
                                    reasoning={"effort": "none"}).output[0].type == "message"
 
 
-def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
-        emulator: Any) -> None:
-    emu = emulator()
-    client = emu.openai_client(max_retries=0)
+def _weather_loop(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                        dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A tool loop's first round, stored nowhere: (tools, the user's input, the answer's
+    reasoning item and function call as sent back, the call's output)."""
     tools = [{"type": "function", "name": "weather", "description": "The weather.",
               "parameters": {"type": "object", "properties": {}}}]
     asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
     first = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
                                     include=["reasoning.encrypted_content"])
     reasoning, call = (o.to_dict() for o in first.output)
-    assert (reasoning["type"], call["type"]) == ("reasoning", "function_call")
     result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    return tools, asked, reasoning, call, result
+
+
+def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
+        emulator: Any) -> None:
+    emu = emulator()
+    client = emu.openai_client(max_retries=0)
+    tools, asked, reasoning, call, result = _weather_loop(client)
+    assert (reasoning["type"], call["type"]) == ("reasoning", "function_call")
     whole = client.responses.create(model="emulator", input=[*asked, reasoning, call, result],
                                     tools=tools, store=False)
     assert whole.status == "completed"
@@ -239,13 +247,7 @@ def test_a_reasoning_item_needs_what_followed_it_and_an_output_needs_its_call(
         emulator: Any) -> None:
     emu = emulator()
     client = emu.openai_client(max_retries=0)
-    tools = [{"type": "function", "name": "weather", "description": "The weather.",
-              "parameters": {"type": "object", "properties": {}}}]
-    asked = [{"role": "user", "content": '[[tool weather {"city": "Oslo"}]]'}]
-    first = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
-                                    include=["reasoning.encrypted_content"])
-    reasoning, call = (o.to_dict() for o in first.output)
-    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    tools, asked, reasoning, call, result = _weather_loop(client)
     later = {"role": "user", "content": "and tomorrow?"}
     # A reasoning item last, or followed by a user message or a tool output: the API's 400
     # (continuedev/continue#8933), whatever the call it belonged to.
