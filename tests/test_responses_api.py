@@ -203,6 +203,16 @@ def _weather_loop(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return tools, asked, reasoning, call, result
 
 
+def _chained(client: Any, asked: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+    """The loop stored, then its call's output sent after ``previous_response_id`` alone
+    (the reasoning is among the stored items)."""
+    stored = client.responses.create(model="emulator", input=asked, tools=tools)
+    return client.responses.create(
+        model="emulator", previous_response_id=stored.id, tools=tools,
+        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
+                "output": "rain"}])
+
+
 def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
         emulator: Any) -> None:
     emu = emulator()
@@ -224,12 +234,7 @@ def test_a_function_call_sent_back_by_its_id_needs_its_reasoning_item_before_it(
     assert client.responses.create(model="emulator", input=[*asked, anonymous, result],
                                    tools=tools, store=False).status == "completed"
     # Stored and continued by previous_response_id, the reasoning is in the stored items.
-    stored = client.responses.create(model="emulator", input=asked, tools=tools)
-    chained = client.responses.create(
-        model="emulator", previous_response_id=stored.id, tools=tools,
-        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
-                "output": "rain"}])
-    assert chained.status == "completed"
+    assert _chained(client, asked, tools).status == "completed"
     # A model asked not to reason gives a call no reasoning item to need.
     plain = client.responses.create(model="emulator", input=asked, tools=tools, store=False,
                                     reasoning={"effort": "none"})
@@ -279,12 +284,7 @@ def test_a_reasoning_item_needs_what_followed_it_and_an_output_needs_its_call(
     assert client.responses.create(
         model="emulator", input=[*asked, thought, reasoning, call, result], tools=tools,
         store=False).status == "completed"
-    stored = client.responses.create(model="emulator", input=asked, tools=tools)
-    chained = client.responses.create(
-        model="emulator", previous_response_id=stored.id, tools=tools,
-        input=[{"type": "function_call_output", "call_id": stored.output[1].call_id,
-                "output": "rain"}])
-    assert chained.status == "completed"
+    assert _chained(client, asked, tools).status == "completed"
 
 
 def test_previous_response_id_continues_a_stored_response(emulator: Any) -> None:
