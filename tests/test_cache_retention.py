@@ -115,12 +115,16 @@ def test_long_anthropic_breakpoints_live_an_hour_and_are_measured_exactly(emu: A
                     for b in m["content"] if isinstance(b, dict) and "cache_control" in b]
         controls += [b["cache_control"] for b in record.body["system"]]
         assert controls and all(c == {"type": "ephemeral", "ttl": "1h"} for c in controls)
+        # The TTL needs its beta: without it the API refuses it or keeps five minutes.
+        assert "extended-cache-ttl-2025-04-11" in (record.header("anthropic-beta") or "")
         usage = response.usage
         assert usage.cache_write_tokens > 0
         assert usage.cache_write_1h_tokens == usage.cache_write_tokens
         # An hour later less a minute, the same prefix is read; a 5-minute one would be gone.
         short = Request(_history(4), max_tokens=50, stream=False, caching=Caching())
         assert b'"ttl"' not in provider.encode(short)
+        provider.send(short)
+        assert "extended-cache-ttl" not in (emu.requests[-1].header("anthropic-beta") or "")
     finally:
         provider.close()
 

@@ -12,7 +12,12 @@ import pytest
 
 from ipy_ctxrecovery.core import caching
 from ipy_ctxrecovery.emulator import Emulator
-from ipy_ctxrecovery.emulator.cache import PromptCache, anthropic_blocks, breakpoint_error
+from ipy_ctxrecovery.emulator.cache import (
+    EXTENDED_TTL_BETA,
+    PromptCache,
+    anthropic_blocks,
+    breakpoint_error,
+)
 from ipy_ctxrecovery.emulator.replies import anthropic_turns, openai_turns, prompt_tokens
 
 BP = {"type": "ephemeral"}
@@ -145,19 +150,23 @@ def test_a_breakpoint_looks_back_at_most_20_blocks() -> None:
 
 
 def test_anthropic_ttl_five_minutes_by_default_and_one_hour_when_asked() -> None:
-    for ttl, life in (({}, 300.0), ({"ttl": "1h"}, 3600.0)):
+    # One hour only with the extended-cache-ttl beta; without it a 1h breakpoint is a
+    # five-minute one, as the API keeps it.
+    beta = frozenset({EXTENDED_TTL_BETA})
+    for ttl, betas, life in (({}, frozenset(), 300.0), ({"ttl": "1h"}, beta, 3600.0),
+                             ({"ttl": "1h"}, frozenset(), 300.0)):
         clock = Clock()
         cache = PromptCache(clock)
         body = anthropic_body([{"type": "text", "text": text(1500), "cache_control": {**BP, **ttl}}],
                               small_blocks(1))
-        written = cache.anthropic(body)
-        assert written.write > 0 and written.write_1h == (written.write if ttl else 0)
+        written = cache.anthropic(body, betas)
+        assert written.write > 0 and written.write_1h == (written.write if betas else 0)
         clock.now += life - 1
-        assert cache.anthropic(body).read == written.write          # renewed by the read
+        assert cache.anthropic(body, betas).read == written.write    # renewed by the read
         clock.now += life - 1
-        assert cache.anthropic(body).read == written.write
+        assert cache.anthropic(body, betas).read == written.write
         clock.now += life + 1
-        assert cache.anthropic(body).read == 0
+        assert cache.anthropic(body, betas).read == 0
 
 
 def test_nothing_is_cached_below_the_models_minimum() -> None:

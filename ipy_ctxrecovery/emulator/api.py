@@ -277,7 +277,7 @@ def respond(wire_name: str, body: Any, *, presented_key: str | None, api_key: st
     if wire_name == "anthropic":
         assert managed is not None
         if cache is not None:
-            cached = cache.anthropic(managed.plan_body or managed.body)
+            cached = cache.anthropic(managed.plan_body or managed.body, betas)
         ident = new_id("msg_emu")
         headers: tuple[tuple[str, str], ...] = (("request-id", faults.request_id()),)
         thought = thinking_block(turns, prompt) if _thinking_on(body) else None

@@ -47,6 +47,9 @@ from .replies import (
 __all__ = ["CacheUsage", "PromptCache", "anthropic_blocks", "breakpoint_error",
            "retention_error"]
 
+EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
+"""The beta under which a ``1h`` breakpoint lives an hour."""
+
 #: Recent prompts remembered per model on the OpenAI path, and Anthropic entries in all.
 KEEP_PROMPTS = 32
 KEEP_ENTRIES = 4096
@@ -272,8 +275,12 @@ class PromptCache:
         return CacheUsage(read=min(caching.openai_cached_tokens(shared), total))
 
     # -- Anthropic --------------------------------------------------------------------------
-    def anthropic(self, body: Mapping[str, Any]) -> CacheUsage:
-        """Read and write this request's breakpoints (``breakpoint_error`` already None)."""
+    def anthropic(self, body: Mapping[str, Any], betas: frozenset[str] = frozenset()
+                  ) -> CacheUsage:
+        """Read and write this request's breakpoints (``breakpoint_error`` already None).
+        A ``1h`` TTL lives an hour only with the ``extended-cache-ttl-2025-04-11`` beta
+        among ``betas``; without it the entry is a five-minute one, as the API keeps it."""
+        long_ok = EXTENDED_TTL_BETA in betas
         if not _controls(body):
             return CacheUsage()
         blocks = anthropic_blocks(body)
@@ -301,6 +308,8 @@ class PromptCache:
                 if block.tokens < least:
                     continue
                 ttl = block.cache_control.get("ttl", caching.DEFAULT_TTL)
+                if not long_ok:
+                    ttl = caching.DEFAULT_TTL
                 life = caching.CACHE_TTLS[ttl]
                 self._entries[block.key] = (now + life, life)
                 self._entries.move_to_end(block.key)

@@ -34,7 +34,8 @@ system's entry covers them). Each only where the prefix it ends is estimated to 
 model's minimum cacheable length (``core.caching.min_cacheable_tokens``), and never on a
 thinking block (the API takes none there: the block before it, or none). With
 ``Caching.retention`` "long" every breakpoint carries ``ttl: "1h"`` (one TTL for all: the API
-wants a longer one before a shorter one). ``measure`` counts them: the size is exact.
+wants a longer one before a shorter one), and the request the ``extended-cache-ttl-2025-04-11``
+beta that TTL needs (through the SDK's beta resource, as context management). ``measure`` counts them: the size is exact.
 
 Context management (``Request.context``): the body goes through the SDK's beta messages
 resource with ``context_management.edits`` and the ``betas`` the API documents —
@@ -138,6 +139,10 @@ STOP_REASONS = {
 _RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "max_tokens"})
 
 COMPACT_BETA = "compact-2026-01-12"
+EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
+"""The beta a ``cache_control.ttl`` of ``1h`` needs: without it the API refuses the request
+or keeps the entries five minutes (vellum-ai/vellum-assistant#22189,
+griffinwork40/agent-afk#757)."""
 """The beta header of server compaction (platform.claude.com/docs/en/build-with-claude/compaction)."""
 CONTEXT_BETA = "context-management-2025-06-27"
 """The beta header of context editing (…/build-with-claude/context-editing)."""
@@ -494,6 +499,8 @@ class AnthropicProvider(SDKAdapter):
             min_trigger=self.info.min_compact_trigger)
         if COMPACT_BETA not in betas and _holds_compaction(request.messages):
             betas.append(COMPACT_BETA)
+        if request.caching is not None and request.caching.retention == "long":
+            betas.append(EXTENDED_TTL_BETA)
         if not betas and request.options.get("betas"):
             betas = [""]          # the user's own betas: the beta resource takes them
         return betas, management
