@@ -270,7 +270,7 @@ def test_a_failed_background_summary_is_one_line_and_the_turn_goes_on() -> None:
 
 class _CachedSummaries(FakeProvider):
     """Answers as FakeProvider; a summary request reports half its input read from the
-    cache and a tenth written to it."""
+    cache and a tenth written to it (half of that for an hour)."""
 
     def send(self, request: Request, on_text: Any = None) -> Response:
         if not any(m.role is Role.SYSTEM and "STRUCTURED SUMMARY" in m.text
@@ -281,7 +281,8 @@ class _CachedSummaries(FakeProvider):
         reply = super().send(request, on_text)
         prompt = reply.usage.prompt_tokens or 0
         usage = dataclasses.replace(reply.usage, cached_tokens=prompt // 2,
-                                    cache_write_tokens=prompt // 10)
+                                    cache_write_tokens=prompt // 10,
+                                    cache_write_1h_tokens=prompt // 20)
         return dataclasses.replace(reply, usage=usage)
 
 
@@ -297,9 +298,10 @@ def test_a_background_summarys_cache_reads_and_writes_are_counted() -> None:
     # (Its requests' halves and tenths, summed: it may take more than one request.)
     assert 0 < ready.cached_tokens <= ready.prompt_tokens // 2
     assert 0 < ready.cache_write_tokens <= ready.prompt_tokens // 10
+    assert 0 < ready.cache_write_1h_tokens < ready.cache_write_tokens
     status = session.status()
-    assert (status.cached_tokens, status.cache_write_tokens) == (ready.cached_tokens,
-                                                                  ready.cache_write_tokens)
+    assert (status.cached_tokens, status.cache_write_tokens, status.cache_write_1h_tokens) \
+        == (ready.cached_tokens, ready.cache_write_tokens, ready.cache_write_1h_tokens)
     session.close()
 
 

@@ -369,6 +369,8 @@ class BackgroundSummary(Event):
     cache_write_tokens: int = 0
     """What the summary's requests were billed (``ready``, ``failed``): its input (of which
     cache reads and writes) and output tokens, paid for in the turn that tells it."""
+    cache_write_1h_tokens: int = 0
+    """Of ``cache_write_tokens``, those written with a one-hour TTL."""
     reason: str | None = None
 
 
@@ -394,6 +396,8 @@ class ServerCompacted(Event):
     completion_tokens: int | None = None
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    """Of ``cache_write_tokens``, those written with a one-hour TTL."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

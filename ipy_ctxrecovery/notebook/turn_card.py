@@ -298,12 +298,12 @@ class TurnRecord:
         if isinstance(event, ev.BackgroundSummary) and event.state in ("ready", "failed") \
                 and (event.prompt_tokens or event.completion_tokens):
             tokens = (event.prompt_tokens, event.completion_tokens, event.cached_tokens,
-                      event.cache_write_tokens)
+                      event.cache_write_tokens, event.cache_write_1h_tokens)
             label = "background summary request"
             after = event.after_bytes if event.state == "ready" else None
         elif isinstance(event, ev.ServerCompacted) and event.prompt_tokens is not None:
             tokens = (event.prompt_tokens, event.completion_tokens or 0, event.cached_tokens,
-                      event.cache_write_tokens)
+                      event.cache_write_tokens, event.cache_write_1h_tokens)
             label = "the server's compaction"
             after = event.after_bytes
         else:
@@ -313,7 +313,10 @@ class TurnRecord:
         price = prices.price_for(self.model, self.prices) if self.model else None
         paid = saved = None
         if price is not None and not price.free:
-            cost = prices.estimate(self.model, Usage(*tokens), self.prices)
+            prompt, completion, cached, written, written_1h = tokens
+            cost = prices.estimate(self.model, Usage(prompt, completion, cached, written,
+                                                     cache_write_1h_tokens=written_1h),
+                                   self.prices)
             paid = None if cost is None else cost.total
             saved = None if removed is None else removed * price.input / 1_000_000
         return w.compaction_cost(tokens[0], tokens[1], removed, paid, saved, label=label)

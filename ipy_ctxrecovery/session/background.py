@@ -71,7 +71,8 @@ def _billed(log: TurnLog, **fields: Any) -> BackgroundSummary:
     return BackgroundSummary(prompt_tokens=log.prompt_tokens,
                              completion_tokens=log.completion_tokens,
                              cached_tokens=log.cached_tokens,
-                             cache_write_tokens=log.cache_write_tokens, **fields)
+                             cache_write_tokens=log.cache_write_tokens,
+                             cache_write_1h_tokens=log.cache_write_1h_tokens, **fields)
 
 
 def same_message(a: Message, b: Message) -> bool:

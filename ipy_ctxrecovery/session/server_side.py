@@ -181,5 +181,6 @@ class ServerSide:
             prompt_tokens=None if own is None else own.prompt_tokens,
             completion_tokens=None if own is None else own.completion_tokens,
             cached_tokens=0 if own is None else own.cached_tokens,
-            cache_write_tokens=0 if own is None else own.cache_write_tokens))
+            cache_write_tokens=0 if own is None else own.cache_write_tokens,
+            cache_write_1h_tokens=0 if own is None else own.cache_write_1h_tokens))
         return new, message, events

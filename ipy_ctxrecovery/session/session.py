@@ -732,7 +732,8 @@ class ChatSession:
         for event in self._background.take_events():
             if isinstance(event, BackgroundSummary):
                 self._count(event.prompt_tokens, event.completion_tokens,
-                            event.cached_tokens, event.cache_write_tokens)
+                            event.cached_tokens, event.cache_write_tokens,
+                            event.cache_write_1h_tokens)
             self.bus.emit(event, log)
 
     @property
