@@ -13,7 +13,6 @@ import pytest
 from ipy_ctxrecovery.core import caching
 from ipy_ctxrecovery.emulator import Emulator
 from ipy_ctxrecovery.emulator.cache import (
-    EXTENDED_TTL_BETA,
     PromptCache,
     anthropic_blocks,
     breakpoint_error,
@@ -152,7 +151,7 @@ def test_a_breakpoint_looks_back_at_most_20_blocks() -> None:
 def test_anthropic_ttl_five_minutes_by_default_and_one_hour_when_asked() -> None:
     # One hour only with the extended-cache-ttl beta; without it a 1h breakpoint is a
     # five-minute one, as the API keeps it.
-    beta = frozenset({EXTENDED_TTL_BETA})
+    beta = frozenset({caching.EXTENDED_TTL_BETA})
     for ttl, betas, life in (({}, frozenset(), 300.0), ({"ttl": "1h"}, beta, 3600.0),
                              ({"ttl": "1h"}, frozenset(), 300.0)):
         clock = Clock()

@@ -27,6 +27,7 @@ from .catalogue import family
 __all__ = [
     "BREAKPOINT",
     "CACHE_TTLS",
+    "EXTENDED_TTL_BETA",
     "LONG_TTL",
     "OPENAI_RETENTION_TTLS",
     "READ_SHARE",
@@ -52,6 +53,10 @@ CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 """Seconds an Anthropic cache entry lives after its last use, by ``cache_control.ttl``."""
 DEFAULT_TTL = "5m"
 LONG_TTL = "1h"
+EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
+"""The beta a ``cache_control.ttl`` of ``1h`` needs: without it the API refuses the request
+or keeps the entry five minutes (vellum-ai/vellum-assistant#22189,
+griffinwork40/agent-afk#757)."""
 BREAKPOINT = {"type": "ephemeral"}
 """The ``cache_control`` value the adapter sets (the SDK's ``CacheControlEphemeralParam``)."""
 READ_SHARE = 0.1

@@ -47,9 +47,6 @@ from .replies import (
 __all__ = ["CacheUsage", "PromptCache", "anthropic_blocks", "breakpoint_error",
            "retention_error"]
 
-EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
-"""The beta under which a ``1h`` breakpoint lives an hour."""
-
 #: Recent prompts remembered per model on the OpenAI path, and Anthropic entries in all.
 KEEP_PROMPTS = 32
 KEEP_ENTRIES = 4096
@@ -280,7 +277,7 @@ class PromptCache:
         """Read and write this request's breakpoints (``breakpoint_error`` already None).
         A ``1h`` TTL lives an hour only with the ``extended-cache-ttl-2025-04-11`` beta
         among ``betas``; without it the entry is a five-minute one, as the API keeps it."""
-        long_ok = EXTENDED_TTL_BETA in betas
+        long_ok = caching.EXTENDED_TTL_BETA in betas
         if not _controls(body):
             return CacheUsage()
         blocks = anthropic_blocks(body)

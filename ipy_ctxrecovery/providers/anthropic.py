@@ -33,9 +33,10 @@ breakpoint gives way first when the last one's lookback reaches it, then the too
 system's entry covers them). Each only where the prefix it ends is estimated to reach the
 model's minimum cacheable length (``core.caching.min_cacheable_tokens``), and never on a
 thinking block (the API takes none there: the block before it, or none). With
-``Caching.retention`` "long" every breakpoint carries ``ttl: "1h"`` (one TTL for all: the API
-wants a longer one before a shorter one), and the request the ``extended-cache-ttl-2025-04-11``
-beta that TTL needs (through the SDK's beta resource, as context management). ``measure`` counts them: the size is exact.
+``Caching.retention`` "long" every breakpoint carries ``ttl: "1h"`` (one TTL for all: the
+API wants a longer one before a shorter one), and the request the beta that TTL needs
+(``core.caching.EXTENDED_TTL_BETA``, through the SDK's beta resource, as context
+management). ``measure`` counts them: the size is exact.
 
 Context management (``Request.context``): the body goes through the SDK's beta messages
 resource with ``context_management.edits`` and the ``betas`` the API documents —
@@ -74,6 +75,7 @@ import httpx2
 
 from ..core.caching import (
     DEFAULT_TTL,
+    EXTENDED_TTL_BETA,
     LONG_TTL,
     LOOKBACK_BLOCKS,
     MAX_BREAKPOINTS,
@@ -139,10 +141,6 @@ STOP_REASONS = {
 _RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "max_tokens"})
 
 COMPACT_BETA = "compact-2026-01-12"
-EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"
-"""The beta a ``cache_control.ttl`` of ``1h`` needs: without it the API refuses the request
-or keeps the entries five minutes (vellum-ai/vellum-assistant#22189,
-griffinwork40/agent-afk#757)."""
 """The beta header of server compaction (platform.claude.com/docs/en/build-with-claude/compaction)."""
 CONTEXT_BETA = "context-management-2025-06-27"
 """The beta header of context editing (…/build-with-claude/context-editing)."""

@@ -164,8 +164,8 @@ class ChatSession:
         self._cached_tokens = 0
         self._cache_write_tokens = 0
         self._by_model: dict[str, list[int]] = {}
-        """The same four totals by the model that was billed them (a session can change
-        model: each model's tokens are priced at its own price)."""
+        """The totals of ``_USAGE_FIELDS`` by the model that was billed them (a session can
+        change model: each model's tokens are priced at its own price)."""
         self._cache_write_1h_tokens = 0
         self._turns_answered = 0
         self._compactions = 0
@@ -594,14 +594,13 @@ class ChatSession:
     def _count(self, prompt: int, completion: int, cached: int, written: int,
                written_1h: int = 0) -> None:
         """Add billed tokens to the session's totals, and to its current model's."""
-        billed = (prompt, completion, cached, written, written_1h)
-        self._prompt_tokens += billed[0]
-        self._completion_tokens += billed[1]
-        self._cached_tokens += billed[2]
-        self._cache_write_tokens += billed[3]
-        self._cache_write_1h_tokens += billed[4]
+        self._prompt_tokens += prompt
+        self._completion_tokens += completion
+        self._cached_tokens += cached
+        self._cache_write_tokens += written
+        self._cache_write_1h_tokens += written_1h
         values = self._by_model.setdefault(self.model, [0] * len(_USAGE_FIELDS))
-        for i, n in enumerate(billed):
+        for i, n in enumerate((prompt, completion, cached, written, written_1h)):
             values[i] += n
 
     # -- transcript -----------------------------------------------------------------------
